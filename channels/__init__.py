@@ -1,0 +1,1 @@
+"""Physical layer: SIMO Rayleigh channels, rates, and the AirComp transceiver."""

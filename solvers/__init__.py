@@ -1,0 +1,1 @@
+"""Optimisation: receive beamforming, mask sizes and latency problems."""

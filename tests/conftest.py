@@ -1,0 +1,22 @@
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_threads():
+    torch.set_num_threads(2)
+    yield
+
+
+@pytest.fixture(scope="session")
+def fmnist():
+    """Real Fashion-MNIST (apt-get install dataset-fashion-mnist; .ci/run installs it)."""
+    from wirelessfl.data import load_dataset
+
+    return load_dataset("fashion_mnist")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)

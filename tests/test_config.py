@@ -1,0 +1,39 @@
+import pytest
+
+from wirelessfl.config import ConfigError, apply_overrides, list_presets, load_raw, resolve, to_dict
+
+
+def test_roundtrip_of_every_preset():
+    presets = list_presets()
+    assert "quickstart" in presets
+    for name in presets:
+        cfg = resolve(load_raw(name))
+        assert resolve(to_dict(cfg)) == cfg
+
+
+def test_overrides_are_typed():
+    raw = apply_overrides({}, ["local.lr=0.2", "algorithm.name=hfedavg", "algorithm.cells=4",
+                               "model.options={hidden: 7}", "local.betas=[0.8, 0.9]"])
+    cfg = resolve(raw)
+    assert cfg.local.lr == 0.2 and cfg.algorithm.hparams.cells == 4
+    assert cfg.model.options == {"hidden": 7} and cfg.local.betas == (0.8, 0.9)
+
+
+@pytest.mark.parametrize("raw,match", [
+    ({"rounds": "ten"}, "rounds must be an integer"),
+    ({"local": {"lr": -1}}, "`lr` must be > 0"),
+    ({"algorithm": {"name": "fedsgd"}}, "unknown algorithm 'fedsgd'"),
+    ({"algorithm": {"name": "hfedavg", "clients_per_round": 3}},
+     "unknown config key 'algorithm.clients_per_round'"),
+    ({"data": {"partition": "pathological"}}, "data.partition must be one of"),
+    ({"epochs": 3}, "unknown config key 'epochs'"),
+    ({"local": {"betas": [0.9]}}, "must have 2 entries"),
+])
+def test_bad_configs_name_the_key(raw, match):
+    with pytest.raises(ConfigError, match=match):
+        resolve(raw)
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match="key=value"):
+        apply_overrides({}, ["local.lr"])

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+import torch
+from torch.func import functional_call
+
+from wirelessfl.models import build_model
+from wirelessfl.submodel import Submodel, random_disjoint_selections
+
+
+@pytest.mark.parametrize("name,shape,opts,count", [
+    ("fcnn", (1, 28, 28), {}, 238_510),            # specs/hist.md §6.2
+    ("lenet5", (1, 28, 28), {}, 44_426),
+    ("lenet5", (1, 28, 28), {"padded": True}, 61_706),
+    ("cifar_cnn", (3, 32, 32), {}, 541_094),
+    ("mlp", (1, 28, 28), {}, 199_210),              # specs/fedast.md §4.4, ~199k
+    ("resnet18", (3, 32, 32), {}, 11_173_962),      # ~11.2M
+])
+def test_parameter_counts(name, shape, opts, count):
+    m = build_model(name, shape, 10, seed=0, **opts)
+    assert sum(p.numel() for p in m.parameters()) == count
+
+
+def test_lenet_conv_share_matches_spec():
+    m = build_model("lenet5", (1, 28, 28), 10, seed=0)
+    conv = sum(v.numel() for k, v in m.named_parameters() if k.startswith("conv"))
+    assert conv == 2_572
+
+
+def test_params_per_unit_fcnn():
+    m = build_model("fcnn", (1, 28, 28), 10, seed=0)
+    shapes = {k: v.shape for k, v in m.named_parameters()}
+    assert m.group("fc1").params_per_unit(shapes) == 795  # q = 784 + 1 + 10 (§4.3)
+
+
+def test_init_is_seeded_and_leaves_global_rng():
+    torch.manual_seed(5)
+    before = torch.rand(1)
+    torch.manual_seed(5)
+    a = build_model("fcnn", (60,), 10, seed=1).params()
+    after = torch.rand(1)
+    b = build_model("fcnn", (60,), 10, seed=1).params()
+    assert torch.equal(before, after)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+MODELS = [("fcnn", (1, 28, 28)), ("lenet5", (1, 28, 28)), ("cifar_cnn", (3, 32, 32)),
+          ("mlp", (1, 28, 28))]
+
+
+@pytest.mark.parametrize("name,shape", MODELS)
+def test_slice_scatter_roundtrip_and_sliced_equals_masked(name, shape):
+    """Sliced submodel forward == full model with the dropped units zeroed (HIST §1.3(e))."""
+    m = build_model(name, shape, 10, seed=0).eval()
+    params = m.params()
+    groups = [m.group(g) for g in m.hist_groups]
+    sel = random_disjoint_selections(groups, [[g.size // 3, g.size - g.size // 3] for g in groups],
+                                     np.random.default_rng(0))[0]
+    sub = Submodel(m.unit_groups, sel, params)
+    small = sub.slice(params)
+    back = sub.scatter(params, small)
+    assert all(torch.equal(back[k], params[k]) for k in params)
+    masked = {k: v * sub.mask(params)[k] for k, v in params.items()}
+    x = torch.randn(4, *shape)
+    torch.testing.assert_close(functional_call(m, small, (x,)), functional_call(m, masked, (x,)))
+    assert sub.num_params(params) == sum(v.numel() for v in small.values())
+
+
+def test_conv_channel_group_with_flattened_width():
+    m = build_model("lenet5", (1, 28, 28), 10, seed=0).eval()
+    params = m.params()
+    sel = {"conv2": torch.tensor([1, 5, 9]), "fc1": torch.arange(0, 120, 2)}
+    sub = Submodel(m.unit_groups, sel, params)
+    small = sub.slice(params)
+    assert small["fc1.weight"].shape == (60, 3 * 16) and small["conv2.weight"].shape == (3, 6, 5, 5)
+    masked = {k: v * sub.mask(params)[k] for k, v in params.items()}
+    x = torch.randn(3, 1, 28, 28)
+    torch.testing.assert_close(functional_call(m, small, (x,)), functional_call(m, masked, (x,)))
+
+
+def test_disjoint_selections_cover():
+    m = build_model("fcnn", (1, 28, 28), 10, seed=0)
+    sels = random_disjoint_selections([m.group("fc1")], [[37] * 7 + [41]], np.random.default_rng(0))
+    units = torch.cat([s["fc1"] for s in sels])
+    assert sorted(units.tolist()) == list(range(300))
+    with pytest.raises(ValueError, match="sum to 300"):
+        random_disjoint_selections([m.group("fc1")], [[100, 100]], np.random.default_rng(0))
+
+
+def test_image_model_on_flat_data_is_a_clear_error():
+    with pytest.raises(ValueError, match="needs image inputs"):
+        build_model("lenet5", (60,), 10, seed=0)

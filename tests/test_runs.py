@@ -1,0 +1,105 @@
+import json
+
+import pytest
+
+import wirelessfl.runner as runner
+from wirelessfl.cli import main
+from wirelessfl.config import resolve
+from wirelessfl.records import RunRecord
+
+RAW = {"name": "tiny", "seed": 5, "rounds": 4, "target_accuracy": 0.3,
+       "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 80},
+       "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.5}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 3},
+       "algorithm": {"name": "hfedavg", "cells": 2, "edge_rounds": 2}}
+
+
+def _metrics(folder):
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(folder).rows()]
+
+
+def test_same_seed_same_metrics(tmp_path):
+    a = runner.run(runner.prepare(resolve(RAW)), tmp_path / "a", quiet=True)
+    runner.run(runner.prepare(resolve(RAW)), tmp_path / "b", quiet=True)
+    c = resolve({**RAW, "seed": 6})
+    runner.run(runner.prepare(c), tmp_path / "c", quiet=True)
+    assert _metrics(tmp_path / "a") == _metrics(tmp_path / "b")
+    assert _metrics(tmp_path / "a") != _metrics(tmp_path / "c")
+    assert [r["round"] for r in _metrics(tmp_path / "a")] == [0, 1, 2, 3, 4]
+    assert a["rounds"] == 4
+
+
+def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
+    runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
+    exp = runner.prepare(resolve(RAW))
+    real_apply, calls = exp.algorithm.apply, []
+
+    def apply_then_stop(state):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real_apply(state)
+
+    monkeypatch.setattr(exp.algorithm, "apply", apply_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(exp, tmp_path / "cut", quiet=True)
+    assert [r["round"] for r in RunRecord(tmp_path / "cut").rows()] == [0, 1, 2]
+    runner.run(runner.prepare(resolve(RAW)), tmp_path / "cut", resume=True, quiet=True)
+    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
+    full = json.loads((tmp_path / "full" / "summary.json").read_text())
+    cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert cut["final_accuracy"] == full["final_accuracy"]
+
+
+def test_quickstart_learns_and_plots(tmp_path, capsys):
+    out = tmp_path / "qs"
+    assert main(["run", "quickstart", "--out", str(out), "--quiet"]) == 0
+    rows = RunRecord(out).rows()
+    assert rows[0]["test_accuracy"] < 0.5 and rows[-1]["test_accuracy"] > 0.75  # chance ~0.1-0.3
+    for f in ("config.yaml", "meta.json", "metrics.csv", "summary.json", "checkpoint.pt"):
+        assert (out / f).is_file()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["seed"] == 0 and meta["version"]
+    assert "test accuracy" in capsys.readouterr().out
+    png = tmp_path / "p.png"
+    assert main(["plot", str(out), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args,match", [
+    (["run", "no_such_preset"], "unknown preset 'no_such_preset'"),
+    (["run", "quickstart", "--set", "data.dataset=imagenet"], "unknown dataset 'imagenet'"),
+    (["run", "quickstart", "--set", "local.lrr=1"], "unknown config key 'local.lrr'"),
+    (["run", "quickstart", "--set", "rounds=many"], "rounds must be an integer"),
+    (["run", "quickstart", "--set", "model.name=resnet50"], "unknown model 'resnet50'"),
+    (["run", "quickstart", "--set", "data.partition=iid", "--set", "data.samples_per_client=100000"],
+     "needs"),
+    (["run", "quickstart", "--set", "data.dataset=cifar10", "--set", "data.partition=iid",
+      "--set", "data.data_dir=/nonexistent"], "is not a folder"),
+    (["run", "quickstart", "--set", "algorithm.cells=100"], "cannot fill 100 cells"),
+    (["plot", "/nonexistent"], "not a run folder"),
+    (["run", "quickstart", "--bogus"], "unrecognized arguments"),
+])
+def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, args, match):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) if "--bogus" in args else _noop():
+        code = main(args + (["--out", str(out)] if args[0] == "run" else []))
+        assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("wirelessfl: error:") and match in err
+    assert not out.exists()
+
+
+class _noop:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_cli_refuses_to_overwrite_a_run(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["run", "quickstart", "--out", str(out), "--quiet", "--set", "rounds=1"]) == 0
+    assert main(["run", "quickstart", "--out", str(out), "--quiet", "--set", "rounds=1"]) == 2
+    assert "already holds a run" in capsys.readouterr().err

@@ -1,0 +1,22 @@
+"""FL algorithms on the shared interfaces, and their registry.
+
+``ALGORITHMS[name] = (HParams dataclass, algorithm class)``; a config's ``algorithm`` section
+names one and sets the fields of its HParams.
+"""
+
+from wirelessfl.algorithms.base import (
+    Environment,
+    FederatedAlgorithm,
+    RoundReport,
+    ServerState,
+)
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
+
+ALGORITHMS = {
+    "fedavg": (FedAvgHParams, FedAvg),
+    "hfedavg": (HFedAvgHParams, HFedAvg),
+}
+
+__all__ = ["ALGORITHMS", "Environment", "FederatedAlgorithm", "RoundReport", "ServerState",
+           "FedAvg", "FedAvgHParams", "HFedAvg", "HFedAvgHParams"]

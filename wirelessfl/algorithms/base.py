@@ -1,0 +1,173 @@
+"""The shape every FL algorithm has: ``init`` / ``apply`` over an immutable server state.
+
+``init(params) -> ServerState`` and ``apply(state) -> (ServerState, RoundReport)``, one call
+per (global) round; clients return pseudo-gradients (server minus client) and the server
+applies an aggregate of them. All randomness of round t comes from the run's
+:class:`~wirelessfl.rng.Seeds` with t as a key, so a round is a pure function of the state.
+
+How each paper plugs in:
+
+- **HIST** (``specs/hist.md``): a hierarchical algorithm like :class:`~wirelessfl.algorithms.hfedavg.HFedAvg`
+  whose dispatch slices one disjoint :class:`~wirelessfl.submodel.Submodel` per cell and whose
+  assembly scatters the pieces back (eq. (7)); AirComp is an :class:`~wirelessfl.aggregation.Aggregator`;
+  round latency goes into ``RoundReport.latency_s``.
+- **FedAST** (``specs/fedast.md``): several ``ServerState`` objects (one per task) driven by the
+  :mod:`wirelessfl.simtime` event queue instead of a round loop; clients run through the same
+  executor, one task per request.
+- **FAdamGC** (``specs/fadamgc.md``): a :class:`~wirelessfl.client.LocalSGD` subclass whose step
+  corrects the gradient before Adam's moments; correction terms live in
+  ``ServerState.client_states`` (per-client persistent state) and the server's in ``opt_state``.
+- **Dynamic clients** (``specs/dynamic_clients.md``): a :class:`~wirelessfl.population.Population`
+  with sessions; on a session change the initial-model builder overwrites ``state.params``.
+- **RA-Fed / RAM-Fed** (``specs/rafed.md``): per-client selections (:class:`~wirelessfl.submodel.Submodel`)
+  and a coverage-weighted aggregation; RAM-Fed's memory is ``opt_state``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wirelessfl.client import ClientResult, ClientTask, ClientUpdate, Executor, LocalHParams
+from wirelessfl.data.datasets import ArrayDataset
+from wirelessfl.models.base import FLModel, Params
+from wirelessfl.population import Population
+from wirelessfl.rng import Seeds
+
+
+@dataclass(frozen=True, eq=False)
+class Environment:
+    """What an algorithm runs on.
+
+    Attributes
+    ----------
+    model : FLModel
+        Architecture (parameters are kept in ``ServerState``).
+    train : ArrayDataset
+        Training samples (on the compute device).
+    client_indices : tuple of ndarray
+        Training indices of every client (id = position).
+    local : LocalHParams
+        Local training hyperparameters.
+    update : ClientUpdate
+        Local training functions.
+    executor : Executor
+        How clients are run.
+    population : Population
+        Which clients are present in each round.
+    seeds : Seeds
+        The run's random streams.
+    """
+
+    model: FLModel
+    train: ArrayDataset
+    client_indices: tuple[np.ndarray, ...]
+    local: LocalHParams
+    update: ClientUpdate
+    executor: Executor
+    population: Population
+    seeds: Seeds
+
+    @property
+    def num_clients(self) -> int:
+        """Clients with data."""
+        return len(self.client_indices)
+
+
+@dataclass(frozen=True, eq=False)
+class ServerState:
+    """Everything the server carries from round to round.
+
+    Attributes
+    ----------
+    params : Params
+        Global model x̄^t.
+    round : int
+        Rounds completed.
+    opt_state : Any
+        Server optimiser / algorithm state (None for FedAvg).
+    client_states : mapping of int to Any
+        Per-client persistent state (Adam moments, correction terms), by client id.
+    """
+
+    params: Params
+    round: int = 0
+    opt_state: Any = None
+    client_states: Mapping[int, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What a round reports besides the new state.
+
+    Attributes
+    ----------
+    uplink_params : float
+        Parameters uploaded per participating client in this round (``specs/hist.md`` §6.6).
+    train_loss : float
+        Mean local training loss over participating clients.
+    latency_s : float or None
+        Simulated duration of the round [s], if the algorithm models time.
+    clients : mapping of int to mapping
+        Diagnostics keyed by client id (``loss``, ``steps``).
+    extra : mapping
+        Algorithm-specific scalars or lists (mask sizes, AirComp MSE, ...), logged as-is.
+    """
+
+    uplink_params: float
+    train_loss: float
+    latency_s: float | None = None
+    clients: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class FederatedAlgorithm(ABC):
+    """Base class of round-based algorithms.
+
+    Parameters
+    ----------
+    env : Environment
+        Model, data, clients and executor.
+    """
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+
+    def init(self, params: Params) -> ServerState:
+        """Initial server state around the initial model."""
+        return ServerState(params={k: v.detach().clone() for k, v in params.items()})
+
+    @abstractmethod
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:
+        """Run round ``state.round`` and return the next state and its report."""
+
+    def train_clients(self, starts: Sequence[Params], clients: Sequence[int], t: int,
+                      stage: int = 0, states: Mapping[int, Any] | None = None
+                      ) -> list[ClientResult]:
+        """Run local training for ``clients``, client k starting from ``starts[k]``.
+
+        ``stage`` separates several local phases within round ``t`` (HIST's edge rounds) so
+        each gets its own mini-batch order.
+        """
+        env, states = self.env, states or {}
+        tasks = [ClientTask(client=int(u), params=p, indices=env.client_indices[u],
+                            seed=env.seeds.int_seed("local", t, stage, int(u)),
+                            state=states.get(int(u)))
+                 for u, p in zip(clients, starts)]
+        return env.executor.run(env.update, env.train, tasks, env.local)
+
+
+def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int, dict]]:
+    """Mean training loss and per-client diagnostics of a list of results."""
+    losses = [r.loss for r in results if r.num_steps]
+    diag = {r.client: {"loss": r.loss, "steps": r.num_steps} for r in results}
+    return (float(np.mean(losses)) if losses else float("nan")), diag
+
+
+def num_params(params: Params) -> int:
+    """Number of scalars in a parameter tree."""
+    return sum(int(v.numel()) for v in params.values())

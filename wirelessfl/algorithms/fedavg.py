@@ -1,0 +1,82 @@
+"""FedAvg (McMahan et al., AISTATS 2017).
+
+"Communication-Efficient Learning of Deep Networks from Decentralized Data".
+Each round the server samples clients among those present, each runs local SGD from the
+global model, and the server moves by the weighted mean of their pseudo-gradients:
+x ← x − η_s Σ_i w_i Δ_i, with w_i ∝ n_i (data size, the paper's weighting) or uniform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from wirelessfl.aggregation import Aggregator, Mean, apply_update
+from wirelessfl.algorithms.base import (
+    Environment,
+    FederatedAlgorithm,
+    RoundReport,
+    ServerState,
+    client_diagnostics,
+    num_params,
+)
+from wirelessfl.sampling import AllClients, ClientSampler, UniformSampler
+
+
+@dataclass(frozen=True)
+class FedAvgHParams:
+    """FedAvg hyperparameters.
+
+    Attributes
+    ----------
+    clients_per_round : int or None
+        Clients sampled uniformly per round; None for full participation.
+    server_lr : float
+        Server step η_s (1 = plain model averaging).
+    weighting : str
+        ``"samples"`` (w_i ∝ n_i) or ``"uniform"``.
+    """
+
+    clients_per_round: int | None = None
+    server_lr: float = 1.0
+    weighting: str = "samples"
+
+    def __post_init__(self) -> None:
+        if self.weighting not in ("samples", "uniform"):
+            raise ValueError(f"`weighting` must be 'samples' or 'uniform', got {self.weighting!r}")
+        if self.clients_per_round is not None and self.clients_per_round < 1:
+            raise ValueError(f"`clients_per_round` must be >= 1, got {self.clients_per_round}")
+
+
+def client_weights(sizes: np.ndarray, weighting: str) -> np.ndarray:
+    """Aggregation weights from local data sizes (uniform if all sizes are zero)."""
+    sizes = np.asarray(sizes, dtype=float)
+    if weighting == "uniform" or sizes.sum() == 0:
+        return np.ones_like(sizes)
+    return sizes
+
+
+class FedAvg(FederatedAlgorithm):
+    """Federated averaging on the shared interfaces."""
+
+    def __init__(self, env: Environment, hp: FedAvgHParams = FedAvgHParams(),
+                 aggregator: Aggregator | None = None) -> None:
+        super().__init__(env)
+        self.hp = hp
+        self.aggregator = aggregator or Mean()
+        self.sampler: ClientSampler = (AllClients() if hp.clients_per_round is None
+                                       else UniformSampler(num=hp.clients_per_round))
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        t, seeds = state.round, self.env.seeds
+        clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
+        results = self.train_clients([state.params] * len(clients), clients, t)
+        w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
+        update = self.aggregator.aggregate([r.delta for r in results], w,
+                                           seeds.generator("noise", t))
+        loss, diag = client_diagnostics(results)
+        new = ServerState(apply_update(state.params, update, self.hp.server_lr), t + 1,
+                          state.opt_state, state.client_states)
+        return new, RoundReport(uplink_params=float(num_params(state.params)),
+                                train_loss=loss, clients=diag)

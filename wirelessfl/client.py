@@ -1,0 +1,320 @@
+"""Client local training, written as pure functions, and the executors that run them.
+
+Local training is three functions (``specs`` of every paper reduce to this shape):
+
+- ``client_init(params, state) -> carry`` — start from the model the server sent and the
+  client's persistent state (e.g. Adam moments for FAdamGC, control variates for SCAFFOLD);
+- ``client_step(carry, x, y) -> carry`` — one mini-batch step;
+- ``client_final(carry) -> ClientResult`` — the pseudo-gradient ``start − end``, the new
+  persistent state and metrics.
+
+:class:`LocalSGD` implements them for SGD (momentum, weight decay) and Adam; algorithms
+subclass it to change the step (FAdamGC's corrected moments, FedProx's proximal term).
+An *executor* decides how the functions run over many clients: :class:`LoopExecutor` runs
+clients one after another (the reference); a batched executor (stacked clients) plugs in
+behind the same :class:`Executor` interface.
+
+Mini-batch order [code, ``specs/hist.md`` §2.4]: the client reshuffles its local data every
+epoch and cycles through it; ``steps`` counts SGD steps, not epochs. With ``epochs`` set, a
+call runs that many epochs instead (FedAST §4.6: 3 epochs, last partial batch dropped).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from wirelessfl.data.datasets import ArrayDataset
+from wirelessfl.models.base import FLModel, Params
+
+
+@dataclass(frozen=True)
+class LocalHParams:
+    """Hyperparameters of local training.
+
+    Attributes
+    ----------
+    lr : float
+        Client step size γ.
+    batch_size : int
+        Mini-batch size B.
+    steps : int
+        Local steps H per call (ignored when ``epochs`` is set).
+    epochs : int or None
+        If set, run this many local epochs per call instead of ``steps``.
+    drop_last : bool
+        Drop each epoch's last incomplete batch.
+    optimizer : str
+        ``"sgd"`` or ``"adam"``.
+    momentum : float
+        SGD momentum (state is reset every call, ``specs/hist.md`` §2.4 [default]).
+    weight_decay : float
+        L2 coefficient added to the gradient.
+    betas : tuple of float
+        Adam's (β1, β2).
+    eps : float
+        Adam's ε.
+    """
+
+    lr: float = 0.01
+    batch_size: int = 50
+    steps: int = 20
+    epochs: int | None = None
+    drop_last: bool = False
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"`lr` must be > 0, got {self.lr}")
+        if self.batch_size < 1 or self.steps < 0 or (self.epochs is not None and self.epochs < 1):
+            raise ValueError("`batch_size` must be >= 1, `steps` >= 0 and `epochs` >= 1 or None")
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
+
+
+def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator) -> list[np.ndarray]:
+    """Positions (into the client's local data) of each mini-batch of one call.
+
+    Each epoch is a fresh permutation cut into batches; epochs are drawn until
+    ``steps`` batches exist (or ``epochs`` epochs are done). A client with no data gets none.
+    """
+    if num_samples == 0:
+        return []
+    bs = min(hp.batch_size, num_samples)
+    batches: list[np.ndarray] = []
+    epoch = 0
+    while (len(batches) < hp.steps) if hp.epochs is None else (epoch < hp.epochs):
+        perm = rng.permutation(num_samples)
+        cuts = [perm[i:i + bs] for i in range(0, num_samples, bs)]
+        if hp.drop_last and len(cuts[-1]) < bs:
+            cuts.pop()
+        if not cuts:
+            return []
+        batches.extend(cuts)
+        epoch += 1
+    return batches if hp.epochs is not None else batches[: hp.steps]
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """One client's share of a round.
+
+    Attributes
+    ----------
+    client : int
+        Client id.
+    params : Params
+        Start model (full or sliced submodel).
+    indices : ndarray, shape (n_i,), int64
+        The client's samples in the training set.
+    seed : int
+        Seed of its mini-batch order and dropout (from the ``local`` stream).
+    state : Any
+        Its persistent state, or None.
+    lr : float or None
+        Per-client step size overriding ``LocalHParams.lr``.
+    """
+
+    client: int
+    params: Params
+    indices: np.ndarray
+    seed: int
+    state: Any = None
+    lr: float | None = None
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """What a client returns.
+
+    Attributes
+    ----------
+    client : int
+        Client id.
+    delta : Params
+        Pseudo-gradient ``start − end`` (same shapes as the task's params).
+    num_samples : int
+        Local data size n_i.
+    num_steps : int
+        Local steps taken.
+    loss : float
+        Mean training loss over the steps (NaN if none).
+    state : Any
+        New persistent state.
+    """
+
+    client: int
+    delta: Params
+    num_samples: int
+    num_steps: int
+    loss: float
+    state: Any = None
+
+
+@dataclass
+class Carry:
+    """Mutable-free record passed between the three client functions."""
+
+    start: Params
+    params: Params
+    lr: float
+    opt: dict[str, Any] = field(default_factory=dict)
+    state: Any = None
+    step: int = 0
+    loss_sum: float = 0.0
+
+
+class ClientUpdate(ABC):
+    """Local training as ``client_init`` / ``client_step`` / ``client_final``."""
+
+    @abstractmethod
+    def client_init(self, task: ClientTask) -> Carry:
+        """Carry at the start of local training."""
+
+    @abstractmethod
+    def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:
+        """Carry after one mini-batch step on ``(x, y)``."""
+
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
+        """Pseudo-gradient, new state and metrics."""
+        delta = {k: carry.start[k] - carry.params[k] for k in carry.start}
+        loss = carry.loss_sum / carry.step if carry.step else float("nan")
+        return ClientResult(task.client, delta, len(task.indices), carry.step, loss, carry.state)
+
+
+class LocalSGD(ClientUpdate):
+    """Mini-batch SGD (momentum, weight decay) or Adam on the cross-entropy loss.
+
+    Parameters
+    ----------
+    model : FLModel
+        Architecture (its own parameters are not used; the task's params are).
+    hp : LocalHParams
+        Local hyperparameters.
+    """
+
+    def __init__(self, model: FLModel, hp: LocalHParams) -> None:
+        self.model, self.hp = model, hp
+
+    def loss(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the model with ``params`` on one batch."""
+        return F.cross_entropy(functional_call(self.model, params, (x,)), y)
+
+    def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, float]:
+        """Stochastic gradient at ``carry.params`` (weight decay included) and the batch loss."""
+        params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
+        loss = self.loss(params, x, y)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        wd = self.hp.weight_decay
+        return ({k: (g + wd * carry.params[k]) if wd else g for k, g in zip(params, grads)},
+                float(loss.detach()))
+
+    def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
+        self.model.train()
+        params = {k: v.detach() for k, v in task.params.items()}
+        return Carry(start=params, params=params, lr=task.lr or self.hp.lr, state=task.state)
+
+    def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
+        grads, loss = self.gradient(carry, x, y)
+        hp, opt = self.hp, carry.opt
+        if hp.optimizer == "sgd":
+            if hp.momentum:
+                buf = opt.get("m")
+                buf = grads if buf is None else {k: hp.momentum * buf[k] + grads[k] for k in grads}
+                opt["m"], grads = buf, buf
+            carry.params = {k: carry.params[k] - carry.lr * grads[k] for k in grads}
+        else:
+            b1, b2 = hp.betas
+            t = carry.step + 1
+            m = {k: b1 * opt.get("m", {}).get(k, 0.0) + (1 - b1) * g for k, g in grads.items()}
+            v = {k: b2 * opt.get("v", {}).get(k, 0.0) + (1 - b2) * g * g for k, g in grads.items()}
+            opt["m"], opt["v"] = m, v
+            carry.params = {
+                k: carry.params[k] - carry.lr * (m[k] / (1 - b1**t))
+                / ((v[k] / (1 - b2**t)).sqrt() + hp.eps) for k in grads
+            }
+        carry.step += 1
+        carry.loss_sum += loss
+        return carry
+
+
+class ClientError(RuntimeError):
+    """A client failed; the message names the client and the stage."""
+
+
+class Executor(ABC):
+    """Runs a :class:`ClientUpdate` over many clients.
+
+    Contract: :meth:`run` returns one :class:`ClientResult` per task, in task order, equal
+    (to float tolerance) to what :class:`LoopExecutor` returns. A client with no data takes
+    no step and returns a zero pseudo-gradient. Errors are re-raised as :class:`ClientError`.
+    """
+
+    @abstractmethod
+    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
+            hp: LocalHParams) -> list[ClientResult]:
+        """Train every task's client and return their results."""
+
+
+class LoopExecutor(Executor):
+    """The reference: clients one after another, each under its own seeded RNG."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+
+    def __repr__(self) -> str:
+        return f"LoopExecutor(device='{self.device}')"
+
+    def _run_one(self, update: ClientUpdate, data: ArrayDataset, task: ClientTask,
+                 hp: LocalHParams) -> ClientResult:
+        rng = np.random.default_rng(task.seed)
+        schedule = batch_schedule(len(task.indices), hp, rng)
+        idx = torch.as_tensor(task.indices, dtype=torch.long, device=data.x.device)
+        stage = "client_init"
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+                torch.manual_seed(task.seed)
+                carry = update.client_init(task)
+                stage = "client_step"
+                for pos in schedule:
+                    b = idx[torch.as_tensor(pos, device=idx.device)]
+                    carry = update.client_step(carry, data.x[b].to(self.device),
+                                               data.y[b].to(self.device))
+                stage = "client_final"
+                return update.client_final(task, carry)
+        except Exception as exc:
+            raise ClientError(f"client {task.client} failed in {stage}: {exc}") from exc
+
+    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
+            hp: LocalHParams) -> list[ClientResult]:
+        """Train the tasks one after another."""
+        return [self._run_one(update, data, t, hp) for t in tasks]
+
+
+@torch.no_grad()
+def evaluate(model: FLModel, params: Params, data: ArrayDataset, *, batch_size: int = 2000,
+             device: torch.device | str = "cpu") -> tuple[float, float]:
+    """Test accuracy in [0, 1] and mean cross-entropy of ``params`` on ``data`` (eval mode)."""
+    was_training = model.training
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    for i in range(0, len(data), batch_size):
+        x = data.x[i:i + batch_size].to(device)
+        y = data.y[i:i + batch_size].to(device)
+        out = functional_call(model, params, (x,))
+        loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
+        correct += int((out.argmax(1) == y).sum())
+    model.train(was_training)
+    return correct / len(data), loss_sum / len(data)

@@ -1,0 +1,332 @@
+"""Run configuration: typed frozen dataclasses, YAML presets and ``--set`` overrides.
+
+A YAML file (or a preset name, looked up under ``experiments/``) gives a nested mapping;
+``--set section.key=value`` edits it (the value parsed as YAML); :func:`resolve` turns it
+into a :class:`RunConfig`, checking every key and type and saying what is wrong and what is
+allowed. The ``algorithm`` section is resolved against the HParams dataclass of the
+algorithm it names (:data:`wirelessfl.algorithms.ALGORITHMS`).
+
+Examples
+--------
+>>> cfg = resolve({"rounds": 3, "local": {"lr": 0.05}})
+>>> cfg.rounds, cfg.local.lr, cfg.algorithm.name
+(3, 0.05, 'fedavg')
+>>> resolve({"local": {"lrr": 1}})
+Traceback (most recent call last):
+...
+wirelessfl.config.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, steps, weight_decay
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wirelessfl.algorithms import ALGORITHMS
+from wirelessfl.client import LocalHParams
+
+PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
+              "dirichlet_per_client", "two_group", "natural")
+
+
+class ConfigError(ValueError):
+    """A configuration is invalid; the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Dataset and partition.
+
+    Attributes
+    ----------
+    dataset : str
+        Registry name (``wirelessfl.data.DATASETS``).
+    data_dir : str or None
+        Folder with the dataset files.
+    normalization : str
+        ``auto``, ``none`` or a named normalisation.
+    partition : str
+        One of :data:`PARTITIONS`; ``natural`` keeps a dataset's own clients (synthetic).
+    num_clients : int
+        Clients U.
+    samples_per_client : int or None
+        Per-client sample count (iid, dirichlet_per_client, synthetic).
+    shards_per_client : int
+        Shards per client (shards, cell_iid_shards).
+    alpha : float
+        Dirichlet concentration.
+    min_size : int
+        Minimum client size (dirichlet_over_clients).
+    reuse : bool
+        Allow FedAST's sample reuse (dirichlet_per_client).
+    overlap : float
+        Label overlap of the two groups (two_group).
+    synthetic_alpha, synthetic_beta : float
+        Synthetic(α, β) heterogeneity.
+    """
+
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    normalization: str = "auto"
+    partition: str = "natural"
+    num_clients: int = 30
+    samples_per_client: int | None = None
+    shards_per_client: int = 2
+    alpha: float = 0.5
+    min_size: int = 10
+    reuse: bool = False
+    overlap: float = 0.0
+    synthetic_alpha: float = 1.0
+    synthetic_beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"data.partition must be one of {', '.join(PARTITIONS)}, "
+                              f"got {self.partition!r}")
+        if self.num_clients < 1:
+            raise ConfigError(f"data.num_clients must be >= 1, got {self.num_clients}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model name and constructor options (e.g. ``padded``, ``hidden``, ``dropout``)."""
+
+    name: str = "fcnn"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """An algorithm's name and its resolved hyperparameters (its own HParams dataclass)."""
+
+    name: str
+    hparams: Any
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run.
+
+    Attributes
+    ----------
+    name : str
+        Run name (default run folder ``runs/<name>``).
+    description : str
+        One line shown by ``wirelessfl list``.
+    seed : int
+        The run's seed; all streams derive from it.
+    rounds : int
+        Global rounds T.
+    eval_every : int
+        Evaluate every this many rounds (and after the last).
+    target_accuracy : float or None
+        Accuracy in [0, 1] whose first crossing the summary reports.
+    device : str
+        ``cpu``, ``cuda`` or ``auto``.
+    engine : str
+        Client executor: ``loop`` or ``auto``.
+    data, model, local, algorithm
+        The sections.
+    """
+
+    name: str = "run"
+    description: str = ""
+    seed: int = 0
+    rounds: int = 10
+    eval_every: int = 1
+    target_accuracy: float | None = None
+    device: str = "auto"
+    engine: str = "auto"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    local: LocalHParams = field(default_factory=LocalHParams)
+    algorithm: AlgorithmConfig = field(
+        default_factory=lambda: AlgorithmConfig("fedavg", ALGORITHMS["fedavg"][0]()))
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1 or self.eval_every < 1:
+            raise ConfigError("rounds and eval_every must be >= 1")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
+        if self.engine not in ("loop", "auto"):
+            raise ConfigError(f"engine must be loop or auto, got {self.engine!r}")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ConfigError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+
+
+# --------------------------------------------------------------------------- typed building
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if tp is Any:
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} must be a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], key) for v in value)
+        if len(value) != len(args):
+            raise ConfigError(f"{key} must have {len(args)} entries, got {value!r}")
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {tp}")
+
+
+def build_dataclass(cls: type, raw: Any, prefix: str) -> Any:
+    """Instantiate dataclass ``cls`` from mapping ``raw``, checking keys and types."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'{prefix}' must be a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in raw:
+        if k not in names:
+            raise ConfigError(f"unknown config key '{prefix}.{k}'; valid keys under '{prefix}': "
+                              f"{', '.join(sorted(names))}")
+    kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}") for k, v in raw.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{prefix}: {exc}") from exc
+
+
+def resolve(raw: dict[str, Any]) -> RunConfig:
+    """A :class:`RunConfig` from a nested mapping (YAML), every key and type checked."""
+    raw = copy.deepcopy(raw or {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a mapping, got {type(raw).__name__}")
+    sections = {"data": DataConfig, "model": ModelConfig, "local": LocalHParams}
+    top = {k: v for k, v in raw.items() if k not in (*sections, "algorithm")}
+    built = {k: build_dataclass(cls, raw.get(k), k) for k, cls in sections.items()}
+    algo_raw = dict(raw.get("algorithm") or {})
+    name = algo_raw.pop("name", "fedavg")
+    if name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+    built["algorithm"] = AlgorithmConfig(name, build_dataclass(ALGORITHMS[name][0], algo_raw,
+                                                               "algorithm"))
+    fields = {f.name for f in dataclasses.fields(RunConfig)} - set(built)
+    for k in top:
+        if k not in fields:
+            raise ConfigError(f"unknown config key '{k}'; valid top-level keys: "
+                              f"{', '.join(sorted(fields | set(built)))}")
+    hints = typing.get_type_hints(RunConfig)
+    top = {k: _coerce(v, hints[k], k) for k, v in top.items()}
+    try:
+        return RunConfig(**top, **built)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain nested mapping of a config (round-trips through :func:`resolve`)."""
+    out = dataclasses.asdict(dataclasses.replace(cfg, algorithm=None))
+    out["algorithm"] = {"name": cfg.algorithm.name, **dataclasses.asdict(cfg.algorithm.hparams)}
+    for section in out.values():
+        if isinstance(section, dict):
+            for k, v in section.items():
+                if isinstance(v, tuple):
+                    section[k] = list(v)
+    return out
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` strings (values parsed as YAML) to a nested mapping."""
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        path, text = item.split("=", 1)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {path}: cannot parse value {text!r}") from exc
+        node = raw
+        keys = path.strip().split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {path}: {k!r} is not a section")
+        node[keys[-1]] = value
+    return raw
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def presets_dir() -> Path:
+    """The ``experiments/`` folder (``WIRELESSFL_EXPERIMENTS`` overrides)."""
+    env = os.environ.get("WIRELESSFL_EXPERIMENTS")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "experiments"
+
+
+def list_presets() -> dict[str, Path]:
+    """Preset name → YAML file, for every ``*.yaml`` under ``experiments/``."""
+    root = presets_dir()
+    if not root.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(root.rglob("*.yaml"))}
+
+
+def load_raw(preset_or_path: str) -> dict[str, Any]:
+    """The nested mapping of a preset name or a YAML file path."""
+    path = Path(preset_or_path)
+    if not (path.suffix in (".yaml", ".yml") and path.is_file()):
+        presets = list_presets()
+        if preset_or_path not in presets:
+            raise ConfigError(f"unknown preset {preset_or_path!r} (and no such YAML file); "
+                              f"`wirelessfl list` shows the presets: {', '.join(presets)}")
+        path = presets[preset_or_path]
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping")
+    return raw

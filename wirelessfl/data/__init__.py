@@ -1,0 +1,28 @@
+"""Datasets, federated splits and partitioners."""
+
+from wirelessfl.data.datasets import (
+    DATASETS,
+    NORMALIZATIONS,
+    ArrayDataset,
+    DataNotFoundError,
+    DatasetSplits,
+    load_dataset,
+    read_idx,
+    synthetic,
+)
+from wirelessfl.data.partition import (
+    IID,
+    CellIIDShards,
+    DirichletOverClients,
+    DirichletPerClient,
+    Partitioner,
+    Shards,
+    TwoGroupOverlap,
+    two_group_labels,
+)
+
+__all__ = [
+    "DATASETS", "NORMALIZATIONS", "ArrayDataset", "DataNotFoundError", "DatasetSplits",
+    "load_dataset", "read_idx", "synthetic", "IID", "CellIIDShards", "DirichletOverClients",
+    "DirichletPerClient", "Partitioner", "Shards", "TwoGroupOverlap", "two_group_labels",
+]

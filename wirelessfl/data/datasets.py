@@ -1,0 +1,341 @@
+"""Datasets: in-memory arrays, the standard file formats, and the embedded synthetic set.
+
+Supported names (see :data:`DATASETS`):
+
+- ``fashion_mnist`` and ``mnist``: IDX files (``train-images-idx3-ubyte[.gz]`` ...),
+  found in ``data_dir`` or, for Fashion-MNIST, at the Debian path
+  ``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``);
+- ``cifar10`` and ``cifar100``: the python pickles (``cifar-10-batches-py/``,
+  ``cifar-100-python/``) in ``data_dir``;
+- ``synthetic``: Synthetic(α, β) of Li et al., "Federated Optimization in Heterogeneous
+  Networks" (FedProx, MLSys 2020) as packaged by LEAF. It needs no files and comes with a
+  natural per-client split.
+
+Normalisation follows the specs: HIST (``specs/hist.md`` §6.1) uses mean 0.5 / std 0.5 per
+channel for Fashion-MNIST and CIFAR-10; FedAST (``specs/fedast.md`` §4.4) uses (0.1307, 0.3081)
+for MNIST and the CIFAR-100 statistics below. ``normalization="auto"`` picks these per dataset;
+any named entry of :data:`NORMALIZATIONS` or ``"none"`` can be asked for instead.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+
+#: Named (mean, std) per channel.
+NORMALIZATIONS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "half": ((0.5,), (0.5,)),
+    "half3": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "mnist": ((0.1307,), (0.3081,)),
+    "fashion_mnist": ((0.2861,), (0.3530,)),
+    "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+}
+
+_AUTO_NORMALIZATION = {
+    "fashion_mnist": "half",  # HIST §6.1 [code]
+    "mnist": "mnist",  # FedAST §4.4 [code]
+    "cifar10": "half3",  # HIST §6.1, FedAST §4.4
+    "cifar100": "cifar100",  # FedAST §4.4 [code]
+}
+
+
+class DataNotFoundError(ValueError):
+    """The files of a dataset are not where we looked; the message says how to get them."""
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayDataset:
+    """Samples held in memory.
+
+    Attributes
+    ----------
+    x : Tensor, shape (n, *sample_shape), float32
+        Inputs, already normalised (images are (n, C, H, W)).
+    y : Tensor, shape (n,), int64
+        Class labels in ``[0, num_classes)``.
+    num_classes : int
+        Number of classes.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    num_classes: int
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one input sample."""
+        return tuple(self.x.shape[1:])
+
+    def labels(self) -> np.ndarray:
+        """Labels as a NumPy array, shape (n,), int64."""
+        return self.y.numpy()
+
+    def subset(self, indices: np.ndarray) -> ArrayDataset:
+        """The samples at ``indices`` (a copy)."""
+        idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))
+        return ArrayDataset(self.x[idx], self.y[idx], self.num_classes)
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetSplits:
+    """Train and test sets of one dataset, and its natural client split if it has one.
+
+    Attributes
+    ----------
+    name : str
+        Registry name of the dataset.
+    train, test : ArrayDataset
+        Training and test samples.
+    natural_partition : tuple of ndarray or None
+        For datasets with natural clients (``synthetic``): the training indices of each client.
+    """
+
+    name: str
+    train: ArrayDataset
+    test: ArrayDataset
+    natural_partition: tuple[np.ndarray, ...] | None = None
+
+
+# --------------------------------------------------------------------------- file formats
+
+
+def _open_maybe_gz(path: Path) -> bytes:
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as fh:
+        return fh.read()
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read an IDX file (the MNIST format), gzip-compressed or not.
+
+    Returns
+    -------
+    ndarray
+        The array with the shape and dtype stored in the file header.
+    """
+    raw = _open_maybe_gz(Path(path))
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise ValueError(f"{path} is not an IDX file (bad magic number)")
+    dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+    if raw[2] not in dtypes:
+        raise ValueError(f"{path}: unknown IDX element type 0x{raw[2]:02x}")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
+    data = np.frombuffer(raw, dtype=dtypes[raw[2]], offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: header says shape {shape} but holds {data.size} values")
+    return data.reshape(shape)
+
+
+def _find_idx(stem: str, dirs: Sequence[Path]) -> Path | None:
+    for d in dirs:
+        for name in (stem, stem + ".gz"):
+            if (d / name).is_file():
+                return d / name
+    return None
+
+
+def _idx_dirs(name: str, data_dir: Path | None) -> list[Path]:
+    subdirs = {
+        "fashion_mnist": ["", "fashion-mnist", "fashion_mnist", "FashionMNIST/raw"],
+        "mnist": ["", "mnist", "MNIST/raw"],
+    }[name]
+    dirs = [data_dir / s for s in subdirs] if data_dir is not None else []
+    if name == "fashion_mnist":
+        dirs.append(DEBIAN_FASHION_MNIST)
+    return dirs
+
+
+@lru_cache(maxsize=4)
+def _load_idx_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
+    dirs = _idx_dirs(name, data_dir)
+    stems = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    paths = [_find_idx(s, dirs) for s in stems]
+    if any(p is None for p in paths):
+        hint = (
+            "install it with `apt-get install dataset-fashion-mnist` or pass --data-dir"
+            if name == "fashion_mnist"
+            else "pass --data-dir pointing at a folder with the MNIST IDX files"
+        )
+        missing = stems[[p is None for p in paths].index(True)]
+        raise DataNotFoundError(
+            f"dataset {name!r}: file {missing}[.gz] not found in "
+            f"{', '.join(str(d) for d in dirs) or '(no folder given)'}; {hint}"
+        )
+    return tuple(read_idx(p) for p in paths)  # type: ignore[arg-type]
+
+
+def _unpickle(path: Path) -> dict:
+    with open(path, "rb") as fh:
+        return pickle.load(fh, encoding="bytes")
+
+
+@lru_cache(maxsize=2)
+def _load_cifar_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
+    folder, train_files, test_file, key = {
+        "cifar10": ("cifar-10-batches-py", [f"data_batch_{k}" for k in range(1, 6)],
+                    "test_batch", b"labels"),
+        "cifar100": ("cifar-100-python", ["train"], "test", b"fine_labels"),
+    }[name]
+    candidates = [data_dir / folder, data_dir] if data_dir is not None else []
+    root = next((c for c in candidates if (c / test_file).is_file()), None)
+    if root is None:
+        raise DataNotFoundError(
+            f"dataset {name!r}: folder {folder}/ with the python pickles not found"
+            f"{' in ' + str(data_dir) if data_dir else ''}; pass --data-dir pointing at the "
+            f"folder that holds {folder}/ (the 'CIFAR python version' download)"
+        )
+
+    def read(files: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        parts = [_unpickle(root / f) for f in files]
+        x = np.concatenate([p[b"data"] for p in parts]).reshape(-1, 3, 32, 32)
+        y = np.concatenate([np.asarray(p[key]) for p in parts])
+        return x, y
+
+    return (*read(train_files), *read([test_file]))
+
+
+def _to_dataset(x: np.ndarray, y: np.ndarray, num_classes: int,
+                mean_std: tuple[tuple[float, ...], tuple[float, ...]] | None) -> ArrayDataset:
+    xt = torch.from_numpy(x.astype(np.float32)).div_(255.0)
+    if xt.dim() == 3:
+        xt = xt.unsqueeze(1)
+    if mean_std is not None:
+        mean, std = (torch.tensor(v, dtype=torch.float32).view(1, -1, 1, 1) for v in mean_std)
+        xt = (xt - mean) / std
+    return ArrayDataset(xt.contiguous(), torch.from_numpy(y.astype(np.int64)), num_classes)
+
+
+def _resolve_normalization(name: str, normalization: str):
+    if normalization == "none":
+        return None
+    key = _AUTO_NORMALIZATION[name] if normalization == "auto" else normalization
+    if key not in NORMALIZATIONS:
+        raise ValueError(
+            f"`normalization` must be 'auto', 'none' or one of {sorted(NORMALIZATIONS)}, "
+            f"got {normalization!r}"
+        )
+    mean, std = NORMALIZATIONS[key]
+    channels = 1 if name in ("mnist", "fashion_mnist") else 3
+    if len(mean) != channels:
+        raise ValueError(f"normalization {key!r} has {len(mean)} channels; {name} has {channels}")
+    return mean, std
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def synthetic(alpha: float, beta: float, num_clients: int, rng: np.random.Generator,
+              *, dim: int = 60, num_classes: int = 10, samples_per_client: int | None = None,
+              test_fraction: float = 0.2) -> DatasetSplits:
+    """Synthetic(α, β) federated data (FedProx, Li et al. 2020; LEAF ``synthetic``).
+
+    Client k draws u_k ~ N(0, α) and B_k ~ N(0, β); its model W_k ~ N(u_k, 1) (C × F),
+    b_k ~ N(u_k, 1) (C); its inputs x ~ N(v_k, Σ) with v_k ~ N(B_k, 1) and
+    Σ = diag(j^-1.2); its labels y = argmax(W_k x + b_k). α controls how much the client
+    models differ, β how much their inputs differ.
+
+    Parameters
+    ----------
+    alpha, beta : float
+        Heterogeneity of models and of inputs (≥ 0); (0, 0) is the FedProx "IID-like" case.
+    num_clients : int
+        Number of clients.
+    rng : numpy.random.Generator
+        Source of randomness.
+    dim, num_classes : int
+        Input dimension F (60) and classes C (10).
+    samples_per_client : int or None
+        Fixed per-client sample count; None uses the FedProx draw
+        ``lognormal(4, 2) + 50``, capped at 1000 **[default]** to keep runs short.
+    test_fraction : float
+        Share of each client's samples held out; the test set is their union (LEAF convention).
+
+    Returns
+    -------
+    DatasetSplits
+        With ``natural_partition`` giving each client's training indices.
+    """
+    if num_clients < 1:
+        raise ValueError(f"`num_clients` must be >= 1, got {num_clients}")
+    if alpha < 0 or beta < 0:
+        raise ValueError(f"`alpha` and `beta` must be >= 0, got alpha={alpha}, beta={beta}")
+    if samples_per_client is None:
+        counts = np.minimum(rng.lognormal(4, 2, num_clients).astype(int) + 50, 1000)
+    else:
+        counts = np.full(num_clients, int(samples_per_client))
+    sigma = np.arange(1, dim + 1, dtype=np.float64) ** -1.2
+    xs_tr, ys_tr, xs_te, ys_te, parts = [], [], [], [], []
+    offset = 0
+    for k in range(num_clients):
+        u_k, b_k = rng.normal(0, np.sqrt(alpha)), rng.normal(0, np.sqrt(beta))
+        w = rng.normal(u_k, 1, (num_classes, dim))
+        b = rng.normal(u_k, 1, num_classes)
+        v = rng.normal(b_k, 1, dim)
+        x = rng.normal(v, np.sqrt(sigma), (counts[k], dim))
+        y = np.argmax(x @ w.T + b, axis=1)
+        n_test = int(round(test_fraction * counts[k]))
+        xs_te.append(x[:n_test]), ys_te.append(y[:n_test])
+        xs_tr.append(x[n_test:]), ys_tr.append(y[n_test:])
+        parts.append(np.arange(offset, offset + counts[k] - n_test))
+        offset += counts[k] - n_test
+
+    def make(xs: list[np.ndarray], ys: list[np.ndarray]) -> ArrayDataset:
+        return ArrayDataset(torch.from_numpy(np.concatenate(xs)).float(),
+                            torch.from_numpy(np.concatenate(ys).astype(np.int64)), num_classes)
+
+    return DatasetSplits("synthetic", make(xs_tr, ys_tr), make(xs_te, ys_te), tuple(parts))
+
+
+# --------------------------------------------------------------------------- registry
+
+DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "synthetic")
+_NUM_CLASSES = {"fashion_mnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
+
+
+def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization: str = "auto",
+                 rng: np.random.Generator | None = None, num_clients: int | None = None,
+                 synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
+                 samples_per_client: int | None = None) -> DatasetSplits:
+    """Load a dataset by registry name.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+    data_dir : path or None
+        Folder with the dataset files (IDX for MNIST/Fashion-MNIST, pickles for CIFAR).
+    normalization : str
+        ``"auto"`` (the specs' choice per dataset), ``"none"`` or a key of
+        :data:`NORMALIZATIONS`. Ignored for ``synthetic``.
+    rng, num_clients, synthetic_alpha, synthetic_beta, samples_per_client
+        Used by ``synthetic`` only (see :func:`synthetic`).
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    folder = Path(data_dir).expanduser().resolve() if data_dir is not None else None
+    if folder is not None and not folder.is_dir():
+        raise DataNotFoundError(f"--data-dir {data_dir} is not a folder")
+    if name == "synthetic":
+        if rng is None or num_clients is None:
+            raise ValueError("dataset 'synthetic' needs `rng` and `num_clients`")
+        return synthetic(synthetic_alpha, synthetic_beta, num_clients, rng,
+                         samples_per_client=samples_per_client)
+    mean_std = _resolve_normalization(name, normalization)
+    loader = _load_idx_raw if name in ("mnist", "fashion_mnist") else _load_cifar_raw
+    x_tr, y_tr, x_te, y_te = loader(name, folder)
+    k = _NUM_CLASSES[name]
+    return DatasetSplits(name, _to_dataset(x_tr, y_tr, k, mean_std),
+                         _to_dataset(x_te, y_te, k, mean_std))

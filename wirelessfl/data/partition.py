@@ -1,0 +1,404 @@
+"""Partitioners: how a training set is split over clients.
+
+Every partitioner is deterministic given its ``rng``, returns *disjoint* index sets (sample
+reuse only where an option asks for it by name), never loops without bound, and raises
+``ValueError`` with the reason when a request cannot be met.
+
+- :class:`IID` — uniform random equal split;
+- :class:`Shards` — HIST case (i), "fully non-iid": sort by label, cut 2U shards, 2 per client
+  (``specs/hist.md`` §6.1, after McMahan et al. 2017);
+- :class:`CellIIDShards` — HIST case (ii), iid across cells and shards within each cell;
+- :class:`DirichletOverClients` — per class, proportions ~ Dir(α) over clients (Flower /
+  FL-bench convention, Hsu et al. 2019), resampled until every client has ``min_size``;
+- :class:`DirichletPerClient` — per client, label distribution ~ Dir(α) over classes and a fixed
+  sample count (FedAST ``specs/fedast.md`` §4.5, dynamic clients §4.2);
+- :class:`TwoGroupOverlap` — two client groups A, B with overlapping label sets
+  (``specs/dynamic_clients.md`` §4.2).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+Partition = tuple[np.ndarray, ...]
+
+
+class Partitioner(ABC):
+    """Split sample indices over clients.
+
+    Contract: :meth:`partition` returns one int64 index array per client (client order is
+    the order of the tuple). Arrays are pairwise disjoint unless the concrete class documents
+    an explicit reuse option. An impossible request raises ``ValueError`` naming the argument.
+    """
+
+    @property
+    @abstractmethod
+    def num_clients(self) -> int:
+        """Number of index arrays :meth:`partition` returns."""
+
+    @abstractmethod
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
+        """Split ``range(len(labels))``.
+
+        Parameters
+        ----------
+        labels : ndarray, shape (n,), int
+            Class label of every training sample.
+        rng : numpy.random.Generator
+            The partition stream.
+        """
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+def _positive_int(name: str, value: int) -> int:
+    if int(value) != value or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _labels_iv(labels: np.ndarray) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"`labels` must be a 1-D integer array, got {labels.dtype} {labels.shape}")
+    return labels
+
+
+class IID(Partitioner):
+    """Uniform random split into equal parts (the ``n mod U`` leftover samples are unused).
+
+    Parameters
+    ----------
+    num_clients : int
+        Number of clients U.
+    samples_per_client : int or None
+        Samples per client; None uses ``n // U``.
+    """
+
+    def __init__(self, *, num_clients: int, samples_per_client: int | None = None) -> None:
+        self._num_clients = _positive_int("num_clients", num_clients)
+        self.samples_per_client = (None if samples_per_client is None
+                                   else _positive_int("samples_per_client", samples_per_client))
+
+    @property
+    def num_clients(self) -> int:  # noqa: D102
+        return self._num_clients
+
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+        n = len(_labels_iv(labels))
+        per = self.samples_per_client or n // self._num_clients
+        if per * self._num_clients > n or per == 0:
+            raise ValueError(
+                f"IID: {self._num_clients} clients x {per} samples needs "
+                f"{self._num_clients * max(per, 1)} samples, the dataset has {n}"
+            )
+        perm = rng.permutation(n)[: per * self._num_clients]
+        return tuple(np.sort(p) for p in perm.reshape(self._num_clients, per))
+
+
+def _shard_split(indices: np.ndarray, labels: np.ndarray, num_clients: int,
+                 shards_per_client: int, rng: np.random.Generator) -> Partition:
+    """Sort ``indices`` by label, cut ``num_clients·shards_per_client`` equal shards, deal them."""
+    num_shards = num_clients * shards_per_client
+    size = len(indices) // num_shards
+    if size == 0:
+        raise ValueError(
+            f"shards: {num_shards} shards need at least {num_shards} samples, got {len(indices)}"
+        )
+    ordered = indices[np.argsort(labels[indices], kind="stable")][: size * num_shards]
+    shards = ordered.reshape(num_shards, size)
+    deal = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
+    return tuple(np.sort(shards[d].ravel()) for d in deal)
+
+
+class Shards(Partitioner):
+    """HIST case (i), "fully non-iid" (``specs/hist.md`` §6.1).
+
+    Sort the training set by label, cut it into ``shards_per_client·U`` equal shards
+    (120 shards of 500 for Fashion-MNIST with U = 60), give each client
+    ``shards_per_client`` distinct shards at random. Each client then holds at most
+    ``shards_per_client`` classes.
+    """
+
+    def __init__(self, *, num_clients: int, shards_per_client: int = 2) -> None:
+        self._num_clients = _positive_int("num_clients", num_clients)
+        self.shards_per_client = _positive_int("shards_per_client", shards_per_client)
+
+    @property
+    def num_clients(self) -> int:  # noqa: D102
+        return self._num_clients
+
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+        labels = _labels_iv(labels)
+        return _shard_split(np.arange(len(labels)), labels, self._num_clients,
+                            self.shards_per_client, rng)
+
+
+class CellIIDShards(Partitioner):
+    """HIST case (ii), iid across cells, non-iid within a cell (``specs/hist.md`` §6.1).
+
+    Split the training set uniformly at random into N equal parts, one per cell; inside
+    cell j apply :class:`Shards` with ``shards_per_client·n_j`` shards. Clients are numbered
+    cell by cell (client u of cell j is ``sum(n_<j) + u``), as in :class:`~wirelessfl.topology.Topology`.
+
+    Parameters
+    ----------
+    clients_per_cell : sequence of int
+        n_j for every cell.
+    """
+
+    def __init__(self, *, clients_per_cell: Sequence[int], shards_per_client: int = 2) -> None:
+        self.clients_per_cell = tuple(_positive_int("clients_per_cell", n) for n in clients_per_cell)
+        if not self.clients_per_cell:
+            raise ValueError("`clients_per_cell` must name at least one cell")
+        self.shards_per_client = _positive_int("shards_per_client", shards_per_client)
+
+    @property
+    def num_clients(self) -> int:  # noqa: D102
+        return sum(self.clients_per_cell)
+
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+        labels = _labels_iv(labels)
+        cells = len(self.clients_per_cell)
+        per_cell = len(labels) // cells
+        parts = rng.permutation(len(labels))[: per_cell * cells].reshape(cells, per_cell)
+        out: list[np.ndarray] = []
+        for idx, n_j in zip(parts, self.clients_per_cell):
+            out.extend(_shard_split(idx, labels, n_j, self.shards_per_client, rng))
+        return tuple(out)
+
+
+class DirichletOverClients(Partitioner):
+    """Per class, split its samples over clients with proportions ~ Dir(α·1_U).
+
+    The Flower / FL-bench convention (Hsu et al. 2019 as implemented there): with
+    ``self_balancing`` a client that already holds more than n/U samples gets no more of the
+    next class. The whole draw is repeated until every client has at least ``min_size``
+    samples, at most ``max_tries`` times; then a ``ValueError`` says to lower ``min_size`` or
+    raise ``alpha``.
+    """
+
+    def __init__(self, *, num_clients: int, alpha: float, min_size: int = 10,
+                 self_balancing: bool = True, max_tries: int = 100) -> None:
+        self._num_clients = _positive_int("num_clients", num_clients)
+        if not alpha > 0:
+            raise ValueError(f"`alpha` must be > 0, got {alpha!r}")
+        self.alpha = float(alpha)
+        self.min_size = int(min_size)
+        self.self_balancing = bool(self_balancing)
+        self.max_tries = _positive_int("max_tries", max_tries)
+
+    @property
+    def num_clients(self) -> int:  # noqa: D102
+        return self._num_clients
+
+    def _draw(self, labels: np.ndarray, rng: np.random.Generator) -> list[list[np.ndarray]]:
+        u, n = self._num_clients, len(labels)
+        parts: list[list[np.ndarray]] = [[] for _ in range(u)]
+        sizes = np.zeros(u, dtype=np.int64)
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            p = rng.dirichlet(np.full(u, self.alpha))
+            if self.self_balancing:
+                p = np.where(sizes < n / u, p, 0.0)
+                p = p / p.sum() if p.sum() > 0 else np.full(u, 1.0 / u)
+            cuts = (np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
+            for k, chunk in enumerate(np.split(idx, cuts)):
+                parts[k].append(chunk)
+                sizes[k] += len(chunk)
+        return parts
+
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+        labels = _labels_iv(labels)
+        if self.min_size * self._num_clients > len(labels):
+            raise ValueError(
+                f"DirichletOverClients: min_size={self.min_size} for {self._num_clients} clients "
+                f"needs {self.min_size * self._num_clients} samples, the dataset has {len(labels)}"
+            )
+        for _ in range(self.max_tries):
+            parts = self._draw(labels, rng)
+            out = tuple(np.sort(np.concatenate(p)) for p in parts)
+            if min(len(p) for p in out) >= self.min_size:
+                return out
+        raise ValueError(
+            f"DirichletOverClients: no draw in {self.max_tries} tries gave every client "
+            f">= {self.min_size} samples (alpha={self.alpha}); lower `min_size` or raise `alpha`"
+        )
+
+
+def _largest_remainder(p: np.ndarray, total: int) -> np.ndarray:
+    """Integer counts proportional to ``p`` that sum exactly to ``total``."""
+    raw = p * total
+    counts = np.floor(raw).astype(np.int64)
+    short = total - counts.sum()
+    counts[np.argsort(-(raw - counts), kind="stable")[:short]] += 1
+    return counts
+
+
+class _LabelPools:
+    """Per-label pools of unused sample indices, drawn without replacement."""
+
+    def __init__(self, labels: np.ndarray, classes: np.ndarray, rng: np.random.Generator,
+                 indices: np.ndarray | None = None) -> None:
+        idx = np.arange(len(labels)) if indices is None else indices
+        self._full = [rng.permutation(idx[labels[idx] == c]) for c in classes]
+        self._rng = rng
+        self.pools = [f.copy() for f in self._full]
+
+    def remaining(self) -> np.ndarray:
+        return np.array([len(p) for p in self.pools])
+
+    def refill(self) -> None:
+        self.pools = [self._rng.permutation(f) for f in self._full]
+
+    def take(self, k: int, count: int) -> np.ndarray:
+        got, self.pools[k] = self.pools[k][:count], self.pools[k][count:]
+        return got
+
+    def draw(self, p: np.ndarray, total: int, *, reuse: bool) -> np.ndarray:
+        """``total`` samples with label shares ``p``; a short label's deficit goes to the others."""
+        taken: list[np.ndarray] = []
+        need = total
+        weights = p.astype(np.float64).copy()
+        while need > 0:
+            avail = self.remaining()
+            if avail.sum() == 0:
+                if not reuse:
+                    raise ValueError(f"label pools exhausted with {need} samples still to draw; "
+                                     "ask for fewer samples or allow reuse")
+                self.refill()
+                avail = self.remaining()
+            w = np.where(avail > 0, weights, 0.0)
+            w = w / w.sum() if w.sum() > 0 else (avail > 0) / (avail > 0).sum()
+            counts = np.minimum(_largest_remainder(w, need), avail)
+            for k in np.flatnonzero(counts):
+                taken.append(self.take(k, int(counts[k])))
+            need -= int(counts.sum())
+        return np.sort(np.concatenate(taken)) if taken else np.zeros(0, np.int64)
+
+
+class DirichletPerClient(Partitioner):
+    """Per client, label distribution p ~ Dir(α·1_C) and a fixed sample count.
+
+    FedAST convention (``specs/fedast.md`` §4.5): each of the U clients draws
+    ``samples_per_client`` samples with label shares p from per-label pools, without
+    replacement. Counts are rounded by largest remainder so each client gets exactly
+    ``samples_per_client`` **[default]** (the FedAST code rounds each label separately).
+    When a label's pool runs dry the missing samples come from the client's other labels in
+    proportion to p, so clients keep their size and sets stay disjoint.
+
+    Deviation: FedAST's 1000 clients × 300 samples exceed the training set; its code then
+    puts all samples back into the pools. That reuse is available only as ``reuse=True``;
+    by default a request larger than the dataset raises ``ValueError``.
+    """
+
+    def __init__(self, *, num_clients: int, alpha: float, samples_per_client: int,
+                 reuse: bool = False) -> None:
+        self._num_clients = _positive_int("num_clients", num_clients)
+        if not alpha > 0:
+            raise ValueError(f"`alpha` must be > 0, got {alpha!r}")
+        self.alpha = float(alpha)
+        self.samples_per_client = _positive_int("samples_per_client", samples_per_client)
+        self.reuse = bool(reuse)
+
+    @property
+    def num_clients(self) -> int:  # noqa: D102
+        return self._num_clients
+
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+        labels = _labels_iv(labels)
+        need = self._num_clients * self.samples_per_client
+        if need > len(labels) and not self.reuse:
+            raise ValueError(
+                f"DirichletPerClient: {self._num_clients} clients x {self.samples_per_client} "
+                f"samples = {need} > {len(labels)} samples in the dataset; lower "
+                f"`samples_per_client` or set `reuse=True` (FedAST's reuse rule)"
+            )
+        classes = np.unique(labels)
+        pools = _LabelPools(labels, classes, rng)
+        props = rng.dirichlet(np.full(len(classes), self.alpha), size=self._num_clients)
+        return tuple(pools.draw(p, self.samples_per_client, reuse=self.reuse) for p in props)
+
+
+def two_group_labels(num_classes: int, overlap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Label sets of groups A and B (``specs/dynamic_clients.md`` §4.2).
+
+    Examples
+    --------
+    >>> a, b = two_group_labels(10, 0.2)
+    >>> a.tolist(), b.tolist()
+    ([0, 1, 2, 3, 4], [4, 5, 6, 7, 8])
+    """
+    if not 0 <= overlap < 1:
+        raise ValueError(f"`overlap` must be in [0, 1), got {overlap!r}")
+    half = (np.arange(num_classes // 2), np.arange(num_classes // 2, num_classes))
+    if overlap == 0:
+        return half
+    g = int(num_classes // (2 - overlap))
+    o = int(np.floor(g * overlap))
+    u = g - o
+    if o == 0 or g <= o:
+        return half
+    return np.arange(0, u + o), np.arange(u, u + o + u)
+
+
+class TwoGroupOverlap(Partitioner):
+    """Two client groups with overlapping label sets (``specs/dynamic_clients.md`` §4.2).
+
+    Clients ``0..G-1`` form group A and ``G..2G-1`` group B; their label sets come from
+    :func:`two_group_labels`. Within a group each client gets an equal share of the group's
+    samples: IID when ``alpha`` is None, else label shares ~ Dir(α) over the group's labels.
+
+    Deviation: the authors' code gives the samples of a shared label to *both* groups. Here
+    they are split half and half by default, so all sets are disjoint; ``share_overlap=True``
+    reproduces the code (the same samples then appear in A and B).
+    """
+
+    def __init__(self, *, clients_per_group: int, num_classes: int, overlap: float = 0.0,
+                 alpha: float | None = None, share_overlap: bool = False) -> None:
+        self.clients_per_group = _positive_int("clients_per_group", clients_per_group)
+        self.num_classes = _positive_int("num_classes", num_classes)
+        self.label_sets = two_group_labels(num_classes, overlap)
+        self.overlap = float(overlap)
+        if alpha is not None and not alpha > 0:
+            raise ValueError(f"`alpha` must be > 0 or None, got {alpha!r}")
+        self.alpha = alpha
+        self.share_overlap = bool(share_overlap)
+
+    @property
+    def num_clients(self) -> int:  # noqa: D102
+        return 2 * self.clients_per_group
+
+    def _group_indices(self, labels: np.ndarray, rng: np.random.Generator):
+        a_set, b_set = self.label_sets
+        in_a, in_b = np.isin(labels, a_set), np.isin(labels, b_set)
+        shared = np.flatnonzero(in_a & in_b)
+        if self.share_overlap:
+            return np.flatnonzero(in_a), np.flatnonzero(in_b)
+        shared = rng.permutation(shared)
+        half = len(shared) // 2
+        return (np.sort(np.concatenate([np.flatnonzero(in_a & ~in_b), shared[:half]])),
+                np.sort(np.concatenate([np.flatnonzero(in_b & ~in_a), shared[half:]])))
+
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+        labels = _labels_iv(labels)
+        if labels.max(initial=0) >= self.num_classes:
+            raise ValueError(f"labels reach {labels.max()} but `num_classes`={self.num_classes}")
+        out: list[np.ndarray] = []
+        g = self.clients_per_group
+        for idx, label_set in zip(self._group_indices(labels, rng), self.label_sets):
+            if len(idx) < g:
+                raise ValueError(f"TwoGroupOverlap: a group has {len(idx)} samples for {g} clients")
+            quotas = np.full(g, len(idx) // g) + (np.arange(g) < len(idx) % g)
+            if self.alpha is None:
+                out.extend(np.sort(p) for p in np.split(rng.permutation(idx), np.cumsum(quotas)[:-1]))
+                continue
+            pools = _LabelPools(labels, label_set, rng, indices=idx)
+            props = rng.dirichlet(np.full(len(label_set), self.alpha), size=g)
+            out.extend(pools.draw(p, int(q), reuse=False) for p, q in zip(props, quotas))
+        return tuple(out)

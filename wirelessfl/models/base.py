@@ -1,0 +1,105 @@
+"""Models with declared partitionable hidden units.
+
+HIST (``specs/hist.md`` §1.3) and RA-Fed (``specs/rafed.md`` §2.1) train *submodels*: a
+hidden unit is kept or dropped together with every parameter it owns (its row of incoming
+weights, its bias, its column of outgoing weights). Each model here declares those
+ownerships as :class:`UnitGroup` objects, so an algorithm can slice a submodel out of the
+global parameters and write it back (:mod:`wirelessfl.submodel`) without knowing the
+architecture.
+
+Models are used functionally: parameters live in a ``dict[str, Tensor]`` (:data:`Params`)
+and the forward pass is ``torch.func.functional_call(model, params, x)``. A sliced
+submodel is just a dict of smaller tensors, since linear and conv layers take their sizes
+from the tensors they are given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class UnitSlice:
+    """A parameter owned by a unit group along one dimension.
+
+    Attributes
+    ----------
+    param : str
+        Parameter name (as in ``named_parameters``).
+    dim : int
+        Dimension along which units index the parameter (0 = outputs of the layer
+        the units belong to, 1 = inputs of the next layer). Only 0 and 1 are allowed.
+    width : int
+        Entries per unit along ``dim``: 1 for a neuron; H·W when the next layer reads a
+        flattened conv channel.
+    """
+
+    param: str
+    dim: int
+    width: int = 1
+
+    def __post_init__(self) -> None:
+        if self.dim not in (0, 1):
+            raise ValueError(f"UnitSlice.dim must be 0 or 1, got {self.dim}")
+
+
+@dataclass(frozen=True)
+class UnitGroup:
+    """A layer's hidden units and the parameters each of them owns.
+
+    Attributes
+    ----------
+    name : str
+        Group name (usually the layer name).
+    size : int
+        Number of units K in the layer.
+    slices : tuple of UnitSlice
+        Every parameter slice a unit owns.
+    """
+
+    name: str
+    size: int
+    slices: tuple[UnitSlice, ...]
+
+    def params_per_unit(self, shapes: dict[str, torch.Size]) -> int:
+        """Parameters one unit owns (q in ``specs/hist.md`` §4.3)."""
+        total = 0
+        for s in self.slices:
+            shape = shapes[s.param]
+            total += s.width * int(torch.Size(shape).numel()) // int(shape[s.dim])
+        return total
+
+
+class FLModel(nn.Module):
+    """Base class: a module that declares its partitionable units.
+
+    Subclasses set ``unit_groups`` (all partitionable groups, input side first) and
+    ``hist_groups`` (the groups HIST splits by default: the FC hidden layers, every second
+    hidden layer for deeper MLPs, ``specs/hist.md`` §1.3(c, d)).
+    """
+
+    unit_groups: tuple[UnitGroup, ...] = ()
+    hist_groups: tuple[str, ...] = ()
+
+    def params(self) -> Params:
+        """A detached copy of the parameters."""
+        return {k: v.detach().clone() for k, v in self.named_parameters()}
+
+    def group(self, name: str) -> UnitGroup:
+        """The unit group called ``name``."""
+        for g in self.unit_groups:
+            if g.name == name:
+                return g
+        raise ValueError(f"{type(self).__name__} has no unit group {name!r}; "
+                         f"it has {[g.name for g in self.unit_groups]}")
+
+
+def linear_group(name: str, size: int, nxt: str, width: int = 1) -> UnitGroup:
+    """Units of linear/conv layer ``name`` whose outputs feed layer ``nxt``."""
+    return UnitGroup(name, size, (UnitSlice(f"{name}.weight", 0), UnitSlice(f"{name}.bias", 0),
+                                  UnitSlice(f"{nxt}.weight", 1, width)))

@@ -1,0 +1,186 @@
+"""The models of the five papers.
+
+- :class:`FCNN` — HIST's 784-300-10 fully connected net with dropout 0.5 (``specs/hist.md`` §6.2);
+  input size follows the dataset.
+- :class:`LeNet5` — HIST's LeNet-5 (unpadded, 44,426 parameters, default; or conv1 padded,
+  61,706 parameters, ``specs/hist.md`` §6.2 and §8 item 15); FedAST's variant has no dropout
+  and a ReLU on the logits (``specs/fedast.md`` §4.4).
+- :class:`CifarCNN` — HIST's CIFAR CNN (541,094 parameters).
+- :class:`MLP` — FedAST's MNIST MLP 784-200-200-10 (FedDyn).
+- :class:`ResNet18` — CIFAR-style ResNet-18 with GroupNorm (2 groups), FedAST §4.4.
+- :class:`Linear` — multinomial logistic regression (dynamic clients' "MLP" for MNIST).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wirelessfl.models.base import FLModel, UnitGroup, UnitSlice, linear_group
+
+
+def _flat(sample_shape: tuple[int, ...]) -> int:
+    return int(math.prod(sample_shape))
+
+
+class Linear(FLModel):
+    """Multinomial logistic regression; nothing to partition."""
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(_flat(sample_shape), num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return self.fc(x.flatten(1))
+
+
+class FCNN(FLModel):
+    """HIST FCNN: in → hidden (ReLU, dropout) → classes; the hidden units are split."""
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, hidden: int = 300,
+                 dropout: float = 0.5) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(_flat(sample_shape), hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+        self.dropout = dropout
+        self.unit_groups = (linear_group("fc1", hidden, "fc2"),)
+        self.hist_groups = ("fc1",)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        h = F.dropout(self.fc1(x.flatten(1)), self.dropout, self.training)
+        return self.fc2(F.relu(h))
+
+
+class MLP(FLModel):
+    """FedAST's MNIST MLP in → 200 → 200 → classes (ReLU).
+
+    HIST splits ``fc1`` only (every second hidden layer, ``specs/hist.md`` §1.3(c)).
+    """
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int,
+                 hidden: tuple[int, int] = (200, 200)) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(_flat(sample_shape), hidden[0])
+        self.fc2 = nn.Linear(hidden[0], hidden[1])
+        self.fc3 = nn.Linear(hidden[1], num_classes)
+        self.unit_groups = (linear_group("fc1", hidden[0], "fc2"),
+                            linear_group("fc2", hidden[1], "fc3"))
+        self.hist_groups = ("fc1",)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x.flatten(1))))))
+
+
+class LeNet5(FLModel):
+    """LeNet-5: conv 6 → conv 16 → fc1 120 → fc2 84 → fc3.
+
+    ``padded=False`` (default, HIST's 0.169 MB model) gives fc1 an input of 256 on 28×28
+    images; ``padded=True`` pads conv1 by 2 (fc1 input 400). HIST splits the 120 units of
+    ``fc1`` (``specs/hist.md`` §1.3(d)); conv layers and ``fc3`` are shared. The conv
+    channels are declared too, for RA-Fed.
+    """
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, padded: bool = False,
+                 dropout: float = 0.3, output_relu: bool = False) -> None:
+        super().__init__()
+        c, h, w = sample_shape
+        self.conv1 = nn.Conv2d(c, 6, 5, padding=2 if padded else 0)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        h1, w1 = (h + (4 if padded else 0) - 4) // 2, (w + (4 if padded else 0) - 4) // 2
+        h2, w2 = (h1 - 4) // 2, (w1 - 4) // 2
+        self.fc1 = nn.Linear(16 * h2 * w2, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, num_classes)
+        self.dropout, self.output_relu = dropout, output_relu
+        self.unit_groups = (
+            linear_group("conv1", 6, "conv2"),
+            linear_group("conv2", 16, "fc1", width=h2 * w2),
+            linear_group("fc1", 120, "fc2"),
+            linear_group("fc2", 84, "fc3"),
+        )
+        self.hist_groups = ("fc1",)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
+        x = F.relu(F.dropout(self.fc1(x), self.dropout, self.training))
+        x = F.relu(F.dropout(self.fc2(x), self.dropout, self.training))
+        x = self.fc3(x)
+        return F.relu(x) if self.output_relu else x
+
+
+class CifarCNN(FLModel):
+    """HIST's CIFAR CNN: three 3×3 conv blocks (16, 32, 64), fc1 1024 → 500, fc2 500 → classes."""
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, dropout: float = 0.3):
+        super().__init__()
+        c, h, w = sample_shape
+        self.conv1 = nn.Conv2d(c, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.conv3 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * (h // 8) * (w // 8), 500)
+        self.fc2 = nn.Linear(500, num_classes)
+        self.dropout = dropout
+        self.unit_groups = (linear_group("fc1", 500, "fc2"),)
+        self.hist_groups = ("fc1",)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        for conv in (self.conv1, self.conv2, self.conv3):
+            x = F.max_pool2d(F.relu(conv(x)), 2)
+        x = F.dropout(x.flatten(1), self.dropout, self.training)
+        x = F.dropout(F.relu(self.fc1(x)), self.dropout, self.training)
+        return self.fc2(x)
+
+
+class _Block(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, groups: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.gn1 = nn.GroupNorm(groups, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.gn2 = nn.GroupNorm(groups, cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.GroupNorm(groups, cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.gn1(self.conv1(x)))
+        return F.relu(self.gn2(self.conv2(out)) + self.shortcut(x))
+
+
+class ResNet18(FLModel):
+    """CIFAR ResNet-18 (3×3 stem, no max-pool) with GroupNorm(2) instead of BatchNorm.
+
+    Partitionable units are the inner channels of every basic block (conv1's outputs, their
+    GroupNorm affine pair, conv2's inputs): slicing them keeps the residual streams intact
+    (``specs/rafed.md`` §2.1.1). A sliced block must keep a channel count divisible by the
+    2 GroupNorm groups.
+    """
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, gn_groups: int = 2):
+        super().__init__()
+        self.conv1 = nn.Conv2d(sample_shape[0], 64, 3, 1, 1, bias=False)
+        self.gn1 = nn.GroupNorm(gn_groups, 64)
+        layers, groups, cin = [], [], 64
+        for stage, (cout, stride) in enumerate(((64, 1), (128, 2), (256, 2), (512, 2)), 1):
+            blocks = [_Block(cin, cout, stride, gn_groups), _Block(cout, cout, 1, gn_groups)]
+            for b in range(2):
+                p = f"layer{stage}.{b}"
+                groups.append(UnitGroup(f"{p}.inner", cout, (
+                    UnitSlice(f"{p}.conv1.weight", 0), UnitSlice(f"{p}.gn1.weight", 0),
+                    UnitSlice(f"{p}.gn1.bias", 0), UnitSlice(f"{p}.conv2.weight", 1))))
+            layers.append(nn.Sequential(*blocks))
+            cin = cout
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.fc = nn.Linear(512, num_classes)
+        self.unit_groups = tuple(groups)
+        self.hist_groups = ()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        x = F.relu(self.gn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))

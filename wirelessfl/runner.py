@@ -1,0 +1,225 @@
+"""Build a run from its config and drive it round by round.
+
+:func:`prepare` does everything that can fail on bad input (data, partition, model,
+algorithm) without touching the disk; :func:`run` then creates the run folder, trains, and
+appends a metrics row per evaluation and a checkpoint per round. With ``resume=True`` it
+continues an interrupted run from its checkpoint and, because every random stream is keyed
+by (seed, round, ...), ends with the same numbers as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from wirelessfl.algorithms import ALGORITHMS, Environment, FederatedAlgorithm, ServerState
+from wirelessfl.client import LocalSGD, LoopExecutor, evaluate
+from wirelessfl.config import ConfigError, RunConfig, resolve, to_dict
+from wirelessfl.data import (
+    IID,
+    CellIIDShards,
+    DatasetSplits,
+    DirichletOverClients,
+    DirichletPerClient,
+    Partitioner,
+    Shards,
+    TwoGroupOverlap,
+    load_dataset,
+)
+from wirelessfl.models import FLModel, build_model
+from wirelessfl.population import Static
+from wirelessfl.records import RunRecord, first_reaching, params_to_mb
+from wirelessfl.rng import Seeds
+from wirelessfl.topology import Topology
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device cuda requested but no CUDA GPU is available; use --device cpu")
+    return torch.device(name)
+
+
+def make_partitioner(cfg: RunConfig, num_classes: int) -> Partitioner:
+    """The partitioner a config asks for."""
+    d = cfg.data
+    if d.partition == "iid":
+        return IID(num_clients=d.num_clients, samples_per_client=d.samples_per_client)
+    if d.partition == "shards":
+        return Shards(num_clients=d.num_clients, shards_per_client=d.shards_per_client)
+    if d.partition == "cell_iid_shards":
+        cells = getattr(cfg.algorithm.hparams, "cells", None)
+        if cells is None:
+            raise ConfigError("data.partition cell_iid_shards needs a hierarchical algorithm "
+                              "with algorithm.cells")
+        per = Topology.even(d.num_clients, cells).clients_per_cell
+        return CellIIDShards(clients_per_cell=per, shards_per_client=d.shards_per_client)
+    if d.partition == "dirichlet_over_clients":
+        return DirichletOverClients(num_clients=d.num_clients, alpha=d.alpha, min_size=d.min_size)
+    if d.partition == "dirichlet_per_client":
+        if d.samples_per_client is None:
+            raise ConfigError("data.partition dirichlet_per_client needs data.samples_per_client")
+        return DirichletPerClient(num_clients=d.num_clients, alpha=d.alpha,
+                                  samples_per_client=d.samples_per_client, reuse=d.reuse)
+    if d.partition == "two_group":
+        return TwoGroupOverlap(clients_per_group=d.num_clients // 2, num_classes=num_classes,
+                               overlap=d.overlap, alpha=d.alpha)
+    raise ConfigError(f"data.partition {d.partition!r} is not a partitioner")
+
+
+def partition_data(cfg: RunConfig, splits: DatasetSplits, seeds: Seeds) -> tuple[np.ndarray, ...]:
+    """Client index sets for the config's partition."""
+    if cfg.data.partition == "natural":
+        if splits.natural_partition is None:
+            raise ConfigError(f"dataset {splits.name!r} has no natural clients; choose another "
+                              "data.partition (e.g. iid or shards)")
+        return splits.natural_partition
+    partitioner = make_partitioner(cfg, splits.train.num_classes)
+    return partitioner.partition(splits.train.labels(), seeds.generator("partition"))
+
+
+@dataclass(eq=False)
+class Experiment:
+    """A run, built and validated, before anything is written."""
+
+    config: RunConfig
+    device: torch.device
+    seeds: Seeds
+    splits: DatasetSplits
+    model: FLModel
+    algorithm: FederatedAlgorithm
+
+    def initial_state(self) -> ServerState:
+        """Server state before round 0."""
+        return self.algorithm.init(self.model.to(self.device).params())
+
+
+def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
+    """Load data, partition it, build model, client engine and algorithm.
+
+    Raises ``ValueError`` (a :class:`~wirelessfl.config.ConfigError` or a data error) for
+    any bad input; writes nothing.
+    """
+    cfg = config if isinstance(config, RunConfig) else resolve(config)
+    device = resolve_device(cfg.device)
+    seeds = Seeds(cfg.seed)
+    d = cfg.data
+    splits = load_dataset(d.dataset, data_dir=d.data_dir, normalization=d.normalization,
+                          rng=seeds.generator("data"), num_clients=d.num_clients,
+                          synthetic_alpha=d.synthetic_alpha, synthetic_beta=d.synthetic_beta,
+                          samples_per_client=d.samples_per_client)
+    client_indices = partition_data(cfg, splits, seeds)
+    model = build_model(cfg.model.name, splits.train.sample_shape, splits.train.num_classes,
+                        seed=seeds.int_seed("init"), **cfg.model.options).to(device)
+    train = splits.train
+    if device.type != "cpu":
+        train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)
+    env = Environment(model=model, train=train, client_indices=tuple(client_indices),
+                      local=cfg.local, update=LocalSGD(model, cfg.local),
+                      executor=LoopExecutor(device), population=Static(
+                          clients=np.arange(len(client_indices))), seeds=seeds)
+    algo_cls = ALGORITHMS[cfg.algorithm.name][1]
+    algorithm = algo_cls(env, cfg.algorithm.hparams)
+    return Experiment(cfg, device, seeds, splits, model, algorithm)
+
+
+def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
+                wall: float) -> dict[str, Any]:
+    return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
+            "opt_state": state.opt_state, "client_states": dict(state.client_states),
+            "uplink_params_per_client": uplink, "sim_time_s": sim_time, "wall_s": wall}
+
+
+def _restore(ckpt: dict[str, Any], device: torch.device) -> ServerState:
+    return ServerState({k: v.to(device) for k, v in ckpt["params"].items()}, ckpt["round"],
+                       ckpt["opt_state"], ckpt["client_states"])
+
+
+def _evaluate_row(exp: Experiment, state: ServerState, uplink: float, sim_time: float | None,
+                  wall: float) -> dict[str, Any]:
+    acc, loss = evaluate(exp.model, state.params, exp.splits.test, device=exp.device)
+    row = {"round": state.round, "sim_time_s": sim_time, "uplink_params_per_client": uplink,
+           "uplink_mb_per_client": params_to_mb(uplink), "test_accuracy": acc,
+           "test_loss": loss, "wall_s": wall}
+    if sim_time is None:
+        row.pop("sim_time_s")
+    return row
+
+
+def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    """Final/best accuracy and, with a target, the round, uplink and time that reach it."""
+    last = rows[-1]
+    summary: dict[str, Any] = {
+        "name": cfg.name, "rounds": last["round"], "final_accuracy": last["test_accuracy"],
+        "best_accuracy": max(r["test_accuracy"] for r in rows),
+        "final_loss": last["test_loss"], "uplink_mb_per_client": last["uplink_mb_per_client"],
+        "sim_time_s": last.get("sim_time_s"), "wall_s": wall,
+    }
+    if cfg.target_accuracy is not None:
+        hit = first_reaching(rows, cfg.target_accuracy)
+        summary["target_accuracy"] = cfg.target_accuracy
+        summary["target_reached"] = hit is not None
+        summary["round_to_target"] = hit["round"] if hit else None
+        summary["uplink_mb_to_target"] = hit["uplink_mb_per_client"] if hit else None
+        summary["sim_time_s_to_target"] = hit.get("sim_time_s") if hit else None
+    return summary
+
+
+def run(exp: Experiment, out: str | Path, *, resume: bool = False,
+        quiet: bool = False) -> dict[str, Any]:
+    """Train ``exp`` into run folder ``out``; return the summary.
+
+    Without ``resume``, ``out`` must not hold a run yet. With it, ``out`` must hold a run of
+    the same resolved config, which continues after its last checkpoint.
+    """
+    cfg, record = exp.config, RunRecord(out)
+    resolved = to_dict(cfg)
+    state, uplink, sim_time, wall0 = exp.initial_state(), 0.0, None, 0.0
+    if resume:
+        if not record.exists():
+            raise ConfigError(f"--resume: {out} holds no run; drop --resume to start one")
+        if record.config() != resolved:
+            raise ConfigError(f"--resume: {out} was made with a different config; resume with "
+                              "the same preset and --set values (or no preset at all)")
+        ckpt = record.load_checkpoint()
+        if ckpt is not None:
+            state = _restore(ckpt, exp.device)
+            uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
+                                       ckpt["wall_s"])
+        record.truncate(state.round)
+    else:
+        if record.exists():
+            raise ConfigError(f"run folder {out} already holds a run; pass --resume to "
+                              "continue it or --out to choose another folder")
+        record.create(resolved, cfg.seed, str(exp.device))
+    start = time.perf_counter() - wall0
+    if state.round == 0 and not record.rows():
+        record.append(_evaluate_row(exp, state, 0.0, None if sim_time is None else 0.0, 0.0))
+    disable = quiet or bool(os.environ.get("CI"))
+    bar = tqdm(total=cfg.rounds, initial=state.round, desc=cfg.name, unit="round",
+               disable=disable, dynamic_ncols=True)
+    while state.round < cfg.rounds:
+        state, report = exp.algorithm.apply(state)
+        uplink += report.uplink_params
+        if report.latency_s is not None:
+            sim_time = (sim_time or 0.0) + report.latency_s
+        t = state.round
+        if t % cfg.eval_every == 0 or t == cfg.rounds:
+            row = _evaluate_row(exp, state, uplink, sim_time, time.perf_counter() - start)
+            record.append({**row, "train_loss": report.train_loss, **dict(report.extra)})
+            bar.set_postfix(acc=f"{row['test_accuracy']:.3f}")
+        record.save_checkpoint(_checkpoint(state, uplink, sim_time, time.perf_counter() - start))
+        bar.update(1)
+    bar.close()
+    summary = summarize(cfg, record.rows(), time.perf_counter() - start)
+    record.write_summary(summary)
+    return summary

@@ -1,0 +1,156 @@
+"""Submodels: slicing the units a client keeps out of the global parameters, and back.
+
+A *selection* maps unit-group names to the indices of the units kept. HIST draws disjoint
+selections, one per cell (``specs/hist.md`` §1.3(b), §4.4); RA-Fed draws one per client
+(``specs/rafed.md`` §2.1). :class:`Submodel` turns a selection into per-parameter index
+tuples and offers three views of the same thing:
+
+- :meth:`Submodel.slice` — the physically smaller parameters (the fast, sliced form);
+- :meth:`Submodel.scatter` — write sliced parameters back into full-size ones;
+- :meth:`Submodel.mask` — 0/1 masks of full size (the masked form of eq. (5)).
+
+For ReLU networks the sliced and the masked forms give identical iterates (§1.3(e)).
+
+Examples
+--------
+>>> from wirelessfl.models import build_model
+>>> model = build_model("fcnn", (1, 28, 28), 10, seed=0)
+>>> sub = Submodel(model.unit_groups, {"fc1": torch.arange(100)}, model.params())
+>>> {k: tuple(v.shape) for k, v in sub.slice(model.params()).items()}
+{'fc1.weight': (100, 784), 'fc1.bias': (100,), 'fc2.weight': (10, 100), 'fc2.bias': (10,)}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from wirelessfl.models.base import Params, UnitGroup
+
+Selection = Mapping[str, torch.Tensor]
+
+
+def _expand(units: torch.Tensor, width: int) -> torch.Tensor:
+    """Entry indices of ``units`` when each unit owns ``width`` consecutive entries."""
+    if width == 1:
+        return units
+    return (units[:, None] * width + torch.arange(width, device=units.device)).reshape(-1)
+
+
+class Submodel:
+    """The parameter indices of one selection of units.
+
+    Parameters
+    ----------
+    groups : sequence of UnitGroup
+        The model's unit groups (only those named in ``selection`` matter).
+    selection : mapping of str to LongTensor
+        Kept unit indices per group name, each in ``[0, group.size)`` without repeats.
+    like : Params
+        Full-size parameters (for shapes and device).
+    """
+
+    def __init__(self, groups: Sequence[UnitGroup], selection: Selection, like: Params) -> None:
+        by_name = {g.name: g for g in groups}
+        self.dims: dict[str, dict[int, torch.Tensor]] = {}
+        for name, units in selection.items():
+            if name not in by_name:
+                raise ValueError(f"selection names unit group {name!r}; the model has "
+                                 f"{sorted(by_name)}")
+            group = by_name[name]
+            units = torch.as_tensor(units, dtype=torch.long)
+            if units.numel() and (units.min() < 0 or units.max() >= group.size):
+                raise ValueError(f"unit indices of {name!r} must lie in [0, {group.size})")
+            for s in group.slices:
+                device = like[s.param].device
+                self.dims.setdefault(s.param, {})[s.dim] = _expand(units.to(device), s.width)
+        self._index = {p: self._index_tuple(d) for p, d in self.dims.items()}
+
+    @staticmethod
+    def _index_tuple(dims: dict[int, torch.Tensor]) -> tuple:
+        if set(dims) == {0, 1}:
+            return dims[0][:, None], dims[1][None, :]
+        if 0 in dims:
+            return (dims[0],)
+        return slice(None), dims[1]
+
+    def slice(self, params: Params) -> Params:
+        """The submodel's parameters: sliced where units own them, shared ones as they are."""
+        out = {}
+        for k, v in params.items():
+            dims = self.dims.get(k)
+            if dims is None:
+                out[k] = v
+                continue
+            for d, idx in sorted(dims.items()):
+                v = v.index_select(d, idx)
+            out[k] = v
+        return out
+
+    def scatter(self, full: Params, sub: Params) -> Params:
+        """Full-size parameters equal to ``full`` with ``sub`` written into its positions.
+
+        Parameters not touched by the selection are taken from ``sub`` whole.
+        """
+        out = {}
+        for k, v in full.items():
+            if k not in self._index:
+                out[k] = sub[k]
+                continue
+            t = v.clone()
+            t[self._index[k]] = sub[k]
+            out[k] = t
+        return out
+
+    def mask(self, like: Params) -> Params:
+        """0/1 masks of full size: 1 on the kept entries of sliced parameters, 1 on shared ones."""
+        out = {}
+        for k, v in like.items():
+            if k not in self._index:
+                out[k] = torch.ones_like(v)
+                continue
+            m = torch.zeros_like(v)
+            m[self._index[k]] = 1.0
+            out[k] = m
+        return out
+
+    def num_params(self, like: Params) -> int:
+        """Number of parameters of the sliced submodel."""
+        return sum(int(v.numel()) for v in self.slice(like).values())
+
+
+def random_disjoint_selections(groups: Sequence[UnitGroup], sizes: Sequence[Sequence[int]],
+                               rng: np.random.Generator) -> list[dict[str, torch.Tensor]]:
+    """Disjoint, covering selections with given sizes (``specs/hist.md`` §4.4).
+
+    For each group draw a uniform random permutation of its K units and cut it into
+    consecutive blocks of the requested sizes.
+
+    Parameters
+    ----------
+    groups : sequence of UnitGroup
+        The groups to split (e.g. the model's ``hist_groups``).
+    sizes : sequence of sequence of int, shape (len(groups), N)
+        Units per cell for each group; each row must sum to that group's K.
+    rng : numpy.random.Generator
+        The masks stream.
+
+    Returns
+    -------
+    list of dict
+        One selection per cell.
+    """
+    sizes = [list(map(int, s)) for s in sizes]
+    n_cells = {len(s) for s in sizes}
+    if len(sizes) != len(groups) or len(n_cells) != 1:
+        raise ValueError("`sizes` must have one row per group, all rows of the same length")
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(n_cells.pop())]
+    for g, row in zip(groups, sizes):
+        if sum(row) != g.size or min(row) < 0:
+            raise ValueError(f"sizes {row} for group {g.name!r} must be >= 0 and sum to {g.size}")
+        perm = torch.from_numpy(rng.permutation(g.size))
+        for j, block in enumerate(torch.split(perm, row)):
+            out[j][g.name] = block.sort().values
+    return out
