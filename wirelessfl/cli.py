@@ -1,8 +1,8 @@
 """The ``wirelessfl`` command.
 
 Subcommands: ``run`` (train a preset or YAML config), ``list`` (presets), ``plot`` (PNG of
-run folders). Bad input prints one line ``wirelessfl: error: ...`` on stderr and exits
-with code 2, before anything is written.
+run folders), ``masks`` (latency-optimal HIST mask sizes). Bad input prints one line
+``wirelessfl: error: ...`` on stderr and exits with code 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -76,6 +76,49 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_masks(args: argparse.Namespace) -> int:
+    import json
+
+    import numpy as np
+
+    from solvers import mask_sizes
+    from solvers.latency import size_cap, uniform_sizes
+    from wirelessfl.wireless import Resources, draw_resources, unit_latency
+
+    if args.scenario:
+        try:
+            with np.load(args.scenario) as f:
+                res = Resources(f["cpu_hz"], f["rate_bps"], f["snr"] if "snr" in f else
+                                np.full(len(f["cpu_hz"]), np.nan))
+        except (OSError, KeyError, ValueError) as exc:
+            raise ConfigError(f"--scenario {args.scenario}: need an .npz with cpu_hz and "
+                              f"rate_bps arrays of shape (cells, clients) ({exc})") from exc
+    else:
+        res = draw_resources(args.cells, args.clients_per_cell, np.random.default_rng(args.seed))
+    n_cells = res.cpu_hz.shape[0]
+    c = unit_latency(res, scheme=args.scheme, units=args.total, num_params=args.params,
+                     local_steps=args.local_steps)
+    cap = size_cap(args.total, n_cells, args.eps_th)
+    r = mask_sizes.solve(c, args.total, cap, backend=args.backend)
+    if not r.success:
+        raise ConfigError(f"backend {args.backend} found no solution: {r.message}")
+    uni = uniform_sizes(args.total, n_cells)
+    out = {"scheme": args.scheme, "cells": n_cells, "total": args.total, "cap": cap,
+           "backend": r.backend, "sizes": r.sizes.tolist(),
+           "round_latency_s": float(args.edge_rounds * r.latency),
+           "uniform_sizes": uni.tolist(),
+           "uniform_round_latency_s": float(args.edge_rounds * (c * uni).max()),
+           "solve_seconds": r.seconds}
+    out["saving"] = 1.0 - out["round_latency_s"] / out["uniform_round_latency_s"]
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{args.scheme} mask sizes ({r.backend}, cap {cap}): {out['sizes']}")
+        print(f"round latency {out['round_latency_s']:.4f} s vs uniform {uni.tolist()} "
+              f"{out['uniform_round_latency_s']:.4f} s: saving {100 * out['saving']:.1f}%")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``wirelessfl``."""
     p = _Parser(prog="wirelessfl", description="Federated learning over wireless networks.")
@@ -96,6 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--out", help="PNG path")
     pl.set_defaults(func=_cmd_plot)
+    m = sub.add_parser("masks", help="latency-optimal HIST mask sizes for a drawn scenario")
+    m.add_argument("--cells", type=int, default=4, help="N (default 4)")
+    m.add_argument("--clients-per-cell", type=int, default=15, help="n (default 15)")
+    m.add_argument("--total", type=int, default=300, help="units to split K (default 300)")
+    m.add_argument("--params", type=int, default=238_510, help="model size d (default FCNN)")
+    m.add_argument("--scheme", choices=["oma", "aircomp"], default="oma")
+    m.add_argument("--eps-th", type=float, default=9.0,
+                   help="eps_th / delta_1^2 (kappa); cap = floor(kappa K / 6N) (default 9)")
+    m.add_argument("--local-steps", type=int, default=40, help="H (default 40)")
+    m.add_argument("--edge-rounds", type=int, default=5, help="E (default 5)")
+    m.add_argument("--backend", choices=["exact", "highs", "gurobi"], default="exact")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--scenario", help=".npz with cpu_hz and rate_bps (cells x clients)")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_cmd_masks)
     return p
 
 

@@ -1,0 +1,83 @@
+"""Mask-size solver benchmark: solve time per backend and agreement of the optima.
+
+    python benchmarks/mask_sizes.py --json
+
+For N in {4, 16, 64, 256, 1024, 1e4, 1e5} cells it draws instances (per-unit latencies
+U(1, 2) ms, D = 300·N/4 units, cap ⌊1.5 D/N⌋) and times each backend that can take the size
+(Gurobi's pip licence is size-limited; HiGHS takes ~10 s at N = 1024), model building
+included. It also
+reports the Fig. 6 scenario of HIST (N = 4, 15 clients per cell, §6.4): optimised vs uniform
+OMA round latency averaged over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from solvers import mask_sizes
+from solvers.latency import size_cap, uniform_sizes
+from wirelessfl.wireless import draw_resources, unit_latency
+
+LIMITS = {"exact": 10**5, "highs": 1024, "gurobi": 1024}
+
+
+def time_backends(n_cells: int, repeats: int, rng: np.random.Generator) -> dict:
+    total = 300 * n_cells // 4
+    cap = size_cap(total, n_cells)
+    row: dict = {"N": n_cells}
+    lat: dict[str, list[float]] = {}
+    for backend, limit in LIMITS.items():
+        if n_cells > limit:
+            continue
+        secs = []
+        for k in range(repeats):
+            c = np.random.default_rng(k).uniform(1e-3, 2e-3, n_cells)
+            t = time.perf_counter()
+            try:
+                r = mask_sizes.solve(c, total, cap, backend=backend)
+            except mask_sizes.SolverUnavailableError as exc:
+                row[f"{backend}_error"] = str(exc)
+                break
+            secs.append(time.perf_counter() - t)
+            lat.setdefault(backend, []).append(float(r.latency))
+        if secs:
+            row[f"{backend}_seconds"] = float(np.median(secs))
+    ref = np.array(lat["exact"])
+    row["max_rel_gap_vs_exact"] = {b: float(np.max(np.abs(np.array(v) - ref[:len(v)]) / ref[:len(v)]))
+                                   for b, v in lat.items() if b != "exact"}
+    if "gurobi_seconds" in row:
+        row["exact_speedup_vs_gurobi"] = row["gurobi_seconds"] / row["exact_seconds"]
+    return row
+
+
+def fig6_scenario(rounds: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    opt, uni = [], []
+    for _ in range(rounds):
+        c = unit_latency(draw_resources(4, 15, rng), scheme="oma", units=300,
+                         num_params=238_510, local_steps=40)
+        r = mask_sizes.solve(c, 300, size_cap(300, 4))
+        opt.append(5 * float(r.latency))
+        uni.append(5 * float((c * uniform_sizes(300, 4)).max()))
+    return {"rounds": rounds, "optimised_round_latency_s": float(np.mean(opt)),
+            "uniform_round_latency_s": float(np.mean(uni)),
+            "saving": 1 - float(np.mean(opt)) / float(np.mean(uni))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    rng = np.random.default_rng(0)
+    rows = [time_backends(n, args.repeats, rng) for n in (4, 16, 64, 256, 1024, 10**4, 10**5)]
+    out = {"backends": rows, "fig6": fig6_scenario(100, 0)}
+    print(json.dumps(out, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""SIMO Rayleigh block fading (Fang, Han, Brinton, arXiv 2310.17890, ``specs/hist.md`` §5.3, §6.4).
+
+Each single-antenna client i sees an M-antenna edge server through h_i ~ CN(0, g_i I_M):
+unit-variance Rayleigh fading per complex entry (variance 1/2 per real dimension) times an
+optional large-scale power gain g_i. HIST uses g_i = 1 (SNR absorbs all large-scale effects);
+:func:`path_gain` gives distance path loss with optional log-normal shadowing for studies
+with geometry.
+
+Examples
+--------
+>>> h = simo_rayleigh((3, 4), 15, 10, np.random.default_rng(0))
+>>> h.shape, h.dtype
+((3, 4, 15, 10), dtype('complex128'))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def simo_rayleigh(batch_shape: tuple[int, ...], n_clients: int, n_antennas: int,
+                  rng: np.random.Generator, gain: ArrayLike | None = None) -> np.ndarray:
+    """Draw SIMO channels h ~ CN(0, g I_M).
+
+    Parameters
+    ----------
+    batch_shape : tuple of int
+        Leading dims (e.g. rounds × cells).
+    n_clients, n_antennas : int
+        Clients n and receive antennas M.
+    rng : numpy.random.Generator
+        The channels stream.
+    gain : array_like, broadcastable to (..., n), float, optional
+        Large-scale power gain g_i (linear); 1 if None.
+
+    Returns
+    -------
+    h : ndarray, shape (*batch_shape, n, M), complex128
+    """
+    shape = (*batch_shape, n_clients, n_antennas)
+    h = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) / np.sqrt(2.0)
+    if gain is not None:
+        g = np.asarray(gain, dtype=float)
+        if (g < 0).any() or not np.isfinite(g).all():
+            raise ValueError("`gain` must be finite and >= 0")
+        h = h * np.sqrt(g)[..., None]
+    return h
+
+
+def path_gain(distance_m: ArrayLike, exponent: float = 3.0, *, ref_distance_m: float = 1.0,
+              ref_loss_db: float = 0.0, shadowing_db: float = 0.0,
+              rng: np.random.Generator | None = None) -> np.ndarray:
+    """Large-scale power gain g = 10^(−PL/10), PL = PL0 + 10 η log10(r / r0) + X_σ.
+
+    Parameters
+    ----------
+    distance_m : array_like, float [m]
+        Client–server distances r (≥ ``ref_distance_m``).
+    exponent : float
+        Path-loss exponent η.
+    ref_distance_m, ref_loss_db : float
+        Reference distance r0 [m] and loss PL0 [dB] there.
+    shadowing_db : float
+        Standard deviation σ [dB] of log-normal shadowing X_σ (0 = none; needs ``rng``).
+    """
+    r = np.asarray(distance_m, dtype=float)
+    if (r < ref_distance_m).any():
+        raise ValueError(f"`distance_m` must be >= ref_distance_m={ref_distance_m}")
+    pl_db = ref_loss_db + 10.0 * exponent * np.log10(r / ref_distance_m)
+    if shadowing_db:
+        if rng is None:
+            raise ValueError("shadowing needs `rng`")
+        pl_db = pl_db + rng.normal(0.0, shadowing_db, r.shape)
+    return np.power(10.0, -pl_db / 10.0)

@@ -1,0 +1,76 @@
+"""HIST's wireless and compute scenario (``specs/hist.md`` §6.4).
+
+Per global round: CPU frequencies F_i ~ U(1, 2) GHz in cells j ≤ N/2 and U(2, 4) GHz beyond
+(drawn once per client by default [default]); SIMO Rayleigh channels h_i ~ CN(0, I_M) with
+M = 10 drawn afresh; SNR 30 dB in the first half of the cells and 40 dB in the rest; TDMA
+rate R_i = B log2(1 + SNR ‖h_i‖²) with B = 9 MHz. :func:`unit_latency` turns them into the
+per-unit latency the mask-size solver takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from channels.rates import BANDWIDTH_HZ, tdma_rate
+from channels.rayleigh import simo_rayleigh
+from channels.units import db_to_lin
+from solvers.latency import full_model_latency_aircomp, full_model_latency_oma
+
+
+@dataclass(frozen=True)
+class Resources:
+    """One round's client resources, per cell.
+
+    Attributes
+    ----------
+    cpu_hz : ndarray, shape (N, n), float [Hz]
+        CPU frequency F_i.
+    rate_bps : ndarray, shape (N, n), float [bit/s]
+        TDMA uplink rate R_i.
+    snr : ndarray, shape (N,), float
+        Linear SNR P_j / σ0² of each cell.
+    """
+
+    cpu_hz: np.ndarray
+    rate_bps: np.ndarray
+    snr: np.ndarray
+
+
+def draw_resources(num_cells: int, clients_per_cell: int, rng: np.random.Generator, *,
+                   snr_db: tuple[float, float] = (30.0, 40.0),
+                   cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1, 2), (2, 4)),
+                   antennas: int = 10, bandwidth_hz: float = BANDWIDTH_HZ) -> Resources:
+    """Draw the §6.4 scenario: the first ⌊N/2⌋ cells get the first CPU range and SNR."""
+    if num_cells < 1 or clients_per_cell < 1:
+        raise ValueError("need at least one cell and one client per cell")
+    if not np.isfinite(snr_db).all():
+        raise ValueError(f"`snr_db` must be finite, got {snr_db}")
+    first = np.arange(num_cells) < num_cells // 2
+    lo = np.where(first, cpu_ghz[0][0], cpu_ghz[1][0])[:, None]
+    hi = np.where(first, cpu_ghz[0][1], cpu_ghz[1][1])[:, None]
+    cpu = 1e9 * rng.uniform(lo, hi, (num_cells, clients_per_cell))
+    snr = db_to_lin(np.where(first, snr_db[0], snr_db[1]))
+    h = simo_rayleigh((num_cells,), clients_per_cell, antennas, rng)
+    return Resources(cpu, tdma_rate(h, snr[:, None], bandwidth_hz), snr)
+
+
+def unit_latency(res: Resources, *, scheme: str, units: int, num_params: int,
+                 local_steps: int, cycles_per_step: float = 1e6,
+                 bits_per_param: int = 32) -> np.ndarray:
+    """c_j = C_j / K: a cell's edge-round latency per unit of mask [s], shape (N,).
+
+    Masks are counted in hidden units (``specs/hist.md`` §4.3 [default]): a cell with k_j of
+    the K units uploads and computes a fraction k_j/K ≈ d_j/d of the model.
+    """
+    if scheme == "oma":
+        full = full_model_latency_oma(res.cpu_hz, res.rate_bps, local_steps=local_steps,
+                                      cycles_per_step=cycles_per_step,
+                                      model_bits=bits_per_param * num_params)
+    elif scheme == "aircomp":
+        full = full_model_latency_aircomp(res.cpu_hz, local_steps=local_steps,
+                                          cycles_per_step=cycles_per_step, num_params=num_params)
+    else:
+        raise ValueError(f"`scheme` must be 'oma' or 'aircomp', got {scheme!r}")
+    return full / units
