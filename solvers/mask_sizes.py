@@ -102,11 +102,10 @@ def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
     return c, total, u
 
 
-def _count(tau: np.ndarray, c: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Σ_j min(U_j, ⌊τ/c_j⌋): units that fit under latency τ (c_j = 0 fits U_j)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k = np.where(c > 0, np.floor(tau[..., None] / np.where(c > 0, c, 1.0)), np.inf)
-    return np.minimum(u, k).sum(-1)
+def _fit(tau: np.ndarray, c: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """min(U_j, ⌊τ/c_j⌋): units of each cell that fit under latency τ (c_j = 0 fits U_j)."""
+    k = np.floor(tau[..., None] / np.where(c > 0, c, 1.0))
+    return np.where(c > 0, np.minimum(u, k), u)
 
 
 def _optimal_tau(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:
@@ -115,21 +114,17 @@ def _optimal_tau(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:
     hi = (c * u).max(-1)
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        ok = _count(mid, c, u) >= total
+        ok = _fit(mid, c, u).sum(-1) >= total
         hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
         if np.all(hi - lo <= 4 * np.spacing(np.maximum(hi, 1e-300))):
             break
     # snap to the largest marginal latency c_j·k that fits under hi: an attained value
-    k = np.minimum(u, np.floor(hi[..., None] / np.where(c > 0, c, 1.0)))
-    return np.where(total == 0, 0.0, (c * np.where(c > 0, k, 0)).max(-1))
+    return np.where(total == 0, 0.0, (c * _fit(hi, c, u)).max(-1))
 
 
 def _tie_break(c: np.ndarray, total: int, u: np.ndarray, tau: np.ndarray) -> np.ndarray:
     """Stage 2: among allocations with latency ≤ τ*, min max_j d_j, then closest to uniform."""
-    tol = 1.0 + 8 * np.finfo(float).eps
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fit = np.where(c > 0, np.floor(tau[..., None] * tol / np.where(c > 0, c, 1.0)), np.inf)
-    ubar = np.minimum(u, fit).astype(np.int64)
+    ubar = _fit(tau * (1.0 + 8 * np.finfo(float).eps), c, u).astype(np.int64)
     lo = np.zeros(c.shape[:-1], np.int64)  # Σ min(ū, lo) < D (or lo = 0)
     hi = ubar.max(-1)  # Σ min(ū, hi) = Σ ū ≥ D
     while np.any(hi - lo > 1):
