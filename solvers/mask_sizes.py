@@ -8,13 +8,13 @@ where c_j is cell j's latency per unit of mask (its full-model edge-round latenc
 :mod:`solvers.latency`), D the units to split (parameters d, or hidden units K) and U_j the
 cap from (19c). Backends:
 
-- ``"exact"`` (default): batched combinatorial solver, no Python loop over instances.
+- ``"exact"`` (default): batched combinatorial solver, O(N log N), no loop at all.
   Stage 1 finds the optimal τ* — the D-th smallest of the marginal latencies {c_j k :
-  1 ≤ k ≤ U_j}, which greedy marginal allocation attains — by bisection on τ of the count
-  Σ_j min(U_j, ⌊τ/c_j⌋) (O(N) per step, ~100 steps). Stage 2 breaks ties as the spec says:
-  among allocations with latency τ*, minimise max_j d_j, then stay close to uniform — caps
-  ū_j = min(U_j, ⌊τ*/c_j⌋), water-fill to the smallest level m with Σ_j min(ū_j, m) ≥ D,
-  and take the surplus back from the slowest cells at level m.
+  1 ≤ k ≤ U_j}, which greedy marginal allocation attains — as an order statistic of the
+  ≤ ~2N marginals between two continuous water-filling levels. Stage 2 breaks ties as the
+  spec says: among allocations with latency τ*, minimise max_j d_j, then stay close to
+  uniform — caps ū_j = min(U_j, ⌊τ*/c_j⌋), water-fill to the smallest level m with
+  Σ_j min(ū_j, m) ≥ D, and take the surplus back from the slowest cells at level m.
 - ``"highs"``: the MILP through :func:`scipy.optimize.milp` (HiGHS), one instance at a time.
 - ``"gurobi"``: the MILP through gurobipy, as in the paper (needs a Gurobi licence; the pip
   licence is size-limited, about 2000 variables).
@@ -41,6 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 BACKENDS = ("exact", "highs", "gurobi")
+_EPS = float(np.finfo(float).eps)
 
 
 class SolverUnavailableError(RuntimeError):
@@ -83,18 +84,23 @@ def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
     c = np.asarray(unit_latency, dtype=float)
     if c.ndim < 1 or c.shape[-1] < 1:
         raise ValueError(f"`unit_latency` must have shape (..., N) with N >= 1, got {c.shape}")
-    if not np.isfinite(c).all() or (c < 0).any():
+    if not (c.min() >= 0 and c.max() < np.inf):  # NaN fails both
         raise ValueError("`unit_latency` must be finite and >= 0 everywhere (got NaN, inf or "
                          "negative values)")
     if int(total) != total or total < 0:
         raise ValueError(f"`total` must be a non-negative integer, got {total!r}")
     total = int(total)
-    u = np.broadcast_to(np.asarray(total if cap is None else cap), c.shape)
-    if not np.isfinite(u.astype(float)).all() or (u < 0).any() or (np.floor(u) != u).any():
+    uf = np.asarray(total if cap is None else cap, dtype=float)
+    if not (uf.min() >= 0 and uf.max() < np.inf and (np.floor(uf) == uf).all()):
         raise ValueError(f"`cap` must be non-negative integers, got {cap!r}")
-    u = u.astype(np.int64)
+    try:
+        u = np.empty(c.shape, np.int64)
+        u[...] = uf
+    except ValueError:
+        raise ValueError(f"`cap` of shape {uf.shape} does not broadcast to `unit_latency`'s "
+                         f"shape {c.shape}") from None
     room = u.sum(-1)
-    if (room < total).any():
+    if room.min() < total:
         raise ValueError(f"infeasible: the caps allow at most {int(room.min())} units in total "
                          f"(N x cap), but total={total}; raise `cap` (eps_th) or lower `total`")
     if backend not in BACKENDS:
@@ -104,58 +110,88 @@ def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
 
 def _fit(tau: np.ndarray, c: np.ndarray, u: np.ndarray) -> np.ndarray:
     """min(U_j, ⌊τ/c_j⌋): units of each cell that fit under latency τ (c_j = 0 fits U_j)."""
-    k = np.floor(tau[..., None] / np.where(c > 0, c, 1.0))
-    return np.where(c > 0, np.minimum(u, k), u)
+    return np.fmin(u, np.floor(tau[:, None] / c)).astype(np.int64)  # 0/0 = NaN: fmin keeps U_j
+
+
+def _water_segment(breaks: np.ndarray, weight: np.ndarray, capped: np.ndarray,
+                   target: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Where f(x) = Σ_j min(capped_j, weight_j·x) first reaches ``target`` (shape (B, T)).
+
+    f is piecewise linear with kinks at the sorted ``breaks`` (capped_j / weight_j; cells with
+    weight 0 have break 0 and are full from x = 0). One sort and two cumulative sums give, per
+    target, the segment [lo, hi] with f(x) = below + slope·x on it and f(hi) ≥ target; when the
+    target exceeds Σ capped, lo = hi = the largest break and slope = 0.
+    """
+    rows = np.arange(breaks.shape[0])[:, None]
+    order = np.argsort(breaks, axis=-1)
+    b, cap_s, w_s = breaks[rows, order], capped[rows, order], weight[rows, order]
+    zero = np.zeros((b.shape[0], 1), b.dtype)
+    full = np.cumsum(np.concatenate([zero, cap_s], 1), 1)  # full[k] = Σ_{i<k} capped_(i)
+    slope_from = np.concatenate([np.cumsum(w_s[:, ::-1], 1)[:, ::-1], zero], 1)  # Σ_{i≥k} w_(i)
+    reach = full[:, 1:] + b * slope_from[:, 1:]  # f(b_(k))
+    k = (reach[:, None, :] < target[:, :, None]).sum(-1)
+    lo = np.concatenate([zero, b], 1)[rows, k]
+    hi = b[rows, np.minimum(k, b.shape[1] - 1)]
+    return full[rows, k], slope_from[rows, k], np.where(k < b.shape[1], lo, hi), hi
 
 
 def _optimal_tau(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:
-    """Stage 1: the smallest τ with Σ_j min(U_j, ⌊τ/c_j⌋) ≥ D, exact to the float grid."""
-    lo = np.zeros(c.shape[:-1])
-    hi = (c * u).max(-1)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        ok = _fit(mid, c, u).sum(-1) >= total
-        hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
-        if np.all(hi - lo <= 4 * np.spacing(np.maximum(hi, 1e-300))):
-            break
-    # snap to the largest marginal latency c_j·k that fits under hi: an attained value
-    return np.where(total == 0, 0.0, (c * _fit(hi, c, u)).max(-1))
+    """Stage 1: τ* = the D-th smallest marginal latency c_j·k (1 ≤ k ≤ U_j), without a loop.
+
+    The continuous water-filling Σ_j min(U_j, τ/c_j) = D and = D + N brackets τ*: rounding
+    down loses less than one unit per cell, so at most ~2N marginal latencies lie in between,
+    and τ* is an order statistic of those (one segmented sort over the whole batch).
+    """
+    n = c.shape[-1]
+    w = np.where(c > 0, 1.0 / c, 0.0)
+    target = np.full((c.shape[0], 2), float(total))
+    target[:, 1] += n
+    below, slope, lo, hi = _water_segment(c * u, w, u.astype(float), target)
+    x = np.minimum(np.maximum((target - below) / slope, lo), hi)  # slope 0: ±inf or NaN → hi
+    k_lo = _fit(x[:, 0] * (1 - 1e-9), c, u)
+    k_hi = _fit(x[:, 1] * (1 + 1e-9), c, u)
+    rank = total - k_lo.sum(-1)  # τ* is the rank-th smallest candidate (≤ 0: attained at τ_lo)
+    count = (k_hi - k_lo).ravel()
+    cell = np.repeat(np.arange(count.size), count)
+    first = np.cumsum(count) - count
+    value = c.ravel()[cell] * (k_lo.ravel()[cell] + np.arange(cell.size) - first[cell] + 1)
+    value = np.append(value[np.lexsort((value, cell // n))], 0.0)
+    per_inst = count.reshape(k_lo.shape).sum(-1)
+    pick = np.minimum(np.maximum(np.cumsum(per_inst) - per_inst + rank - 1, 0), value.size - 1)
+    return np.where(rank > 0, value[pick], (c * k_lo).max(-1))
 
 
 def _tie_break(c: np.ndarray, total: int, u: np.ndarray, tau: np.ndarray) -> np.ndarray:
     """Stage 2: among allocations with latency ≤ τ*, min max_j d_j, then closest to uniform."""
-    ubar = _fit(tau * (1.0 + 8 * np.finfo(float).eps), c, u).astype(np.int64)
-    lo = np.zeros(c.shape[:-1], np.int64)  # Σ min(ū, lo) < D (or lo = 0)
-    hi = ubar.max(-1)  # Σ min(ū, hi) = Σ ū ≥ D
-    while np.any(hi - lo > 1):
-        mid = (lo + hi) // 2
-        ok = np.minimum(ubar, mid[..., None]).sum(-1) >= total
-        hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
-    m = np.where(np.minimum(ubar, lo[..., None]).sum(-1) >= total, lo, hi)
-    d = np.minimum(ubar, m[..., None])
-    surplus = d.sum(-1) - total
-    at_level = d == m[..., None]
+    ubar = _fit(tau * (1.0 + 8 * _EPS), c, u)
+    # smallest level m with Σ_j min(ū_j, m) ≥ D: integer water-filling
+    below, slope, lo, _ = _water_segment(ubar, np.ones_like(ubar), ubar,
+                                         np.full((c.shape[0], 1), total))
+    m = np.maximum(lo, -((below - total) // np.maximum(slope, 1)))
+    d = np.minimum(ubar, m)
+    surplus = d.sum(-1, keepdims=True) - total
+    at_level = d == m
     # the slowest cells at level m give one unit back each; ties by cell index
-    key = np.where(at_level, -c, np.inf)
-    order = np.argsort(key, axis=-1, kind="stable")
+    order = np.argsort(np.where(at_level, -c, np.inf), axis=-1, kind="stable")
     rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(c.shape[-1]), axis=-1)
-    return d - (at_level & (rank < surplus[..., None])).astype(np.int64)
+    rank[np.arange(c.shape[0])[:, None], order] = np.arange(c.shape[-1])
+    return d - (at_level & (rank < surplus))
 
 
-def _solve_exact(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    tau = _optimal_tau(c, total, u)
-    sizes = _tie_break(c, total, u, tau)
-    return sizes, (c * sizes).max(-1)
+def _solve_exact(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:
+    """Both stages on a (B, N) view of the batch."""
+    c2, u2 = c.reshape(-1, c.shape[-1]), u.reshape(-1, c.shape[-1])
+    with np.errstate(divide="ignore", invalid="ignore"):  # c_j = 0 cells, by design
+        sizes = _tie_break(c2, total, u2, _optimal_tau(c2, total, u2))
+    return sizes.reshape(c.shape)
 
 
-def _solve_highs(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+def _solve_highs(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, str]:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import diags, hstack
 
     n = c.shape[-1]
     sizes = np.zeros(c.shape, np.int64)
-    lat = np.zeros(c.shape[:-1])
     for idx in np.ndindex(c.shape[:-1]):
         cj, uj = c[idx], u[idx]
         a = hstack([diags(cj), np.full((n, 1), -1.0)], format="csr")
@@ -166,13 +202,12 @@ def _solve_highs(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, 
                    bounds=Bounds(np.zeros(n + 1), np.r_[uj, np.inf]),
                    options={"mip_rel_gap": 0.0})
         if not res.success:
-            return sizes, lat, f"highs: {res.message}"
+            return sizes, f"highs: {res.message}"
         sizes[idx] = np.round(res.x[:n]).astype(np.int64)
-        lat[idx] = (cj * sizes[idx]).max()
-    return sizes, lat, "optimal"
+    return sizes, "optimal"
 
 
-def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, str]:
     try:
         import gurobipy as gp
         from gurobipy import GRB
@@ -181,7 +216,6 @@ def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray,
                                      "(or use backend='exact' or 'highs')") from exc
     n = c.shape[-1]
     sizes = np.zeros(c.shape, np.int64)
-    lat = np.zeros(c.shape[:-1])
     try:
         env = gp.Env(params={"OutputFlag": 0})
     except gp.GurobiError as exc:
@@ -191,6 +225,8 @@ def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray,
         for idx in np.ndindex(c.shape[:-1]):
             with gp.Model(env=env) as model:
                 model.Params.MIPGap = 0.0
+                model.Params.IntFeasTol = 1e-9
+                model.Params.FeasibilityTol = 1e-9
                 d = model.addMVar(n, lb=0, ub=u[idx].astype(float), vtype=GRB.INTEGER)
                 tau = model.addVar(lb=0.0)
                 model.addConstr(c[idx] * d <= tau)
@@ -202,12 +238,11 @@ def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray,
                     raise SolverUnavailableError(f"Gurobi failed: {exc} (the pip licence is "
                                                  "size-limited; use backend='exact')") from exc
                 if model.Status != GRB.OPTIMAL:
-                    return sizes, lat, f"gurobi status {model.Status}"
+                    return sizes, f"gurobi status {model.Status}"
                 sizes[idx] = np.round(d.X).astype(np.int64)
-                lat[idx] = (c[idx] * sizes[idx]).max()
     finally:
         env.dispose()
-    return sizes, lat, "optimal"
+    return sizes, "optimal"
 
 
 def solve(unit_latency: ArrayLike, total: int, cap: ArrayLike | None = None, *,
@@ -239,14 +274,14 @@ def solve(unit_latency: ArrayLike, total: int, cap: ArrayLike | None = None, *,
     """
     start = time.perf_counter()
     c, total, u = _solve_iv(unit_latency, total, cap, backend)
-    status = "optimal"
     if backend == "exact":
-        sizes, lat = _solve_exact(c, total, u)
-    elif backend == "highs":
-        sizes, lat, status = _solve_highs(c, total, u)
+        sizes, status = _solve_exact(c, total, u), "optimal"
     else:
-        sizes, lat, status = _solve_gurobi(c, total, u)
+        # the MILPs see c / max_j c_j: their absolute feasibility tolerances then cost ~1e-9 of τ
+        scale = np.max(c, axis=-1, keepdims=True)
+        milp = _solve_highs if backend == "highs" else _solve_gurobi
+        sizes, status = milp(c / np.where(scale > 0, scale, 1.0), total, u)
     seconds = time.perf_counter() - start
     if status != "optimal":
         return MaskSizeResult(None, None, backend, seconds, status, False, status)
-    return MaskSizeResult(sizes, lat, backend, seconds)
+    return MaskSizeResult(sizes, (c * sizes).max(-1), backend, seconds)

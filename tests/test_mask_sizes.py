@@ -38,6 +38,24 @@ def test_exact_matches_milp_backends(backend):
         np.testing.assert_allclose(e.latency, (c * e.sizes).max())
 
 
+def test_exact_latency_is_the_dth_smallest_marginal_latency():
+    """Independent optimum: greedy marginal allocation ⇒ τ* = D-th smallest of {c_j k, k ≤ U_j}."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        total = int(rng.integers(0, 20 * n))
+        c = rng.uniform(1e-3, 2e-3, (2, n))
+        c[:, rng.random(n) < 0.05] = 0.0
+        cap = rng.integers(0, 40, (2, n))
+        cap[:, 0] += total
+        marginals = np.where(np.arange(1, cap.max() + 1) <= cap[..., None],
+                             c[..., None] * np.arange(1, cap.max() + 1), np.inf)
+        expected = np.sort(marginals.reshape(2, -1), -1)[:, total - 1] if total else np.zeros(2)
+        r = mask_sizes.solve(c, total, cap)
+        np.testing.assert_array_equal(r.latency, expected)
+        assert (r.sizes.sum(-1) == total).all() and (r.sizes <= cap).all()
+
+
 def test_tie_break_against_brute_force():
     """Optimal latency first, then the smallest max d_j (specs/hist.md §4.2)."""
     rng = np.random.default_rng(1)
