@@ -1,8 +1,9 @@
 """The ``wirelessfl`` command.
 
 Subcommands: ``run`` (train a preset or YAML config), ``list`` (presets), ``plot`` (PNG of
-run folders), ``masks`` (latency-optimal HIST mask sizes). Bad input prints one line
-``wirelessfl: error: ...`` on stderr and exits with code 2, before anything is written.
+run folders), ``masks`` (latency-optimal HIST mask sizes), ``beamform`` (AirComp receive
+beams). Bad input prints one line ``wirelessfl: error: ...`` on stderr and exits with code 2,
+before anything is written.
 """
 
 from __future__ import annotations
@@ -119,6 +120,57 @@ def _cmd_masks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_beamform(args: argparse.Namespace) -> int:
+    import json
+
+    import numpy as np
+
+    from channels.aircomp import AirCompCell
+    from channels.rayleigh import simo_rayleigh
+    from channels.units import db_to_lin, lin_to_db
+    from solvers import beamforming
+
+    if args.instances:
+        try:
+            with np.load(args.instances) as f:
+                h = f["h"]
+        except (OSError, KeyError, ValueError) as exc:
+            raise ConfigError(f"--instances {args.instances}: need an .npz with a complex array "
+                              f"'h' of shape (..., clients, antennas) ({exc})") from exc
+    else:
+        h = simo_rayleigh((args.cells,), args.clients, args.antennas,
+                          np.random.default_rng(args.seed))
+    r = beamforming.solve(h, args.method, seed=args.seed)
+    mse = AirCompCell(h, r.a, power=db_to_lin(args.snr_db)).mse
+    out = {"method": r.method, "instances": int(np.prod(r.min_gain.shape)),
+           "clients": h.shape[-2], "antennas": h.shape[-1], "snr_db": args.snr_db,
+           "min_gain_mean": float(r.min_gain.mean()), "min_gain_min": float(r.min_gain.min()),
+           "mse_db_mean": float(lin_to_db(mse).mean()), "seconds": r.seconds,
+           "instances_per_second": float(r.min_gain.size / r.seconds)}
+    if args.bound:
+        bound = beamforming.solve(h, "sdr", seed=args.seed).upper_bound
+        out["ratio_to_sdr_bound_mean"] = float((r.min_gain / bound).mean())
+        out["ratio_to_sdr_bound_min"] = float((r.min_gain / bound).min())
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{r.method}: {out['instances']} instances (n={out['clients']}, "
+              f"M={out['antennas']}) in {r.seconds:.3f} s")
+        print(f"min gain mean {out['min_gain_mean']:.4f}, min {out['min_gain_min']:.4f}; "
+              f"MSE (25) at {args.snr_db:g} dB SNR: {out['mse_db_mean']:.2f} dB")
+        if args.bound:
+            print(f"ratio to the SDR bound: mean {out['ratio_to_sdr_bound_mean']:.4f}, "
+                  f"min {out['ratio_to_sdr_bound_min']:.4f}")
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``wirelessfl``."""
     p = _Parser(prog="wirelessfl", description="Federated learning over wireless networks.")
@@ -154,6 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--scenario", help=".npz with cpu_hz and rate_bps (cells x clients)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=_cmd_masks)
+    bfp = sub.add_parser("beamform", help="max-min AirComp receive beamforming (33)")
+    bfp.add_argument("--cells", type=_positive, default=100, help="instances C (default 100)")
+    bfp.add_argument("--clients", type=_positive, default=15, help="n per cell (default 15)")
+    bfp.add_argument("--antennas", type=_positive, default=10, help="M (default 10)")
+    bfp.add_argument("--snr-db", type=float, default=30.0, help="P/sigma0^2 in dB (default 30)")
+    bfp.add_argument("--method", choices=["fast", "sca", "sdr", "eigen", "strongest", "random"],
+                     default="fast")
+    bfp.add_argument("--seed", type=int, default=0)
+    bfp.add_argument("--instances", help=".npz with complex 'h' (..., clients, antennas)")
+    bfp.add_argument("--bound", action="store_true", help="also solve the SDR bound (slow)")
+    bfp.add_argument("--json", action="store_true")
+    bfp.set_defaults(func=_cmd_beamform)
     return p
 
 

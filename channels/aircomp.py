@@ -1,0 +1,157 @@
+"""AirComp aggregation in one cell: precoding, the received signal and its MSE.
+
+Fang, Han, Brinton, arXiv 2310.17890, Sec. V (``specs/hist.md`` §5.3–5.4, §5.9, §8.4).
+Every client i of cell j sends the same entry k at once; the M-antenna edge server combines
+
+    (22)  δ̂_k = m_jᴴ ( Σ_i h_i α_i δ_{i,k} + z_k ),   z_k ~ CN(0, σ0² I_M),
+
+with the channel-inversion precoder (23) α_i = (1/n_j) (m_jᴴ h_i)* / |m_jᴴ h_i|² and the
+receive beam m_j = a_j / ν_j, ‖a_j‖ = 1, ν_j = √P_j min_i |a_jᴴ h_i|. The estimate is then
+
+    (24)  δ̂_k = (1/n_j) Σ_i δ_{i,k} + a_jᴴ z_k / ν_j,   unbiased, with
+    (25)  MSE_j = σ0² / (P_j min_i |a_jᴴ h_i|²)  per entry, and
+    (28)  Var = γ² Σ_{k ∈ S_j} MSE_j = γ² d_j MSE_j  for the edge update (27).
+
+Everything is batched over leading dims (rounds, cells): h has shape (..., n, M), a (..., M).
+Two ways to draw an estimate:
+
+- :meth:`AirCompCell.receive` simulates (22) literally (complex α, m and z) and returns the
+  complex estimate;
+- :meth:`AirCompCell.estimate` is the fast path of §5.9: the exact average plus equivalent
+  noise drawn directly. Parameters are real, so the default (paper-literal, §8.4 item 16)
+  adds real N(0, MSE) noise; ``real_part=True`` instead matches the real part of (22), whose
+  noise variance is MSE / 2.
+
+``tight_power=True`` (§8.4 item 17) uses ν_j = n_j √P_j min_i |a_jᴴ h_i| so that the weakest
+client transmits at full power P_j instead of P_j / n_j²; the MSE drops by n_j².
+
+Examples
+--------
+>>> rng = np.random.default_rng(0)
+>>> h = (rng.standard_normal((4, 2)) + 1j * rng.standard_normal((4, 2))) / np.sqrt(2)
+>>> cell = AirCompCell(h, a=np.array([1.0, 0.0]), power=100.0)
+>>> bool(np.isclose(cell.mse, 1 / (100 * np.min(np.abs(h[:, 0]) ** 2))))
+True
+>>> bool(np.all(np.abs(cell.precoders) <= np.sqrt(100.0) / 4 + 1e-12))  # |α_i|² ≤ P / n²
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def complex_normal(shape: tuple[int, ...], rng: np.random.Generator,
+                   variance: ArrayLike = 1.0) -> np.ndarray:
+    """Circularly-symmetric complex Gaussian CN(0, variance): variance/2 per real dimension."""
+    z = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    return z * np.sqrt(np.asarray(variance, dtype=float) / 2.0)
+
+
+@dataclass(frozen=True)
+class AirCompCell:
+    """The AirComp transceiver of one cell (or a batch of cells).
+
+    Parameters
+    ----------
+    h : array_like, shape (..., n, M), complex
+        Channels h_i of the n clients (constant over the edge round, known at both ends).
+    a : array_like, shape (..., M), complex or real
+        Receive beam direction; normalised to ‖a‖ = 1 here.
+    power : float or array_like, shape (...)
+        Transmit power budget P_j (linear; §6.4 default P_j = 10^(SNR/10) with σ0² = 1).
+    noise_power : float or array_like, shape (...)
+        σ0², receiver noise power per antenna.
+    tight_power : bool
+        ν_j = n_j √P_j min_i |a_jᴴ h_i| instead of the paper's √P_j min_i |a_jᴴ h_i|.
+    """
+
+    h: np.ndarray
+    a: np.ndarray
+    power: ArrayLike = 1.0
+    noise_power: ArrayLike = 1.0
+    tight_power: bool = False
+
+    def __post_init__(self) -> None:
+        h = np.asarray(self.h, dtype=complex)
+        a = np.asarray(self.a, dtype=complex)
+        if h.ndim < 2 or a.shape[-1:] != h.shape[-1:]:
+            raise ValueError(f"`h` must be (..., n, M) and `a` (..., M); got {h.shape} and {a.shape}")
+        norm = np.linalg.norm(a, axis=-1, keepdims=True)
+        if not (norm > 0).all():
+            raise ValueError("`a` must be non-zero")
+        if not (np.all(np.asarray(self.power) > 0) and np.all(np.asarray(self.noise_power) > 0)):
+            raise ValueError("`power` and `noise_power` must be > 0")
+        object.__setattr__(self, "h", h)
+        object.__setattr__(self, "a", a / norm)
+
+    @property
+    def n_clients(self) -> int:
+        """n_j, clients in the cell."""
+        return self.h.shape[-2]
+
+    @cached_property
+    def min_gain(self) -> np.ndarray:
+        """min_i |a_jᴴ h_i|², shape (...)."""
+        return (np.abs(np.einsum("...m,...im->...i", self.a.conj(), self.h)) ** 2).min(-1)
+
+    @cached_property
+    def nu(self) -> np.ndarray:
+        """Receive normalisation ν_j (times n_j with ``tight_power``), shape (...)."""
+        scale = self.n_clients if self.tight_power else 1.0
+        return scale * np.sqrt(np.asarray(self.power, dtype=float) * self.min_gain)
+
+    @property
+    def beam(self) -> np.ndarray:
+        """m_j = a_j / ν_j, shape (..., M)."""
+        return self.a / self.nu[..., None]
+
+    @cached_property
+    def precoders(self) -> np.ndarray:
+        """α_i of (23), shape (..., n); |α_i|² ≤ P_j / n_j² (≤ P_j with ``tight_power``)."""
+        g = np.einsum("...m,...im->...i", self.beam.conj(), self.h)  # m_jᴴ h_i
+        return g.conj() / (self.n_clients * np.abs(g) ** 2)
+
+    @cached_property
+    def mse(self) -> np.ndarray:
+        """Per-entry MSE (25), σ0² / ν_j², shape (...)."""
+        return np.asarray(self.noise_power, dtype=float) / self.nu ** 2
+
+    def update_variance(self, num_entries: ArrayLike, lr: float) -> np.ndarray:
+        """Variance (28) of the edge update (27): γ² d_j MSE_j."""
+        return lr ** 2 * np.asarray(num_entries, dtype=float) * self.mse
+
+    def receive(self, delta: ArrayLike, rng: np.random.Generator) -> np.ndarray:
+        """Simulate (22) literally for a block of K entries; returns the complex estimate.
+
+        Parameters
+        ----------
+        delta : array_like, shape (..., n, K), real
+            The entries δ_{i,k} each client sends (accumulated gradients, eq. (21)).
+        rng : numpy.random.Generator
+            Noise stream.
+
+        Returns
+        -------
+        ndarray, shape (..., K), complex
+            δ̂_k; its real part is (24) with noise variance MSE / 2, its mean the exact average.
+        """
+        delta = np.asarray(delta, dtype=float)
+        signal = np.einsum("...im,...i,...ik->...mk", self.h, self.precoders, delta)
+        z = complex_normal(signal.shape, rng, np.asarray(self.noise_power)[..., None, None])
+        return np.einsum("...m,...mk->...k", self.beam.conj(), signal + z)
+
+    def estimate(self, delta: ArrayLike, rng: np.random.Generator, *,
+                 real_part: bool = False) -> np.ndarray:
+        """Fast path (§5.9 step 4): (1/n_j) Σ_i δ_i plus equivalent real Gaussian noise.
+
+        The noise variance is MSE (25) by default (paper-literal), MSE / 2 with
+        ``real_part=True`` (the distribution of Re δ̂ from :meth:`receive`).
+        """
+        mean = np.asarray(delta, dtype=float).mean(-2)
+        var = self.mse / 2.0 if real_part else self.mse
+        return mean + rng.standard_normal(mean.shape) * np.sqrt(var)[..., None]
