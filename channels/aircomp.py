@@ -84,8 +84,8 @@ class AirCompCell:
         norm = np.linalg.norm(a, axis=-1, keepdims=True)
         if not (norm > 0).all():
             raise ValueError("`a` must be non-zero")
-        if not (np.all(np.asarray(self.power) > 0) and np.all(np.asarray(self.noise_power) > 0)):
-            raise ValueError("`power` and `noise_power` must be > 0")
+        if not (np.all(np.asarray(self.power) > 0) and np.all(np.asarray(self.noise_power) >= 0)):
+            raise ValueError("`power` must be > 0 and `noise_power` >= 0 (0: noiseless)")
         object.__setattr__(self, "h", h)
         object.__setattr__(self, "a", a / norm)
 

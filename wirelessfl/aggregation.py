@@ -65,3 +65,65 @@ class Mean(Aggregator):
 def apply_update(params: Params, update: Params, lr: float = 1.0) -> Params:
     """Server step ``x − lr · update`` (plain averaging when lr = 1)."""
     return {k: params[k] - lr * update[k] for k in params}
+
+
+class AirComp(Aggregator):
+    """Over-the-air edge aggregation of one cell (HIST §5.9, eqs. (21)–(27)).
+
+    Each call is one edge round: it draws the clients' SIMO Rayleigh channels h_i ~ CN(0, I_M),
+    solves the receive beam with :func:`solvers.beamforming.solve`, and returns the exact
+    uniform mean of the pseudo-gradients plus i.i.d. real Gaussian noise of variance
+    γ² · MSE (25) per entry. Clients' pseudo-gradients are Δ_i = γ δ_i with δ_i the
+    accumulated gradient (21), so the estimate (26) of the mean δ, times γ, carries noise γ Z:
+    the edge step (27) x̄ − γ δ̂ = x̄ − (mean Δ + γ Z). ``real_part=True`` halves the variance
+    (§8.4 item 16); ``noise_power=0`` gives the exact mean. The MSE of every call is appended
+    to :attr:`mse_log`.
+
+    Parameters
+    ----------
+    snr_db : float
+        P_j / σ0² of the cell [dB] (σ0² = ``noise_power``).
+    lr : float
+        Local step size γ.
+    antennas : int
+        M (default 10).
+    method : str
+        Beamforming method (default ``"fast"``).
+    noise_power : float
+        σ0² (default 1; 0 disables the noise).
+    real_part, tight_power : bool
+        §8.4 items 16 and 17.
+    """
+
+    def __init__(self, snr_db: float, lr: float, *, antennas: int = 10, method: str = "fast",
+                 noise_power: float = 1.0, real_part: bool = False,
+                 tight_power: bool = False) -> None:
+        if not np.isfinite(snr_db):
+            raise ValueError(f"AirComp SNR must be a finite number of dB, got {snr_db}")
+        self.snr_db, self.lr, self.antennas, self.method = snr_db, lr, antennas, method
+        self.noise_power, self.real_part, self.tight_power = noise_power, real_part, tight_power
+        self.mse_log: list[float] = []
+
+    def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
+                  rng: np.random.Generator) -> Params:
+        """Uniform mean of ``deltas`` plus the AirComp noise of a freshly drawn channel."""
+        from channels.aircomp import AirCompCell
+        from channels.rayleigh import simo_rayleigh
+        from channels.units import db_to_lin
+        from solvers import beamforming
+
+        channel_rng, noise_rng = rng.spawn(2)
+        h = simo_rayleigh((), len(deltas), self.antennas, channel_rng)
+        beam = beamforming.solve(h, self.method, seed=channel_rng).a
+        cell = AirCompCell(h, beam, power=db_to_lin(self.snr_db), noise_power=self.noise_power,
+                           tight_power=self.tight_power)
+        mse = float(cell.mse) / (2.0 if self.real_part else 1.0)
+        self.mse_log.append(float(cell.mse))
+        mean = weighted_mean(deltas, np.ones(len(deltas)))
+        gen = torch.Generator(device="cpu").manual_seed(int(noise_rng.integers(2**63)))
+        std = self.lr * mse ** 0.5
+        return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
+                for k, v in mean.items()}
+
+    def __repr__(self) -> str:
+        return f"AirComp(snr_db={self.snr_db}, M={self.antennas}, method={self.method!r})"

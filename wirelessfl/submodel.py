@@ -76,6 +76,10 @@ class Submodel:
             return (dims[0],)
         return slice(None), dims[1]
 
+    def index(self, name: str) -> tuple:
+        """Index of the kept entries of parameter ``name`` (for ``full[index] = sliced``)."""
+        return self._index[name]
+
     def slice(self, params: Params) -> Params:
         """The submodel's parameters: sliced where units own them, shared ones as they are."""
         out = {}

@@ -12,11 +12,14 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
+from wirelessfl.algorithms.hist import HIST, HISTHParams
 
 ALGORITHMS = {
     "fedavg": (FedAvgHParams, FedAvg),
     "hfedavg": (HFedAvgHParams, HFedAvg),
+    "hist": (HISTHParams, HIST),
 }
 
 __all__ = ["ALGORITHMS", "Environment", "FederatedAlgorithm", "RoundReport", "ServerState",
-           "FedAvg", "FedAvgHParams", "HFedAvg", "HFedAvgHParams"]
+           "FedAvg", "FedAvgHParams", "HFedAvg", "HFedAvgHParams",
+           "HIST", "HISTHParams"]

@@ -70,6 +70,10 @@ class HFedAvg(FederatedAlgorithm):
         self.topology = Topology.even(env.num_clients, hp.cells)
         self.aggregator = aggregator or Mean()
 
+    def cell_aggregator(self, j: int) -> Aggregator:
+        """The aggregator of cell j's edge server (one for all cells here)."""
+        return self.aggregator
+
     def run_cells(self, starts: Sequence[Params], t: int) -> CellsOutcome:
         """E edge rounds in every cell from ``starts[j]`` (lines 5–9 of Algorithm 1).
 
@@ -86,7 +90,7 @@ class HFedAvg(FederatedAlgorithm):
             for j, c in enumerate(cells):
                 cell_res = out[pos:pos + len(c)]
                 pos += len(c)
-                update = self.aggregator.aggregate(
+                update = self.cell_aggregator(j).aggregate(
                     [r.delta for r in cell_res], np.ones(len(c)),
                     self.env.seeds.generator("noise", t, e, j))
                 edge[j] = apply_update(edge[j], update)

@@ -1,0 +1,181 @@
+"""HIST: hierarchical independent submodel training (Algorithm 1 of HIST).
+
+Fang, Han, Brinton, arXiv 2310.17890 (``specs/hist.md`` §2, §4, §5). Each global round t:
+
+1. draw the round's CPU frequencies and channels (§6.4) and turn them into per-unit
+   latencies c_j (:func:`wirelessfl.wireless.unit_latency`);
+2. mask sizes k_j: the uniform split, or the latency-optimal one of the MILP (20)/(36)
+   (:func:`solvers.mask_sizes.solve` under the cap (19c));
+3. a fresh random disjoint partition of each split unit group into N blocks of those sizes
+   (§4.4); cell j's submodel is the sliced model on block j (shared layers are whole);
+4. E edge rounds of H local steps per cell on the submodel (:meth:`HFedAvg.run_cells`), the
+   edge aggregation exact (``"oma"``) or over the air (``"aircomp"``, :class:`AirComp`);
+5. cloud assembly (7): every split parameter is written back from the cell that owns it;
+   shared parameters (and the biases of layers whose inputs are split) are averaged over cells.
+
+With N = 1 (one block holding every unit) HIST is HFedAvg. The round latency is
+E · max_j c_j k_j, eqs. (18)/(35); the uplink per client is E times its cell's submodel size
+(§6.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers import mask_sizes
+from solvers.latency import size_cap, uniform_sizes
+from wirelessfl.aggregation import Aggregator, AirComp, weighted_mean
+from wirelessfl.algorithms.base import (
+    Environment,
+    RoundReport,
+    ServerState,
+    client_diagnostics,
+    num_params,
+)
+from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
+from wirelessfl.models.base import Params
+from wirelessfl.submodel import Submodel, random_disjoint_selections
+from wirelessfl.wireless import draw_resources, unit_latency
+
+MASK_SIZES = ("uniform", "optimised")
+AGGREGATIONS = ("oma", "aircomp")
+
+
+@dataclass(frozen=True)
+class HISTHParams(HFedAvgHParams):
+    """HIST hyperparameters (HFedAvg's plus masks and the physical layer).
+
+    Attributes
+    ----------
+    mask_sizes : str
+        ``"uniform"`` or ``"optimised"`` (per-round MILP (20)/(36)).
+    aggregation : str
+        ``"oma"`` (exact averages, TDMA latency (17)) or ``"aircomp"``.
+    eps_th : float
+        ε_th / δ₁² (κ) of the cap (19c): k_j ≤ ⌊κ K / (6N)⌋ [default 9 → 1.5 K / N].
+    snr_db : tuple of float
+        SNR of the first ⌊N/2⌋ cells and of the rest [dB] (§6.4: 30, 40).
+    antennas : int
+        Edge antennas M.
+    beamforming : str
+        Receive beamforming method for AirComp.
+    real_part_noise, tight_power : bool
+        AirComp options of §8.4 items 16 and 17.
+    split : bool
+        False: no submodels (every cell trains the full model) — HFedAvg with the same
+        physical layer and accounting.
+    """
+
+    mask_sizes: str = "uniform"
+    aggregation: str = "oma"
+    eps_th: float = 9.0
+    snr_db: tuple[float, float] = (30.0, 40.0)
+    antennas: int = 10
+    beamforming: str = "fast"
+    real_part_noise: bool = False
+    tight_power: bool = False
+    split: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mask_sizes not in MASK_SIZES:
+            raise ValueError(f"mask_sizes must be one of {MASK_SIZES}, got {self.mask_sizes!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation mode {self.aggregation!r}; use one of "
+                             f"{AGGREGATIONS}")
+        snr = np.asarray(self.snr_db, dtype=float)
+        if snr.shape != (2,) or not np.isfinite(snr).all():
+            raise ValueError(f"snr_db must be two finite numbers of dB, got {self.snr_db}")
+
+
+class HIST(HFedAvg):
+    """HIST (and, with ``split=False``, HFedAvg) over OMA or AirComp edge aggregation."""
+
+    def __init__(self, env: Environment, hp: HISTHParams = HISTHParams()) -> None:
+        super().__init__(env, hp)
+        self.hp: HISTHParams = hp
+        model = env.model
+        self.groups = [g for g in model.unit_groups if g.name in model.hist_groups]
+        if hp.split and not self.groups:
+            raise ValueError(f"model {type(model).__name__} has no unit group HIST can split")
+        for g in self.groups if hp.split else ():
+            if g.size < hp.cells:
+                raise ValueError(f"{hp.cells} cells but layer {g.name!r} has only {g.size} "
+                                 "units: use at most that many cells")
+            if hp.mask_sizes == "optimised" and size_cap(g.size, hp.cells, hp.eps_th) * hp.cells < g.size:
+                raise ValueError(f"eps_th={hp.eps_th} makes the cap (19c) infeasible for layer "
+                                 f"{g.name!r} ({g.size} units in {hp.cells} cells): raise eps_th")
+        sizes = [len(c) for c in self.topology.cells]
+        if min(sizes) < 1:
+            raise ValueError("a cell has zero clients; use fewer cells or more clients")
+        self.clients_per_cell = max(sizes)
+        self.aggregators: list[Aggregator] = [self.aggregator] * hp.cells
+        if hp.aggregation == "aircomp":
+            first = np.arange(hp.cells) < hp.cells // 2
+            self.aggregators = [AirComp(hp.snr_db[0] if f else hp.snr_db[1], env.local.lr,
+                                        antennas=hp.antennas, method=hp.beamforming,
+                                        real_part=hp.real_part_noise,
+                                        tight_power=hp.tight_power) for f in first]
+
+    def cell_aggregator(self, j: int) -> Aggregator:  # noqa: D102
+        return self.aggregators[j]
+
+    def _sizes(self, t: int, num: int) -> tuple[list[np.ndarray], float]:
+        """Per-group mask sizes of round t and the round latency E · max_j c_j k_j [s]."""
+        hp = self.hp
+        res = draw_resources(hp.cells, self.clients_per_cell, self.env.seeds.generator(
+            "resources", t), snr_db=hp.snr_db, antennas=hp.antennas)
+        units = self.groups[0].size if self.groups else 1
+        c = unit_latency(res, scheme=hp.aggregation, units=units, num_params=num,
+                         local_steps=self.env.local.steps or 1)
+        if not hp.split:
+            return [], float(hp.edge_rounds * (c * units).max())
+        out = [mask_sizes.solve(c, g.size, size_cap(g.size, hp.cells, hp.eps_th)).sizes
+               if hp.mask_sizes == "optimised" else uniform_sizes(g.size, hp.cells)
+               for g in self.groups]
+        return out, float(hp.edge_rounds * (c * out[0]).max())
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        t, params, hp = state.round, state.params, self.hp
+        sizes, latency = self._sizes(t, num_params(params))
+        if hp.split:
+            selections = random_disjoint_selections(self.groups, sizes,
+                                                    self.env.seeds.generator("masks", t))
+            subs = [Submodel(self.env.model.unit_groups, s, params) for s in selections]
+            starts = [s.slice(params) for s in subs]
+        else:
+            subs, starts = [], [params] * hp.cells
+        for agg in self.aggregators:
+            if isinstance(agg, AirComp):
+                agg.mse_log.clear()
+        outcome = self.run_cells(starts, t)
+        new_params = self._assemble(params, subs, outcome.edge_params)
+        loss, diag = client_diagnostics(outcome.results)
+        sub_sizes = [num_params(p) for p in starts]
+        uplink = hp.edge_rounds * float(np.mean([sub_sizes[j] for j, c in
+                                                 enumerate(self.topology.cells) for _ in c]))
+        extra: dict = {"submodel_params": sub_sizes}
+        if sizes:
+            extra["mask_sizes"] = [s.tolist() for s in sizes]
+        mse = [m for a in self.aggregators if isinstance(a, AirComp) for m in a.mse_log]
+        if mse:
+            extra["aircomp_mse_mean"] = float(np.mean(mse))
+        new = ServerState(new_params, t + 1, state.opt_state, state.client_states)
+        return new, RoundReport(uplink_params=uplink, train_loss=loss, latency_s=latency,
+                                clients=diag, extra=extra)
+
+    def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
+        """Eq. (7): split entries from their owner cell, the rest averaged over cells."""
+        if not subs:
+            return weighted_mean(edge, np.ones(len(edge)))
+        shared = weighted_mean([{k: v for k, v in e.items() if k not in subs[0].dims}
+                                for e in edge], np.ones(len(edge)))
+        out = dict(shared)
+        for k in subs[0].dims:
+            full = params[k].clone()
+            for sub, e in zip(subs, edge):
+                full[sub.index(k)] = e[k]
+            out[k] = full
+        return {k: out[k] for k in params}
