@@ -45,6 +45,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 
+def beam_gains(a: ArrayLike, h: ArrayLike) -> np.ndarray:
+    """|aᴴ h_i|² for beams a (..., S, M) or (..., M) and channels h (..., n, M): (..., [S,] n)."""
+    a, h = np.asarray(a), np.asarray(h)
+    p = a @ np.swapaxes(h.conj(), -1, -2) if a.ndim == h.ndim else \
+        np.einsum("...m,...im->...i", a, h.conj())
+    return p.real ** 2 + p.imag ** 2
+
+
 def complex_normal(shape: tuple[int, ...], rng: np.random.Generator,
                    variance: ArrayLike = 1.0) -> np.ndarray:
     """Circularly-symmetric complex Gaussian CN(0, variance): variance/2 per real dimension."""
@@ -97,7 +105,7 @@ class AirCompCell:
     @cached_property
     def min_gain(self) -> np.ndarray:
         """min_i |a_jᴴ h_i|², shape (...)."""
-        return (np.abs(np.einsum("...m,...im->...i", self.a.conj(), self.h)) ** 2).min(-1)
+        return beam_gains(self.a, self.h).min(-1)
 
     @cached_property
     def nu(self) -> np.ndarray:

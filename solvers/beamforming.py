@@ -41,6 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from channels.aircomp import beam_gains as gains
+
 METHODS = ("fast", "sca", "sdr", "eigen", "strongest", "random")
 
 
@@ -77,12 +79,9 @@ class BeamformingResult:
     status: str = "ok"
 
 
-def gains(a: ArrayLike, h: ArrayLike) -> np.ndarray:
-    """|aᴴ h_i|² for beams a (..., S, M) or (..., M) and channels h (..., n, M): (..., [S,] n)."""
-    a, h = np.asarray(a), np.asarray(h)
-    p = a @ np.swapaxes(h.conj(), -1, -2) if a.ndim == h.ndim else \
-        np.einsum("...m,...im->...i", a, h.conj())
-    return p.real ** 2 + p.imag ** 2
+def _energy(h: np.ndarray) -> np.ndarray:
+    """‖h_i‖² per client, (..., n); its minimum bounds g* from above."""
+    return (h.real ** 2 + h.imag ** 2).sum(-1)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -97,7 +96,7 @@ def _check(h: ArrayLike) -> np.ndarray:
         raise ValueError(f"`h` must have shape (..., n_clients, M) with n, M >= 1; got {h.shape}")
     if not np.isfinite(h).all():
         raise ValueError("`h` contains NaN or Inf")
-    if not ((np.abs(h) ** 2).sum(-1) > 0).all():
+    if not (_energy(h) > 0).all():
         raise ValueError("a client's channel h_i is all zero: min_i |a^H h_i|^2 = 0 for every "
                          "beam; drop that client")
     return h.astype(np.complex128)
@@ -112,8 +111,8 @@ def eigen_beam(h: np.ndarray) -> np.ndarray:
 
 
 def _strongest(h: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    norms = (np.abs(h) ** 2).sum(-1)
-    return _unit(np.take_along_axis(h, norms.argmax(-1)[..., None, None], -2)[..., 0, :])
+    strongest = _energy(h).argmax(-1)[..., None, None]
+    return _unit(np.take_along_axis(h, strongest, -2)[..., 0, :])
 
 
 def _random_beams(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -128,14 +127,6 @@ def _candidates(h: np.ndarray, random_starts: int, rng: np.random.Generator) -> 
     return np.concatenate(parts, -2)
 
 
-def _best(beams: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The beam of (..., S, M) with the largest g, and that g."""
-    g = gains(beams, h).min(-1)
-    i = g.argmax(-1)
-    return np.take_along_axis(beams, i[..., None, None], -2)[..., 0, :], \
-        np.take_along_axis(g, i[..., None], -1)[..., 0]
-
-
 def _keep_best(best_a: np.ndarray, best_g: np.ndarray, beams: np.ndarray,
                g_min: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Replace the incumbent where one of ``beams`` (..., S, M), with g ``g_min``, beats it."""
@@ -144,6 +135,12 @@ def _keep_best(best_a: np.ndarray, best_g: np.ndarray, beams: np.ndarray,
     better = g > best_g
     a = np.take_along_axis(beams, i[..., None], -2)[..., 0, :]
     return np.where(better[..., None], a, best_a), np.where(better, g, best_g)
+
+
+def _best(beams: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The beam of (..., S, M) with the largest g, and that g."""
+    return _keep_best(beams[..., 0, :], np.full(beams.shape[:-2], -np.inf), beams,
+                      gains(beams, h).min(-1))
 
 
 # --- fast: batched multi-start ascent --------------------------------------------------------
@@ -163,7 +160,7 @@ def _fast(h: np.ndarray, rng: np.random.Generator, *, random_starts: int = 0,
     steps; the ``keep`` best continue ``refine_iters`` more. The best beam seen so far is
     returned, so g never falls below the best starting candidate.
     """
-    scale = (np.abs(h) ** 2).sum(-1).min(-1)
+    scale = _energy(h).min(-1)
     hn = h / np.sqrt(scale)[..., None, None]
     hc = np.swapaxes(hn.conj(), -1, -2)
     a = _candidates(hn, random_starts, rng)
@@ -256,7 +253,7 @@ def sdr_bound(h: np.ndarray, solver: str = "CLARABEL") -> tuple[np.ndarray, np.n
     import cvxpy as cp
 
     n, m = h.shape
-    scale = (np.abs(h) ** 2).sum(-1).min()  # solve with g* ∈ (0, 1] for the solver's tolerances
+    scale = _energy(h).min()  # solve with g* ∈ (0, 1] for the solver's tolerances
     x, t = cp.Variable((m, m), hermitian=True), cp.Variable()
     q = np.einsum("im,ik->imk", h.conj(), h).reshape(n, m * m) / scale  # q_i·vec(X) = h_iᴴXh_i
     problem = cp.Problem(cp.Maximize(t), [x >> 0, cp.real(cp.trace(x)) <= 1,

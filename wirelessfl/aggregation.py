@@ -22,6 +22,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from channels.aircomp import AirCompCell
+from channels.rayleigh import simo_rayleigh
+from channels.units import db_to_lin
+from solvers import beamforming
 from wirelessfl.models.base import Params
 
 
@@ -107,11 +111,6 @@ class AirComp(Aggregator):
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
                   rng: np.random.Generator) -> Params:
         """Uniform mean of ``deltas`` plus the AirComp noise of a freshly drawn channel."""
-        from channels.aircomp import AirCompCell
-        from channels.rayleigh import simo_rayleigh
-        from channels.units import db_to_lin
-        from solvers import beamforming
-
         channel_rng, noise_rng = rng.spawn(2)
         h = simo_rayleigh((), len(deltas), self.antennas, channel_rng)
         beam = beamforming.solve(h, self.method, seed=channel_rng).a
