@@ -48,7 +48,7 @@ def test_assembly_writes_each_cell_block_back_and_averages_shared_layers():
     exp = _exp(cells=2, edge_rounds=1)
     algo, x0 = exp.algorithm, exp.initial_state()
     new, report = algo.apply(x0)
-    sizes, _ = algo._sizes(0, sum(v.numel() for v in x0.params.values()))
+    sizes = algo._sizes(algo._full_latency(0, sum(v.numel() for v in x0.params.values())))
     from wirelessfl.submodel import random_disjoint_selections
     sels = random_disjoint_selections(algo.groups, sizes, exp.seeds.generator("masks", 0))
     assert torch.equal(torch.sort(torch.cat([s["fc1"] for s in sels])).values, torch.arange(32))
@@ -117,3 +117,84 @@ def test_hist_learns_fashion_mnist(fmnist):
     state, _ = _rounds(exp, 3)
     acc, _ = evaluate(exp.model, state.params, exp.splits.test)
     assert acc > 0.6  # chance is 0.1
+
+
+@pytest.mark.parametrize("name, shape", [("fcnn", (1, 28, 28)), ("lenet5", (1, 28, 28))])
+def test_training_the_sliced_submodel_equals_masked_training_of_the_full_model(name, shape):
+    """§1.3(e): H SGD steps on the sliced submodel, written back, equal masked SGD (5)."""
+    from wirelessfl.client import ClientTask, LocalHParams, LocalSGD
+    from wirelessfl.models import build_model
+    from wirelessfl.submodel import random_disjoint_selections
+
+    model = build_model(name, shape, 10, seed=0, dropout=0.0)
+    params, hp = model.params(), LocalHParams(lr=0.1, steps=5)
+    groups = [model.group(g) for g in model.hist_groups]
+    sel = random_disjoint_selections(groups, [[g.size // 3, g.size - g.size // 3] for g in groups],
+                                     np.random.default_rng(1))[0]
+    sub = Submodel(model.unit_groups, sel, params)
+    mask = sub.mask(params)
+    update = LocalSGD(model, hp)
+    sliced = update.client_init(ClientTask(0, sub.slice(params), np.arange(4), seed=0))
+    masked = update.client_init(ClientTask(0, {k: v * mask[k] for k, v in params.items()},
+                                           np.arange(4), seed=0))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(hp.steps):
+        x, y = torch.randn(8, *shape, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+        sliced = update.client_step(sliced, x, y)
+        grads, _ = update.gradient(masked, x, y)
+        masked.params = {k: masked.params[k] - hp.lr * grads[k] * mask[k] for k in grads}
+    back = sub.scatter({k: v * mask[k] for k, v in params.items()}, sliced.params)
+    for k in params:
+        torch.testing.assert_close(back[k], masked.params[k])
+
+
+def test_code_faithful_biases_are_never_aggregated():
+    split_bias = "fc1.bias"
+    default = _rounds(_exp(cells=2, edge_rounds=1), 2)[0]
+    code = _exp(cells=2, edge_rounds=1, bias_mode="code_faithful")
+    x0 = code.initial_state()
+    state = _rounds(code, 2)[0]
+    assert torch.equal(state.params[split_bias], x0.params[split_bias])
+    assert not torch.equal(default.params[split_bias], x0.params[split_bias])
+    assert not torch.equal(state.params["fc1.weight"], x0.params["fc1.weight"])
+    starts = code.algorithm._dispatch(x0.params, 0)[1]
+    assert not torch.equal(starts[0][split_bias], x0.params[split_bias][:len(starts[0][split_bias])])
+
+
+def test_cpu_frequencies_are_drawn_once_per_client_by_default():
+    algo = _exp(cells=4, edge_rounds=1).algorithm
+    lat = [algo._full_latency(t, 1000) for t in range(3)]
+    redraw = _exp(cells=4, edge_rounds=1, cpu_redraw=True).algorithm
+    assert algo.cpu_hz.shape == (4, 2) and (algo.cpu_hz[:2] < 2e9).all() and (algo.cpu_hz[2:] >= 2e9).all()
+    assert not np.allclose(lat[0], lat[1])  # channels change every round
+    assert not np.allclose(redraw._full_latency(1, 1000), lat[1])
+
+
+@pytest.mark.parametrize("setting, target, hist_n2, hfedavg_n2, hist_n4, hfedavg_n4, rounds", [
+    ("non-iid", 70, 13.20, 23.66, 8.08, 20.28, (30, 28, 34, 24)),
+    ("non-iid", 80, 115.30, 206.18, 76.06, 246.74, (262, 244, 320, 292)),
+    ("cell-iid", 70, 4.40, 6.76, 3.32, 11.84, (10, 8, 14, 14)),
+    ("cell-iid", 80, 38.72, 86.20, 24.72, 89.58, (88, 102, 104, 106)),
+])
+def test_table_one_megabytes_follow_from_the_accounting(setting, target, hist_n2, hfedavg_n2,
+                                                        hist_n4, hfedavg_n4, rounds):
+    """§6.6: Table I = integer rounds × E·0.169 MB·(vol_c + vol_f·share)/(vol_c + vol_f)."""
+    from wirelessfl.algorithms.hist import table_uplink_mb
+    from wirelessfl.models.zoo import LeNet5
+
+    per_round = [table_uplink_mb(5, *LeNet5.paper_volumes, share) for share in (1 / 2, 1, 1 / 4, 1)]
+    assert per_round[1] == pytest.approx(0.845)
+    got = [round(r * mb, 2) for r, mb in zip(rounds, per_round)]
+    assert got == pytest.approx([hist_n2, hfedavg_n2, hist_n4, hfedavg_n4], abs=0.011)
+
+
+@pytest.mark.parametrize("cells, split, expected", [(2, True, 0.4401), (4, True, 0.2377),
+                                                    (4, False, 0.845)])
+def test_lenet_round_reports_table_one_megabytes(fmnist, cells, split, expected):
+    cfg = resolve({"seed": 0, "rounds": 1,
+                   "data": {"dataset": "fashion_mnist", "num_clients": 4, "samples_per_client": 20,
+                            "partition": "iid"},
+                   "model": {"name": "lenet5"}, "local": {"batch_size": 10, "steps": 1},
+                   "algorithm": {"name": "hist", "cells": cells, "edge_rounds": 5, "split": split}})
+    _, (report,) = _rounds(prepare(cfg), 1)
+    assert report.cumulative["uplink_mb_paper_per_client"] == pytest.approx(expected, abs=1e-4)

@@ -132,11 +132,12 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     return Experiment(cfg, device, seeds, splits, model, algorithm)
 
 
-def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
-                wall: float) -> dict[str, Any]:
+def _checkpoint(state: ServerState, uplink: float, sim_time: float | None, wall: float,
+                totals: dict[str, float]) -> dict[str, Any]:
     return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
             "opt_state": state.opt_state, "client_states": dict(state.client_states),
-            "uplink_params_per_client": uplink, "sim_time_s": sim_time, "wall_s": wall}
+            "uplink_params_per_client": uplink, "sim_time_s": sim_time, "wall_s": wall,
+            "totals": dict(totals)}
 
 
 def _restore(ckpt: dict[str, Any], device: torch.device) -> ServerState:
@@ -171,6 +172,8 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float) -> dict[s
         summary["round_to_target"] = hit["round"] if hit else None
         summary["uplink_mb_to_target"] = hit["uplink_mb_per_client"] if hit else None
         summary["sim_time_s_to_target"] = hit.get("sim_time_s") if hit else None
+        if hit and "uplink_mb_paper_per_client" in hit:
+            summary["uplink_mb_paper_to_target"] = hit["uplink_mb_paper_per_client"]
     return summary
 
 
@@ -184,6 +187,7 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
     cfg, record = exp.config, RunRecord(out)
     resolved = to_dict(cfg)
     state, uplink, sim_time, wall0 = exp.initial_state(), 0.0, None, 0.0
+    totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
     if resume:
         if not record.exists():
             raise ConfigError(f"--resume: {out} holds no run; drop --resume to start one")
@@ -195,6 +199,7 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
             state = _restore(ckpt, exp.device)
             uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
                                        ckpt["wall_s"])
+            totals = dict(ckpt.get("totals", {}))
         record.truncate(state.round)
     else:
         if record.exists():
@@ -212,12 +217,16 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
         uplink += report.uplink_params
         if report.latency_s is not None:
             sim_time = (sim_time or 0.0) + report.latency_s
+        for k, v in report.cumulative.items():
+            totals[k] = totals.get(k, 0.0) + v
         t = state.round
         if t % cfg.eval_every == 0 or t == cfg.rounds:
             row = _evaluate_row(exp, state, uplink, sim_time, time.perf_counter() - start)
-            record.append({**row, "train_loss": report.train_loss, **dict(report.extra)})
+            record.append({**row, **totals, "train_loss": report.train_loss,
+                           **dict(report.extra)})
             bar.set_postfix(acc=f"{row['test_accuracy']:.3f}")
-        record.save_checkpoint(_checkpoint(state, uplink, sim_time, time.perf_counter() - start))
+        record.save_checkpoint(_checkpoint(state, uplink, sim_time, time.perf_counter() - start,
+                                           totals))
         bar.update(1)
     bar.close()
     summary = summarize(cfg, record.rows(), time.perf_counter() - start)

@@ -38,22 +38,36 @@ class Resources:
     snr: np.ndarray
 
 
-def draw_resources(num_cells: int, clients_per_cell: int, rng: np.random.Generator, *,
-                   snr_db: tuple[float, float] = (30.0, 40.0),
-                   cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1, 2), (2, 4)),
-                   antennas: int = 10, bandwidth_hz: float = BANDWIDTH_HZ) -> Resources:
-    """Draw the §6.4 scenario: the first ⌊N/2⌋ cells get the first CPU range and SNR."""
+def draw_cpu(num_cells: int, clients_per_cell: int, rng: np.random.Generator, *,
+             cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1, 2), (2, 4))
+             ) -> np.ndarray:
+    """CPU frequencies F_i [Hz], shape (N, n): ``cpu_ghz[0]`` in the first ⌊N/2⌋ cells."""
     if num_cells < 1 or clients_per_cell < 1:
         raise ValueError("need at least one cell and one client per cell")
-    if not np.isfinite(snr_db).all():
-        raise ValueError(f"`snr_db` must be finite, got {snr_db}")
     first = np.arange(num_cells) < num_cells // 2
     lo = np.where(first, cpu_ghz[0][0], cpu_ghz[1][0])[:, None]
     hi = np.where(first, cpu_ghz[0][1], cpu_ghz[1][1])[:, None]
-    cpu = 1e9 * rng.uniform(lo, hi, (num_cells, clients_per_cell))
+    return 1e9 * rng.uniform(lo, hi, (num_cells, clients_per_cell))
+
+
+def draw_resources(num_cells: int, clients_per_cell: int, rng: np.random.Generator, *,
+                   snr_db: tuple[float, float] = (30.0, 40.0),
+                   cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1, 2), (2, 4)),
+                   cpu_hz: np.ndarray | None = None, antennas: int = 10,
+                   bandwidth_hz: float = BANDWIDTH_HZ) -> Resources:
+    """Draw the §6.4 scenario: the first ⌊N/2⌋ cells get the first CPU range and SNR.
+
+    ``cpu_hz`` (shape (N, n)) keeps given CPU frequencies and draws only the channels, for
+    frequencies drawn once per client (§6.4 [default]).
+    """
+    if not np.isfinite(snr_db).all():
+        raise ValueError(f"`snr_db` must be finite, got {snr_db}")
+    if cpu_hz is None:
+        cpu_hz = draw_cpu(num_cells, clients_per_cell, rng, cpu_ghz=cpu_ghz)
+    first = np.arange(num_cells) < num_cells // 2
     snr = db_to_lin(np.where(first, snr_db[0], snr_db[1]))
     h = simo_rayleigh((num_cells,), clients_per_cell, antennas, rng)
-    return Resources(cpu, tdma_rate(h, snr[:, None], bandwidth_hz), snr)
+    return Resources(cpu_hz, tdma_rate(h, snr[:, None], bandwidth_hz), snr)
 
 
 def unit_latency(res: Resources, *, scheme: str, units: int, num_params: int,

@@ -116,6 +116,9 @@ class RoundReport:
         Diagnostics keyed by client id (``loss``, ``steps``).
     extra : mapping
         Algorithm-specific scalars or lists (mask sizes, AirComp MSE, ...), logged as-is.
+    cumulative : mapping of str to float
+        Per-round amounts the runner sums over rounds and logs as running totals under the
+        same names (e.g. HIST's ``uplink_mb_paper_per_client``).
     """
 
     uplink_params: float
@@ -123,6 +126,7 @@ class RoundReport:
     latency_s: float | None = None
     clients: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    cumulative: Mapping[str, float] = field(default_factory=dict)
 
 
 class FederatedAlgorithm(ABC):

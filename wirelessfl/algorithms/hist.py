@@ -20,9 +20,11 @@ E · max_j c_j k_j, eqs. (18)/(35); the uplink per client is E times its cell's 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from solvers import mask_sizes
 from solvers.latency import size_cap, uniform_sizes
@@ -37,10 +39,22 @@ from wirelessfl.algorithms.base import (
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
 from wirelessfl.models.base import Params
 from wirelessfl.submodel import Submodel, random_disjoint_selections
-from wirelessfl.wireless import draw_resources, unit_latency
+from wirelessfl.wireless import draw_cpu, draw_resources, unit_latency
 
 MASK_SIZES = ("uniform", "optimised")
 AGGREGATIONS = ("oma", "aircomp")
+BIAS_MODES = ("split_and_average", "code_faithful")
+
+
+def table_uplink_mb(edge_rounds: int, size_mb: float, vol_c: int, vol_f: int,
+                    share: float) -> float:
+    """Uplink MB per client of one global round in the paper's convention (§6.6, Table I).
+
+    E × size × (vol_c + share · vol_f) / (vol_c + vol_f), with ``share`` the client's fraction
+    of the split units (1/N for the uniform split, 1 for HFedAvg). With LeNet-5's
+    (0.169 MB, 2572, 59134) this gives 0.845 MB per HFedAvg round and reproduces Table I.
+    """
+    return edge_rounds * size_mb * (vol_c + share * vol_f) / (vol_c + vol_f)
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,15 @@ class HISTHParams(HFedAvgHParams):
         Receive beamforming method for AirComp.
     real_part_noise, tight_power : bool
         AirComp options of §8.4 items 16 and 17.
+    cpu_ghz : pair of (low, high)
+        CPU frequency ranges [GHz] of the first ⌊N/2⌋ cells and of the rest (§6.4; Fig. 7(b)
+        uses (2, 4) for all).
+    cpu_redraw : bool
+        Redraw CPU frequencies every round (default: once per client, §6.4 [default]).
+    bias_mode : str
+        ``"split_and_average"`` (default: a unit's bias moves with it) or ``"code_faithful"``
+        (the authors' code, §1.3(f): cells get freshly initialised biases for split layers,
+        which are never sent back, so the global model keeps its initial ones).
     split : bool
         False: no submodels (every cell trains the full model) — HFedAvg with the same
         physical layer and accounting.
@@ -76,6 +99,9 @@ class HISTHParams(HFedAvgHParams):
     beamforming: str = "fast"
     real_part_noise: bool = False
     tight_power: bool = False
+    cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 2.0), (2.0, 4.0))
+    cpu_redraw: bool = False
+    bias_mode: str = "split_and_average"
     split: bool = True
 
     def __post_init__(self) -> None:
@@ -85,6 +111,8 @@ class HISTHParams(HFedAvgHParams):
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation mode {self.aggregation!r}; use one of "
                              f"{AGGREGATIONS}")
+        if self.bias_mode not in BIAS_MODES:
+            raise ValueError(f"bias_mode must be one of {BIAS_MODES}, got {self.bias_mode!r}")
         snr = np.asarray(self.snr_db, dtype=float)
         if snr.shape != (2,) or not np.isfinite(snr).all():
             raise ValueError(f"snr_db must be two finite numbers of dB, got {self.snr_db}")
@@ -111,6 +139,10 @@ class HIST(HFedAvg):
         if min(sizes) < 1:
             raise ValueError("a cell has zero clients; use fewer cells or more clients")
         self.clients_per_cell = max(sizes)
+        self.cpu_hz = draw_cpu(hp.cells, self.clients_per_cell, env.seeds.generator("cpu"),
+                               cpu_ghz=hp.cpu_ghz)
+        self.split_biases = {s.param for g in self.groups for s in g.slices
+                             if s.dim == 0 and s.param.endswith("bias")}
         self.aggregators: list[Aggregator] = [self.aggregator] * hp.cells
         if hp.aggregation == "aircomp":
             first = np.arange(hp.cells) < hp.cells // 2
@@ -122,52 +154,77 @@ class HIST(HFedAvg):
     def cell_aggregator(self, j: int) -> Aggregator:  # noqa: D102
         return self.aggregators[j]
 
-    def _sizes(self, t: int, num: int) -> tuple[list[np.ndarray], float]:
-        """Per-group mask sizes of round t and the round latency E · max_j c_j k_j [s]."""
+    def _full_latency(self, t: int, num: int) -> np.ndarray:
+        """C_j of round t: each cell's edge-round latency with the full model [s], (17)/(34)."""
         hp = self.hp
-        res = draw_resources(hp.cells, self.clients_per_cell, self.env.seeds.generator(
-            "resources", t), snr_db=hp.snr_db, antennas=hp.antennas)
-        units = self.groups[0].size if self.groups else 1
-        c = unit_latency(res, scheme=hp.aggregation, units=units, num_params=num,
-                         local_steps=self.env.local.steps or 1)
+        res = draw_resources(hp.cells, self.clients_per_cell,
+                             self.env.seeds.generator("resources", t), snr_db=hp.snr_db,
+                             cpu_ghz=hp.cpu_ghz, antennas=hp.antennas,
+                             cpu_hz=None if hp.cpu_redraw else self.cpu_hz)
+        return unit_latency(res, scheme=hp.aggregation, units=1, num_params=num,
+                            local_steps=self.env.local.steps or 1)
+
+    def _sizes(self, full: np.ndarray) -> list[np.ndarray]:
+        """Per-group mask sizes: the uniform split or the MILP (20)/(36) on c_j = C_j / K."""
+        hp = self.hp
+        if hp.mask_sizes == "uniform":
+            return [uniform_sizes(g.size, hp.cells) for g in self.groups]
+        return [mask_sizes.solve(full / g.size, g.size, size_cap(g.size, hp.cells,
+                                                                  hp.eps_th)).sizes
+                for g in self.groups]
+
+    def _dispatch(self, params: Params, t: int) -> tuple[list[Submodel], list[Params], list]:
+        """Round t's submodels, the cells' starting parameters and the mask sizes."""
+        hp = self.hp
         if not hp.split:
-            return [], float(hp.edge_rounds * (c * units).max())
-        out = [mask_sizes.solve(c, g.size, size_cap(g.size, hp.cells, hp.eps_th)).sizes
-               if hp.mask_sizes == "optimised" else uniform_sizes(g.size, hp.cells)
-               for g in self.groups]
-        return out, float(hp.edge_rounds * (c * out[0]).max())
+            return [], [params] * hp.cells, []
+        sizes = self._sizes(self._full_latency(t, num_params(params)))
+        selections = random_disjoint_selections(self.groups, sizes,
+                                                self.env.seeds.generator("masks", t))
+        subs = [Submodel(self.env.model.unit_groups, s, params) for s in selections]
+        starts = [s.slice(params) for s in subs]
+        if hp.bias_mode == "code_faithful":
+            gen = torch.Generator().manual_seed(self.env.seeds.int_seed("biases", t))
+            starts = [{k: _fresh_bias(params, k, v, gen) if k in self.split_biases else v
+                       for k, v in s.items()} for s in starts]
+        return subs, starts, sizes
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
         t, params, hp = state.round, state.params, self.hp
-        sizes, latency = self._sizes(t, num_params(params))
-        if hp.split:
-            selections = random_disjoint_selections(self.groups, sizes,
-                                                    self.env.seeds.generator("masks", t))
-            subs = [Submodel(self.env.model.unit_groups, s, params) for s in selections]
-            starts = [s.slice(params) for s in subs]
-        else:
-            subs, starts = [], [params] * hp.cells
+        subs, starts, sizes = self._dispatch(params, t)
         for agg in self.aggregators:
             if isinstance(agg, AirComp):
                 agg.mse_log.clear()
         outcome = self.run_cells(starts, t)
         new_params = self._assemble(params, subs, outcome.edge_params)
         loss, diag = client_diagnostics(outcome.results)
-        sub_sizes = [num_params(p) for p in starts]
-        uplink = hp.edge_rounds * float(np.mean([sub_sizes[j] for j, c in
-                                                 enumerate(self.topology.cells) for _ in c]))
-        extra: dict = {"submodel_params": sub_sizes}
+        num = num_params(params)
+        sub_sizes = np.array([num_params(p) for p in starts])
+        # (18)/(35) with shared parameters uploaded by every cell (§8.3 item 13)
+        latency = hp.edge_rounds * float((self._full_latency(t, num) * sub_sizes / num).max())
+        per_client = np.concatenate([[j] * len(c) for j, c in enumerate(self.topology.cells)])
+        cumulative = {}
+        paper = type(self.env.model).paper_volumes
+        if paper is not None:
+            share = sizes[0] / self.groups[0].size if sizes else np.ones(hp.cells)
+            cumulative["uplink_mb_paper_per_client"] = table_uplink_mb(
+                hp.edge_rounds, *paper, float(share[per_client].mean()))
+        extra: dict = {"submodel_params": sub_sizes.tolist()}
         if sizes:
             extra["mask_sizes"] = [s.tolist() for s in sizes]
         mse = [m for a in self.aggregators if isinstance(a, AirComp) for m in a.mse_log]
         if mse:
             extra["aircomp_mse_mean"] = float(np.mean(mse))
         new = ServerState(new_params, t + 1, state.opt_state, state.client_states)
-        return new, RoundReport(uplink_params=uplink, train_loss=loss, latency_s=latency,
-                                clients=diag, extra=extra)
+        return new, RoundReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
+                                train_loss=loss, latency_s=latency, clients=diag, extra=extra,
+                                cumulative=cumulative)
 
     def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
-        """Eq. (7): split entries from their owner cell, the rest averaged over cells."""
+        """Eq. (7): split entries from their owner cell, the rest averaged over cells.
+
+        In ``code_faithful`` bias mode the split layers' biases keep their global values.
+        """
         if not subs:
             return weighted_mean(edge, np.ones(len(edge)))
         shared = weighted_mean([{k: v for k, v in e.items() if k not in subs[0].dims}
@@ -175,7 +232,17 @@ class HIST(HFedAvg):
         out = dict(shared)
         for k in subs[0].dims:
             full = params[k].clone()
-            for sub, e in zip(subs, edge):
-                full[sub.index(k)] = e[k]
+            if not (self.hp.bias_mode == "code_faithful" and k in self.split_biases):
+                for sub, e in zip(subs, edge):
+                    full[sub.index(k)] = e[k]
             out[k] = full
         return {k: out[k] for k in params}
+
+
+def _fresh_bias(params: Params, name: str, like: torch.Tensor,
+                gen: torch.Generator) -> torch.Tensor:
+    """PyTorch's default bias init U(±1/√fan_in) for a bias shaped like ``like``."""
+    weight = params[name.removesuffix("bias") + "weight"]
+    bound = 1.0 / math.sqrt(weight[0].numel())
+    fresh = (torch.rand(like.shape, generator=gen, dtype=like.dtype) * 2 - 1) * bound
+    return fresh.to(like.device)

@@ -80,11 +80,14 @@ class FLModel(nn.Module):
 
     Subclasses set ``unit_groups`` (all partitionable groups, input side first) and
     ``hist_groups`` (the groups HIST splits by default: the FC hidden layers, every second
-    hidden layer for deeper MLPs, ``specs/hist.md`` §1.3(c, d)).
+    hidden layer for deeper MLPs, ``specs/hist.md`` §1.3(c, d)). ``paper_volumes`` =
+    (size MB, vol_c, vol_f) of HIST's uplink accounting (§6.6), where the paper's numbers
+    differ from the parameter count (LeNet-5, CIFAR CNN).
     """
 
     unit_groups: tuple[UnitGroup, ...] = ()
     hist_groups: tuple[str, ...] = ()
+    paper_volumes: tuple[float, int, int] | None = None
 
     def params(self) -> Params:
         """A detached copy of the parameters."""
