@@ -2,8 +2,8 @@
 
 Subcommands: ``run`` (train a preset or YAML config), ``list`` (presets), ``plot`` (PNG of
 run folders), ``masks`` (latency-optimal HIST mask sizes), ``beamform`` (AirComp receive
-beams). Bad input prints one line ``wirelessfl: error: ...`` on stderr and exits with code 2,
-before anything is written.
+beams), ``figures`` (regenerate a paper's figures and tables). Bad input prints one line
+``wirelessfl: error: ...`` on stderr and exits with code 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -164,6 +164,30 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from wirelessfl.figures import load_figures, missing_runs, regenerate
+
+    out = Path(args.out or Path("reports") / args.paper / args.scale)
+    extra = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
+    if args.dry_run:
+        figures = load_figures(args.paper, args.scale, args.only, extra)
+        todo = {r.key for r in missing_runs(figures, out)}
+        for fig in figures:
+            left = len({r.key for r in fig.runs} & todo)
+            print(f"{fig.name:10s} {fig.spec['kind']:7s} {len(fig.runs):3d} runs, {left} to do  "
+                  f"{fig.spec.get('title', '')}")
+        return 0
+    try:
+        written = regenerate(args.paper, args.scale, out, only=args.only, extra=extra,
+                             quiet=args.quiet, log=lambda m: print(m, flush=True))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished runs are kept in {out}/runs and the next "
+              "`wirelessfl figures` call resumes", file=sys.stderr)
+        return 130
+    print("\n".join(str(p) for p in written))
+    return 0
+
+
 def _positive(text: str) -> int:
     value = int(text) if text.lstrip("-").isdigit() else 0
     if value < 1:
@@ -218,6 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
     bfp.add_argument("--bound", action="store_true", help="also solve the SDR bound (slow)")
     bfp.add_argument("--json", action="store_true")
     bfp.set_defaults(func=_cmd_beamform)
+    fg = sub.add_parser("figures", help="regenerate a paper's figures and tables")
+    fg.add_argument("paper", help="paper with experiments/<paper>/figures.yaml, e.g. hist")
+    fg.add_argument("--scale", choices=["quick", "paper"], default="quick")
+    fg.add_argument("--only", action="append", metavar="NAME", help="figure/table (repeatable)")
+    fg.add_argument("--out", help="report folder (default reports/<paper>/<scale>)")
+    fg.add_argument("--data-dir", help="folder with dataset files (CIFAR-10, MNIST)")
+    fg.add_argument("--dry-run", action="store_true", help="list runs, train nothing")
+    fg.add_argument("--quiet", action="store_true", help="no per-run progress bars")
+    fg.set_defaults(func=_cmd_figures)
     return p
 
 

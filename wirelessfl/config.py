@@ -307,11 +307,14 @@ def presets_dir() -> Path:
 
 
 def list_presets() -> dict[str, Path]:
-    """Preset name → YAML file, for every ``*.yaml`` under ``experiments/``."""
+    """Preset name → YAML file, for every ``*.yaml`` under ``experiments/``.
+
+    ``figures.yaml`` files describe figure regeneration (:mod:`wirelessfl.figures`), not runs.
+    """
     root = presets_dir()
     if not root.is_dir():
         return {}
-    return {p.stem: p for p in sorted(root.rglob("*.yaml"))}
+    return {p.stem: p for p in sorted(root.rglob("*.yaml")) if p.name != "figures.yaml"}
 
 
 def load_raw(preset_or_path: str) -> dict[str, Any]:

@@ -1,0 +1,359 @@
+"""Regenerate a paper's figures and tables: ``wirelessfl figures <paper> [--scale] [--only]``.
+
+A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
+
+- ``base``: the config every run starts from; ``scales``: per scale (``quick``, ``paper``)
+  the ``seeds`` and dotted ``overrides`` for all runs;
+- ``figures``: per figure or table, a ``kind`` (``curves``: accuracy against ``x``;
+  ``sweep``: a metric at the first round reaching ``target`` against the ``sweep`` values;
+  ``table``: that metric per ``targets`` row and series × sweep column, beside the
+  paper's numbers under ``reference``), its ``panels`` and ``series`` (label → dotted
+  overrides), an optional ``sweep`` (``key``, ``label``, ``values``; a series that sets
+  the key itself is not swept) and
+  per-scale entries (``quick:``/``paper:``) that replace any of these keys (their
+  ``overrides`` are added).
+
+Every run is panel × series × sweep value × seed. A run's folder is named by a hash of its
+resolved config, so figures that need the same run share it, finished runs are reused and
+interrupted ones resume. Outputs go to the report folder: ``<figure>.png`` and
+``<figure>.csv`` for figures, ``<table>.csv`` and ``<table>.md`` for tables, and
+``README.md`` listing them.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+
+from wirelessfl.config import ConfigError, apply_overrides, presets_dir, resolve, to_dict
+from wirelessfl.records import RunRecord, first_reaching
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SCALES = ("quick", "paper")
+KINDS = ("curves", "sweep", "table")
+_LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
+           "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
+           "sim_time_s": "simulated latency [s]"}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a figure: its place in the figure and its full config."""
+
+    panel: str
+    series: str
+    value: Any
+    seed: int
+    raw: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        """Hash of the resolved config (without its name): equal configs share a run."""
+        text = json.dumps(to_dict(resolve({**self.raw, "name": ""})), sort_keys=True)
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure or table at one scale, with its runs."""
+
+    name: str
+    spec: dict[str, Any]
+    runs: tuple[RunSpec, ...]
+
+
+def load_figures(paper: str, scale: str, only: list[str] | None = None,
+                 extra: list[str] | None = None) -> list[Figure]:
+    """The figures of ``experiments/<paper>/figures.yaml`` at ``scale`` (all checked)."""
+    import yaml
+
+    path = presets_dir() / paper / "figures.yaml"
+    if not path.is_file():
+        known = sorted(p.parent.name for p in presets_dir().glob("*/figures.yaml"))
+        raise ConfigError(f"no figures for paper {paper!r}; papers with figures: {', '.join(known)}")
+    if scale not in SCALES:
+        raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+    figures = doc["figures"]
+    unknown = sorted(set(only or ()) - set(figures))
+    if unknown:
+        raise ConfigError(f"--only {', '.join(unknown)}: unknown; {paper} has {', '.join(figures)}")
+    scale_doc = doc["scales"][scale]
+    out = []
+    for name, fig in figures.items():
+        if only and name not in only:
+            continue
+        spec = {k: v for k, v in fig.items() if k not in SCALES}
+        spec.update({k: v for k, v in (fig.get(scale) or {}).items() if k != "overrides"})
+        overrides = {**scale_doc.get("overrides", {}), **fig.get("overrides", {}),
+                     **(fig.get(scale) or {}).get("overrides", {})}
+        if spec["kind"] not in KINDS:
+            raise ConfigError(f"{path}: figure {name} has kind {spec['kind']!r}; use one of {KINDS}")
+        seeds = spec.get("seeds", scale_doc["seeds"])
+        sweep = spec.get("sweep") or {"key": None, "values": [None]}
+        base = apply_overrides(doc["base"], _pairs(overrides) + list(extra or ()))
+        runs = []
+        for panel, p_over in (spec.get("panels") or {"": {}}).items():
+            for series, s_over in spec["series"].items():
+                s_over = s_over or {}
+                # a series that sets the sweep key itself is a fixed reference line
+                for value in [None] if sweep["key"] in s_over else sweep["values"]:
+                    v_over = {} if value is None else {sweep["key"]: value}
+                    for seed in seeds:
+                        raw = apply_overrides(base, _pairs({**p_over, **s_over, **v_over,
+                                                            "seed": seed}))
+                        resolve(raw)  # fail before any training
+                        runs.append(RunSpec(panel, series, value, seed, raw))
+        out.append(Figure(name, spec, tuple(runs)))
+    return out
+
+
+def _pairs(overrides: dict[str, Any]) -> list[str]:
+    return [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
+
+
+def run_folder(root: Path, run: RunSpec) -> Path:
+    """Where ``run`` lives under the report folder."""
+    return root / "runs" / run.key
+
+
+def missing_runs(figures: list[Figure], root: Path) -> list[RunSpec]:
+    """Runs without a finished summary, each once."""
+    seen: dict[str, RunSpec] = {}
+    for fig in figures:
+        for r in fig.runs:
+            if RunRecord(run_folder(root, r)).summary() is None:
+                seen.setdefault(r.key, r)
+    return list(seen.values())
+
+
+def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
+            log: Callable[[str], None] = print) -> None:
+    """Train (or resume) every run in ``runs``.
+
+    A run whose data cannot be loaded (e.g. CIFAR-10 without ``--data-dir``) is skipped
+    with its one-line reason; its figure is then reported as incomplete.
+    """
+    from wirelessfl.runner import prepare, run
+
+    for i, r in enumerate(runs, 1):
+        folder = run_folder(root, r)
+        value = "" if r.value is None else f" {r.value}"
+        cfg = resolve({**r.raw, "name": f"{r.series}{value} {r.panel} s{r.seed}".strip()})
+        log(f"[{i}/{len(runs)}] {cfg.name} -> {folder}")
+        try:
+            exp = prepare(cfg)
+        except ValueError as exc:
+            log(f"  skipped: {str(exc).splitlines()[0]}")
+            continue
+        run(exp, folder, resume=RunRecord(folder).exists(), quiet=quiet)
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _rows(root: Path, run: RunSpec) -> list[dict[str, Any]]:
+    return RunRecord(run_folder(root, run)).rows()
+
+
+def _value(row: dict[str, Any], key: str) -> float:
+    """A row's ``key``; the §6.6 MB fall back to exact MB when the model has no convention."""
+    if key == "uplink_mb_paper_per_client" and key not in row:
+        key = "uplink_mb_per_client"
+    v = row.get(key)
+    return float("nan") if v is None else float(v)
+
+
+def to_target(rows: list[dict[str, Any]], target: float, metric: str) -> float:
+    """``metric`` at the first round reaching ``target`` (§6.6); NaN if never reached."""
+    hit = first_reaching(rows, target)
+    return float("nan") if hit is None else _value(hit, metric)
+
+
+def _groups(fig: Figure) -> dict[tuple[str, str, Any], list[RunSpec]]:
+    out: dict[tuple[str, str, Any], list[RunSpec]] = {}
+    for r in fig.runs:
+        out.setdefault((r.panel, r.series, r.value), []).append(r)
+    return out
+
+
+def _show(value: Any) -> str:
+    """A sweep value as text; a list of equal entries (one SNR for all cells) as one."""
+    if isinstance(value, list) and len(set(map(str, value))) == 1:
+        value = value[0]
+    return str(value)
+
+
+def _label(fig: Figure, series: str, value: Any) -> str:
+    sweep = fig.spec.get("sweep")
+    return series if value is None else f"{series} {sweep.get('label', sweep['key'])}={_show(value)}"
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _panels(fig: Figure, ncols: int) -> tuple[plt.Figure, np.ndarray, list[str]]:
+    panels = list(dict.fromkeys(r.panel for r in fig.runs))
+    f, ax = plt.subplots(len(panels), ncols, figsize=(5.0 * ncols, 3.8 * len(panels)),
+                         squeeze=False)
+    return f, ax, panels
+
+
+def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Mean test accuracy over seeds (band: min to max) against each ``x``."""
+    xs = fig.spec["x"] if isinstance(fig.spec["x"], list) else [fig.spec["x"]]
+    f, ax, panels = _panels(fig, len(xs))
+    table = []
+    for (panel, series, value), runs in _groups(fig).items():
+        rows = [_rows(root, r) for r in runs]
+        n = min(len(r) for r in rows)
+        acc = np.array([[row["test_accuracy"] for row in r[:n]] for r in rows])
+        for c, key in enumerate(xs):
+            x = np.nanmean([[_value(row, key) if row["round"] else 0.0 for row in r[:n]]
+                            for r in rows], axis=0)
+            a = ax[panels.index(panel)][c]
+            line, = a.plot(x, acc.mean(0), label=_label(fig, series, value))
+            if len(rows) > 1:
+                a.fill_between(x, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
+            a.set(xlabel=_LABELS.get(key, key), ylabel="test accuracy", title=panel)
+            a.grid(alpha=0.3)
+        table += [{"panel": panel, "series": series, "sweep": _show(value), "round": rows[0][i]["round"],
+                   "accuracy_mean": acc[:, i].mean(), "accuracy_min": acc[:, i].min(),
+                   "accuracy_max": acc[:, i].max(), "seeds": len(rows),
+                   **{k: float(np.nanmean([_value(r[i], k) for r in rows])) for k in xs
+                      if k != "round"}} for i in range(n)]
+    return _finish(fig, f, ax, out, table)
+
+
+def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """``metric`` to reach ``target`` against the sweep values, one line per series."""
+    metric, target = fig.spec["metric"], fig.spec["target"]
+    f, ax, panels = _panels(fig, 1)
+    sweep = fig.spec["sweep"]
+    table, lines = [], {}
+    for (panel, series, value), runs in _groups(fig).items():
+        vals = np.array([to_target(_rows(root, r), target, metric) for r in runs])
+        reached = vals[~np.isnan(vals)]
+        mean = float(reached.mean()) if reached.size else float("nan")
+        table.append({"panel": panel, "series": series, sweep.get("label", sweep["key"]): _show(value),
+                      f"{metric}_to_{target:g}_mean": mean,
+                      "std": float(reached.std()) if reached.size else float("nan"),
+                      "reached": f"{reached.size}/{vals.size}"})
+        lines.setdefault((panel, series), []).append((value, mean))
+    for (panel, series), pts in lines.items():
+        a = ax[panels.index(panel)][0]
+        a.plot([_show(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
+        a.set(xlabel=sweep.get("label", sweep["key"]),
+              ylabel=f"{_LABELS.get(metric, metric)} to {100 * target:g}%", title=panel)
+        a.grid(alpha=0.3)
+    return _finish(fig, f, ax, out, table)
+
+
+def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
+            table: list[dict[str, Any]]) -> list[Path]:
+    ax[0][0].legend(fontsize=7)
+    f.suptitle(fig.spec.get("title", fig.name), fontsize=10)
+    f.tight_layout()
+    png = out / f"{fig.name}.png"
+    f.savefig(png, dpi=120)
+    plt.close(f)
+    return [png, _write_csv(out / f"{fig.name}.csv", table)]
+
+
+def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """``metric`` to each target, mean over seeds, with the paper's numbers beside ours."""
+    metric = fig.spec["metric"]
+    groups = _groups(fig)
+    columns = list(dict.fromkeys((s, v) for _, s, v in groups))
+    paper = fig.spec.get("reference", {})
+    rows = []
+    for panel in dict.fromkeys(p for p, _, _ in groups):
+        for target in fig.spec["targets"]:
+            row: dict[str, Any] = {"setting": panel, "target": f"{100 * target:g}%"}
+            ref = (paper.get(panel) or {}).get(target) or [None] * len(columns)
+            for (series, value), theirs in zip(columns, ref):
+                vals = np.array([to_target(_rows(root, r), target, metric)
+                                 for r in groups[(panel, series, value)]])
+                reached = vals[~np.isnan(vals)]
+                col = _label(fig, series, value)
+                row[col] = round(float(reached.mean()), 2) if reached.size else None
+                row[f"{col} reached"] = f"{reached.size}/{vals.size}"
+                row[f"{col} paper"] = theirs
+            rows.append(row)
+    md = out / f"{fig.name}.md"
+    md.write_text(_markdown(fig, rows, columns))
+    return [_write_csv(out / f"{fig.name}.csv", rows), md]
+
+
+def _markdown(fig: Figure, rows: list[dict[str, Any]], columns: list[tuple[str, Any]]) -> str:
+    labels = [_label(fig, s, v) for s, v in columns]
+    head = "| setting | target | " + " | ".join(labels) + " |\n"
+    head += "|---|---|" + "---|" * len(labels) + "\n"
+    body = ""
+    for r in rows:
+        cells = []
+        for c in labels:
+            ours = "not reached" if r[c] is None else f"{r[c]:.2f}"
+            theirs = "" if r[f"{c} paper"] is None else f" (paper {r[f'{c} paper']:.2f})"
+            cells.append(f"{ours} [{r[f'{c} reached']}]{theirs}")
+        body += f"| {r['setting']} | {r['target']} | " + " | ".join(cells) + " |\n"
+    note = (f"\n{fig.spec.get('metric')} at the first round reaching the target, mean over the "
+            "seeds that reached it [reached/seeds]; the paper's value in brackets.\n")
+    return f"# {fig.spec.get('title', fig.name)}\n\n{head}{body}{note}"
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v
+                        for k, v in r.items()})
+    return path
+
+
+RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table}
+
+
+def render(figures: list[Figure], root: Path) -> list[Path]:
+    """Write every figure's outputs and a README listing them; skip figures with missing runs."""
+    root.mkdir(parents=True, exist_ok=True)
+    outputs, lines = [], []
+    for fig in figures:
+        if any(RunRecord(run_folder(root, r)).summary() is None for r in fig.runs):
+            lines.append(f"- {fig.name}: runs missing (run `wirelessfl figures` again)")
+            continue
+        paths = RENDERERS[fig.spec["kind"]](fig, root, root)
+        outputs += paths
+        lines.append(f"- **{fig.name}** — {fig.spec.get('title', '')}: "
+                     + ", ".join(f"[{p.name}]({p.name})" for p in paths))
+    readme = root / "README.md"
+    readme.write_text("# Regenerated figures and tables\n\n" + "\n".join(lines) + "\n")
+    return [*outputs, readme]
+
+
+def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
+               extra: list[str] | None = None, quiet: bool = False,
+               log: Callable[[str], None] = print) -> list[Path]:
+    """Run what is missing, then render; returns the written files."""
+    figures = load_figures(paper, scale, only, extra)
+    todo = missing_runs(figures, root)
+    log(f"{paper} ({scale}): {len(todo)} of {len({r.key for f in figures for r in f.runs})} "
+        f"runs to do; report folder {root}")
+    execute(todo, root, quiet=quiet, log=log)
+    return render(figures, root)
