@@ -4,7 +4,8 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
 
 - ``base``: the config every run starts from; ``scales``: per scale (``quick``, ``paper``)
   the ``seeds`` and dotted ``overrides`` for all runs;
-- ``figures``: per figure or table, a ``kind`` (``curves``: accuracy against ``x``;
+- ``figures``: per figure or table, a ``kind`` (``curves``: accuracy against ``x``, and
+  what each curve needs to reach the run's target accuracy;
   ``sweep``: a metric at the first round reaching ``target`` against the ``sweep`` values;
   ``table``: that metric per ``targets`` row and series × sweep column, beside the
   paper's numbers under ``reference``), its ``panels`` and ``series`` (label → dotted
@@ -236,7 +237,25 @@ def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
                    "accuracy_max": acc[:, i].max(), "seeds": len(rows),
                    **{k: float(np.nanmean([_value(r[i], k) for r in rows])) for k in xs
                       if k != "round"}} for i in range(n)]
-    return _finish(fig, f, ax, out, table)
+    return [*_finish(fig, f, ax, out, table), _targets_csv(fig, root, out)]
+
+
+def _targets_csv(fig: Figure, root: Path, out: Path) -> Path:
+    """Round, uplink and simulated latency at the first round reaching the run's target."""
+    table = []
+    for (panel, series, value), runs in _groups(fig).items():
+        target = runs[0].raw.get("target_accuracy")
+        if target is None:
+            continue
+        rows = [_rows(root, r) for r in runs]
+        hits = [h for h in (first_reaching(r, target) for r in rows) if h is not None]
+        row = {"panel": panel, "series": series, "sweep": _show(value), "target": target,
+               "reached": f"{len(hits)}/{len(rows)}",
+               "final_accuracy_mean": float(np.mean([r[-1]["test_accuracy"] for r in rows]))}
+        for key in ("round", "uplink_mb_per_client", "sim_time_s"):
+            row[f"{key}_mean"] = float(np.mean([_value(h, key) for h in hits])) if hits else math.nan
+        table.append(row)
+    return _write_csv(out / f"{fig.name}-to-target.csv", table)
 
 
 def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
