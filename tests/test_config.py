@@ -37,3 +37,14 @@ def test_bad_configs_name_the_key(raw, match):
 def test_bad_override_syntax():
     with pytest.raises(ConfigError, match="key=value"):
         apply_overrides({}, ["local.lr"])
+
+
+def test_stored_config_equals_the_resolved_one_for_every_algorithm():
+    """What run folders store (YAML) compares equal to to_dict, so --resume accepts it."""
+    import yaml
+
+    from wirelessfl.algorithms import ALGORITHMS
+
+    for name in ALGORITHMS:
+        d = to_dict(resolve({"algorithm": {"name": name}}))
+        assert yaml.safe_load(yaml.safe_dump(d)) == d

@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config value, e.g. --set local.lr=0.05 (repeatable)")
     r.add_argument("--out", help="run folder (default runs/<name>-<time>)")
     r.add_argument("--device", choices=["cpu", "cuda", "auto"])
-    r.add_argument("--engine", choices=["loop", "auto"])
+    r.add_argument("--engine", choices=["loop", "batched", "auto"])
     r.add_argument("--resume", action="store_true", help="continue the run in --out")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)

@@ -227,6 +227,10 @@ class LocalSGD(ClientUpdate):
 
     def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
         grads, loss = self.gradient(carry, x, y)
+        return self.descend(carry, grads, loss)
+
+    def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
+        """The optimiser step from ``grads`` (elementwise, so it also runs on stacked clients)."""
         hp, opt = self.hp, carry.opt
         if hp.optimizer == "sgd":
             if hp.momentum:

@@ -132,7 +132,7 @@ class RunConfig:
     device : str
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
-        Client executor: ``loop`` or ``auto``.
+        Client executor: ``loop``, ``batched`` or ``auto`` (:func:`wirelessfl.runner.make_executor`).
     data, model, local, algorithm
         The sections.
     """
@@ -156,8 +156,8 @@ class RunConfig:
             raise ConfigError("rounds and eval_every must be >= 1")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
-        if self.engine not in ("loop", "auto"):
-            raise ConfigError(f"engine must be loop or auto, got {self.engine!r}")
+        if self.engine not in ("loop", "batched", "auto"):
+            raise ConfigError(f"engine must be loop, batched or auto, got {self.engine!r}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
 
@@ -268,12 +268,16 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
     """Plain nested mapping of a config (round-trips through :func:`resolve`)."""
     out = dataclasses.asdict(dataclasses.replace(cfg, algorithm=None))
     out["algorithm"] = {"name": cfg.algorithm.name, **dataclasses.asdict(cfg.algorithm.hparams)}
-    for section in out.values():
-        if isinstance(section, dict):
-            for k, v in section.items():
-                if isinstance(v, tuple):
-                    section[k] = list(v)
-    return out
+    return _lists(out)
+
+
+def _lists(value: Any) -> Any:
+    """Tuples (also nested ones) as lists, as YAML gives them back."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -20,7 +20,8 @@ import torch
 from tqdm import tqdm
 
 from wirelessfl.algorithms import ALGORITHMS, Environment, FederatedAlgorithm, ServerState
-from wirelessfl.client import LocalSGD, LoopExecutor, evaluate
+from wirelessfl.batched import BatchedExecutor
+from wirelessfl.client import Executor, LocalSGD, LoopExecutor, evaluate
 from wirelessfl.config import ConfigError, RunConfig, resolve, to_dict
 from wirelessfl.data import (
     IID,
@@ -47,6 +48,17 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device cuda requested but no CUDA GPU is available; use --device cpu")
     return torch.device(name)
+
+
+def make_executor(engine: str, device: torch.device) -> Executor:
+    """The client engine: ``loop``, ``batched``, or ``auto``.
+
+    ``auto`` is batched on a GPU, where stacking clients fills the device, and the loop on a
+    CPU, where one client's batch already keeps the cores busy.
+    """
+    if engine == "batched" or (engine == "auto" and device.type == "cuda"):
+        return BatchedExecutor(device)
+    return LoopExecutor(device)
 
 
 def make_partitioner(cfg: RunConfig, num_classes: int) -> Partitioner:
@@ -125,7 +137,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
-                      executor=LoopExecutor(device), population=Static(
+                      executor=make_executor(cfg.engine, device), population=Static(
                           clients=np.arange(len(client_indices))), seeds=seeds)
     algo_cls = ALGORITHMS[cfg.algorithm.name][1]
     algorithm = algo_cls(env, cfg.algorithm.hparams)

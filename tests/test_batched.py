@@ -1,0 +1,109 @@
+"""The batched client engine equals the reference loop (to float tolerance)."""
+
+import numpy as np
+import pytest
+import torch
+
+from wirelessfl.batched import BatchedExecutor
+from wirelessfl.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.data import ArrayDataset
+from wirelessfl.models import build_model
+from wirelessfl.submodel import Submodel, random_disjoint_selections
+
+MODELS = [("fcnn", (1, 28, 28)), ("lenet5", (1, 28, 28)), ("cifar_cnn", (3, 32, 32))]
+OPTIMISERS = [{"optimizer": "sgd"}, {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 1e-3},
+              {"optimizer": "adam"}]
+
+
+def _data(shape, n=120, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return ArrayDataset(torch.randn(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g), 10)
+
+
+def _tasks(params_per_client, sizes, lrs=None):
+    tasks, offset = [], 0
+    for c, (p, n) in enumerate(zip(params_per_client, sizes)):
+        tasks.append(ClientTask(c, p, np.arange(offset, offset + n), seed=100 + c,
+                                lr=None if lrs is None else lrs[c]))
+        offset += n
+    return tasks
+
+
+def _assert_same(a, b, norm_only=False):
+    """Entrywise equal to float tolerance (Adam: per-tensor relative error < 1e-3, since √v
+    turns float noise on a near-zero gradient into a step of up to ±lr on that entry)."""
+    assert [r.client for r in a] == [r.client for r in b]
+    for ra, rb in zip(a, b):
+        assert ra.num_steps == rb.num_steps and ra.num_samples == rb.num_samples
+        for k in ra.delta:
+            if norm_only:
+                assert (ra.delta[k] - rb.delta[k]).norm() <= 1e-3 * rb.delta[k].norm() + 1e-6
+            else:
+                torch.testing.assert_close(ra.delta[k], rb.delta[k], rtol=1e-3, atol=5e-5)
+        if ra.num_steps:
+            assert ra.loss == pytest.approx(rb.loss, rel=1e-4)
+
+
+@pytest.mark.parametrize("name, shape", MODELS)
+@pytest.mark.parametrize("opt", OPTIMISERS, ids=["sgd", "sgd-momentum-wd", "adam"])
+def test_batched_equals_loop_with_unequal_data_and_lrs(name, shape, opt):
+    model = build_model(name, shape, 10, seed=0, dropout=0.0)
+    hp = LocalHParams(lr=0.02, batch_size=8, steps=4, **opt)
+    data = _data(shape)
+    # unequal data (a short last batch, a client with 2 steps' worth of data, one without data)
+    # and two step sizes
+    tasks = _tasks([model.params()] * 5, [30, 12, 20, 0, 25], lrs=[None, 0.05, None, None, 0.05])
+    update = LocalSGD(model, hp)
+    _assert_same(BatchedExecutor().run(update, data, tasks, hp),
+                 LoopExecutor().run(update, data, tasks, hp), norm_only=opt["optimizer"] == "adam")
+
+
+@pytest.mark.parametrize("name, shape", MODELS)
+def test_batched_equals_loop_on_hist_submodels(name, shape):
+    """Cells with sliced submodels of different sizes: one stacked group per shape."""
+    model = build_model(name, shape, 10, seed=0, dropout=0.0)
+    params = model.params()
+    groups = [model.group(g) for g in model.hist_groups]
+    sels = random_disjoint_selections(groups, [[g.size // 2, g.size - g.size // 2 - 3, 3]
+                                               for g in groups], np.random.default_rng(0))
+    starts = [Submodel(model.unit_groups, s, params).slice(params) for s in sels]
+    hp = LocalHParams(lr=0.05, batch_size=10, steps=3)
+    tasks = _tasks([starts[c % 3] for c in range(6)], [20] * 6)
+    update = LocalSGD(model, hp)
+    _assert_same(BatchedExecutor().run(update, data := _data(shape), tasks, hp),
+                 LoopExecutor().run(update, data, tasks, hp))
+
+
+def test_batched_epochs_mode_and_subclassed_updates_fall_back_to_the_loop():
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0, dropout=0.0)
+    hp = LocalHParams(lr=0.05, batch_size=7, epochs=2, drop_last=True)
+    data = _data((1, 28, 28))
+    tasks = _tasks([model.params()] * 3, [30, 15, 22])
+    _assert_same(BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp),
+                 LoopExecutor().run(LocalSGD(model, hp), data, tasks, hp))
+
+    class Scaled(LocalSGD):
+        def descend(self, carry, grads, loss):
+            return super().descend(carry, {k: 2 * g for k, g in grads.items()}, loss)
+
+    _assert_same(BatchedExecutor().run(Scaled(model, hp), data, tasks, hp),
+                 LoopExecutor().run(Scaled(model, hp), data, tasks, hp))
+
+
+def test_hist_round_with_the_batched_engine_equals_the_loop():
+    from wirelessfl.config import resolve
+    from wirelessfl.runner import prepare
+
+    raw = {"seed": 1, "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 50},
+           "model": {"name": "fcnn", "options": {"hidden": 30, "dropout": 0.0}},
+           "local": {"lr": 0.05, "batch_size": 10, "steps": 3},
+           "algorithm": {"name": "hist", "cells": 4, "edge_rounds": 2, "mask_sizes": "optimised"}}
+    states = []
+    for engine in ("loop", "batched"):
+        exp = prepare(resolve({**raw, "engine": engine}))
+        state = exp.initial_state()
+        for _ in range(2):
+            state, _ = exp.algorithm.apply(state)
+        states.append(state.params)
+    for k in states[0]:
+        torch.testing.assert_close(states[0][k], states[1][k], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,147 @@
+"""Batched client execution: many clients' local steps as one stacked computation.
+
+:class:`BatchedExecutor` follows the :class:`~wirelessfl.client.Executor` contract (same
+results as :class:`~wirelessfl.client.LoopExecutor`, to float tolerance). Tasks whose
+parameters have the same shapes (one architecture, or HIST cells with equal submodel sizes)
+and the same step size form a group; a group's parameters are stacked along a leading client
+dimension and every local step is one ``vmap``-ed forward pass (batched matmuls and
+convolutions) with one backward pass, followed by :meth:`LocalSGD.descend` on the stacked
+tensors (SGD with momentum and weight decay, or Adam).
+
+Clients keep their own mini-batch order (:func:`~wirelessfl.client.batch_schedule` under
+their seed). Unequal local data sizes give unequal batch sizes and step counts: a short
+batch is padded with zero-weight samples, and a client whose schedule has ended takes no
+further step (its parameters are frozen; since every client steps from step 0 until its
+schedule ends, the clients still active at step s have all taken s steps, so Adam's bias
+correction is shared). Dropout masks are drawn for the whole stack (``vmap`` randomness
+``"different"``), so with dropout the iterates differ from the loop's draw by draw, not in
+distribution. Updates other than plain :class:`~wirelessfl.client.LocalSGD` (subclasses
+that change the step) run through the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, vmap
+
+from wirelessfl.client import (
+    Carry,
+    ClientError,
+    ClientResult,
+    ClientTask,
+    ClientUpdate,
+    Executor,
+    LocalHParams,
+    LocalSGD,
+    LoopExecutor,
+    batch_schedule,
+)
+from wirelessfl.data.datasets import ArrayDataset
+from wirelessfl.models.base import Params
+
+
+def _signature(task: ClientTask, hp: LocalHParams) -> tuple:
+    return (task.lr or hp.lr, *((k, tuple(v.shape), v.dtype) for k, v in task.params.items()))
+
+
+class BatchedExecutor(Executor):
+    """Clients with equal parameter shapes and step size trained together.
+
+    Parameters
+    ----------
+    device : torch.device or str
+        Where the stacked computation runs.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        self._loop = LoopExecutor(device)
+
+    def __repr__(self) -> str:
+        return f"BatchedExecutor(device='{self.device}')"
+
+    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
+            hp: LocalHParams) -> list[ClientResult]:
+        """Train every task, one stacked group at a time; results in task order."""
+        if type(update) is not LocalSGD:
+            return self._loop.run(update, data, tasks, hp)
+        groups: dict[tuple, list[int]] = {}
+        for i, t in enumerate(tasks):
+            groups.setdefault(_signature(t, hp), []).append(i)
+        out: list[ClientResult | None] = [None] * len(tasks)
+        for members in groups.values():
+            for i, r in zip(members, self._run_group(update, data, [tasks[i] for i in members], hp)):
+                out[i] = r
+        return out  # type: ignore[return-value]
+
+    def _run_group(self, update: LocalSGD, data: ArrayDataset, tasks: list[ClientTask],
+                   hp: LocalHParams) -> list[ClientResult]:
+        schedules = [batch_schedule(len(t.indices), hp, np.random.default_rng(t.seed))
+                     for t in tasks]
+        steps = np.array([len(s) for s in schedules])
+        start = {k: torch.stack([t.params[k].detach() for t in tasks]).to(self.device)
+                 for k in tasks[0].params}
+        carry = Carry(start=start, params=start, lr=tasks[0].lr or hp.lr)
+        loss_sum = torch.zeros(len(tasks), device=self.device)
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+                torch.manual_seed(tasks[0].seed)
+                update.model.train()
+                for s in range(int(steps.max(initial=0))):
+                    x, y, w = self._batch(data, tasks, schedules, s)
+                    grads, losses = self._gradients(update, carry.params, x, y, w)
+                    active = torch.as_tensor(steps > s, device=self.device)
+                    old = carry.params
+                    carry = update.descend(carry, grads, 0.0)
+                    carry.params = {k: torch.where(_expand(active, v), v, old[k])
+                                    for k, v in carry.params.items()}
+                    loss_sum += losses.detach()
+        except Exception as exc:
+            ids = ", ".join(str(t.client) for t in tasks)
+            raise ClientError(f"batched clients {ids} failed: {exc}") from exc
+        return [ClientResult(t.client, {k: start[k][c] - carry.params[k][c] for k in start},
+                             len(t.indices), int(steps[c]),
+                             float(loss_sum[c]) / steps[c] if steps[c] else float("nan"),
+                             t.state)
+                for c, t in enumerate(tasks)]
+
+    def _batch(self, data: ArrayDataset, tasks: list[ClientTask], schedules: list[list],
+               s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step s of every client, padded to the largest batch: x, y and loss weights w."""
+        width = max((len(sch[s]) for sch in schedules if s < len(sch)), default=1)
+        index = np.zeros((len(tasks), width), np.int64)
+        weight = np.zeros((len(tasks), width), np.float32)
+        for c, (t, sch) in enumerate(zip(tasks, schedules)):
+            if s < len(sch):
+                pos = sch[s]
+                index[c, :len(pos)] = t.indices[pos]
+                weight[c, :len(pos)] = 1.0 / len(pos)
+        idx = torch.as_tensor(index, device=data.x.device)
+        return (data.x[idx].to(self.device), data.y[idx].to(self.device),
+                torch.as_tensor(weight, device=self.device))
+
+    @staticmethod
+    def _gradients(update: LocalSGD, params: Params, x: torch.Tensor, y: torch.Tensor,
+                   w: torch.Tensor) -> tuple[Params, torch.Tensor]:
+        """Per-client gradients of the weighted cross-entropy (weight decay added)."""
+        stacked = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+
+        def client_loss(p: Params, xb: torch.Tensor, yb: torch.Tensor, wb: torch.Tensor):
+            out = functional_call(update.model, p, (xb,))
+            return (F.cross_entropy(out, yb, reduction="none") * wb).sum()
+
+        losses = vmap(client_loss, randomness="different")(stacked, x, y, w)
+        grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
+        wd = update.hp.weight_decay
+        return ({k: (g + wd * params[k]) if wd else g for k, g in zip(stacked, grads)},
+                losses)
+
+
+def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-client mask shaped to broadcast against a stacked parameter."""
+    return mask.reshape(-1, *([1] * (like.dim() - 1)))
