@@ -72,6 +72,12 @@ class Figure:
     name: str
     spec: dict[str, Any]
     runs: tuple[RunSpec, ...]
+    scale: str = "quick"
+
+    @property
+    def title(self) -> str:
+        """The figure's title, with the scale its runs use."""
+        return f"{self.spec.get('title', self.name)} [{self.scale} scale]"
 
 
 def load_figures(paper: str, scale: str, only: list[str] | None = None,
@@ -119,7 +125,7 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                                                             "seed": seed}))
                         resolve(raw)  # fail before any training
                         runs.append(RunSpec(panel, series, value, seed, raw))
-        out.append(Figure(name, spec, tuple(runs)))
+        out.append(Figure(name, spec, tuple(runs), scale))
     return out
 
 
@@ -285,7 +291,7 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
 def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
             table: list[dict[str, Any]]) -> list[Path]:
     ax[0][0].legend(fontsize=7)
-    f.suptitle(fig.spec.get("title", fig.name), fontsize=10)
+    f.suptitle(fig.title, fontsize=10)
     f.tight_layout()
     png = out / f"{fig.name}.png"
     f.savefig(png, dpi=120)
@@ -332,7 +338,7 @@ def _markdown(fig: Figure, rows: list[dict[str, Any]], columns: list[tuple[str, 
         body += f"| {r['setting']} | {r['target']} | " + " | ".join(cells) + " |\n"
     note = (f"\n{fig.spec.get('metric')} at the first round reaching the target, mean over the "
             "seeds that reached it [reached/seeds]; the paper's value in brackets.\n")
-    return f"# {fig.spec.get('title', fig.name)}\n\n{head}{body}{note}"
+    return f"# {fig.title}\n\n{head}{body}{note}"
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -359,7 +365,7 @@ def render(figures: list[Figure], root: Path) -> list[Path]:
             continue
         paths = RENDERERS[fig.spec["kind"]](fig, root, root)
         outputs += paths
-        lines.append(f"- **{fig.name}** — {fig.spec.get('title', '')}: "
+        lines.append(f"- **{fig.name}** — {fig.title}: "
                      + ", ".join(f"[{p.name}]({p.name})" for p in paths))
     readme = root / "README.md"
     readme.write_text("# Regenerated figures and tables\n\n" + "\n".join(lines) + "\n")

@@ -1,0 +1,127 @@
+"""Client-engine benchmark: HIST's Fashion-MNIST workloads on each backend.
+
+    python benchmarks/engine.py --json [--device cpu|cuda] [--rounds 2]
+
+Workloads (``specs/hist.md`` §6): FCNN and LeNet-5, 60 clients (shards), H = 20, batch 50,
+E = 5, as HIST with N = 4 (uniform masks) and as HFedAvg. For each backend (``loop``,
+``batched``) it reports the seconds per global round (median over ``--rounds``), the
+achieved GFLOP/s of the client steps (FLOPs of one round counted with
+``torch.utils.flop_counter``), that rate as a share of the same machine's dense matmul rate
+(``torch.mm`` on 2048 × 2048, float32), and the share of a round (one test evaluation
+included) spent outside client steps (masking, aggregation, solvers, channels, evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from wirelessfl.client import evaluate
+from wirelessfl.config import resolve
+from wirelessfl.runner import prepare
+
+MODELS = ("fcnn", "lenet5")
+ALGOS = {"HIST N=4": {"cells": 4, "split": True}, "HFedAvg N=4": {"cells": 4, "split": False}}
+
+
+def matmul_gflops(device: torch.device, n: int = 2048, repeats: int = 20) -> float:
+    """Dense float32 matmul rate of this machine [GFLOP/s]."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    torch.mm(a, b)
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(repeats):
+        torch.mm(a, b)
+    _sync(device)
+    return 2 * n**3 * repeats / (time.perf_counter() - t) / 1e9
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class _Timed:
+    """Wraps an executor and adds up the seconds spent in client steps."""
+
+    def __init__(self, inner, device: torch.device) -> None:
+        self.inner, self.device, self.seconds = inner, device, 0.0
+
+    def run(self, *args, **kwargs):
+        _sync(self.device)
+        t = time.perf_counter()
+        out = self.inner.run(*args, **kwargs)
+        _sync(self.device)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
+def _experiment(model: str, algo: dict, engine: str, device: str):
+    return prepare(resolve({
+        "seed": 0, "device": device, "engine": engine,
+        "data": {"dataset": "fashion_mnist", "partition": "shards", "num_clients": 60},
+        "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": 20},
+        "algorithm": {"name": "hist", "edge_rounds": 5, **algo}}))
+
+
+def round_flops(model: str, algo: dict, device: str) -> float:
+    """FLOPs of the client steps of one global round (forward and backward)."""
+    exp = _experiment(model, algo, "loop", device)
+    with FlopCounterMode(display=False) as counter:
+        exp.algorithm.apply(exp.initial_state())
+    return float(counter.get_total_flops())
+
+
+def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int) -> dict:
+    exp = _experiment(model, algo, engine, device)
+    timed = _Timed(exp.algorithm.env.executor, exp.device)
+    exp.algorithm.env = dataclasses.replace(exp.algorithm.env, executor=timed)
+    state, total, client = exp.initial_state(), [], []
+    for _ in range(rounds):
+        before = timed.seconds
+        _sync(exp.device)
+        t = time.perf_counter()
+        state, _ = exp.algorithm.apply(state)
+        evaluate(exp.model, state.params, exp.splits.test, device=exp.device)
+        _sync(exp.device)
+        total.append(time.perf_counter() - t)
+        client.append(timed.seconds - before)
+    i = int(np.argsort(total)[len(total) // 2])
+    return {"seconds_per_round": total[i], "client_seconds": client[i],
+            "outside_client_share": 1 - client[i] / total[i]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    args = p.parse_args()
+    device = torch.device(args.device)
+    mm = matmul_gflops(device)
+    rows = []
+    for model in args.models:
+        for label, algo in ALGOS.items():
+            flops = round_flops(model, algo, args.device)
+            row = {"model": model, "workload": label, "gflop_per_round": flops / 1e9}
+            for engine in ("loop", "batched"):
+                r = time_rounds(model, algo, engine, args.device, args.rounds)
+                gflops = flops / r["client_seconds"] / 1e9
+                row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
+            row["batched_speedup"] = (row["loop"]["seconds_per_round"]
+                                      / row["batched"]["seconds_per_round"])
+            rows.append(row)
+    out = {"device": str(device), "threads": torch.get_num_threads(), "matmul_gflops": mm,
+           "workloads": rows}
+    print(json.dumps(out, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
