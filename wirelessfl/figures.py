@@ -194,13 +194,14 @@ def to_target(rows: list[dict[str, Any]], target: float, metric: str) -> float:
 def _groups(fig: Figure) -> dict[tuple[str, str, Any], list[RunSpec]]:
     out: dict[tuple[str, str, Any], list[RunSpec]] = {}
     for r in fig.runs:
-        out.setdefault((r.panel, r.series, r.value), []).append(r)
+        value = tuple(r.value) if isinstance(r.value, list) else r.value  # e.g. an SNR pair
+        out.setdefault((r.panel, r.series, value), []).append(r)
     return out
 
 
 def _show(value: Any) -> str:
     """A sweep value as text; a list of equal entries (one SNR for all cells) as one."""
-    if isinstance(value, list) and len(set(map(str, value))) == 1:
+    if isinstance(value, (list, tuple)) and len(set(map(str, value))) == 1:
         value = value[0]
     return str(value)
 
