@@ -157,7 +157,7 @@ def test_code_faithful_biases_are_never_aggregated():
     assert torch.equal(state.params[split_bias], x0.params[split_bias])
     assert not torch.equal(default.params[split_bias], x0.params[split_bias])
     assert not torch.equal(state.params["fc1.weight"], x0.params["fc1.weight"])
-    starts = code.algorithm._dispatch(x0.params, 0)[1]
+    starts = code.algorithm._dispatch(x0.params, 0, np.ones(2))[1]
     assert not torch.equal(starts[0][split_bias], x0.params[split_bias][:len(starts[0][split_bias])])
 
 

@@ -191,6 +191,14 @@ def to_target(rows: list[dict[str, Any]], target: float, metric: str) -> float:
     return float("nan") if hit is None else _value(hit, metric)
 
 
+def _over_seeds(root: Path, runs: list[RunSpec], target: float,
+                metric: str) -> tuple[np.ndarray, str]:
+    """``metric`` at the target of the runs that reached it, and "reached/runs"."""
+    vals = np.array([to_target(_rows(root, r), target, metric) for r in runs])
+    reached = vals[~np.isnan(vals)]
+    return reached, f"{reached.size}/{vals.size}"
+
+
 def _groups(fig: Figure) -> dict[tuple[str, str, Any], list[RunSpec]]:
     out: dict[tuple[str, str, Any], list[RunSpec]] = {}
     for r in fig.runs:
@@ -272,13 +280,12 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
     sweep = fig.spec["sweep"]
     table, lines = [], {}
     for (panel, series, value), runs in _groups(fig).items():
-        vals = np.array([to_target(_rows(root, r), target, metric) for r in runs])
-        reached = vals[~np.isnan(vals)]
+        reached, count = _over_seeds(root, runs, target, metric)
         mean = float(reached.mean()) if reached.size else float("nan")
         table.append({"panel": panel, "series": series, sweep.get("label", sweep["key"]): _show(value),
                       f"{metric}_to_{target:g}_mean": mean,
                       "std": float(reached.std()) if reached.size else float("nan"),
-                      "reached": f"{reached.size}/{vals.size}"})
+                      "reached": count})
         lines.setdefault((panel, series), []).append((value, mean))
     for (panel, series), pts in lines.items():
         a = ax[panels.index(panel)][0]
@@ -312,12 +319,10 @@ def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
             row: dict[str, Any] = {"setting": panel, "target": f"{100 * target:g}%"}
             ref = (paper.get(panel) or {}).get(target) or [None] * len(columns)
             for (series, value), theirs in zip(columns, ref):
-                vals = np.array([to_target(_rows(root, r), target, metric)
-                                 for r in groups[(panel, series, value)]])
-                reached = vals[~np.isnan(vals)]
+                reached, count = _over_seeds(root, groups[(panel, series, value)], target, metric)
                 col = _label(fig, series, value)
                 row[col] = round(float(reached.mean()), 2) if reached.size else None
-                row[f"{col} reached"] = f"{reached.size}/{vals.size}"
+                row[f"{col} reached"] = count
                 row[f"{col} paper"] = theirs
             rows.append(row)
     md = out / f"{fig.name}.md"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from channels.rates import BANDWIDTH_HZ, tdma_rate
 from channels.rayleigh import simo_rayleigh
@@ -38,16 +39,21 @@ class Resources:
     snr: np.ndarray
 
 
+def by_half(num_cells: int, first: ArrayLike, rest: ArrayLike) -> np.ndarray:
+    """Per-cell values, shape (N, ...): ``first`` in cells j ≤ ⌊N/2⌋, ``rest`` beyond (§6.4)."""
+    head = np.arange(num_cells) < num_cells // 2
+    first, rest = np.asarray(first, float), np.asarray(rest, float)
+    return np.where(head.reshape(-1, *[1] * max(first.ndim, rest.ndim)), first, rest)
+
+
 def draw_cpu(num_cells: int, clients_per_cell: int, rng: np.random.Generator, *,
              cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1, 2), (2, 4))
              ) -> np.ndarray:
     """CPU frequencies F_i [Hz], shape (N, n): ``cpu_ghz[0]`` in the first ⌊N/2⌋ cells."""
     if num_cells < 1 or clients_per_cell < 1:
         raise ValueError("need at least one cell and one client per cell")
-    first = np.arange(num_cells) < num_cells // 2
-    lo = np.where(first, cpu_ghz[0][0], cpu_ghz[1][0])[:, None]
-    hi = np.where(first, cpu_ghz[0][1], cpu_ghz[1][1])[:, None]
-    return 1e9 * rng.uniform(lo, hi, (num_cells, clients_per_cell))
+    lo, hi = by_half(num_cells, cpu_ghz[0], cpu_ghz[1]).T
+    return 1e9 * rng.uniform(lo[:, None], hi[:, None], (num_cells, clients_per_cell))
 
 
 def draw_resources(num_cells: int, clients_per_cell: int, rng: np.random.Generator, *,
@@ -64,8 +70,7 @@ def draw_resources(num_cells: int, clients_per_cell: int, rng: np.random.Generat
         raise ValueError(f"`snr_db` must be finite, got {snr_db}")
     if cpu_hz is None:
         cpu_hz = draw_cpu(num_cells, clients_per_cell, rng, cpu_ghz=cpu_ghz)
-    first = np.arange(num_cells) < num_cells // 2
-    snr = db_to_lin(np.where(first, snr_db[0], snr_db[1]))
+    snr = db_to_lin(by_half(num_cells, *snr_db))
     h = simo_rayleigh((num_cells,), clients_per_cell, antennas, rng)
     return Resources(cpu_hz, tdma_rate(h, snr[:, None], bandwidth_hz), snr)
 

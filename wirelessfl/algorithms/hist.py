@@ -39,7 +39,7 @@ from wirelessfl.algorithms.base import (
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
 from wirelessfl.models.base import Params
 from wirelessfl.submodel import Submodel, random_disjoint_selections
-from wirelessfl.wireless import draw_cpu, draw_resources, unit_latency
+from wirelessfl.wireless import by_half, draw_cpu, draw_resources, unit_latency
 
 MASK_SIZES = ("uniform", "optimised")
 AGGREGATIONS = ("oma", "aircomp")
@@ -145,11 +145,10 @@ class HIST(HFedAvg):
                              if s.dim == 0 and s.param.endswith("bias")}
         self.aggregators: list[Aggregator] = [self.aggregator] * hp.cells
         if hp.aggregation == "aircomp":
-            first = np.arange(hp.cells) < hp.cells // 2
-            self.aggregators = [AirComp(hp.snr_db[0] if f else hp.snr_db[1], env.local.lr,
-                                        antennas=hp.antennas, method=hp.beamforming,
-                                        real_part=hp.real_part_noise,
-                                        tight_power=hp.tight_power) for f in first]
+            self.aggregators = [AirComp(float(snr), env.local.lr, antennas=hp.antennas,
+                                        method=hp.beamforming, real_part=hp.real_part_noise,
+                                        tight_power=hp.tight_power)
+                                for snr in by_half(hp.cells, *hp.snr_db)]
 
     def cell_aggregator(self, j: int) -> Aggregator:  # noqa: D102
         return self.aggregators[j]
@@ -173,12 +172,16 @@ class HIST(HFedAvg):
                                                                   hp.eps_th)).sizes
                 for g in self.groups]
 
-    def _dispatch(self, params: Params, t: int) -> tuple[list[Submodel], list[Params], list]:
-        """Round t's submodels, the cells' starting parameters and the mask sizes."""
+    def _dispatch(self, params: Params, t: int,
+                  full: np.ndarray) -> tuple[list[Submodel], list[Params], list]:
+        """Round t's submodels, the cells' starting parameters and the mask sizes.
+
+        ``full`` is the round's C_j (:meth:`_full_latency`), which sizes optimised masks.
+        """
         hp = self.hp
         if not hp.split:
             return [], [params] * hp.cells, []
-        sizes = self._sizes(self._full_latency(t, num_params(params)))
+        sizes = self._sizes(full)
         selections = random_disjoint_selections(self.groups, sizes,
                                                 self.env.seeds.generator("masks", t))
         subs = [Submodel(self.env.model.unit_groups, s, params) for s in selections]
@@ -191,17 +194,18 @@ class HIST(HFedAvg):
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
         t, params, hp = state.round, state.params, self.hp
-        subs, starts, sizes = self._dispatch(params, t)
+        num = num_params(params)
+        full = self._full_latency(t, num)
+        subs, starts, sizes = self._dispatch(params, t, full)
         for agg in self.aggregators:
             if isinstance(agg, AirComp):
                 agg.mse_log.clear()
         outcome = self.run_cells(starts, t)
         new_params = self._assemble(params, subs, outcome.edge_params)
         loss, diag = client_diagnostics(outcome.results)
-        num = num_params(params)
         sub_sizes = np.array([num_params(p) for p in starts])
         # (18)/(35) with shared parameters uploaded by every cell (§8.3 item 13)
-        latency = hp.edge_rounds * float((self._full_latency(t, num) * sub_sizes / num).max())
+        latency = hp.edge_rounds * float((full * sub_sizes / num).max())
         per_client = np.concatenate([[j] * len(c) for j, c in enumerate(self.topology.cells)])
         cumulative = {}
         paper = type(self.env.model).paper_volumes
