@@ -12,7 +12,8 @@ from wirelessfl.submodel import Submodel, random_disjoint_selections
     ("lenet5", (1, 28, 28), {}, 44_426),
     ("lenet5", (1, 28, 28), {"padded": True}, 61_706),
     ("cifar_cnn", (3, 32, 32), {}, 541_094),
-    ("mlp", (1, 28, 28), {}, 199_210),              # specs/fedast.md §4.4, ~199k
+    ("mlp", (1, 28, 28), {}, 199_210),
+    ("feddyn_cnn", (3, 32, 32), {}, 797_962),       # specs/fedast.md §4.4, ~798k
     ("resnet18", (3, 32, 32), {}, 11_173_962),      # ~11.2M
 ])
 def test_parameter_counts(name, shape, opts, count):

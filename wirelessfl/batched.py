@@ -8,6 +8,13 @@ dimension and every local step is one ``vmap``-ed forward pass (batched matmuls 
 convolutions) with one backward pass, followed by :meth:`LocalSGD.descend` on the stacked
 tensors (SGD with momentum and weight decay, or Adam).
 
+Speed on CPU comes from three things, each measured on 60 stacked clients: the model layers'
+own ``vmap`` rules (:mod:`wirelessfl.models.layers`: weight gradients in the weights' layout,
+clients as groups of a channels-last convolution), one fused pass per optimiser update
+(:meth:`LocalSGD.descend`), and :func:`retain_freed_memory` (no page faults on the large
+stacked tensors). ``benchmarks/engine.py``: FCNN HFedAvg 8.2 → 4.2 s per round, LeNet-5
+34.9 → 21.1 s (HIST N = 4: 5.5 → 1.5 s and 28.1 → 17.6 s) on 2 cores.
+
 Clients keep their own mini-batch order (:func:`~wirelessfl.client.batch_schedule` under
 their seed). Unequal local data sizes give unequal batch sizes and step counts: a short
 batch is padded with zero-weight samples, and a client whose schedule has ended takes no
@@ -21,6 +28,7 @@ that change the step) run through the loop.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,6 +68,8 @@ class BatchedExecutor(Executor):
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
         self._loop = LoopExecutor(device)
+        if self.device.type == "cpu":
+            retain_freed_memory()
 
     def __repr__(self) -> str:
         return f"BatchedExecutor(device='{self.device}')"
@@ -95,11 +105,12 @@ class BatchedExecutor(Executor):
                 for s in range(int(steps.max(initial=0))):
                     x, y, w = self._batch(data, tasks, schedules, s)
                     grads, losses = self._gradients(update, carry.params, x, y, w)
-                    active = torch.as_tensor(steps > s, device=self.device)
                     old = carry.params
                     carry = update.descend(carry, grads, 0.0)
-                    carry.params = {k: torch.where(_expand(active, v), v, old[k])
-                                    for k, v in carry.params.items()}
+                    if s >= steps.min():
+                        active = torch.as_tensor(steps > s, device=self.device)
+                        carry.params = {k: torch.where(_expand(active, v), v, old[k])
+                                        for k, v in carry.params.items()}
                     loss_sum += losses.detach()
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
@@ -138,8 +149,29 @@ class BatchedExecutor(Executor):
         losses = vmap(client_loss, randomness="different")(stacked, x, y, w)
         grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
         wd = update.hp.weight_decay
-        return ({k: (g + wd * params[k]) if wd else g for k, g in zip(stacked, grads)},
+        return ({k: torch.add(g, params[k], alpha=wd) if wd else g for k, g in zip(stacked, grads)},
                 losses)
+
+
+def retain_freed_memory(threshold: int = 1 << 30) -> bool:
+    """Let glibc's ``malloc`` keep freed blocks up to ``threshold`` bytes for reuse.
+
+    Stacked clients allocate tens of megabytes per tensor and step. By default glibc serves
+    such blocks with ``mmap`` and returns them to the system on ``free``, so every step
+    page-faults its tensors in again: measured on 60 stacked FCNN clients, an update
+    ``W - γ g`` took 52 ms this way and 16 ms with the blocks kept (the same effect as the
+    jemalloc/tcmalloc advice of PyTorch's CPU performance guide). Process-wide; a no-op
+    (returns ``False``) where the C library is not glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold)
+                     and libc.mallopt(_M_TRIM_THRESHOLD, 2 * threshold))
+    except (OSError, AttributeError):
+        return False
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
 
 
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

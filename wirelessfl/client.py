@@ -217,7 +217,8 @@ class LocalSGD(ClientUpdate):
         loss = self.loss(params, x, y)
         grads = torch.autograd.grad(loss, list(params.values()))
         wd = self.hp.weight_decay
-        return ({k: (g + wd * carry.params[k]) if wd else g for k, g in zip(params, grads)},
+        return ({k: torch.add(g, carry.params[k], alpha=wd) if wd else g
+                 for k, g in zip(params, grads)},
                 float(loss.detach()))
 
     def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
@@ -230,24 +231,31 @@ class LocalSGD(ClientUpdate):
         return self.descend(carry, grads, loss)
 
     def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
-        """The optimiser step from ``grads`` (elementwise, so it also runs on stacked clients)."""
+        """The optimiser step from ``grads`` (elementwise, so it also runs on stacked clients).
+
+        Each update is one fused pass per tensor (``add``/``lerp``/``addcmul``): on stacked
+        clients these tensors are large and memory traffic, not arithmetic, sets their cost.
+        """
         hp, opt = self.hp, carry.opt
         if hp.optimizer == "sgd":
             if hp.momentum:
                 buf = opt.get("m")
-                buf = grads if buf is None else {k: hp.momentum * buf[k] + grads[k] for k in grads}
+                buf = grads if buf is None else {k: torch.add(grads[k], buf[k], alpha=hp.momentum)
+                                                 for k in grads}
                 opt["m"], grads = buf, buf
-            carry.params = {k: carry.params[k] - carry.lr * grads[k] for k in grads}
+            carry.params = {k: torch.add(carry.params[k], grads[k], alpha=-carry.lr) for k in grads}
         else:
             b1, b2 = hp.betas
             t = carry.step + 1
-            m = {k: b1 * opt.get("m", {}).get(k, 0.0) + (1 - b1) * g for k, g in grads.items()}
-            v = {k: b2 * opt.get("v", {}).get(k, 0.0) + (1 - b2) * g * g for k, g in grads.items()}
+            m0, v0 = opt.get("m", {}), opt.get("v", {})
+            m = {k: torch.lerp(m0[k], g, 1 - b1) if k in m0 else (1 - b1) * g
+                 for k, g in grads.items()}
+            v = {k: torch.addcmul(b2 * v0[k], g, g, value=1 - b2) if k in v0
+                 else (1 - b2) * g * g for k, g in grads.items()}
             opt["m"], opt["v"] = m, v
-            carry.params = {
-                k: carry.params[k] - carry.lr * (m[k] / (1 - b1**t))
-                / ((v[k] / (1 - b2**t)).sqrt() + hp.eps) for k in grads
-            }
+            c1, c2 = 1 - b1**t, (1 - b2**t) ** 0.5
+            carry.params = {k: torch.addcdiv(carry.params[k], m[k], (v[k].sqrt() / c2).add_(hp.eps),
+                                             value=-carry.lr / c1) for k in grads}
         carry.step += 1
         carry.loss_sum += loss
         return carry

@@ -7,12 +7,13 @@ from typing import Any
 import torch
 
 from wirelessfl.models.base import FLModel, Params, UnitGroup, UnitSlice, linear_group
-from wirelessfl.models.zoo import FCNN, MLP, CifarCNN, LeNet5, Linear, ResNet18
+from wirelessfl.models.zoo import FCNN, MLP, CifarCNN, FedDynCNN, LeNet5, Linear, ResNet18
 
 MODELS: dict[str, type[FLModel]] = {
     "fcnn": FCNN,
     "lenet5": LeNet5,
     "cifar_cnn": CifarCNN,
+    "feddyn_cnn": FedDynCNN,
     "mlp": MLP,
     "resnet18": ResNet18,
     "linear": Linear,
@@ -28,7 +29,7 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    needs_image = name in ("lenet5", "cifar_cnn", "resnet18")
+    needs_image = name in ("lenet5", "cifar_cnn", "feddyn_cnn", "resnet18")
     if needs_image and len(sample_shape) != 3:
         raise ValueError(f"model {name!r} needs image inputs (C, H, W), got samples of shape "
                          f"{tuple(sample_shape)}; use 'fcnn', 'mlp' or 'linear' for this dataset")
@@ -41,4 +42,4 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
 
 
 __all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
-           "build_model", "FCNN", "MLP", "CifarCNN", "LeNet5", "Linear", "ResNet18"]
+           "build_model", "FCNN", "MLP", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18"]

@@ -1,0 +1,86 @@
+"""The stackable layers compute nn.Linear / nn.Conv2d and their gradients, alone and under vmap."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from wirelessfl.models import layers
+
+CASES = {
+    "linear": (lambda: (layers.Linear(12, 5), nn.Linear(12, 5)), (7, 12)),
+    "linear-nobias": (lambda: (layers.Linear(12, 5, bias=False), nn.Linear(12, 5, bias=False)),
+                      (3, 4, 12)),
+    "conv": (lambda: (layers.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, padding=1)),
+             (2, 3, 9, 9)),
+    "conv-stride-nobias": (lambda: (layers.Conv2d(3, 4, 3, 2, bias=False),
+                                    nn.Conv2d(3, 4, 3, 2, bias=False)), (2, 3, 9, 9)),
+}
+
+
+def _pair(case: str):
+    make, shape = CASES[case]
+    torch.manual_seed(0)
+    ours, ref = make()
+    ref.load_state_dict(ours.state_dict())
+    return ours, ref, shape
+
+
+def _grads(module: nn.Module, params: dict, x: torch.Tensor):
+    leaf = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+    xl = x.detach().requires_grad_(True)
+    out = functional_call(module, leaf, (xl,))
+    grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(),
+                                [xl, *leaf.values()])
+    return out, grads
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_same_output_and_gradients_as_torch(case):
+    ours, ref, shape = _pair(case)
+    x = torch.randn(shape)
+    params = dict(ref.named_parameters())
+    (y1, g1), (y2, g2) = _grads(ours, params, x), _grads(ref, params, x)
+    torch.testing.assert_close(y1, y2)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_vmap_over_stacked_clients_equals_each_client(case):
+    ours, ref, shape = _pair(case)
+    clients = 4
+    stacked = {k: torch.stack([v.detach() + 0.1 * torch.randn_like(v) for _ in range(clients)])
+               .requires_grad_(True) for k, v in ref.named_parameters()}
+    x = torch.randn(clients, *shape)
+
+    def loss(p, xb):
+        return functional_call(ours, p, (xb,)).square().sum()
+
+    grads = torch.autograd.grad(vmap(loss)(stacked, x).sum(), list(stacked.values()))
+    for c in range(clients):
+        one = {k: v[c].detach().requires_grad_(True) for k, v in stacked.items()}
+        expect = torch.autograd.grad(functional_call(ref, one, (x[c],)).square().sum(),
+                                     list(one.values()))
+        for g, e in zip(grads, expect):
+            torch.testing.assert_close(g[c], e, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_refuses_what_it_does_not_stack():
+    with pytest.raises(ValueError, match="groups 1"):
+        layers.Conv2d(4, 4, 3, groups=2)
+
+
+def test_dropout_keeps_the_expected_fraction_and_scale():
+    from wirelessfl.models.zoo import dropout
+
+    torch.manual_seed(0)
+    y = dropout(torch.ones(200_000), 0.3, True)
+    assert abs(float((y == 0).float().mean()) - 0.3) < 0.005
+    assert torch.allclose(y[y != 0], torch.tensor(1 / 0.7))
+    assert torch.equal(dropout(torch.ones(5), 0.3, False), torch.ones(5))
+    assert torch.equal(dropout(torch.ones(5), 1.0, True), torch.zeros(5))
+    x = torch.ones(3, requires_grad=True)
+    F.relu(dropout(x, 0.5, True)).sum().backward()
+    assert set(x.grad.tolist()) <= {0.0, 2.0}

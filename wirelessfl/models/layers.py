@@ -1,0 +1,122 @@
+"""Linear and convolution layers with a fast rule for clients stacked by ``vmap``.
+
+Under ``torch.func.vmap`` over stacked client parameters (the batched client engine), PyTorch
+maps ``nn.Linear`` to ``x @ W^T`` whose backward builds each weight gradient transposed
+(``x^T g``, 784 × 300 for the FCNN) and ``nn.Conv2d`` to a grouped convolution in NCHW. On
+CPU both are slow: the transposed gradient makes the GEMM and the optimiser update that reads
+it strided. :class:`Linear` and :class:`Conv2d` compute the same functions and the same
+gradients, and give ``vmap`` its own rule:
+
+- linear: ``y = (W x^T)^T`` per client, one ``bmm``, so the weight gradient ``g^T x`` comes
+  out in W's layout (measured on 60 stacked FCNN clients: forward + weight gradient 24 ms,
+  the SGD update after it 4.7 ms instead of 11.5 ms);
+- convolution: clients as groups of one grouped convolution in channels-last layout (60
+  stacked LeNet-5 clients: a full step 184 ms instead of 221 ms).
+
+Outside ``vmap`` they are ``F.linear`` / ``F.conv2d`` with hand-written first derivatives
+(no double backward, which no algorithm here needs). State-dict names and initialisation
+are those of ``nn.Linear`` / ``nn.Conv2d``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _front(t: torch.Tensor | None, dim: int | None, n: int) -> torch.Tensor | None:
+    """``t`` with its client dimension first (broadcast to ``n`` clients if it has none)."""
+    if t is None:
+        return None
+    return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
+
+
+class _LayerFn(torch.autograd.Function):
+    """Saves the input and weight, whether there is a bias, and the layer's other arguments."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        x, w, b, *ctx.args = inputs
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+
+
+class _LinearFn(_LayerFn):
+    @staticmethod
+    def forward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        return F.linear(x, w, b)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        x, w = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+        return (g @ w if need_x else None, g2.T @ x2 if need_w else None,
+                g2.sum(0) if ctx.has_bias and need_b else None)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, w: torch.Tensor,
+             b: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+        n = info.batch_size
+        x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[1], n), _front(b, in_dims[2], n)
+        rows = x.reshape(n, -1, x.shape[-1])
+        y = torch.bmm(w, rows.transpose(1, 2)).transpose(1, 2)
+        if b is not None:
+            y = y + b.unsqueeze(1)
+        return y.reshape(*x.shape[:-1], w.shape[1]), 0
+
+
+class _Conv2dFn(_LayerFn):
+    @staticmethod
+    def forward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple,
+                padding: tuple) -> torch.Tensor:
+        return F.conv2d(x, w, b, stride, padding)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        x, w = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        stride, padding = ctx.args
+        gx, gw, gb = torch.ops.aten.convolution_backward(
+            g, x, w, [w.shape[0]] if ctx.has_bias else None, list(stride), list(padding),
+            [1, 1], False, [0, 0], 1,
+            [need_x, need_w, ctx.has_bias and need_b])
+        return gx, gw, gb, None, None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, w: torch.Tensor,
+             b: torch.Tensor | None, stride: tuple, padding: tuple) -> tuple[torch.Tensor, int]:
+        n = info.batch_size
+        x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[1], n), _front(b, in_dims[2], n)
+        batch, c_in, height, width = x.shape[1:]
+        grouped = (x.transpose(0, 1).reshape(batch, n * c_in, height, width)
+                   .contiguous(memory_format=torch.channels_last))
+        y = F.conv2d(grouped, w.reshape(-1, *w.shape[2:]),
+                     None if b is None else b.reshape(-1), stride, padding, 1, n)
+        return y.reshape(batch, n, w.shape[1], *y.shape[2:]), 1
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` with a batched-matmul rule for stacked clients (module docstring)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return _LinearFn.apply(x, self.weight, self.bias)
+
+
+class Conv2d(nn.Conv2d):
+    """``nn.Conv2d`` (no dilation, groups or padding modes) with a stacked-client rule."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.dilation != (1, 1) or self.groups != 1 or self.padding_mode != "zeros" \
+                or isinstance(self.padding, str):
+            raise ValueError("wirelessfl Conv2d supports only integer zero padding, "
+                             "dilation 1 and groups 1")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return _Conv2dFn.apply(x, self.weight, self.bias, self.stride, self.padding)
