@@ -1,14 +1,20 @@
 import pytest
 
 from wirelessfl.config import ConfigError, apply_overrides, list_presets, load_raw, resolve, to_dict
+from wirelessfl.multitask import is_multitask, multitask_to_dict, resolve_multitask
 
 
 def test_roundtrip_of_every_preset():
     presets = list_presets()
-    assert "quickstart" in presets
+    assert "quickstart" in presets and "e4_fmnist_quick" in presets
     for name in presets:
-        cfg = resolve(load_raw(name))
-        assert resolve(to_dict(cfg)) == cfg
+        raw = load_raw(name)
+        if is_multitask(raw):
+            cfg = resolve_multitask(raw)
+            assert resolve_multitask(multitask_to_dict(cfg)) == cfg
+        else:
+            cfg = resolve(load_raw(name))
+            assert resolve(to_dict(cfg)) == cfg
 
 
 def test_overrides_are_typed():

@@ -23,6 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from wirelessfl.config import resolve
+    from wirelessfl.multitask import is_multitask
     from wirelessfl.plotting import plot_runs
     from wirelessfl.records import RunRecord
     from wirelessfl.runner import prepare, run
@@ -36,8 +37,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"device={args.device}")
     if args.engine:
         overrides.append(f"engine={args.engine}")
-    cfg = resolve(apply_overrides(raw, overrides))
-    out = Path(args.out) if args.out else Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    raw = apply_overrides(raw, overrides)
+    if is_multitask(raw):
+        return _run_multitask(raw, args)
+    cfg = resolve(raw)
+    out = _out_dir(args, cfg.name)
     exp = prepare(cfg)
     try:
         summary = run(exp, out, resume=args.resume, quiet=args.quiet)
@@ -52,6 +56,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if summary.get("sim_time_s") is not None:
         line += f", simulated {summary['sim_time_s']:.1f} s"
     print(f"{line}, {summary['wall_s']:.1f} s wall; run folder {out}; plot {png}")
+    return 0
+
+
+def _out_dir(args: argparse.Namespace, name: str) -> Path:
+    return Path(args.out) if args.out else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _run_multitask(raw: dict, args: argparse.Namespace) -> int:
+    """A multi-task (FedAST / Sync-ST) run in simulated time."""
+    from wirelessfl.multitask import resolve_multitask, run_multitask
+
+    if args.resume:
+        raise ConfigError("multi-task runs cannot be resumed yet; start a new run with --out")
+    cfg = resolve_multitask(raw)
+    out = _out_dir(args, cfg.name)
+    try:
+        summary = run_multitask(cfg, out, quiet=args.quiet)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the evaluations so far are kept in {out}", file=sys.stderr)
+        return 130
+    for name, t in summary["tasks"].items():
+        reached = (f"target {t['target']:.2f} at t = {t['time_to_target']:.1f}" if t["reached"]
+                   else f"target {t['target']:.2f} not reached")
+        print(f"{name}: {reached}; final accuracy {t['final_accuracy']:.4f}, {t['rounds']} "
+              f"rounds, {t['updates']} updates, mean staleness {t['staleness_mean']:.2f}")
+    done = summary["time_all_done"]
+    print(f"{cfg.name} ({cfg.method.name}): all tasks done at t = "
+          f"{'not reached' if done is None else f'{done:.1f}'} (simulated), "
+          f"{summary['wall_s']:.1f} s wall; run folder {out}")
     return 0
 
 

@@ -27,6 +27,7 @@ import csv
 import hashlib
 import json
 import math
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SCALES = ("quick", "paper")
-KINDS = ("curves", "sweep", "table")
+KINDS = ("curves", "sweep", "table", "gains")
 _LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
            "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
            "sim_time_s": "simulated latency [s]"}
@@ -61,8 +62,15 @@ class RunSpec:
     @property
     def key(self) -> str:
         """Hash of the resolved config (without its name): equal configs share a run."""
-        text = json.dumps(to_dict(resolve({**self.raw, "name": ""})), sort_keys=True)
+        text = json.dumps(_canonical({**self.raw, "name": ""}), sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _canonical(raw: dict[str, Any]) -> dict[str, Any]:
+    """The resolved config of a single-task or a multi-task run, as a plain mapping."""
+    from wirelessfl.multitask import is_multitask, multitask_to_dict, resolve_multitask
+
+    return multitask_to_dict(resolve_multitask(raw)) if is_multitask(raw) else to_dict(resolve(raw))
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                     for seed in seeds:
                         raw = apply_overrides(base, _pairs({**p_over, **s_over, **v_over,
                                                             "seed": seed}))
-                        resolve(raw)  # fail before any training
+                        _canonical(raw)  # fail before any training
                         runs.append(RunSpec(panel, series, value, seed, raw))
         out.append(Figure(name, spec, tuple(runs), scale))
     return out
@@ -155,13 +163,23 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
     A run whose data cannot be loaded (e.g. CIFAR-10 without ``--data-dir``) is skipped
     with its one-line reason; its figure is then reported as incomplete.
     """
+    from wirelessfl.multitask import is_multitask, resolve_multitask, run_multitask
     from wirelessfl.runner import prepare, run
 
     for i, r in enumerate(runs, 1):
         folder = run_folder(root, r)
         value = "" if r.value is None else f" {r.value}"
-        cfg = resolve({**r.raw, "name": f"{r.series}{value} {r.panel} s{r.seed}".strip()})
-        log(f"[{i}/{len(runs)}] {cfg.name} -> {folder}")
+        name = f"{r.series}{value} {r.panel} s{r.seed}".strip()
+        log(f"[{i}/{len(runs)}] {name} -> {folder}")
+        if is_multitask(r.raw):  # no resume: an unfinished multi-task run starts again
+            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                run_multitask(resolve_multitask({**r.raw, "name": name}), folder, quiet=quiet)
+            except ValueError as exc:
+                shutil.rmtree(folder, ignore_errors=True)
+                log(f"  skipped: {str(exc).splitlines()[0]}")
+            continue
+        cfg = resolve({**r.raw, "name": name})
         try:
             exp = prepare(cfg)
         except ValueError as exc:
@@ -209,6 +227,8 @@ def _groups(fig: Figure) -> dict[tuple[str, str, Any], list[RunSpec]]:
 
 def _show(value: Any) -> str:
     """A sweep value as text; a list of equal entries (one SNR for all cells) as one."""
+    if value is None:
+        return ""
     if isinstance(value, (list, tuple)) and len(set(map(str, value))) == 1:
         value = value[0]
     return str(value)
@@ -358,7 +378,99 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table}
+def mean_accuracy_time(rows: list[dict[str, Any]], target: float) -> float:
+    """First simulated time the mean test accuracy over a run's tasks reaches ``target``.
+
+    Each task counts with its latest evaluation (0 before its first); ``specs/fedast.md``
+    §7 item 11's metric for M identical tasks. NaN if never reached.
+    """
+    tasks = sorted({r["task"] for r in rows})
+    latest = dict.fromkeys(tasks, 0.0)
+    for r in sorted(rows, key=lambda r: r["sim_time"]):
+        latest[r["task"]] = r["test_accuracy"]
+        if np.mean(list(latest.values())) >= target:
+            return float(r["sim_time"])
+    return float("nan")
+
+
+def all_done_time(rows: list[dict[str, Any]], targets: dict[str, float]) -> float:
+    """First simulated time every task has reached its own target (heterogeneous tasks)."""
+    times = []
+    for name, target in targets.items():
+        hit = next((r["sim_time"] for r in rows if r["task"] == name
+                    and r["test_accuracy"] >= target), None)
+        times.append(float("nan") if hit is None else float(hit))
+    return max(times)
+
+
+def time_to_target(run: RunSpec, rows: list[dict[str, Any]], metric: str) -> float:
+    """A multi-task run's time to target: ``mean_accuracy`` (identical tasks) or ``all_done``."""
+    from wirelessfl.multitask import resolve_multitask
+
+    tasks = resolve_multitask(run.raw).tasks
+    if metric == "all_done":
+        return all_done_time(rows, {t.name: t.target for t in tasks})
+    return mean_accuracy_time(rows, tasks[0].target)
+
+
+def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Mean time to target per sweep value (bars per series) and the gain of ``method``.
+
+    Gain over ``baseline``: (T_baseline − T_method) / T_baseline (``specs/fedast.md`` §4.7).
+    ``metric``: ``mean_accuracy`` (default) or ``all_done``.
+    """
+    method, baseline = fig.spec["method"], fig.spec["baseline"]
+    sweep = fig.spec.get("sweep") or {"key": "setting", "values": [None]}
+    groups = _groups(fig)
+    f, ax, panels = _panels(fig, 1)
+    table = []
+    for panel in panels:
+        values = list(dict.fromkeys(v for p, _, v in groups if p == panel))
+        series = list(dict.fromkeys(s for p, s, _ in groups if p == panel))
+        a, width = ax[panels.index(panel)][0], 0.8 / len(series)
+        for v_i, value in enumerate(values):
+            row: dict[str, Any] = {"panel": panel, sweep.get("label", sweep["key"]): _show(value)}
+            for s_i, name in enumerate(series):
+                runs = groups[(panel, name, value)]
+                times = np.array([time_to_target(r, _rows(root, r), fig.spec.get(
+                    "metric", "mean_accuracy")) for r in runs])
+                done = times[~np.isnan(times)]
+                row[f"{name} time"] = float(done.mean()) if done.size else math.nan
+                row[f"{name} reached"] = f"{done.size}/{times.size}"
+                a.bar(v_i + (s_i - (len(series) - 1) / 2) * width, row[f"{name} time"], width,
+                      color=f"C{s_i}", label=name if v_i == 0 else None)
+            gain = 1 - row[f"{method} time"] / row[f"{baseline} time"]
+            row["gain_percent"] = 100 * gain
+            top = np.nanmax([row[f"{n} time"] for n in series])
+            a.annotate(f"{100 * gain:.1f}%", (v_i, top), ha="center", va="bottom", fontsize=8)
+            table.append(row)
+        a.set_xticks(range(len(values)), [_show(v) for v in values])
+        a.set(xlabel=sweep.get("label", sweep["key"]), ylabel="simulated time to target",
+              title=panel)
+        a.grid(alpha=0.3, axis="y")
+    paths = _finish(fig, f, ax, out, table)
+    md = out / f"{fig.name}.md"
+    md.write_text(_gains_markdown(fig, table, method, baseline))
+    return [*paths, md]
+
+
+def _gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, baseline: str) -> str:
+    label = fig.spec["sweep"].get("label", fig.spec["sweep"]["key"])
+    head = (f"| setting | {label} | {method} | {baseline} | gain |\n|---|---|---|---|---|\n")
+    body = "".join(
+        f"| {r['panel']} | {r[label]} | {r[f'{method} time']:.1f} [{r[f'{method} reached']}] | "
+        f"{r[f'{baseline} time']:.1f} [{r[f'{baseline} reached']}] | {r['gain_percent']:.1f}% |\n"
+        for r in table)
+    what = ("every task first reaches its target" if fig.spec.get("metric") == "all_done"
+            else "the mean accuracy over the tasks first reaches the target")
+    note = (f"\nMean simulated time at which {what}, over the seeds that reached it "
+            "[reached/seeds]. Paper: "
+            f"{fig.spec.get('reference', '')}\n")
+    return f"# {fig.title}\n\n{head}{body}{note}"
+
+
+RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,
+             "gains": render_gains}
 
 
 def render(figures: list[Figure], root: Path) -> list[Path]:

@@ -1,0 +1,122 @@
+"""Simulated time: FIFO queues, the availability cap, version store, latency models."""
+
+import numpy as np
+import pytest
+
+from wirelessfl.rng import Seeds
+from wirelessfl.simtime import (
+    ClientPool,
+    EventQueue,
+    LatencyModel,
+    ShiftedExponential,
+    VersionStore,
+    WirelessLatency,
+    speed_classes,
+)
+
+
+class Fixed(LatencyModel):
+    """Hand-made durations: client i takes ``durations[i]``."""
+
+    def __init__(self, durations):
+        self.durations = durations
+
+    def sample(self, client, task, rng):
+        return float(self.durations[client])
+
+
+def test_fifo_queue_on_a_hand_made_schedule():
+    pool = ClientPool(Fixed([2.0, 5.0]), 2)
+    rng = np.random.default_rng(0)
+    a = pool.send(0, 0, 0, 0, now=0.0, rng=rng)
+    b = pool.send(0, 1, 0, 0, now=1.0, rng=rng)   # queued behind a: starts at 2
+    c = pool.send(1, 0, 0, 0, now=1.0, rng=rng)
+    d = pool.send(0, 0, 1, 1, now=10.0, rng=rng)  # client idle again: starts at 10
+    assert (a.done, b.done, c.done, d.done) == (2.0, 4.0, 6.0, 12.0)
+    q = EventQueue()
+    for r in (d, c, b, a):
+        q.push(r.done, r.id)
+    assert [q.pop()[1] for _ in range(4)] == [a.id, b.id, c.id, d.id]
+
+
+def test_cancel_keeps_the_client_computing_unless_freed():
+    for free, expect in ((False, 9.0), (True, 6.0)):
+        pool = ClientPool(Fixed([3.0]), 1, free_on_cancel=free)
+        rng = np.random.default_rng(0)
+        pool.send(0, 0, 0, 0, now=0.0, rng=rng)
+        second = pool.send(0, 0, 0, 0, now=0.0, rng=rng)   # done at 6
+        pool.cancel(second)
+        assert pool.send(0, 0, 0, 0, now=0.0, rng=rng).done == expect
+
+
+def test_availability_cap_is_never_exceeded():
+    rng = np.random.default_rng(1)
+    pool = ClientPool(Fixed(rng.uniform(1, 3, 50)), 50, cap=7)
+    q, refused = EventQueue(), 0
+    for r in (pool.send(int(c), 0, 0, 0, 0.0, rng) for c in rng.integers(50, size=7)):
+        q.push(r.done, r)
+    now = 0.0
+    for _ in range(2000):
+        now, done = q.pop()
+        pool.release(done)
+        for c in rng.integers(50, size=2):
+            r = pool.send(int(c), 0, 0, 0, now, rng)
+            if r is None:
+                refused += 1
+                continue
+            q.push(r.done, r)
+        assert pool.busy <= 7
+        assert pool.busy == sum(bool(o) for o in pool.outstanding)
+    assert refused > 0  # the cap did bind
+
+
+def test_busy_client_always_accepts_under_the_cap():
+    pool = ClientPool(Fixed([1.0, 1.0]), 2, cap=1)
+    rng = np.random.default_rng(0)
+    assert pool.send(0, 0, 0, 0, 0.0, rng) is not None
+    assert pool.send(1, 0, 0, 0, 0.0, rng) is None      # idle client, cap reached
+    assert pool.send(0, 0, 0, 0, 0.0, rng) is not None  # busy client queues
+
+
+def test_version_store_drops_unreferenced_versions():
+    store = VersionStore()
+    store.pin("task", 0, "x0")
+    store.acquire(0)
+    store.pin("task", 1, "x1")      # x0 still used by a request
+    assert len(store) == 2
+    store.release(0)
+    assert len(store) == 1 and store[1] == "x1"
+    store.unpin("task")
+    assert len(store) == 0
+
+
+def test_shifted_exponential_mean_matches_the_paper():
+    """Normal MNIST client, τ = 27, κ = 1/2: mean request time 5.99 (§4.2)."""
+    lat = ShiftedExponential(task_constants=[0.148, 0.555], speed=[1.0], steps=[27, 27])
+    rng = np.random.default_rng(0)
+    for task, expect in ((0, 5.99), (1, 22.48)):
+        draws = np.array([lat.sample(0, task, rng) for _ in range(40_000)])
+        assert abs(draws.mean() - expect) < 0.02 * expect
+        assert draws.min() >= 27 * 0.5 * [0.148, 0.555][task]
+
+
+def test_wireless_latency_is_compute_plus_rayleigh_upload():
+    lat = WirelessLatency(cycles_per_step=[1e6], steps=[10], upload_bits=[1e6], cpu_hz=[1e9],
+                          snr_db=10.0, antennas=4, bandwidth_hz=1e6)
+    rng = np.random.default_rng(0)
+    d = np.array([lat.sample(0, 0, rng) for _ in range(20_000)])
+    # ‖h‖² ~ Gamma(4, 1): upload time 1 / log2(1 + 10‖h‖²) seconds per Mbit
+    g = np.random.default_rng(1).gamma(4.0, 1.0, 200_000)
+    expect = 0.01 + np.mean(1.0 / np.log2(1 + 10 * g))
+    assert abs(d.mean() - expect) < 0.02 * expect
+    assert d.min() > 0.01
+
+
+def test_speed_classes_have_the_paper_shares():
+    s = speed_classes(1000, Seeds(0).generator("partition", 1))
+    assert [int((s == v).sum()) for v in (1.3, 1.0, 0.7)] == [250, 500, 250]
+
+
+def test_bad_cap_is_refused():
+    with pytest.raises(ValueError, match="cap"):
+        ClientPool(Fixed([1.0]), 1, cap=0)

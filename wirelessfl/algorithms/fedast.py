@@ -1,0 +1,332 @@
+"""FedAST: buffered asynchronous training of several tasks on one client pool.
+
+``specs/fedast.md`` §2 (Algorithms 1–4), run as a discrete-event simulation (§2.3, §4.3)
+on the shared :mod:`wirelessfl.simtime` parts: an :class:`~wirelessfl.simtime.EventQueue` of
+completions, a :class:`~wirelessfl.simtime.ClientPool` (FIFO queues, availability cap) and a
+:class:`~wirelessfl.simtime.VersionStore` of the model versions outstanding requests use.
+
+Server step (§2.3 step 6): x ← x − η_s · mean_B(Δ) with Δ = x_sent − x_local (every
+buffered update weighted equally, no staleness discount; divided by the actual |B|).
+Replenishment (§2.4 [code]): K_m = min(2, max(0, R_m − A_m), max(0, R − Σ_j A_j)) requests
+with the current model to clients drawn uniformly with replacement; a request refused by
+the availability cap is skipped and made up at a later arrival. Option S keeps (R_m, b_m);
+option D reallocates R_m ∝ σ̂_g,m (Algorithms 3–4) every c_period arrivals.
+
+Local training runs lazily and batched: a request's result depends only on its model
+snapshot, its client's data and its seed (§4.3), so when the earliest completion is popped
+every not-yet-trained outstanding request is trained in one executor call per task (the
+results are the same as training each one at its completion).
+
+Defaults for what the paper leaves open are those of §7: availability cap on distinct busy
+clients, not applied to the initial burst (item 1); integer reallocation in units of r
+(item 5); Realloc counter reset at each reallocation, skipped until every active task has V
+updates (item 7); evaluation after every aggregation (item 10, ``eval_every``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from wirelessfl.client import Executor
+from wirelessfl.models.base import Params
+from wirelessfl.rng import Seeds
+from wirelessfl.simtime import ClientPool, EventQueue, Request, VersionStore
+from wirelessfl.tasks import TaskEnv, train_requests
+
+
+@dataclass(frozen=True)
+class FedASTHParams:
+    """FedAST's server hyperparameters (§2.7).
+
+    Attributes
+    ----------
+    option : str
+        ``S`` (static) or ``D`` (dynamic Realloc).
+    requests : int
+        Total request budget R, split evenly at the start (R_m^(0) = R / M).
+    ratio : int
+        r = R_m / b_m, held fixed (32 [code]).
+    buffer : int or None
+        Fixed buffer size b_m (None: max(1, round(R_m / r)), §7 item 12); 1 is FedAST-NoBuffer.
+    server_lr : float
+        η_s (0.1 for FedAST, 0.038 for NoBuffer).
+    window : int
+        V, the number of recent updates of the variance estimate.
+    period : float
+        c_period = ``period`` × M × Σ_m R_m arrivals between reallocations.
+    variance : str
+        ``paper`` (R_m ∝ √(η_c η_s τ σ̃²)) or ``code`` (∝ η_s σ̃² / (η_c τ²), §7 item 6).
+    max_batch : int
+        Most requests trained in one executor call (bounds memory).
+    cap_initial_burst : bool
+        Apply the availability cap to the initial R requests too (default, so the cap is
+        never exceeded; refused ones are made up at later arrivals); ``False`` exempts the
+        burst as the authors' code does (§7 item 1).
+    """
+
+    option: str = "S"
+    requests: int = 384
+    ratio: int = 32
+    buffer: int | None = None
+    server_lr: float = 0.1
+    window: int = 8
+    period: float = 0.75
+    variance: str = "paper"
+    max_batch: int = 512
+    cap_initial_burst: bool = True
+
+    def __post_init__(self) -> None:
+        if self.option not in ("S", "D"):
+            raise ValueError(f"`option` must be S or D, got {self.option!r}")
+        if self.variance not in ("paper", "code"):
+            raise ValueError(f"`variance` must be paper or code, got {self.variance!r}")
+        if self.requests < 1 or self.ratio < 1 or (self.buffer is not None and self.buffer < 1):
+            raise ValueError("`requests`, `ratio` and `buffer` must be >= 1")
+        if not self.server_lr > 0 or self.window < 2 or self.max_batch < 1:
+            raise ValueError("`server_lr` must be > 0, `window` >= 2, `max_batch` >= 1")
+
+
+@dataclass
+class TaskState:
+    """Server state of one task (§2.2)."""
+
+    params: Params
+    round: int = 0
+    target_requests: int = 0  # R_m
+    buffer_size: int = 1  # b_m
+    outstanding: int = 0  # A_m
+    buffer_sum: Params | None = None
+    buffered: int = 0
+    window: deque = field(default_factory=deque)
+    finished: bool = False
+    updates: int = 0
+    staleness: list[int] = field(default_factory=list)
+
+
+#: ``on_eval(task, state, time)`` is called after each evaluated aggregation; it returns the
+#: test accuracy (the simulation stops a task when it reaches its target).
+EvalHook = Callable[[TaskEnv, TaskState, float], float]
+
+
+def check_stop(task: TaskEnv, st: TaskState, now: float, on_eval: EvalHook, eval_every: int,
+               max_rounds: int | None) -> str | None:
+    """After an aggregation: evaluate when due; ``"target"`` if reached, ``"cap"`` at the round cap."""
+    last = max_rounds is not None and st.round >= max_rounds
+    if (st.round % eval_every == 0 or last) and on_eval(task, st, now) >= task.config.target:
+        return "target"
+    return "cap" if last else None
+
+
+def split_budget(total: int, shares: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``total`` units in proportion to ``shares``: floors, then the rest at random (§2.6 [code])."""
+    shares = np.asarray(shares, float)
+    base = np.floor(total * shares / shares.sum()).astype(int)
+    extra = rng.choice(len(shares), size=total - base.sum(), replace=True,
+                       p=shares / shares.sum())
+    return base + np.bincount(extra, minlength=len(shares))
+
+
+def realloc_units(total: int, ratio: int, sigma: np.ndarray) -> np.ndarray:
+    """Targets R_m in whole units of r ∝ σ̂_m, at least one unit each (§7 item 5)."""
+    units = max(total // ratio, len(sigma))
+    share = units * sigma / sigma.sum()
+    got = np.ones(len(sigma), int)
+    for _ in range(units - len(sigma)):
+        got[int(np.argmax(share - got))] += 1
+    return got * ratio
+
+
+def normalised_variance(window: list[Params]) -> float:
+    """σ̃² = mean_k ‖Δ_k − Δ̄‖² / ‖Δ̄‖² over the last V updates (Algorithm 4, step 2)."""
+    flat = torch.stack([torch.cat([v.flatten() for v in d.values()]) for d in window])
+    mean = flat.mean(0)
+    return float(((flat - mean) ** 2).sum(1).mean() / mean.square().sum().clamp_min(1e-30))
+
+
+class FedAST:
+    """The FedAST server over ``tasks`` (option S or D; ``buffer=1`` is FedAST-NoBuffer).
+
+    Parameters
+    ----------
+    tasks : list of TaskEnv
+        The M tasks.
+    pool : ClientPool
+        The shared clients (latency model, FIFO queues, availability cap).
+    executor : Executor
+        Client engine.
+    seeds : Seeds
+        The run's streams (``sampling`` for client draws and budget hand-over, ``delays``
+        for latencies, ``local`` for each request's mini-batch order).
+    hp : FedASTHParams
+        Server hyperparameters.
+    """
+
+    def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
+                 hp: FedASTHParams) -> None:
+        self.tasks, self.pool, self.executor, self.seeds, self.hp = tasks, pool, executor, seeds, hp
+        self.versions = VersionStore()
+        self.queue = EventQueue()
+        self.pending: dict[int, Request] = {}
+        self.results: dict[int, Params] = {}
+        self.sampling = seeds.generator("sampling")
+        self.delays = seeds.generator("delays")
+        self.time = 0.0
+        self.arrivals_since_realloc = 0
+        m = len(tasks)
+        per_task = split_budget(hp.requests, np.ones(m), self.sampling)
+        self.states = [TaskState(params={k: v.detach().clone() for k, v in t.init_params.items()},
+                                 target_requests=int(r), buffer_size=self._buffer_for(int(r)))
+                       for t, r in zip(tasks, per_task)]
+        for j, st in enumerate(self.states):
+            self.versions.pin(j, (j, 0), st.params)
+
+    # ------------------------------------------------------------------ requests
+    def _buffer_for(self, requests: int) -> int:
+        return self.hp.buffer or max(1, round(requests / self.hp.ratio))
+
+    def _send(self, j: int, count: int, *, force: bool = False) -> int:
+        """Send up to ``count`` requests of task j with its current model; how many went out."""
+        st, sent = self.states[j], 0
+        for _ in range(count):
+            client = int(self.sampling.integers(self.pool.num_clients))
+            req = self.pool.send(client, j, st.round, st.round, self.time, self.delays, force=force)
+            if req is None:
+                continue
+            self.versions.acquire((j, st.round))
+            self.pending[req.id] = req
+            self.queue.push(req.done, req)
+            st.outstanding += 1
+            sent += 1
+        return sent
+
+    def _train_pending(self) -> None:
+        """Train every outstanding request not trained yet, one executor call per task."""
+        todo = [r for r in self.pending.values() if r.id not in self.results]
+        for j, task in enumerate(self.tasks):
+            mine = [r for r in todo if r.task == j]
+            for s in range(0, len(mine), self.hp.max_batch):
+                chunk = mine[s:s + self.hp.max_batch]
+                deltas = train_requests(
+                    self.executor, task, [self.versions[(j, r.version)] for r in chunk],
+                    [r.client for r in chunk], [self.seeds.int_seed("local", j, r.id) for r in chunk])
+                for r, d in zip(chunk, deltas):
+                    self.results[r.id] = d.delta
+                    self.versions.release((j, r.version))
+
+    def _drop(self, req: Request) -> None:
+        """Forget an outstanding request (completed or cancelled)."""
+        self.pending.pop(req.id)
+        if self.results.pop(req.id, None) is None:
+            self.versions.release((req.task, req.version))
+
+    # ------------------------------------------------------------------ server
+    def _aggregate(self, j: int) -> None:
+        st = self.states[j]
+        eta = self.hp.server_lr / st.buffered
+        st.params = {k: v - eta * st.buffer_sum[k] for k, v in st.params.items()}
+        st.round += 1
+        st.buffer_sum, st.buffered = None, 0
+        self.versions.pin(j, (j, st.round), st.params)
+
+    def _finish(self, j: int, handover: bool = True) -> None:
+        """Task j is done: cancel its requests and hand its budget over (§2.6)."""
+        st = self.states[j]
+        st.finished = True
+        for req in [r for r in self.pending.values() if r.task == j]:
+            self.pool.cancel(req)
+            self._drop(req)
+        st.outstanding = 0
+        self.versions.unpin(j)
+        active = [i for i, s in enumerate(self.states) if not s.finished]
+        if not (active and handover):
+            return
+        shares = np.array([self.states[i].target_requests for i in active], float)
+        extra = split_budget(st.target_requests, shares, self.sampling)
+        st.target_requests = 0
+        for i, e in zip(active, extra):
+            s = self.states[i]
+            s.target_requests += int(e)
+            s.buffer_size = self._buffer_for(s.target_requests)
+            if self.hp.option == "S":
+                self._send(i, int(e))
+
+    def _realloc(self) -> None:
+        """Algorithm 3 with the variance estimate of Algorithm 4 (option D)."""
+        active = [i for i, s in enumerate(self.states) if not s.finished]
+        period = self.hp.period * len(active) * sum(self.states[i].target_requests for i in active)
+        if self.arrivals_since_realloc < period or any(
+                len(self.states[i].window) < self.hp.window for i in active):
+            return
+        self.arrivals_since_realloc = 0
+        sigma = np.array([self._sigma(i) for i in active])
+        if not np.isfinite(sigma).all() or sigma.sum() <= 0:
+            return
+        total = sum(self.states[i].target_requests for i in active)
+        for i, r in zip(active, realloc_units(total, self.hp.ratio, sigma)):
+            self.states[i].target_requests = int(r)
+
+    def _sigma(self, j: int) -> float:
+        """σ̂ of task j (paper) or the code variant's allocation weight (§7 item 6)."""
+        task, st = self.tasks[j], self.states[j]
+        var = normalised_variance(list(st.window))
+        eta_c, eta_s, tau = task.local.lr, self.hp.server_lr, task.steps
+        if self.hp.variance == "code":
+            return eta_s * var / (eta_c * tau**2)
+        return math.sqrt(eta_c * eta_s * tau * var)
+
+    def _replenish(self, j: int) -> None:
+        st = self.states[j]
+        budget = sum(s.target_requests for s in self.states)
+        total_out = sum(s.outstanding for s in self.states)
+        k = min(2, max(0, st.target_requests - st.outstanding), max(0, budget - total_out))
+        self._send(j, k)
+
+    # ------------------------------------------------------------------ loop
+    def run(self, on_eval: EvalHook, *, max_time: float = math.inf, eval_every: int = 1,
+            max_rounds: int | None = None) -> float:
+        """Simulate until every task is finished, ``max_time`` or ``max_rounds`` per task.
+
+        Returns the simulated time at the end.
+        """
+        for j, st in enumerate(self.states):
+            self._send(j, st.target_requests, force=not self.hp.cap_initial_burst)
+        while len(self.queue) and not all(s.finished for s in self.states):
+            t, req = self.queue.pop()
+            if req.id not in self.pending:
+                continue  # cancelled
+            if t > max_time:
+                break
+            self.time = t
+            if req.id not in self.results:
+                self._train_pending()
+            delta = self.results[req.id]
+            self._drop(req)
+            self.pool.release(req)
+            j, st = req.task, self.states[req.task]
+            st.outstanding -= 1
+            st.updates += 1
+            st.staleness.append(st.round - req.version)
+            st.buffer_sum = delta if st.buffer_sum is None else {
+                k: st.buffer_sum[k] + v for k, v in delta.items()}
+            st.buffered += 1
+            self.arrivals_since_realloc += 1
+            if self.hp.option == "D":
+                st.window.append(delta)
+                while len(st.window) > self.hp.window:
+                    st.window.popleft()
+                self._realloc()
+                st.buffer_size = self.hp.buffer or max(1, math.ceil(st.outstanding / self.hp.ratio))
+            if st.buffered >= st.buffer_size:
+                self._aggregate(j)
+                stop = check_stop(self.tasks[j], st, self.time, on_eval, eval_every, max_rounds)
+                if stop:
+                    self._finish(j, handover=stop == "target")
+                    continue
+            self._replenish(j)
+        return self.time

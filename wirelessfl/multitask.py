@@ -1,0 +1,238 @@
+"""Multi-task runs in simulated time: FedAST and its synchronous baselines (``specs/fedast.md``).
+
+A preset with a ``tasks:`` list is a multi-task run::
+
+    tasks: [fmnist_lenet5, fmnist_lenet5]        # registry names, or {task: name, ...overrides}
+    pool: {clients: 1000, available: 300}          # §4.1
+    method: {name: fedast, option: S, requests: 384}
+    max_time: 520000
+
+``wirelessfl run`` writes the run folder as for single-task runs: ``config.yaml``,
+``meta.json``, ``metrics.jsonl``/``.csv`` (one row per evaluation: task, round, simulated
+time, test accuracy and loss, updates, mean staleness, R_m, b_m) and ``summary.json``
+(per-task time to target, and the time all tasks are done). Speed classes come from the
+``partition`` stream, so every method of one seed sees the same clients (§7 item 16).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import time
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from wirelessfl.algorithms.fedast import FedAST, FedASTHParams, TaskState
+from wirelessfl.algorithms.sync_st import SyncST, SyncSTHParams
+from wirelessfl.client import LocalHParams
+from wirelessfl.config import (
+    AlgorithmConfig,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    _coerce,
+    _lists,
+    build_dataclass,
+)
+from wirelessfl.records import RunRecord
+from wirelessfl.rng import Seeds
+from wirelessfl.simtime import ClientPool, ShiftedExponential, speed_classes
+from wirelessfl.tasks import TaskConfig, TaskEnv, build_tasks, task_from_registry
+
+#: method name → (hyperparameter dataclass, simulator class, uses the sync learning rates)
+METHODS = {"fedast": (FedASTHParams, FedAST, False), "sync_st": (SyncSTHParams, SyncST, True)}
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """The shared client pool (§4.1–4.2).
+
+    Attributes
+    ----------
+    clients : int
+        N.
+    available : int or None
+        Cap on distinct busy clients for the asynchronous methods (300); None: no cap.
+    speed_shares, speed_multipliers : tuple of float
+        Shares and multipliers s_i of the slow / normal / fast classes.
+    kappa : float
+        Latency scale κ (1/2 [code]).
+    free_on_cancel : bool
+        Free a client when its request is cancelled (default: it keeps computing, §7 item 18).
+    """
+
+    clients: int = 1000
+    available: int | None = 300
+    speed_shares: tuple[float, float, float] = (0.25, 0.5, 0.25)
+    speed_multipliers: tuple[float, float, float] = (1.3, 1.0, 0.7)
+    kappa: float = 0.5
+    free_on_cancel: bool = False
+
+    def __post_init__(self) -> None:
+        if self.clients < 1 or (self.available is not None and self.available < 1):
+            raise ConfigError("pool.clients and pool.available must be >= 1")
+
+
+@dataclass(frozen=True)
+class MultiTaskConfig:
+    """A multi-task run (see the module docstring).
+
+    ``copies`` (in the YAML only) repeats the task list, for M identical tasks (E4: ``--set
+    copies=6``). ``test_samples`` evaluates on a fixed random subset of each test set (quick
+    scale); ``eval_every`` counts a task's aggregations.
+    """
+
+    name: str = "multitask"
+    description: str = ""
+    seed: int = 0
+    device: str = "auto"
+    engine: str = "auto"
+    tasks: tuple[TaskConfig, ...] = ()
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    method: AlgorithmConfig = field(default_factory=lambda: AlgorithmConfig("fedast", FedASTHParams()))
+    max_time: float = 5.2e5
+    max_rounds: int | None = None
+    eval_every: int = 1
+    test_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ConfigError("tasks: name at least one task")
+        if self.eval_every < 1 or not self.max_time > 0:
+            raise ConfigError("eval_every must be >= 1 and max_time > 0")
+        if self.test_samples is not None and self.test_samples < 1:
+            raise ConfigError("test_samples must be >= 1 (or null for the whole test set)")
+
+
+def is_multitask(raw: dict[str, Any]) -> bool:
+    """Whether a raw config describes a multi-task run."""
+    return isinstance(raw, dict) and "tasks" in raw
+
+
+def _task(raw: Any, index: int) -> TaskConfig:
+    t = task_from_registry(raw, index)
+    prefix = f"tasks[{index}]"
+    sections = {"data": DataConfig, "model": ModelConfig, "local": LocalHParams,
+                "sync_local": LocalHParams}
+    built = {k: build_dataclass(cls, t.pop(k, None), f"{prefix}.{k}") for k, cls in sections.items()
+             if k in t or k != "sync_local"}
+    return _build(TaskConfig, t, built, f"{prefix}.")
+
+
+def _build(cls: type, top: dict[str, Any], built: dict[str, Any], prefix: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in top:
+        if k not in names or k in built:
+            raise ConfigError(f"unknown config key '{prefix}{k}'; valid keys: {', '.join(sorted(names))}")
+    hints = typing.get_type_hints(cls)
+    try:
+        return cls(**{k: _coerce(v, hints[k], f"{prefix}{k}") for k, v in top.items()}, **built)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{prefix}{exc}") from exc
+
+
+def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
+    """A :class:`MultiTaskConfig` from a nested mapping, every key and type checked."""
+    raw = copy.deepcopy(raw)
+    tasks, copies = raw.pop("tasks"), raw.pop("copies", 1)
+    if not isinstance(tasks, list) or not isinstance(copies, int) or copies < 1:
+        raise ConfigError("tasks must be a list of task names or mappings, copies an integer >= 1")
+    tasks = tasks * copies
+    method = dict(raw.pop("method", None) or {})
+    name = method.pop("name", "fedast")
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")
+    built = {
+        "tasks": tuple(_task(t, i) for i, t in enumerate(tasks)),
+        "pool": build_dataclass(PoolConfig, raw.pop("pool", None), "pool"),
+        "method": AlgorithmConfig(name, build_dataclass(METHODS[name][0], method, "method")),
+    }
+    return _build(MultiTaskConfig, raw, built, "")
+
+
+def multitask_to_dict(cfg: MultiTaskConfig) -> dict[str, Any]:
+    """Plain nested mapping of a multi-task config (round-trips through :func:`resolve_multitask`)."""
+    out = dataclasses.asdict(dataclasses.replace(cfg, method=None))
+    out["method"] = {"name": cfg.method.name, **dataclasses.asdict(cfg.method.hparams)}
+    for t in out["tasks"]:
+        if t["sync_local"] is None:
+            del t["sync_local"]
+    return _lists(out)
+
+
+def build_simulator(cfg: MultiTaskConfig) -> tuple[Any, list[TaskEnv]]:
+    """Tasks, client pool and the method's simulator (nothing written)."""
+    from wirelessfl.runner import make_executor, resolve_device
+
+    device = resolve_device(cfg.device)
+    seeds = Seeds(cfg.seed)
+    hp_cls, sim_cls, sync = METHODS[cfg.method.name]
+    tasks = build_tasks(cfg.tasks, cfg.pool.clients, seeds, device, sync=sync,
+                        test_samples=cfg.test_samples)
+    p = cfg.pool
+    speed = speed_classes(p.clients, seeds.generator("partition", 1), p.speed_shares,
+                          p.speed_multipliers)
+    latency = ShiftedExponential(task_constants=[t.config.latency_constant for t in tasks],
+                                 speed=speed, steps=[t.steps for t in tasks], kappa=p.kappa)
+    pool = ClientPool(latency, p.clients, cap=None if sync else p.available,
+                      free_on_cancel=p.free_on_cancel)
+    sim = sim_cls(tasks, pool, make_executor(cfg.engine, device), seeds, cfg.method.hparams)
+    return sim, tasks
+
+
+def summarize_multitask(cfg: MultiTaskConfig, rows: list[dict[str, Any]], end: float,
+                        wall: float, stats: dict[str, Any]) -> dict[str, Any]:
+    """Per-task time to target and final accuracy; the time all tasks are done."""
+    per_task = {}
+    for t in cfg.tasks:
+        mine = [r for r in rows if r["task"] == t.name]
+        hit = next((r for r in mine if r["test_accuracy"] >= t.target), None)
+        per_task[t.name] = {"target": t.target, "reached": hit is not None,
+                            "time_to_target": hit["sim_time"] if hit else None,
+                            "final_accuracy": mine[-1]["test_accuracy"] if mine else None,
+                            **stats.get(t.name, {})}
+    times = [v["time_to_target"] for v in per_task.values()]
+    return {"name": cfg.name, "method": cfg.method.name, "tasks": per_task,
+            "all_reached": all(x is not None for x in times),
+            "time_all_done": max(times) if all(x is not None for x in times) else None,
+            "sim_time_end": end, "wall_s": wall}
+
+
+def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False) -> dict[str, Any]:
+    """Simulate ``cfg`` into run folder ``out``; return the summary."""
+    record = RunRecord(out)
+    if record.exists():
+        raise ConfigError(f"run folder {out} already holds a run; choose another --out")
+    sim, tasks = build_simulator(cfg)
+    record.create(multitask_to_dict(cfg), cfg.seed, str(tasks[0].device))
+    start = time.perf_counter()
+    bar = tqdm(total=cfg.max_time, desc=cfg.name, unit="t", disable=quiet or bool(os.environ.get("CI")),
+               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} simulated {postfix}")
+
+    def on_eval(task: TaskEnv, st: TaskState, now: float) -> float:
+        acc, loss = task.evaluate(st.params)
+        record.append({"task": task.name, "round": st.round, "sim_time": now,
+                       "test_accuracy": acc, "test_loss": loss, "updates": st.updates,
+                       "staleness_mean": sum(st.staleness) / max(1, len(st.staleness)),
+                       "requests": st.target_requests, "buffer": st.buffer_size,
+                       "wall_s": time.perf_counter() - start})
+        bar.n = min(now, cfg.max_time)
+        bar.set_postfix_str(f"{task.name} {acc:.3f}")
+        return acc
+
+    end = sim.run(on_eval, max_time=cfg.max_time, eval_every=cfg.eval_every,
+                  max_rounds=cfg.max_rounds)
+    bar.close()
+    stats = {t.name: {"updates": s.updates, "rounds": s.round,
+                      "staleness_mean": sum(s.staleness) / max(1, len(s.staleness))}
+             for t, s in zip(tasks, sim.states)}
+    summary = summarize_multitask(cfg, record.rows(), end, time.perf_counter() - start, stats)
+    record.write_summary(summary)
+    return summary
