@@ -242,3 +242,51 @@ def test_bayes_assignment_gives_disjoint_blocks_of_the_right_sizes():
     for v in bayes.seen:
         grid = v.reshape(2, N)
         assert grid.sum(1).tolist() == [5, 3] and grid.max(0).max() == 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda tasks, pool, seeds: FedAST(tasks, pool, LoopExecutor("cpu"), seeds,
+                                      FedASTHParams(option="D", requests=16, ratio=4, window=3,
+                                                    period=0.2)),
+    lambda tasks, pool, seeds: SyncST(tasks, pool, LoopExecutor("cpu"), seeds,
+                                      SyncSTHParams(first_k=2, clients=8, assignment="ucb")),
+], ids=["fedast-D", "sync-ucb"])
+def test_snapshot_resumes_with_the_same_numbers(make):
+    import io
+
+    def build():
+        pool = ClientPool(Fixed(np.random.default_rng(4).uniform(1, 3, N)), N, cap=12)
+        return make(_tasks(2), pool, Seeds(9))
+
+    def log(rows):
+        def on_eval(task, st, now):
+            rows.append((task.index, st.round, now, task.evaluate(st.params)[0]))
+            return 0.0
+        return on_eval
+
+    full = []
+    build().run(log(full), max_rounds=8)
+
+    class Stop(Exception):
+        pass
+
+    cut, snap, sim = [], {}, build()
+
+    def interrupted(task, st, now):
+        if len(cut) == 7:
+            raise Stop
+        return log(cut)(task, st, now)
+
+    def checkpoint():  # one snapshot after 3 evaluations; 4 more are made, then lost
+        if len(cut) >= 3 and not snap:
+            buf = io.BytesIO()
+            torch.save(sim.state_dict(), buf)
+            snap.update(bytes=buf.getvalue(), rows=len(cut))
+
+    with pytest.raises(Stop):
+        sim.run(interrupted, max_rounds=8, on_checkpoint=checkpoint)
+    resumed = build()
+    resumed.load_state_dict(torch.load(io.BytesIO(snap["bytes"]), weights_only=False))
+    rest = []
+    resumed.run(log(rest), max_rounds=8)
+    assert 3 <= snap["rows"] < 7 and cut[:snap["rows"]] + rest == full

@@ -81,6 +81,9 @@ def test_quickstart_learns_and_plots(tmp_path, capsys):
     (["beamform", "--antennas", "0"], "positive integer"),
     (["beamform", "--instances", "/nonexistent.npz"], "need an .npz"),
     (["run", "quickstart", "--bogus"], "unrecognized arguments"),
+    (["run", "e4_fmnist_quick", "--set", "tasks=[mnist_cnn]"], "unknown task 'mnist_cnn'"),
+    (["run", "e4_fmnist_quick", "--set", "method.option=X"], "option"),
+    (["run", "e4_fmnist_quick", "--set", "pool.available=0"], "pool.available must be >= 1"),
 ])
 def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, args, match):
     out = tmp_path / "never"

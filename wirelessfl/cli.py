@@ -67,14 +67,13 @@ def _run_multitask(raw: dict, args: argparse.Namespace) -> int:
     """A multi-task (FedAST / Sync-ST) run in simulated time."""
     from wirelessfl.multitask import resolve_multitask, run_multitask
 
-    if args.resume:
-        raise ConfigError("multi-task runs cannot be resumed yet; start a new run with --out")
     cfg = resolve_multitask(raw)
     out = _out_dir(args, cfg.name)
     try:
-        summary = run_multitask(cfg, out, quiet=args.quiet)
+        summary = run_multitask(cfg, out, quiet=args.quiet, resume=args.resume)
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the evaluations so far are kept in {out}", file=sys.stderr)
+        print(f"\ninterrupted; evaluations are kept in {out}. Continue with: "
+              f"wirelessfl run --resume --out {out}", file=sys.stderr)
         return 130
     for name, t in summary["tasks"].items():
         reached = (f"target {t['target']:.2f} at t = {t['time_to_target']:.1f}" if t["reached"]

@@ -27,7 +27,6 @@ import csv
 import hashlib
 import json
 import math
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,12 +170,11 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
         value = "" if r.value is None else f" {r.value}"
         name = f"{r.series}{value} {r.panel} s{r.seed}".strip()
         log(f"[{i}/{len(runs)}] {name} -> {folder}")
-        if is_multitask(r.raw):  # no resume: an unfinished multi-task run starts again
-            shutil.rmtree(folder, ignore_errors=True)
+        if is_multitask(r.raw):
             try:
-                run_multitask(resolve_multitask({**r.raw, "name": name}), folder, quiet=quiet)
+                run_multitask(resolve_multitask({**r.raw, "name": name}), folder, quiet=quiet,
+                              resume=RunRecord(folder).exists())
             except ValueError as exc:
-                shutil.rmtree(folder, ignore_errors=True)
                 log(f"  skipped: {str(exc).splitlines()[0]}")
             continue
         cfg = resolve({**r.raw, "name": name})
@@ -450,12 +448,12 @@ def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
         a.grid(alpha=0.3, axis="y")
     paths = _finish(fig, f, ax, out, table)
     md = out / f"{fig.name}.md"
-    md.write_text(_gains_markdown(fig, table, method, baseline))
+    md.write_text(_gains_markdown(fig, table, method, baseline, sweep.get("label", sweep["key"])))
     return [*paths, md]
 
 
-def _gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, baseline: str) -> str:
-    label = fig.spec["sweep"].get("label", fig.spec["sweep"]["key"])
+def _gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, baseline: str,
+                    label: str) -> str:
     head = (f"| setting | {label} | {method} | {baseline} | gain |\n|---|---|---|---|---|\n")
     body = "".join(
         f"| {r['panel']} | {r[label]} | {r[f'{method} time']:.1f} [{r[f'{method} reached']}] | "

@@ -205,30 +205,59 @@ def summarize_multitask(cfg: MultiTaskConfig, rows: list[dict[str, Any]], end: f
             "sim_time_end": end, "wall_s": wall}
 
 
-def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False) -> dict[str, Any]:
-    """Simulate ``cfg`` into run folder ``out``; return the summary."""
-    record = RunRecord(out)
-    if record.exists():
-        raise ConfigError(f"run folder {out} already holds a run; choose another --out")
+def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
+                  resume: bool = False, checkpoint_every_s: float = 60.0) -> dict[str, Any]:
+    """Simulate ``cfg`` into run folder ``out``; return the summary.
+
+    A snapshot of the simulation is saved at most every ``checkpoint_every_s`` wall seconds;
+    with ``resume`` a run continues from its last snapshot (rows written after it are
+    dropped and produced again, with the same numbers).
+    """
+    record, resolved = RunRecord(out), multitask_to_dict(cfg)
     sim, tasks = build_simulator(cfg)
-    record.create(multitask_to_dict(cfg), cfg.seed, str(tasks[0].device))
-    start = time.perf_counter()
+    rows, wall0 = 0, 0.0
+    if resume:
+        if not record.exists():
+            raise ConfigError(f"--resume: {out} holds no run; drop --resume to start one")
+        if record.config() != resolved:
+            raise ConfigError(f"--resume: {out} was made with a different config; resume with "
+                              "the same preset and --set values (or no preset at all)")
+        ckpt = record.load_checkpoint()
+        if ckpt is not None:
+            sim.load_state_dict(ckpt["sim"])
+            rows, wall0 = ckpt["rows"], ckpt["wall_s"]
+        record.keep(record.rows()[:rows])
+    else:
+        if record.exists():
+            raise ConfigError(f"run folder {out} already holds a run; pass --resume to "
+                              "continue it or --out to choose another folder")
+        record.create(resolved, cfg.seed, str(tasks[0].device))
+    start = time.perf_counter() - wall0
+    saved = [time.perf_counter()]
     bar = tqdm(total=cfg.max_time, desc=cfg.name, unit="t", disable=quiet or bool(os.environ.get("CI")),
                dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} simulated {postfix}")
 
     def on_eval(task: TaskEnv, st: TaskState, now: float) -> float:
+        nonlocal rows
         acc, loss = task.evaluate(st.params)
         record.append({"task": task.name, "round": st.round, "sim_time": now,
                        "test_accuracy": acc, "test_loss": loss, "updates": st.updates,
                        "staleness_mean": sum(st.staleness) / max(1, len(st.staleness)),
                        "requests": st.target_requests, "buffer": st.buffer_size,
                        "wall_s": time.perf_counter() - start})
+        rows += 1
         bar.n = min(now, cfg.max_time)
         bar.set_postfix_str(f"{task.name} {acc:.3f}")
         return acc
 
+    def on_checkpoint() -> None:
+        if time.perf_counter() - saved[0] >= checkpoint_every_s:
+            record.save_checkpoint({"sim": sim.state_dict(), "rows": rows,
+                                    "wall_s": time.perf_counter() - start})
+            saved[0] = time.perf_counter()
+
     end = sim.run(on_eval, max_time=cfg.max_time, eval_every=cfg.eval_every,
-                  max_rounds=cfg.max_rounds)
+                  max_rounds=cfg.max_rounds, on_checkpoint=on_checkpoint)
     bar.close()
     stats = {t.name: {"updates": s.updates, "rounds": s.round,
                       "staleness_mean": sum(s.staleness) / max(1, len(s.staleness))}

@@ -61,6 +61,7 @@ class RunRecord:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
+        self._csv_keys: list[str] | None = None  # the CSV's columns, once written here
 
     @property
     def metrics_path(self) -> Path:
@@ -97,16 +98,27 @@ class RunRecord:
         return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line]
 
     def append(self, row: dict[str, Any]) -> None:
-        """Append one metrics row, flush it to disk, refresh the CSV."""
+        """Append one metrics row, flush it to disk, extend the CSV.
+
+        The CSV gets one more line when the row brings no new column, and is rewritten
+        otherwise (so appending stays cheap for runs with thousands of evaluations).
+        """
         with open(self.metrics_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self._write_csv(self.rows())
+        if self._csv_keys is not None and set(row) <= set(self._csv_keys):
+            with open(self.folder / "metrics.csv", "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=self._csv_keys).writerow(_csv_row(row))
+        else:
+            self._write_csv(self.rows())
 
     def truncate(self, last_round: int) -> None:
         """Drop rows after ``last_round`` (rows written after the last checkpoint)."""
-        rows = [r for r in self.rows() if r["round"] <= last_round]
+        self.keep([r for r in self.rows() if r["round"] <= last_round])
+
+    def keep(self, rows: list[dict[str, Any]]) -> None:
+        """Replace the metric rows by ``rows`` (the ones a checkpoint had seen)."""
         _atomic_write(self.metrics_path,
                       lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in rows)))
         self._write_csv(rows)
@@ -121,10 +133,10 @@ class RunRecord:
                 w = csv.DictWriter(fh, fieldnames=keys)
                 w.writeheader()
                 for r in rows:
-                    w.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v
-                                for k, v in r.items()})
+                    w.writerow(_csv_row(r))
 
         _atomic_write(self.folder / "metrics.csv", write)
+        self._csv_keys = keys
 
     def save_checkpoint(self, payload: dict[str, Any]) -> None:
         """Write the checkpoint atomically."""
@@ -145,6 +157,10 @@ class RunRecord:
         """The stored summary, if the run finished."""
         path = self.folder / "summary.json"
         return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()}
 
 
 def first_reaching(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -149,7 +150,27 @@ def normalised_variance(window: list[Params]) -> float:
     return float(((flat - mean) ** 2).sum(1).mean() / mean.square().sum().clamp_min(1e-30))
 
 
-class FedAST:
+class Simulation:
+    """What FedAST and the synchronous baselines share: snapshots for resumable runs.
+
+    :meth:`state_dict` holds everything but the tasks and the executor (rebuilt from the
+    config on resume): task states, event queue, client pool, model versions, trained
+    results and the random generators, so a resumed run continues with the same numbers.
+    ``run(..., on_checkpoint=f)`` calls ``f()`` at points where such a snapshot is clean.
+    """
+
+    _rebuilt = ("tasks", "executor")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The simulation's state (picklable; tensors included)."""
+        return {k: v for k, v in vars(self).items() if k not in self._rebuilt}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` of the same configuration."""
+        vars(self).update(state)
+
+
+class FedAST(Simulation):
     """The FedAST server over ``tasks`` (option S or D; ``buffer=1`` is FedAST-NoBuffer).
 
     Parameters
@@ -177,6 +198,7 @@ class FedAST:
         self.sampling = seeds.generator("sampling")
         self.delays = seeds.generator("delays")
         self.time = 0.0
+        self.started = False
         self.arrivals_since_realloc = 0
         m = len(tasks)
         per_task = split_budget(hp.requests, np.ones(m), self.sampling)
@@ -289,14 +311,19 @@ class FedAST:
 
     # ------------------------------------------------------------------ loop
     def run(self, on_eval: EvalHook, *, max_time: float = math.inf, eval_every: int = 1,
-            max_rounds: int | None = None) -> float:
+            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None
+            ) -> float:
         """Simulate until every task is finished, ``max_time`` or ``max_rounds`` per task.
 
         Returns the simulated time at the end.
         """
-        for j, st in enumerate(self.states):
-            self._send(j, st.target_requests, force=not self.hp.cap_initial_burst)
+        if not self.started:
+            for j, st in enumerate(self.states):
+                self._send(j, st.target_requests, force=not self.hp.cap_initial_burst)
+            self.started = True
         while len(self.queue) and not all(s.finished for s in self.states):
+            if on_checkpoint is not None:
+                on_checkpoint()
             t, req = self.queue.pop()
             if req.id not in self.pending:
                 continue  # cancelled

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm
 
-from wirelessfl.algorithms.fedast import EvalHook, TaskState, check_stop, split_budget
+from wirelessfl.algorithms.fedast import EvalHook, Simulation, TaskState, check_stop, split_budget
 from wirelessfl.client import Executor
 from wirelessfl.rng import Seeds
 from wirelessfl.simtime import ClientPool
@@ -232,7 +233,7 @@ class BayesAssignment(Assignment):
 ASSIGNMENTS = {"random": RandomAssignment, "bayes": BayesAssignment, "ucb": UCBAssignment}
 
 
-class SyncST:
+class SyncST(Simulation):
     """Sync-ST over ``tasks`` on the clients of ``pool`` (its latency model and queue ends)."""
 
     def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
@@ -299,9 +300,12 @@ class SyncST:
         st.target_requests = 0
 
     def run(self, on_eval: EvalHook, *, max_time: float = math.inf, eval_every: int = 1,
-            max_rounds: int | None = None) -> float:
+            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None
+            ) -> float:
         """Rounds until every task is finished, ``max_time`` or ``max_rounds``; the end time."""
         while not all(s.finished for s in self.states) and self.time < max_time:
+            if on_checkpoint is not None:
+                on_checkpoint()
             self._round()
             for j, st in enumerate(self.states):
                 stop = None if st.finished else check_stop(self.tasks[j], st, self.time, on_eval,
