@@ -28,10 +28,10 @@ class Fixed(LatencyModel):
 def test_fifo_queue_on_a_hand_made_schedule():
     pool = ClientPool(Fixed([2.0, 5.0]), 2)
     rng = np.random.default_rng(0)
-    a = pool.send(0, 0, 0, 0, now=0.0, rng=rng)
-    b = pool.send(0, 1, 0, 0, now=1.0, rng=rng)   # queued behind a: starts at 2
-    c = pool.send(1, 0, 0, 0, now=1.0, rng=rng)
-    d = pool.send(0, 0, 1, 1, now=10.0, rng=rng)  # client idle again: starts at 10
+    a = pool.send(0, 0, 0, now=0.0, rng=rng)
+    b = pool.send(0, 1, 0, now=1.0, rng=rng)   # queued behind a: starts at 2
+    c = pool.send(1, 0, 0, now=1.0, rng=rng)
+    d = pool.send(0, 0, 1, now=10.0, rng=rng)  # client idle again: starts at 10
     assert (a.done, b.done, c.done, d.done) == (2.0, 4.0, 6.0, 12.0)
     q = EventQueue()
     for r in (d, c, b, a):
@@ -43,24 +43,24 @@ def test_cancel_keeps_the_client_computing_unless_freed():
     for free, expect in ((False, 9.0), (True, 6.0)):
         pool = ClientPool(Fixed([3.0]), 1, free_on_cancel=free)
         rng = np.random.default_rng(0)
-        pool.send(0, 0, 0, 0, now=0.0, rng=rng)
-        second = pool.send(0, 0, 0, 0, now=0.0, rng=rng)   # done at 6
+        pool.send(0, 0, 0, now=0.0, rng=rng)
+        second = pool.send(0, 0, 0, now=0.0, rng=rng)   # done at 6
         pool.cancel(second)
-        assert pool.send(0, 0, 0, 0, now=0.0, rng=rng).done == expect
+        assert pool.send(0, 0, 0, now=0.0, rng=rng).done == expect
 
 
 def test_availability_cap_is_never_exceeded():
     rng = np.random.default_rng(1)
     pool = ClientPool(Fixed(rng.uniform(1, 3, 50)), 50, cap=7)
     q, refused = EventQueue(), 0
-    for r in (pool.send(int(c), 0, 0, 0, 0.0, rng) for c in rng.integers(50, size=7)):
+    for r in (pool.send(int(c), 0, 0, 0.0, rng) for c in rng.integers(50, size=7)):
         q.push(r.done, r)
     now = 0.0
     for _ in range(2000):
         now, done = q.pop()
         pool.release(done)
         for c in rng.integers(50, size=2):
-            r = pool.send(int(c), 0, 0, 0, now, rng)
+            r = pool.send(int(c), 0, 0, now, rng)
             if r is None:
                 refused += 1
                 continue
@@ -73,9 +73,9 @@ def test_availability_cap_is_never_exceeded():
 def test_busy_client_always_accepts_under_the_cap():
     pool = ClientPool(Fixed([1.0, 1.0]), 2, cap=1)
     rng = np.random.default_rng(0)
-    assert pool.send(0, 0, 0, 0, 0.0, rng) is not None
-    assert pool.send(1, 0, 0, 0, 0.0, rng) is None      # idle client, cap reached
-    assert pool.send(0, 0, 0, 0, 0.0, rng) is not None  # busy client queues
+    assert pool.send(0, 0, 0, 0.0, rng) is not None
+    assert pool.send(1, 0, 0, 0.0, rng) is None      # idle client, cap reached
+    assert pool.send(0, 0, 0, 0.0, rng) is not None  # busy client queues
 
 
 def test_version_store_drops_unreferenced_versions():

@@ -25,7 +25,6 @@ Examples
 from __future__ import annotations
 
 import heapq
-import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ class EventQueue:
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Any]] = []
-        self._counter = itertools.count()
+        self._pushed = 0  # insertion order breaks ties (a plain int, so queues pickle)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -52,7 +51,8 @@ class EventQueue:
         """Schedule ``payload`` at simulated ``time``."""
         if not np.isfinite(time):
             raise ValueError(f"event time must be finite, got {time}")
-        heapq.heappush(self._heap, (float(time), next(self._counter), payload))
+        heapq.heappush(self._heap, (float(time), self._pushed, payload))
+        self._pushed += 1
 
     def pop(self) -> tuple[float, Any]:
         """Earliest event."""
@@ -154,7 +154,7 @@ def speed_classes(num_clients: int, rng: np.random.Generator,
 
 @dataclass
 class Request:
-    """One training request: ``task``'s model ``version`` sent to ``client`` at ``sent``.
+    """One training request: ``task``'s model ``version`` (its round) sent to ``client`` at ``sent``.
 
     ``done`` is its completion time (FIFO at the client); ``id`` is unique in the run.
     """
@@ -163,7 +163,6 @@ class Request:
     task: int
     client: int
     version: int
-    round: int
     sent: float
     done: float
 
@@ -201,7 +200,7 @@ class ClientPool:
         self.queue_end = np.zeros(self.num_clients)
         self.outstanding: list[dict[int, Request]] = [{} for _ in range(self.num_clients)]
         self._busy = 0
-        self._ids = itertools.count()
+        self._next_id = 0
 
     @property
     def busy(self) -> int:
@@ -212,14 +211,15 @@ class ClientPool:
         """Whether ``client`` may take a request now (busy, or under the cap)."""
         return bool(self.outstanding[client]) or self.cap is None or self._busy < self.cap
 
-    def send(self, client: int, task: int, version: int, round: int, now: float,
+    def send(self, client: int, task: int, version: int, now: float,
              rng: np.random.Generator, *, force: bool = False) -> Request | None:
         """Queue a request at ``client``; None if the cap refuses it (``force`` ignores the cap)."""
         if not (force or self.accepts(client)):
             return None
         start = max(now, self.queue_end[client])
-        req = Request(next(self._ids), task, client, version, round, now,
+        req = Request(self._next_id, task, client, version, now,
                       start + self.latency.sample(client, task, rng))
+        self._next_id += 1
         self.queue_end[client] = req.done
         if not self.outstanding[client]:
             self._busy += 1

@@ -217,7 +217,7 @@ class FedAST(Simulation):
         st, sent = self.states[j], 0
         for _ in range(count):
             client = int(self.sampling.integers(self.pool.num_clients))
-            req = self.pool.send(client, j, st.round, st.round, self.time, self.delays, force=force)
+            req = self.pool.send(client, j, st.round, self.time, self.delays, force=force)
             if req is None:
                 continue
             self.versions.acquire((j, st.round))

@@ -262,7 +262,7 @@ class SyncST(Simulation):
         chosen, first_k = self.assignment.assign(self.rounds, active, counts, self.sampling)
         start, end, kept = self.time, self.time, []
         for j, clients in zip(active, chosen):
-            reqs = [self.pool.send(int(c), j, self.states[j].round, self.states[j].round,
+            reqs = [self.pool.send(int(c), j, self.states[j].round,
                                    start, self.delays, force=True) for c in clients]
             k = len(reqs) if self.hp.first_k is None or not first_k else min(self.hp.first_k,
                                                                              len(reqs))
