@@ -1,13 +1,23 @@
 """Figure regeneration: runs shared and reused, outputs consistent with the run records."""
 
 import csv
+import math
 
 import pytest
 import yaml
 
 from wirelessfl.cli import main
 from wirelessfl.config import ConfigError, list_presets
-from wirelessfl.figures import load_figures, missing_runs, regenerate, run_folder, to_target
+from wirelessfl.figures import (
+    all_done_time,
+    load_figures,
+    mean_accuracy_steps,
+    mean_accuracy_time,
+    missing_runs,
+    regenerate,
+    run_folder,
+    to_target,
+)
 from wirelessfl.records import RunRecord
 
 TOY = {
@@ -79,3 +89,18 @@ def test_figures_yaml_is_not_a_preset_and_hist_figures_resolve():
         figs = load_figures("hist", scale)
         assert {"fig3", "fig4", "fig5", "fig6", "fig6c", "fig7a", "fig7b", "fig7c", "table1",
                 "table2"} == {f.name for f in figs}
+    fedast = {f.name: f for f in load_figures("fedast", "quick")}
+    assert {"e4", "e4_curves", "e7_pair"} == set(fedast)
+    assert {r.key for r in fedast["e4"].runs} == {r.key for r in fedast["e4_curves"].runs}
+
+
+def test_multitask_times_to_target_on_hand_made_rows():
+    rows = [{"task": "a", "sim_time": 1.0, "test_accuracy": 0.8},
+            {"task": "b", "sim_time": 2.0, "test_accuracy": 0.5},
+            {"task": "a", "sim_time": 3.0, "test_accuracy": 0.9},
+            {"task": "b", "sim_time": 4.0, "test_accuracy": 0.75}]
+    times, means = mean_accuracy_steps(rows)
+    assert times.tolist() == [1, 2, 3, 4] and means.tolist() == pytest.approx([0.4, 0.65, 0.7, 0.825])
+    assert mean_accuracy_time(rows, 0.7) == 3.0 and math.isnan(mean_accuracy_time(rows, 0.9))
+    assert all_done_time(rows, {"a": 0.85, "b": 0.7}) == 4.0
+    assert math.isnan(all_done_time(rows, {"a": 0.95, "b": 0.7}))

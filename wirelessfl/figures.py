@@ -42,7 +42,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SCALES = ("quick", "paper")
-KINDS = ("curves", "sweep", "table", "gains")
+KINDS = ("curves", "sweep", "table", "gains", "time_curves")
 _LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
            "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
            "sim_time_s": "simulated latency [s]"}
@@ -376,19 +376,26 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def mean_accuracy_time(rows: list[dict[str, Any]], target: float) -> float:
-    """First simulated time the mean test accuracy over a run's tasks reaches ``target``.
+def mean_accuracy_steps(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """A multi-task run's evaluation times and, at each, the mean accuracy over its tasks.
 
     Each task counts with its latest evaluation (0 before its first); ``specs/fedast.md``
-    §7 item 11's metric for M identical tasks. NaN if never reached.
+    §7 item 11's curve for M identical tasks.
     """
-    tasks = sorted({r["task"] for r in rows})
-    latest = dict.fromkeys(tasks, 0.0)
-    for r in sorted(rows, key=lambda r: r["sim_time"]):
+    rows = sorted(rows, key=lambda r: r["sim_time"])
+    latest = dict.fromkeys(sorted({r["task"] for r in rows}), 0.0)
+    means = []
+    for r in rows:
         latest[r["task"]] = r["test_accuracy"]
-        if np.mean(list(latest.values())) >= target:
-            return float(r["sim_time"])
-    return float("nan")
+        means.append(float(np.mean(list(latest.values()))))
+    return np.array([r["sim_time"] for r in rows], float), np.array(means)
+
+
+def mean_accuracy_time(rows: list[dict[str, Any]], target: float) -> float:
+    """First simulated time the mean accuracy over a run's tasks reaches ``target`` (NaN if never)."""
+    times, means = mean_accuracy_steps(rows)
+    hit = np.flatnonzero(means >= target)
+    return float(times[hit[0]]) if hit.size else float("nan")
 
 
 def all_done_time(rows: list[dict[str, Any]], targets: dict[str, float]) -> float:
@@ -405,10 +412,9 @@ def time_to_target(run: RunSpec, rows: list[dict[str, Any]], metric: str) -> flo
     """A multi-task run's time to target: ``mean_accuracy`` (identical tasks) or ``all_done``."""
     from wirelessfl.multitask import resolve_multitask
 
-    tasks = resolve_multitask(run.raw).tasks
     if metric == "all_done":
-        return all_done_time(rows, {t.name: t.target for t in tasks})
-    return mean_accuracy_time(rows, tasks[0].target)
+        return all_done_time(rows, {t.name: t.target for t in resolve_multitask(run.raw).tasks})
+    return mean_accuracy_time(rows, resolve_multitask_target(run))
 
 
 def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
@@ -467,8 +473,45 @@ def _gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, basel
     return f"# {fig.title}\n\n{head}{body}{note}"
 
 
+def render_time_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Mean accuracy over a run's tasks against simulated time (mean over seeds, band min–max).
+
+    One panel per (panel, sweep value), one line per series, the target dashed (Fig. 15).
+    """
+    groups = _groups(fig)
+    panels = list(dict.fromkeys(p for p, _, _ in groups))
+    values = list(dict.fromkeys(v for _, _, v in groups))
+    f, ax = plt.subplots(len(panels), len(values), figsize=(4.5 * len(values), 3.6 * len(panels)),
+                         squeeze=False)
+    label = (fig.spec.get("sweep") or {}).get("label", "")
+    table = []
+    for (panel, series, value), runs in groups.items():
+        steps = [mean_accuracy_steps(_rows(root, r)) for r in runs]
+        grid = np.linspace(0.0, max(t[-1] for t, _ in steps), 200)
+        curves = np.array([np.where(i >= 0, m[np.maximum(i, 0)], 0.0) for t, m in steps
+                           for i in [np.searchsorted(t, grid, side="right") - 1]])
+        a = ax[panels.index(panel)][values.index(value)]
+        line, = a.plot(grid, curves.mean(0), label=series)
+        if len(runs) > 1:
+            a.fill_between(grid, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.15)
+        a.axhline(resolve_multitask_target(runs[0]), color="k", lw=0.8, ls="--")
+        a.set(xlabel="simulated time", ylabel="mean test accuracy",
+              title=f"{panel} {label}={_show(value)}".strip(" ="))
+        a.grid(alpha=0.3)
+        table += [{"panel": panel, "series": series, label or "sweep": _show(value), "time": g,
+                   "accuracy_mean": c} for g, c in zip(grid[::10], curves.mean(0)[::10])]
+    return _finish(fig, f, ax, out, table)
+
+
+def resolve_multitask_target(run: RunSpec) -> float:
+    """The target accuracy of a multi-task run's first task."""
+    from wirelessfl.multitask import resolve_multitask
+
+    return resolve_multitask(run.raw).tasks[0].target
+
+
 RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,
-             "gains": render_gains}
+             "gains": render_gains, "time_curves": render_time_curves}
 
 
 def render(figures: list[Figure], root: Path) -> list[Path]:
