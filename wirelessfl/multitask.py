@@ -107,6 +107,11 @@ class MultiTaskConfig:
             raise ConfigError("eval_every must be >= 1 and max_time > 0")
         if self.test_samples is not None and self.test_samples < 1:
             raise ConfigError("test_samples must be >= 1 (or null for the whole test set)")
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"task names must differ, got {names}; give each task a 'name'")
+        if self.device not in ("cpu", "cuda", "auto") or self.engine not in ("loop", "batched", "auto"):
+            raise ConfigError("device must be cpu, cuda or auto, and engine loop, batched or auto")
 
 
 def is_multitask(raw: dict[str, Any]) -> bool:
