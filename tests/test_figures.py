@@ -90,7 +90,7 @@ def test_figures_yaml_is_not_a_preset_and_hist_figures_resolve():
         assert {"fig3", "fig4", "fig5", "fig6", "fig6c", "fig7a", "fig7b", "fig7c", "table1",
                 "table2"} == {f.name for f in figs}
     fedast = {f.name: f for f in load_figures("fedast", "quick")}
-    assert {"e4", "e4_curves", "e7_pair"} == set(fedast)
+    assert {"e1", "e4", "e4_curves", "e7_pair", "e10"} == set(fedast)
     assert {r.key for r in fedast["e4"].runs} == {r.key for r in fedast["e4_curves"].runs}
 
 
