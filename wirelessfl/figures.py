@@ -109,9 +109,9 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
     scale_doc = doc["scales"][scale]
     out = []
     for name, fig in figures.items():
-        if only and name not in only:
+        if (only and name not in only) or scale not in fig.get("scales", SCALES):
             continue
-        spec = {k: v for k, v in fig.items() if k not in SCALES}
+        spec = {k: v for k, v in fig.items() if k not in (*SCALES, "scales")}
         spec.update({k: v for k, v in (fig.get(scale) or {}).items() if k != "overrides"})
         overrides = {**scale_doc.get("overrides", {}), **fig.get("overrides", {}),
                      **(fig.get(scale) or {}).get("overrides", {})}

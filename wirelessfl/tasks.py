@@ -82,6 +82,12 @@ TASKS: dict[str, dict[str, Any]] = {
     "cifar10_cnn": _image_task("cifar10", "feddyn_cnn", 0.1, 7e-4, 0.63, 0.228, 0.1, 3e-4),
     "cifar100_resnet18": _image_task("cifar100", "resnet18", 0.06, 3e-4, 0.50, 2.071, 0.06, 3e-4,
                                      alpha=1.0),
+    "shakespeare_lstm": {
+        "data": {"dataset": "shakespeare", "partition": "natural", "num_clients": 1000},
+        "model": {"name": "char_lstm"},
+        "local": {"lr": 7.0, "batch_size": 64, "steps": 27, "weight_decay": 7e-5},
+        "sync_local": {"lr": 7.0, "batch_size": 64, "steps": 27, "weight_decay": 7e-5},
+        "target": 0.42, "latency_constant": 0.555},
     "synthetic_linear": {
         "data": {"dataset": "synthetic", "partition": "natural", "num_clients": 100},
         "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 10, "steps": 20},

@@ -20,6 +20,7 @@ any named entry of :data:`NORMALIZATIONS` or ``"none"`` can be asked for instead
 from __future__ import annotations
 
 import gzip
+import json
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -299,9 +300,72 @@ def synthetic(alpha: float, beta: float, num_clients: int, rng: np.random.Genera
     return DatasetSplits("synthetic", make(xs_tr, ys_tr), make(xs_te, ys_te), tuple(parts))
 
 
+# --------------------------------------------------------------------------- shakespeare
+
+#: LEAF's Shakespeare alphabet (80 characters); a character's class is its position.
+LEAF_LETTERS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnop"
+                "qrstuvwxyz}")
+
+
+def _leaf_users(folder: Path) -> dict[str, dict[str, list]]:
+    users: dict[str, dict[str, list]] = {}
+    for path in sorted(folder.glob("*.json")):
+        doc = json.loads(path.read_text())
+        for user, data in doc["user_data"].items():
+            entry = users.setdefault(user, {"x": [], "y": []})
+            entry["x"] += data["x"]
+            entry["y"] += data["y"]
+    return users
+
+
+def _encode(text: list[str]) -> np.ndarray:
+    table = {c: i for i, c in enumerate(LEAF_LETTERS)}
+    return np.array([[table.get(c, 0) for c in s] for s in text], dtype=np.int64).reshape(
+        len(text), -1)
+
+
+def shakespeare(folder: Path | None, num_clients: int, rng: np.random.Generator) -> DatasetSplits:
+    """LEAF Shakespeare (``specs/fedast.md`` §4.5): next-character prediction, one role per client.
+
+    Reads LEAF's JSON files under ``<data_dir>/shakespeare/{train,test}/`` (or
+    ``<data_dir>/{train,test}/``), made with ``-s niid --sf 1.0 -k 0 -t sample -tf 0.8``.
+    Inputs are 80-character windows as class indices (float tensors holding integers, so
+    they batch like images; the model embeds them), labels the next character. Roles are
+    matched to the ``num_clients`` clients at random, reused when there are fewer roles
+    (§4.5 [code]); the test set is the union of all roles' test samples.
+    """
+    roots = [] if folder is None else [folder / "shakespeare", folder]
+    root = next((r for r in roots if (r / "train").is_dir() and (r / "test").is_dir()), None)
+    if root is None:
+        raise DataNotFoundError("Shakespeare needs LEAF's JSON files: pass --data-dir holding "
+                                "shakespeare/train/*.json and shakespeare/test/*.json (LEAF "
+                                "preprocess.sh -s niid --sf 1.0 -k 0 -t sample -tf 0.8)")
+    train, test = _leaf_users(root / "train"), _leaf_users(root / "test")
+    names = sorted(train)
+    if not names:
+        raise DataNotFoundError(f"{root / 'train'} holds no LEAF users")
+    xs, ys, parts, start = [], [], [], 0
+    for name in names:
+        xs.append(_encode(train[name]["x"]))
+        ys.append(_encode(train[name]["y"])[:, 0])
+        parts.append(np.arange(start, start + len(ys[-1])))
+        start += len(ys[-1])
+    roles = rng.choice(len(names), num_clients, replace=num_clients > len(names))
+    test_x = [_encode(test[n]["x"]) for n in sorted(test)]
+    test_y = [_encode(test[n]["y"])[:, 0] for n in sorted(test)]
+    k = len(LEAF_LETTERS)
+
+    def make(x: list[np.ndarray], y: list[np.ndarray]) -> ArrayDataset:
+        return ArrayDataset(torch.as_tensor(np.concatenate(x), dtype=torch.float32),
+                            torch.as_tensor(np.concatenate(y)), k)
+
+    return DatasetSplits("shakespeare", make(xs, ys), make(test_x, test_y),
+                         tuple(parts[r] for r in roles))
+
+
 # --------------------------------------------------------------------------- registry
 
-DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "synthetic")
+DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "synthetic", "shakespeare")
 _NUM_CLASSES = {"fashion_mnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
 
 
@@ -321,7 +385,7 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
         ``"auto"`` (the specs' choice per dataset), ``"none"`` or a key of
         :data:`NORMALIZATIONS`. Ignored for ``synthetic``.
     rng, num_clients, synthetic_alpha, synthetic_beta, samples_per_client
-        Used by ``synthetic`` only (see :func:`synthetic`).
+        Used by ``synthetic`` and ``shakespeare`` (see :func:`synthetic`, :func:`shakespeare`).
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
@@ -333,6 +397,10 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
             raise ValueError("dataset 'synthetic' needs `rng` and `num_clients`")
         return synthetic(synthetic_alpha, synthetic_beta, num_clients, rng,
                          samples_per_client=samples_per_client)
+    if name == "shakespeare":
+        if rng is None or num_clients is None:
+            raise ValueError("dataset 'shakespeare' needs `rng` and `num_clients`")
+        return shakespeare(folder, num_clients, rng)
     mean_std = _resolve_normalization(name, normalization)
     loader = _load_idx_raw if name in ("mnist", "fashion_mnist") else _load_cifar_raw
     x_tr, y_tr, x_te, y_te = loader(name, folder)

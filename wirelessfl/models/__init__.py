@@ -7,13 +7,23 @@ from typing import Any
 import torch
 
 from wirelessfl.models.base import FLModel, Params, UnitGroup, UnitSlice, linear_group
-from wirelessfl.models.zoo import FCNN, MLP, CifarCNN, FedDynCNN, LeNet5, Linear, ResNet18
+from wirelessfl.models.zoo import (
+    FCNN,
+    MLP,
+    CharLSTM,
+    CifarCNN,
+    FedDynCNN,
+    LeNet5,
+    Linear,
+    ResNet18,
+)
 
 MODELS: dict[str, type[FLModel]] = {
     "fcnn": FCNN,
     "lenet5": LeNet5,
     "cifar_cnn": CifarCNN,
     "feddyn_cnn": FedDynCNN,
+    "char_lstm": CharLSTM,
     "mlp": MLP,
     "resnet18": ResNet18,
     "linear": Linear,
@@ -42,4 +52,4 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
 
 
 __all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
-           "build_model", "FCNN", "MLP", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18"]
+           "build_model", "FCNN", "MLP", "CharLSTM", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18"]

@@ -9,6 +9,7 @@
 - :class:`MLP` — FedAST's MNIST MLP 784-200-200-10 (FedDyn).
 - :class:`ResNet18` — CIFAR-style ResNet-18 with GroupNorm (2 groups), FedAST §4.4.
 - :class:`Linear` — multinomial logistic regression (dynamic clients' "MLP" for MNIST).
+- :class:`FedDynCNN`, :class:`CharLSTM` — FedAST's CIFAR-10 CNN and Shakespeare LSTM.
 """
 
 from __future__ import annotations
@@ -178,6 +179,35 @@ class FedDynCNN(FLModel):
         x = F.relu(F.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
         x = F.relu(F.max_pool2d(self.conv2(x), 2)).flatten(1)
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class CharLSTM(FLModel):
+    """FedAST's Shakespeare LSTM: embedding 8, one LSTM layer of 100 units, FC on the last step.
+
+    ``specs/fedast.md`` §4.4 [code]: vocabulary 80, sequence length 80; 52,720 parameters
+    (two gate biases, as ``nn.LSTM``). The cell is written out with :mod:`layers` so stacked
+    clients batch through ``vmap``; the state starts at zero for every batch (§7 item 22).
+    Inputs are character indices (stored as floats by the dataset).
+    """
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, vocab: int = 80,
+                 embed: int = 8, hidden: int = 100) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.ih = layers.Linear(embed, 4 * hidden)
+        self.hh = layers.Linear(hidden, 4 * hidden)
+        self.fc = layers.Linear(hidden, num_classes)
+        self.hidden = hidden
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        gates_x = self.ih(self.embed(x.long()))
+        h = gates_x.new_zeros(gates_x.shape[0], self.hidden)
+        c = torch.zeros_like(h)
+        for t in range(gates_x.shape[1]):
+            i, f, g, o = (gates_x[:, t] + self.hh(h)).chunk(4, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return self.fc(h)
 
 
 class _Block(nn.Module):
