@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from wirelessfl.config import ConfigError, apply_overrides, list_presets, load_raw
@@ -43,11 +44,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = resolve(raw)
     out = _out_dir(args, cfg.name)
     exp = prepare(cfg)
-    try:
-        summary = run(exp, out, resume=args.resume, quiet=args.quiet)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; completed rounds are kept in {out}. Continue with: "
-              f"wirelessfl run --resume --out {out}", file=sys.stderr)
+    summary = _interruptible(lambda: run(exp, out, resume=args.resume, quiet=args.quiet), out,
+                             "completed rounds")
+    if summary is None:
         return 130
     png = plot_runs([out], out / "accuracy.png")
     line = (f"{cfg.name}: {summary['rounds']} rounds, test accuracy "
@@ -57,6 +56,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         line += f", simulated {summary['sim_time_s']:.1f} s"
     print(f"{line}, {summary['wall_s']:.1f} s wall; run folder {out}; plot {png}")
     return 0
+
+
+def _interruptible(go: Callable[[], dict], out: Path, kept: str) -> dict | None:
+    """``go()``'s summary, or None after Ctrl-C (saying what is kept and how to resume)."""
+    try:
+        return go()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; {kept} are kept in {out}. Continue with: "
+              f"wirelessfl run --resume --out {out}", file=sys.stderr)
+        return None
 
 
 def _out_dir(args: argparse.Namespace, name: str) -> Path:
@@ -69,11 +78,9 @@ def _run_multitask(raw: dict, args: argparse.Namespace) -> int:
 
     cfg = resolve_multitask(raw)
     out = _out_dir(args, cfg.name)
-    try:
-        summary = run_multitask(cfg, out, quiet=args.quiet, resume=args.resume)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; evaluations are kept in {out}. Continue with: "
-              f"wirelessfl run --resume --out {out}", file=sys.stderr)
+    summary = _interruptible(lambda: run_multitask(cfg, out, quiet=args.quiet, resume=args.resume),
+                             out, "evaluations")
+    if summary is None:
         return 130
     for name, t in summary["tasks"].items():
         reached = (f"target {t['target']:.2f} at t = {t['time_to_target']:.1f}" if t["reached"]

@@ -221,22 +221,12 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
     record, resolved = RunRecord(out), multitask_to_dict(cfg)
     sim, tasks = build_simulator(cfg)
     rows, wall0 = 0, 0.0
+    ckpt = record.open(resolved, cfg.seed, str(tasks[0].device), resume=resume)
+    if ckpt is not None:
+        sim.load_state_dict(ckpt["sim"])
+        rows, wall0 = ckpt["rows"], ckpt["wall_s"]
     if resume:
-        if not record.exists():
-            raise ConfigError(f"--resume: {out} holds no run; drop --resume to start one")
-        if record.config() != resolved:
-            raise ConfigError(f"--resume: {out} was made with a different config; resume with "
-                              "the same preset and --set values (or no preset at all)")
-        ckpt = record.load_checkpoint()
-        if ckpt is not None:
-            sim.load_state_dict(ckpt["sim"])
-            rows, wall0 = ckpt["rows"], ckpt["wall_s"]
         record.keep(record.rows()[:rows])
-    else:
-        if record.exists():
-            raise ConfigError(f"run folder {out} already holds a run; pass --resume to "
-                              "continue it or --out to choose another folder")
-        record.create(resolved, cfg.seed, str(tasks[0].device))
     start = time.perf_counter() - wall0
     saved = [time.perf_counter()]
     bar = tqdm(total=cfg.max_time, desc=cfg.name, unit="t", disable=quiet or bool(os.environ.get("CI")),
@@ -247,7 +237,7 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
         acc, loss = task.evaluate(st.params)
         record.append({"task": task.name, "round": st.round, "sim_time": now,
                        "test_accuracy": acc, "test_loss": loss, "updates": st.updates,
-                       "staleness_mean": sum(st.staleness) / max(1, len(st.staleness)),
+                       "staleness_mean": st.mean_staleness,
                        "requests": st.target_requests, "buffer": st.buffer_size,
                        "wall_s": time.perf_counter() - start})
         rows += 1
@@ -265,7 +255,7 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
                   max_rounds=cfg.max_rounds, on_checkpoint=on_checkpoint)
     bar.close()
     stats = {t.name: {"updates": s.updates, "rounds": s.round,
-                      "staleness_mean": sum(s.staleness) / max(1, len(s.staleness))}
+                      "staleness_mean": s.mean_staleness}
              for t, s in zip(tasks, sim.states)}
     summary = summarize_multitask(cfg, record.rows(), end, time.perf_counter() - start, stats)
     record.write_summary(summary)

@@ -87,6 +87,28 @@ class RunRecord:
         (self.folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         self.metrics_path.write_text("")
 
+    def open(self, config: dict[str, Any], seed: int, device: str, *,
+             resume: bool) -> dict[str, Any] | None:
+        """Start a run here, or with ``resume`` continue the one here; its last checkpoint.
+
+        A new run needs an empty folder; a resumed one must hold a run of the same resolved
+        ``config``. Raises :class:`~wirelessfl.config.ConfigError` (nothing written) otherwise.
+        """
+        from wirelessfl.config import ConfigError  # config imports the algorithms, not us
+
+        if not resume:
+            if self.exists():
+                raise ConfigError(f"run folder {self.folder} already holds a run; pass --resume "
+                                  "to continue it or --out to choose another folder")
+            self.create(config, seed, device)
+            return None
+        if not self.exists():
+            raise ConfigError(f"--resume: {self.folder} holds no run; drop --resume to start one")
+        if self.config() != config:
+            raise ConfigError(f"--resume: {self.folder} was made with a different config; resume "
+                              "with the same preset and --set values (or no preset at all)")
+        return self.load_checkpoint()
+
     def config(self) -> dict[str, Any]:
         """The stored resolved configuration."""
         return yaml.safe_load((self.folder / "config.yaml").read_text())

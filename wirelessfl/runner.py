@@ -201,24 +201,14 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
     resolved = to_dict(cfg)
     state, uplink, sim_time, wall0 = exp.initial_state(), 0.0, None, 0.0
     totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
+    ckpt = record.open(resolved, cfg.seed, str(exp.device), resume=resume)
+    if ckpt is not None:
+        state = _restore(ckpt, exp.device)
+        uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
+                                   ckpt["wall_s"])
+        totals = dict(ckpt.get("totals", {}))
     if resume:
-        if not record.exists():
-            raise ConfigError(f"--resume: {out} holds no run; drop --resume to start one")
-        if record.config() != resolved:
-            raise ConfigError(f"--resume: {out} was made with a different config; resume with "
-                              "the same preset and --set values (or no preset at all)")
-        ckpt = record.load_checkpoint()
-        if ckpt is not None:
-            state = _restore(ckpt, exp.device)
-            uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
-                                       ckpt["wall_s"])
-            totals = dict(ckpt.get("totals", {}))
         record.truncate(state.round)
-    else:
-        if record.exists():
-            raise ConfigError(f"run folder {out} already holds a run; pass --resume to "
-                              "continue it or --out to choose another folder")
-        record.create(resolved, cfg.seed, str(exp.device))
     start = time.perf_counter() - wall0
     if state.round == 0 and not record.rows():
         record.append(_evaluate_row(exp, state, 0.0, None if sim_time is None else 0.0, 0.0))

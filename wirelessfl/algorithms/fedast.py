@@ -109,6 +109,11 @@ class TaskState:
     updates: int = 0
     staleness: list[int] = field(default_factory=list)
 
+    @property
+    def mean_staleness(self) -> float:
+        """Mean staleness of the updates received so far (0 before the first)."""
+        return sum(self.staleness) / max(1, len(self.staleness))
+
 
 #: ``on_eval(task, state, time)`` is called after each evaluated aggregation; it returns the
 #: test accuracy (the simulation stops a task when it reaches its target).
