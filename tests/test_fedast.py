@@ -1,9 +1,12 @@
 """FedAST and Sync-ST on small real simulations (synthetic data, linear model)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+from wirelessfl.algorithms.centralized import Centralized, CentralizedHParams
 from wirelessfl.algorithms.fedast import (
     FedAST,
     FedASTHParams,
@@ -12,7 +15,7 @@ from wirelessfl.algorithms.fedast import (
     split_budget,
 )
 from wirelessfl.algorithms.sync_st import SyncST, SyncSTHParams
-from wirelessfl.client import LoopExecutor
+from wirelessfl.client import LoopExecutor, batch_schedule
 from wirelessfl.config import ConfigError
 from wirelessfl.multitask import resolve_multitask, run_multitask
 from wirelessfl.records import RunRecord
@@ -50,7 +53,7 @@ def _tasks(m=1, seed=0):
 
 
 def _never(task, state, now):
-    return 0.0
+    return False
 
 
 def _close(a, b):
@@ -97,7 +100,7 @@ def test_versions_stay_bounded_by_outstanding_requests():
         seen.append((len(sim.versions), len(sim.pending)))
         assert len(sim.versions) <= len(sim.pending) + len(tasks)
         assert sim.pool.busy <= 10
-        return 0.0
+        return False
 
     sim.run(check, max_rounds=15)
     assert len(seen) == 30 and max(v for v, _ in seen) > len(tasks)  # stale versions were kept
@@ -126,7 +129,7 @@ def test_finished_task_hands_its_budget_over():
                  FedASTHParams(requests=16, ratio=4))
 
     def first_done(task, state, now):
-        return 1.0 if task.index == 0 and state.round == 2 else 0.0
+        return task.index == 0 and state.round == 2
 
     sim.run(first_done, max_rounds=5)
     assert sim.states[0].finished and sim.states[0].target_requests == 0
@@ -261,7 +264,7 @@ def test_snapshot_resumes_with_the_same_numbers(make):
     def log(rows):
         def on_eval(task, st, now):
             rows.append((task.index, st.round, now, task.evaluate(st.params)[0]))
-            return 0.0
+            return False
         return on_eval
 
     full = []
@@ -290,3 +293,27 @@ def test_snapshot_resumes_with_the_same_numbers(make):
     rest = []
     resumed.run(log(rest), max_rounds=8)
     assert 3 <= snap["rows"] < 7 and cut[:snap["rows"]] + rest == full
+
+
+def test_centralized_is_plain_sgd_through_the_pooled_samples():
+    """The reference line (§3.7): one epoch = torch SGD over every distinct pooled sample."""
+    tasks = _tasks()
+    task, evals = tasks[0], []
+    sim = Centralized(tasks, None, LoopExecutor("cpu"), Seeds(3), CentralizedHParams(epochs=1))
+    sim.run(lambda t, st, now: evals.append((st.round, now)) or False)
+    assert evals == [(1, 0.0)] and sim.states[0].finished
+    pooled = np.unique(np.concatenate(task.client_indices))
+    hp = task.local
+    order = batch_schedule(len(pooled), dataclasses.replace(hp, epochs=1, drop_last=False),
+                           np.random.default_rng(Seeds(3).int_seed("local", 0, 0)))
+    assert sum(map(len, order)) == len(pooled) > 0
+    params = {k: v.clone().requires_grad_(True) for k, v in task.init_params.items()}
+    opt = torch.optim.SGD(params.values(), lr=hp.lr, weight_decay=hp.weight_decay)
+    data = task.splits.train
+    for batch in order:
+        idx = torch.as_tensor(pooled[batch])
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(
+            torch.func.functional_call(task.model, params, (data.x[idx],)), data.y[idx]).backward()
+        opt.step()
+    _close(sim.states[0].params, {k: v.detach() for k, v in params.items()})

@@ -11,8 +11,8 @@ from wirelessfl.config import ConfigError, list_presets
 from wirelessfl.figures import (
     all_done_time,
     load_figures,
-    mean_accuracy_steps,
     mean_accuracy_time,
+    mean_steps,
     missing_runs,
     regenerate,
     run_folder,
@@ -90,7 +90,9 @@ def test_figures_yaml_is_not_a_preset_and_hist_figures_resolve():
         assert {"fig3", "fig4", "fig5", "fig6", "fig6c", "fig7a", "fig7b", "fig7c", "table1",
                 "table2"} == {f.name for f in figs}
     fedast = {f.name: f for f in load_figures("fedast", "quick")}
-    assert {"e1", "e4", "e4_curves", "e7_pair", "e10"} == set(fedast)
+    assert {"e1", "e2", "e3", "e4", "e4_curves", "e7_pair", "e9", "e10"} == set(fedast)
+    paper = {f.name for f in load_figures("fedast", "paper")}
+    assert paper == set(fedast) | {"e5", "e8", "e8_curves"}
     assert {r.key for r in fedast["e4"].runs} == {r.key for r in fedast["e4_curves"].runs}
 
 
@@ -99,8 +101,66 @@ def test_multitask_times_to_target_on_hand_made_rows():
             {"task": "b", "sim_time": 2.0, "test_accuracy": 0.5},
             {"task": "a", "sim_time": 3.0, "test_accuracy": 0.9},
             {"task": "b", "sim_time": 4.0, "test_accuracy": 0.75}]
-    times, means = mean_accuracy_steps(rows)
+    times, means = mean_steps(rows)
     assert times.tolist() == [1, 2, 3, 4] and means.tolist() == pytest.approx([0.4, 0.65, 0.7, 0.825])
+    times, means = mean_steps(rows, "test_accuracy", ["b"])
+    assert times.tolist() == [2, 4] and means.tolist() == [0.5, 0.75]
+    losses = [{**r, "test_loss": 1.0 / r["sim_time"]} for r in rows]
+    _, means = mean_steps(losses, "test_loss")
+    assert math.isnan(means[0]) and means[1:].tolist() == pytest.approx([0.75, 5 / 12, 7 / 24])
     assert mean_accuracy_time(rows, 0.7) == 3.0 and math.isnan(mean_accuracy_time(rows, 0.9))
     assert all_done_time(rows, {"a": 0.85, "b": 0.7}) == 4.0
     assert math.isnan(all_done_time(rows, {"a": 0.95, "b": 0.7}))
+
+
+MULTI = {
+    "base": {"tasks": ["synthetic_linear"], "copies": 2, "pool": {"clients": 20, "available": 10},
+             "method": {"name": "fedast", "requests": 8, "ratio": 4}, "max_time": 15.0,
+             "stop_at_target": False},
+    "scales": {"quick": {"seeds": [0], "overrides": {}}, "paper": {"seeds": [0], "overrides": {}}},
+    "figures": {
+        "fin": {"kind": "final", "y": ["accuracy", "loss", "time"],
+                "series": {"FedAST": {}, "NoBuffer": {"method.buffer": 1},
+                           "centralized": {"method": {"name": "centralized", "epochs": 2},
+                                           "copies": 1}},
+                "sweep": {"label": "ratio", "points": {
+                    0.25: {"pool.available": 5, "method.requests": 4},
+                    0.5: {"pool.available": 10, "method.requests": 8}}}},
+        "per_task": {"kind": "time_curves", "per_task": True, "y": ["accuracy", "loss"],
+                     "series": {"FedAST": {}}},
+    },
+}
+
+
+def test_final_figures_sweep_points_and_draw_reference_lines(tmp_path, monkeypatch):
+    root = tmp_path / "experiments"
+    (root / "multi").mkdir(parents=True)
+    (root / "multi" / "figures.yaml").write_text(yaml.safe_dump(MULTI, sort_keys=False))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    report = tmp_path / "report"
+    fin, per_task = load_figures("multi", "quick")
+    # two points for each swept series, one unswept centralized run
+    assert sorted((r.series, r.value) for r in fin.runs) == [
+        ("FedAST", 0.25), ("FedAST", 0.5), ("NoBuffer", 0.25), ("NoBuffer", 0.5),
+        ("centralized", None)]
+    at = {(r.series, r.value): r.raw for r in fin.runs}
+    assert at[("FedAST", 0.25)]["pool"]["available"] == 5
+    assert at[("FedAST", 0.25)]["method"]["requests"] == 4
+    assert at[("centralized", None)]["method"] == {"name": "centralized", "epochs": 2}
+    # the FedAST run at ratio 0.5 is the per-task figure's run: shared
+    assert len(missing_runs([fin, per_task], report)) == 5
+    regenerate("multi", "quick", report, quiet=True, log=lambda _: None)
+    table = {(r["series"], r["ratio"]): r for r in csv.DictReader(open(report / "fin.csv"))}
+    run = next(r for r in fin.runs if (r.series, r.value) == ("FedAST", 0.5))
+    rows = RunRecord(run_folder(report, run)).rows()
+    finals = [[r for r in rows if r["task"] == t][-1] for t in ("synthetic_linear-0", "synthetic_linear-1")]
+    assert rows[-1]["sim_time"] <= 15.0 and max(r["sim_time"] for r in rows) > 10.0  # no stop at target
+    assert float(table[("FedAST", "0.5")]["accuracy"]) == pytest.approx(
+        sum(r["test_accuracy"] for r in finals) / 2)
+    assert float(table[("FedAST", "0.5")]["loss"]) == pytest.approx(
+        sum(r["test_loss"] for r in finals) / 2)
+    central = RunRecord(run_folder(report, fin.runs[-1])).rows()
+    assert [r["round"] for r in central] == [1, 2] and table[("centralized", "")]["accuracy"]
+    curves = list(csv.DictReader(open(report / "per_task.csv")))
+    assert {r["task"] for r in curves} == {"synthetic_linear-0", "synthetic_linear-1"}
+    assert {"accuracy_mean", "loss_mean"} <= set(curves[0])

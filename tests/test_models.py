@@ -91,3 +91,26 @@ def test_disjoint_selections_cover():
 def test_image_model_on_flat_data_is_a_clear_error():
     with pytest.raises(ValueError, match="needs image inputs"):
         build_model("lenet5", (60,), 10, seed=0)
+
+
+def _is_crop_of(out: torch.Tensor, image: torch.Tensor, pad: int) -> bool:
+    padded = torch.nn.functional.pad(image, (pad,) * 4)
+    h, w = image.shape[-2:]
+    crops = [padded[:, dy:dy + h, dx:dx + w] for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)]
+    return any(torch.equal(out, c) or torch.equal(out, c.flip(-1)) for c in crops)
+
+
+def test_random_crop_flip_gives_shifted_mirrored_crops_drawn_per_client():
+    from torch.func import vmap
+
+    from wirelessfl.models.zoo import random_crop_flip
+
+    torch.manual_seed(0)
+    x = torch.randn(16, 3, 8, 8)
+    out = random_crop_flip(x, pad=2)
+    assert out.shape == x.shape and all(_is_crop_of(o, i, 2) for o, i in zip(out, x))
+    assert not torch.equal(out, x)  # 16 images: some shift or flip happened
+    stacked = vmap(lambda t: random_crop_flip(t, 2), randomness="different")(torch.stack([x, x]))
+    assert not torch.equal(stacked[0], stacked[1])
+    m = build_model("resnet18", (3, 8, 8), 4, seed=0, augment=True).eval()
+    assert torch.equal(m(x[:2]), m(x[:2]))  # evaluation does not augment

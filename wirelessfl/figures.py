@@ -4,15 +4,22 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
 
 - ``base``: the config every run starts from; ``scales``: per scale (``quick``, ``paper``)
   the ``seeds`` and dotted ``overrides`` for all runs;
-- ``figures``: per figure or table, a ``kind`` (``curves``: accuracy against ``x``, and
-  what each curve needs to reach the run's target accuracy;
-  ``sweep``: a metric at the first round reaching ``target`` against the ``sweep`` values;
-  ``table``: that metric per ``targets`` row and series × sweep column, beside the
-  paper's numbers under ``reference``), its ``panels`` and ``series`` (label → dotted
-  overrides), an optional ``sweep`` (``key``, ``label``, ``values``; a series that sets
-  the key itself is not swept) and
-  per-scale entries (``quick:``/``paper:``) that replace any of these keys (their
-  ``overrides`` are added).
+- ``figures``: per figure or table, a ``kind``:
+
+  - ``curves``: accuracy against ``x``, and what each curve needs to reach the run's
+    target accuracy;
+  - ``sweep``: a metric at the first round reaching ``target`` against the sweep values;
+  - ``table``: that metric per ``targets`` row and series × sweep column, beside the
+    paper's numbers under ``reference``;
+  - multi-task runs (FedAST): ``gains`` (time to target per series, and the gain of
+    ``method`` over ``baseline``), ``time_curves`` (accuracy or loss against simulated
+    time) and ``final`` (final accuracy, loss or time to target against the sweep values);
+
+  its ``panels`` and ``series`` (label → dotted overrides), an optional ``sweep``
+  (``key``, ``label``, ``values``, or ``label`` and ``points``: value → overrides; a series
+  that sets a swept key itself is not swept: a reference line) and per-scale entries
+  (``quick:``/``paper:``) that replace any of these keys (their ``overrides`` are added);
+  ``scales`` limits a figure to some scales.
 
 Every run is panel × series × sweep value × seed. A run's folder is named by a hash of its
 resolved config, so figures that need the same run share it, finished runs are reused and
@@ -42,7 +49,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SCALES = ("quick", "paper")
-KINDS = ("curves", "sweep", "table", "gains", "time_curves")
+KINDS = ("curves", "sweep", "table", "gains", "time_curves", "final")
 _LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
            "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
            "sim_time_s": "simulated latency [s]"}
@@ -118,15 +125,14 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
         if spec["kind"] not in KINDS:
             raise ConfigError(f"{path}: figure {name} has kind {spec['kind']!r}; use one of {KINDS}")
         seeds = spec.get("seeds", scale_doc["seeds"])
-        sweep = spec.get("sweep") or {"key": None, "values": [None]}
+        points = sweep_points(spec.get("sweep"))
         base = apply_overrides(doc["base"], _pairs(overrides) + list(extra or ()))
         runs = []
         for panel, p_over in (spec.get("panels") or {"": {}}).items():
             for series, s_over in spec["series"].items():
                 s_over = s_over or {}
-                # a series that sets the sweep key itself is a fixed reference line
-                for value in [None] if sweep["key"] in s_over else sweep["values"]:
-                    v_over = {} if value is None else {sweep["key"]: value}
+                # a series that sets a swept key itself is a fixed reference line
+                for value, v_over in [(None, {})] if _sets_swept(s_over, points) else points:
                     for seed in seeds:
                         raw = apply_overrides(base, _pairs({**p_over, **s_over, **v_over,
                                                             "seed": seed}))
@@ -134,6 +140,26 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                         runs.append(RunSpec(panel, series, value, seed, raw))
         out.append(Figure(name, spec, tuple(runs), scale))
     return out
+
+
+def sweep_points(sweep: dict[str, Any] | None) -> list[tuple[Any, dict[str, Any]]]:
+    """A figure's sweep as (value, overrides) pairs.
+
+    ``{key, values}`` sets one key to each value; ``{points: {value: overrides}}`` sets
+    several keys per value (e.g. an active-client ratio with its pool size and budget).
+    """
+    if not sweep:
+        return [(None, {})]
+    if "points" in sweep:
+        return [(value, dict(over)) for value, over in sweep["points"].items()]
+    return [(value, {sweep["key"]: value}) for value in sweep["values"]]
+
+
+def _sets_swept(series: dict[str, Any], points: list[tuple[Any, dict[str, Any]]]) -> bool:
+    """Whether a series' overrides set a swept key, or a section holding one."""
+    swept = {k for _, over in points for k in over}
+    return any(k == s or s.startswith(k + ".") or k.startswith(s + ".")
+               for k in series for s in swept)
 
 
 def _pairs(overrides: dict[str, Any]) -> list[str]:
@@ -232,9 +258,14 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _sweep_label(fig: Figure, default: str = "") -> str:
+    """The sweep's axis label (its ``label``, else its ``key``)."""
+    sweep = fig.spec.get("sweep") or {}
+    return sweep.get("label") or sweep.get("key") or default
+
+
 def _label(fig: Figure, series: str, value: Any) -> str:
-    sweep = fig.spec.get("sweep")
-    return series if value is None else f"{series} {sweep.get('label', sweep['key'])}={_show(value)}"
+    return series if value is None else f"{series} {_sweep_label(fig)}={_show(value)}"
 
 
 # --------------------------------------------------------------------------- rendering
@@ -295,12 +326,12 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
     """``metric`` to reach ``target`` against the sweep values, one line per series."""
     metric, target = fig.spec["metric"], fig.spec["target"]
     f, ax, panels = _panels(fig, 1)
-    sweep = fig.spec["sweep"]
+    label = _sweep_label(fig)
     table, lines = [], {}
     for (panel, series, value), runs in _groups(fig).items():
         reached, count = _over_seeds(root, runs, target, metric)
         mean = float(reached.mean()) if reached.size else float("nan")
-        table.append({"panel": panel, "series": series, sweep.get("label", sweep["key"]): _show(value),
+        table.append({"panel": panel, "series": series, label: _show(value),
                       f"{metric}_to_{target:g}_mean": mean,
                       "std": float(reached.std()) if reached.size else float("nan"),
                       "reached": count})
@@ -308,8 +339,8 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
     for (panel, series), pts in lines.items():
         a = ax[panels.index(panel)][0]
         a.plot([_show(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
-        a.set(xlabel=sweep.get("label", sweep["key"]),
-              ylabel=f"{_LABELS.get(metric, metric)} to {100 * target:g}%", title=panel)
+        a.set(xlabel=label, ylabel=f"{_LABELS.get(metric, metric)} to {100 * target:g}%",
+              title=panel)
         a.grid(alpha=0.3)
     return _finish(fig, f, ax, out, table)
 
@@ -376,24 +407,27 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def mean_accuracy_steps(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """A multi-task run's evaluation times and, at each, the mean accuracy over its tasks.
+def mean_steps(rows: list[dict[str, Any]], key: str = "test_accuracy",
+               tasks: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A multi-task run's evaluation times and, at each, the mean of ``key`` over ``tasks``.
 
-    Each task counts with its latest evaluation (0 before its first); ``specs/fedast.md``
-    §7 item 11's curve for M identical tasks.
+    Each task (default: all of the run's) counts with its latest evaluation; before its
+    first, an accuracy counts as 0 and a loss as NaN. With ``test_accuracy`` over all tasks
+    this is ``specs/fedast.md`` §7 item 11's curve for M identical tasks.
     """
-    rows = sorted(rows, key=lambda r: r["sim_time"])
-    latest = dict.fromkeys(sorted({r["task"] for r in rows}), 0.0)
+    tasks = tasks or sorted({r["task"] for r in rows})
+    rows = sorted((r for r in rows if r["task"] in tasks), key=lambda r: r["sim_time"])
+    latest = dict.fromkeys(tasks, 0.0 if key == "test_accuracy" else math.nan)
     means = []
     for r in rows:
-        latest[r["task"]] = r["test_accuracy"]
+        latest[r["task"]] = r[key]
         means.append(float(np.mean(list(latest.values()))))
     return np.array([r["sim_time"] for r in rows], float), np.array(means)
 
 
 def mean_accuracy_time(rows: list[dict[str, Any]], target: float) -> float:
     """First simulated time the mean accuracy over a run's tasks reaches ``target`` (NaN if never)."""
-    times, means = mean_accuracy_steps(rows)
+    times, means = mean_steps(rows)
     hit = np.flatnonzero(means >= target)
     return float(times[hit[0]]) if hit.size else float("nan")
 
@@ -410,11 +444,9 @@ def all_done_time(rows: list[dict[str, Any]], targets: dict[str, float]) -> floa
 
 def time_to_target(run: RunSpec, rows: list[dict[str, Any]], metric: str) -> float:
     """A multi-task run's time to target: ``mean_accuracy`` (identical tasks) or ``all_done``."""
-    from wirelessfl.multitask import resolve_multitask
-
     if metric == "all_done":
-        return all_done_time(rows, {t.name: t.target for t in resolve_multitask(run.raw).tasks})
-    return mean_accuracy_time(rows, resolve_multitask_target(run))
+        return all_done_time(rows, {t.name: t.target for t in run_tasks(run)})
+    return mean_accuracy_time(rows, run_tasks(run)[0].target)
 
 
 def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
@@ -424,7 +456,7 @@ def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
     ``metric``: ``mean_accuracy`` (default) or ``all_done``.
     """
     method, baseline = fig.spec["method"], fig.spec["baseline"]
-    sweep = fig.spec.get("sweep") or {"key": "setting", "values": [None]}
+    label = _sweep_label(fig, "setting")
     groups = _groups(fig)
     f, ax, panels = _panels(fig, 1)
     table = []
@@ -433,7 +465,7 @@ def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
         series = list(dict.fromkeys(s for p, s, _ in groups if p == panel))
         a, width = ax[panels.index(panel)][0], 0.8 / len(series)
         for v_i, value in enumerate(values):
-            row: dict[str, Any] = {"panel": panel, sweep.get("label", sweep["key"]): _show(value)}
+            row: dict[str, Any] = {"panel": panel, label: _show(value)}
             for s_i, name in enumerate(series):
                 runs = groups[(panel, name, value)]
                 times = np.array([time_to_target(r, _rows(root, r), fig.spec.get(
@@ -449,20 +481,23 @@ def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
             a.annotate(f"{100 * gain:.1f}%", (v_i, top), ha="center", va="bottom", fontsize=8)
             table.append(row)
         a.set_xticks(range(len(values)), [_show(v) for v in values])
-        a.set(xlabel=sweep.get("label", sweep["key"]), ylabel="simulated time to target",
+        a.set(xlabel=label, ylabel="simulated time to target",
               title=panel)
         a.grid(alpha=0.3, axis="y")
     paths = _finish(fig, f, ax, out, table)
     md = out / f"{fig.name}.md"
-    md.write_text(_gains_markdown(fig, table, method, baseline, sweep.get("label", sweep["key"])))
+    md.write_text(_gains_markdown(fig, table, method, baseline, label))
     return [*paths, md]
 
 
 def _gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, baseline: str,
                     label: str) -> str:
-    head = (f"| setting | {label} | {method} | {baseline} | gain |\n|---|---|---|---|---|\n")
+    swept = "sweep" in fig.spec
+    head = (f"| setting |{f' {label} |' if swept else ''} {method} | {baseline} | gain |\n"
+            f"|---|{'---|' if swept else ''}---|---|---|\n")
     body = "".join(
-        f"| {r['panel']} | {r[label]} | {r[f'{method} time']:.1f} [{r[f'{method} reached']}] | "
+        f"| {r['panel']} |{f' {r[label]} |' if swept else ''} "
+        f"{r[f'{method} time']:.1f} [{r[f'{method} reached']}] | "
         f"{r[f'{baseline} time']:.1f} [{r[f'{baseline} reached']}] | {r['gain_percent']:.1f}% |\n"
         for r in table)
     what = ("every task first reaches its target" if fig.spec.get("metric") == "all_done"
@@ -474,44 +509,119 @@ def _gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, basel
 
 
 def render_time_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
-    """Mean accuracy over a run's tasks against simulated time (mean over seeds, band min–max).
+    """Test accuracy (or loss) against simulated time (mean over seeds, band min–max).
 
-    One panel per (panel, sweep value), one line per series, the target dashed (Fig. 15).
+    One panel per (panel, sweep value) and ``y`` entry (``accuracy``, default, or ``loss``),
+    one line per series: the mean over a run's tasks (Fig. 15; the target dashed), or with
+    ``per_task`` one line per series and task (Figs. 4/14).
     """
     groups = _groups(fig)
     panels = list(dict.fromkeys(p for p, _, _ in groups))
     values = list(dict.fromkeys(v for _, _, v in groups))
-    f, ax = plt.subplots(len(panels), len(values), figsize=(4.5 * len(values), 3.6 * len(panels)),
+    ys = fig.spec.get("y", ["accuracy"])
+    cols = [(v, y) for v in values for y in ys]
+    f, ax = plt.subplots(len(panels), len(cols), figsize=(4.5 * len(cols), 3.6 * len(panels)),
                          squeeze=False)
-    label = (fig.spec.get("sweep") or {}).get("label", "")
+    label = _sweep_label(fig)
     table = []
     for (panel, series, value), runs in groups.items():
-        steps = [mean_accuracy_steps(_rows(root, r)) for r in runs]
-        grid = np.linspace(0.0, max(t[-1] for t, _ in steps), 200)
-        curves = np.array([np.where(i >= 0, m[np.maximum(i, 0)], 0.0) for t, m in steps
-                           for i in [np.searchsorted(t, grid, side="right") - 1]])
-        a = ax[panels.index(panel)][values.index(value)]
-        line, = a.plot(grid, curves.mean(0), label=series)
-        if len(runs) > 1:
-            a.fill_between(grid, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.15)
-        a.axhline(resolve_multitask_target(runs[0]), color="k", lw=0.8, ls="--")
-        a.set(xlabel="simulated time", ylabel="mean test accuracy",
-              title=f"{panel} {label}={_show(value)}".strip(" ="))
-        a.grid(alpha=0.3)
-        table += [{"panel": panel, "series": series, label or "sweep": _show(value), "time": g,
-                   "accuracy_mean": c} for g, c in zip(grid[::10], curves.mean(0)[::10])]
+        names = [t.name for t in run_tasks(runs[0])] if fig.spec.get("per_task") else [None]
+        for y, task in [(y, t) for y in ys for t in names]:
+            steps = [mean_steps(_rows(root, r), f"test_{y}", task and [task]) for r in runs]
+            grid = np.linspace(0.0, max(t[-1] for t, _ in steps), 200)
+            before = 0.0 if y == "accuracy" else math.nan
+            curves = np.array([np.where(i >= 0, m[np.maximum(i, 0)], before) for t, m in steps
+                               for i in [np.searchsorted(t, grid, side="right") - 1]])
+            name = series if task is None else f"{series} {task}"
+            a = ax[panels.index(panel)][cols.index((value, y))]
+            line, = a.plot(grid, curves.mean(0), label=name)
+            if len(runs) > 1:
+                a.fill_between(grid, curves.min(0), curves.max(0), color=line.get_color(),
+                               alpha=0.15)
+            if y == "accuracy" and task is None:
+                a.axhline(run_tasks(runs[0])[0].target, color="k", lw=0.8, ls="--")
+            a.set(xlabel="simulated time", ylabel=f"{'mean ' if task is None else ''}test {y}",
+                  title=f"{panel} {label}={_show(value)}".strip(" ="))
+            a.grid(alpha=0.3)
+            table += [{"panel": panel, "series": series, "task": task or "mean",
+                       label or "sweep": _show(value), "time": g, f"{y}_mean": c}
+                      for g, c in zip(grid[::10], curves.mean(0)[::10])]
     return _finish(fig, f, ax, out, table)
 
 
-def resolve_multitask_target(run: RunSpec) -> float:
-    """The target accuracy of a multi-task run's first task."""
+#: What a ``final`` figure can show per run: the last evaluation's test accuracy and loss,
+#: and the simulated time to target.
+_FINAL = {"accuracy": "final test accuracy", "loss": "final test loss",
+          "time": "simulated time to target"}
+
+
+def run_finals(run: RunSpec, rows: list[dict[str, Any]],
+               per_task: bool) -> dict[str, dict[str, float]]:
+    """A multi-task run's final test accuracy and loss and its time to target.
+
+    Per task (``per_task``), or ``mean`` over its tasks: the mean of their final values and
+    the time the mean accuracy reaches the target. NaN where not reached.
+    """
+    tasks = run_tasks(run)
+    out = {}
+    for t in tasks:
+        last = next((r for r in reversed(rows) if r["task"] == t.name), None)
+        out[t.name] = {"accuracy": math.nan if last is None else last["test_accuracy"],
+                       "loss": math.nan if last is None else last["test_loss"],
+                       "time": all_done_time(rows, {t.name: t.target})}
+    if per_task:
+        return out
+    return {"mean": {"accuracy": float(np.mean([v["accuracy"] for v in out.values()])),
+                     "loss": float(np.mean([v["loss"] for v in out.values()])),
+                     "time": mean_accuracy_time(rows, tasks[0].target)}}
+
+
+def render_final(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Final accuracy, loss or time to target (``y``) against the sweep values (Figs. 3, 8, 9).
+
+    One line per series (with ``per_task``, per series and task), mean over the seeds that
+    have a value; a series without sweep values (a reference such as centralized training)
+    is a dashed horizontal line.
+    """
+    ys, per_task = fig.spec.get("y", ["accuracy"]), fig.spec.get("per_task", False)
+    label = _sweep_label(fig)
+    f, ax, panels = _panels(fig, len(ys))
+    table, lines = [], {}
+    for (panel, series, value), runs in _groups(fig).items():
+        finals = [run_finals(r, _rows(root, r), per_task) for r in runs]
+        for task in finals[0]:
+            row: dict[str, Any] = {"panel": panel, "series": series, "task": task,
+                                   label: _show(value)}
+            for y in ys:
+                vals = np.array([fin[task][y] for fin in finals])
+                row[y] = float(np.nanmean(vals)) if np.isfinite(vals).any() else math.nan
+            times = np.array([fin[task]["time"] for fin in finals])
+            row["reached"] = f"{int(np.isfinite(times).sum())}/{times.size}"
+            table.append(row)
+            lines.setdefault((panel, series, task), []).append((value, row))
+    for (panel, series, task), pts in lines.items():
+        name = series if task == "mean" else f"{series} {task}"
+        for c, y in enumerate(ys):
+            a = ax[panels.index(panel)][c]
+            if pts[0][0] is None:
+                if np.isfinite(pts[0][1][y]):
+                    a.axhline(pts[0][1][y], color="C7", ls="--", label=name)
+            else:
+                a.plot([v for v, _ in pts], [r[y] for _, r in pts], marker="o", label=name)
+            a.set(xlabel=label, ylabel=_FINAL[y], title=panel)
+            a.grid(alpha=0.3)
+    return _finish(fig, f, ax, out, table)
+
+
+def run_tasks(run: RunSpec) -> tuple[Any, ...]:
+    """The tasks (:class:`~wirelessfl.tasks.TaskConfig`) of a multi-task run."""
     from wirelessfl.multitask import resolve_multitask
 
-    return resolve_multitask(run.raw).tasks[0].target
+    return resolve_multitask(run.raw).tasks
 
 
 RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,
-             "gains": render_gains, "time_curves": render_time_curves}
+             "gains": render_gains, "time_curves": render_time_curves, "final": render_final}
 
 
 def render(figures: list[Figure], root: Path) -> list[Path]:

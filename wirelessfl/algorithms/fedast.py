@@ -115,16 +115,16 @@ class TaskState:
         return sum(self.staleness) / max(1, len(self.staleness))
 
 
-#: ``on_eval(task, state, time)`` is called after each evaluated aggregation; it returns the
-#: test accuracy (the simulation stops a task when it reaches its target).
-EvalHook = Callable[[TaskEnv, TaskState, float], float]
+#: ``on_eval(task, state, time)`` is called after each evaluated aggregation; it returns
+#: whether the task is done (e.g. its test accuracy reached the target), which stops it.
+EvalHook = Callable[[TaskEnv, TaskState, float], bool]
 
 
 def check_stop(task: TaskEnv, st: TaskState, now: float, on_eval: EvalHook, eval_every: int,
                max_rounds: int | None) -> str | None:
-    """After an aggregation: evaluate when due; ``"target"`` if reached, ``"cap"`` at the round cap."""
+    """After an aggregation: evaluate when due; ``"target"`` if done, ``"cap"`` at the round cap."""
     last = max_rounds is not None and st.round >= max_rounds
-    if (st.round % eval_every == 0 or last) and on_eval(task, st, now) >= task.config.target:
+    if (st.round % eval_every == 0 or last) and on_eval(task, st, now):
         return "target"
     return "cap" if last else None
 

@@ -37,6 +37,25 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return x * (torch.rand_like(x) >= p).to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
+def random_crop_flip(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
+    """Random crop after zero padding by ``pad``, and a horizontal flip with probability 1/2.
+
+    The CIFAR augmentation of FedAST's CIFAR-100 task (§4.4 [code]). ``x`` has shape
+    (B, C, H, W); offsets and flips are drawn per image with ``torch.rand`` (so under
+    ``vmap(randomness="different")`` every stacked client draws its own).
+    """
+    b, _, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad))
+    offset = (torch.rand(b, 2, device=x.device) * (2 * pad + 1)).long()  # rand < 1: ≤ 2·pad
+    flip = torch.rand(b, 1, device=x.device) < 0.5
+    cols = torch.arange(w, device=x.device)
+    rows = offset[:, :1] + torch.arange(h, device=x.device)  # (B, H)
+    cols = offset[:, 1:] + torch.where(flip, w - 1 - cols, cols)  # (B, W)
+    picked = padded[torch.arange(b, device=x.device)[:, None, None], :, rows[:, :, None],
+                    cols[:, None, :]]  # (B, H, W, C)
+    return picked.permute(0, 3, 1, 2)
+
+
 def _flat(sample_shape: tuple[int, ...]) -> int:
     return int(math.prod(sample_shape))
 
@@ -233,11 +252,14 @@ class ResNet18(FLModel):
     Partitionable units are the inner channels of every basic block (conv1's outputs, their
     GroupNorm affine pair, conv2's inputs): slicing them keeps the residual streams intact
     (``specs/rafed.md`` §2.1.1). A sliced block must keep a channel count divisible by the
-    2 GroupNorm groups.
+    2 GroupNorm groups. ``augment`` applies :func:`random_crop_flip` to training inputs
+    (FedAST's CIFAR-100 task).
     """
 
-    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, gn_groups: int = 2):
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, gn_groups: int = 2,
+                 augment: bool = False):
         super().__init__()
+        self.augment = augment
         self.conv1 = layers.Conv2d(sample_shape[0], 64, 3, 1, 1, bias=False)
         self.gn1 = nn.GroupNorm(gn_groups, 64)
         stages, groups, cin = [], [], 64
@@ -256,6 +278,8 @@ class ResNet18(FLModel):
         self.hist_groups = ()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if self.augment and self.training:
+            x = random_crop_flip(x)
         x = F.relu(self.gn1(self.conv1(x)))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
