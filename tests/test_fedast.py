@@ -317,3 +317,10 @@ def test_centralized_is_plain_sgd_through_the_pooled_samples():
             torch.func.functional_call(task.model, params, (data.x[idx],)), data.y[idx]).backward()
         opt.step()
     _close(sim.states[0].params, {k: v.detach() for k, v in params.items()})
+
+
+def test_cifar100_task_takes_five_augmented_steps():
+    """App. D.4: τ = 5 (the latency scales with it too), Dir(1), random crop + flip."""
+    task = resolve_multitask({"tasks": ["cifar100_resnet18"]}).tasks[0]
+    assert (task.local.epochs, task.local.steps, task.data.alpha) == (None, 5, 1.0)
+    assert task.model.options == {"augment": True} and task.latency_constant == 2.071

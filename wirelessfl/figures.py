@@ -481,8 +481,7 @@ def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
             a.annotate(f"{100 * gain:.1f}%", (v_i, top), ha="center", va="bottom", fontsize=8)
             table.append(row)
         a.set_xticks(range(len(values)), [_show(v) for v in values])
-        a.set(xlabel=label, ylabel="simulated time to target",
-              title=panel)
+        a.set(xlabel=label, ylabel="simulated time to target", title=panel)
         a.grid(alpha=0.3, axis="y")
     paths = _finish(fig, f, ax, out, table)
     md = out / f"{fig.name}.md"
