@@ -34,6 +34,7 @@ import csv
 import hashlib
 import json
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,7 +349,8 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
 def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
             table: list[dict[str, Any]]) -> list[Path]:
     ax[0][0].legend(fontsize=7)
-    f.suptitle(fig.title, fontsize=10)
+    # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
+    f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
     f.tight_layout()
     png = out / f"{fig.name}.png"
     f.savefig(png, dpi=120)
