@@ -27,7 +27,7 @@ def test_overrides_are_typed():
 
 @pytest.mark.parametrize("raw,match", [
     ({"rounds": "ten"}, "rounds must be an integer"),
-    ({"local": {"lr": -1}}, "`lr` must be > 0"),
+    ({"local": {"lr": -1}}, "local.lr must be > 0"),
     ({"algorithm": {"name": "fedsgd"}}, "unknown algorithm 'fedsgd'"),
     ({"algorithm": {"name": "hfedavg", "clients_per_round": 3}},
      "unknown config key 'algorithm.clients_per_round'"),

@@ -31,8 +31,12 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from channels.validation import as_float, as_int
 from wirelessfl.data.datasets import ArrayDataset
 from wirelessfl.models.base import FLModel, Params
+
+#: Most local steps one call may run (the batch schedule of a call is held in memory).
+MAX_LOCAL_STEPS = 100_000
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,18 @@ class LocalHParams:
     eps: float = 1e-8
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"`lr` must be > 0, got {self.lr}")
-        if self.batch_size < 1 or self.steps < 0 or (self.epochs is not None and self.epochs < 1):
-            raise ValueError("`batch_size` must be >= 1, `steps` >= 0 and `epochs` >= 1 or None")
+        as_float("lr", self.lr, lo=0, hi=1e6, lo_open=True)
+        as_int("batch_size", self.batch_size, lo=1, hi=10**6)
+        as_int("steps", self.steps, lo=0, hi=MAX_LOCAL_STEPS)
+        if self.epochs is not None:
+            as_int("epochs", self.epochs, lo=1, hi=10**4)
+        as_float("momentum", self.momentum, lo=0, hi=1, hi_open=True)
+        as_float("weight_decay", self.weight_decay, lo=0, hi=1e3)
+        if len(self.betas) != 2:
+            raise ValueError(f"`betas` must be two numbers, got {self.betas}")
+        for k, b in zip(("betas[0]", "betas[1]"), self.betas):
+            as_float(k, b, lo=0, hi=1, hi_open=True)
+        as_float("eps", self.eps, lo=0, hi=1, lo_open=True)
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
 

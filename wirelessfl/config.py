@@ -14,14 +14,16 @@ Examples
 >>> resolve({"local": {"lrr": 1}})
 Traceback (most recent call last):
 ...
-wirelessfl.config.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, steps, weight_decay
+wirelessfl.errors.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, steps, weight_decay
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -30,15 +32,51 @@ from typing import Any
 
 import yaml
 
+from channels.validation import as_float, as_int
 from wirelessfl.algorithms import ALGORITHMS
 from wirelessfl.client import LocalHParams
+from wirelessfl.errors import ConfigError, check_config_size, short
 
 PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
               "dirichlet_per_client", "two_group", "natural")
 
 
-class ConfigError(ValueError):
-    """A configuration is invalid; the message names the key and what is allowed."""
+__all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "RunConfig", "resolve",
+           "to_dict", "apply_overrides", "load_raw", "list_presets", "check_name", "checked"]
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def check_name(name: str, key: str = "name") -> str:
+    """A run or task name usable in a folder name: no path separators, no leading dot.
+
+    >>> check_name("fedavg-fmnist 0.5")
+    'fedavg-fmnist 0.5'
+    """
+    ok = (isinstance(name, str) and 0 < len(name) <= 128 and name[0] not in ".- "
+          and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
+    if not ok:
+        raise ConfigError(f"{key} must be 1-128 characters without '/', '\\' or control "
+                          f"characters, not starting with '.', '-' or a space; got {short(name)}")
+    return name
+
+
+def checked(prefix: str, **ranges: tuple) -> None:
+    """Check named values against ranges: ``key=(value, lo, hi[, "open"])`` (None: unbounded).
+
+    Integers are checked as integers, everything else as finite floats; the error names
+    ``prefix.key`` and the received value.
+    """
+    for key, (value, lo, hi, *flags) in ranges.items():
+        if value is None:
+            continue
+        try:
+            if isinstance(value, int) and not isinstance(value, bool):
+                as_int(f"{prefix}{key}", value, lo=lo, hi=hi)
+            else:
+                as_float(f"{prefix}{key}", value, lo=lo, hi=hi, lo_open="open" in flags)
+        except ValueError as exc:
+            raise ConfigError(str(exc).replace("`", "")) from None
 
 
 @dataclass(frozen=True)
@@ -91,8 +129,12 @@ class DataConfig:
         if self.partition not in PARTITIONS:
             raise ConfigError(f"data.partition must be one of {', '.join(PARTITIONS)}, "
                               f"got {self.partition!r}")
-        if self.num_clients < 1:
-            raise ConfigError(f"data.num_clients must be >= 1, got {self.num_clients}")
+        checked("data.", num_clients=(self.num_clients, 1, 10**6),
+                samples_per_client=(self.samples_per_client, 1, 10**7),
+                shards_per_client=(self.shards_per_client, 1, 10**6),
+                alpha=(self.alpha, 0, 1e6, "open"), min_size=(self.min_size, 0, 10**7),
+                overlap=(self.overlap, 0, 1), synthetic_alpha=(self.synthetic_alpha, 0, 1e3),
+                synthetic_beta=(self.synthetic_beta, 0, 1e3))
 
 
 @dataclass(frozen=True)
@@ -152,8 +194,9 @@ class RunConfig:
         default_factory=lambda: AlgorithmConfig("fedavg", ALGORITHMS["fedavg"][0]()))
 
     def __post_init__(self) -> None:
-        if self.rounds < 1 or self.eval_every < 1:
-            raise ConfigError("rounds and eval_every must be >= 1")
+        check_name(self.name)
+        checked("", seed=(self.seed, 0, 2**63 - 1), rounds=(self.rounds, 1, 10**7),
+                eval_every=(self.eval_every, 1, 10**7))
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
         if self.engine not in ("loop", "batched", "auto"):
@@ -179,37 +222,43 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, a, key)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {short(value)}")
     if tp is Any:
         return value
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key} must be a list, got {value!r}")
+            raise ConfigError(f"{key} must be a list, got {short(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(v, args[0], key) for v in value)
         if len(value) != len(args):
-            raise ConfigError(f"{key} must have {len(args)} entries, got {value!r}")
+            raise ConfigError(f"{key} must have {len(args)} entries, got {short(value)}")
         return tuple(_coerce(v, a, key) for v, a in zip(value, args))
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+            raise ConfigError(f"{key} must be a mapping, got {short(value)}")
         return dict(value)
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {value!r}")
+            raise ConfigError(f"{key} must be true or false, got {short(value)}")
         return value
+    if tp in (int, float) and isinstance(value, str) and _NUMBER.match(value.strip()):
+        value = float(value) if tp is float or not value.strip().lstrip("+-").isdigit() else int(value)
     if tp is int:
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            value = int(value)  # 1e3 written in exponent notation
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {value!r}")
+            raise ConfigError(f"{key} must be an integer, got {short(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} must be a number, got {value!r}")
+            raise ConfigError(f"{key} must be a number, got {short(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key} must be a finite number, got {value}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string, got {value!r}")
+            raise ConfigError(f"{key} must be a string, got {short(value)}")
         return value
     raise ConfigError(f"{key}: unsupported type {tp}")
 
@@ -219,12 +268,12 @@ def build_dataclass(cls: type, raw: Any, prefix: str) -> Any:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"'{prefix}' must be a mapping, got {raw!r}")
+        raise ConfigError(f"'{prefix}' must be a mapping, got {short(raw)}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for k in raw:
         if k not in names:
-            raise ConfigError(f"unknown config key '{prefix}.{k}'; valid keys under '{prefix}': "
+            raise ConfigError(f"unknown config key '{prefix}.{str(k)[:40]}'; valid keys under '{prefix}': "
                               f"{', '.join(sorted(names))}")
     kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}") for k, v in raw.items()}
     try:
@@ -232,27 +281,33 @@ def build_dataclass(cls: type, raw: Any, prefix: str) -> Any:
     except ConfigError:
         raise
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{prefix}: {exc}") from exc
+        msg = str(exc).replace("`", "")
+        field_named = msg.split(" ", 1)[0].split("[", 1)[0] in names
+        raise ConfigError(f"{prefix}.{msg}" if field_named else f"{prefix}: {msg}") from exc
 
 
 def resolve(raw: dict[str, Any]) -> RunConfig:
     """A :class:`RunConfig` from a nested mapping (YAML), every key and type checked."""
-    raw = copy.deepcopy(raw or {})
-    if not isinstance(raw, dict):
+    if not isinstance(raw or {}, dict):
         raise ConfigError(f"a config must be a mapping, got {type(raw).__name__}")
+    check_config_size(raw)
+    raw = copy.deepcopy(raw or {})
     sections = {"data": DataConfig, "model": ModelConfig, "local": LocalHParams}
     top = {k: v for k, v in raw.items() if k not in (*sections, "algorithm")}
     built = {k: build_dataclass(cls, raw.get(k), k) for k, cls in sections.items()}
-    algo_raw = dict(raw.get("algorithm") or {})
+    algo_raw = raw.get("algorithm") or {}
+    if not isinstance(algo_raw, dict):
+        raise ConfigError(f"'algorithm' must be a mapping, got {short(algo_raw)}")
+    algo_raw = dict(algo_raw)
     name = algo_raw.pop("name", "fedavg")
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {short(name)}; choose one of {', '.join(ALGORITHMS)}")
     built["algorithm"] = AlgorithmConfig(name, build_dataclass(ALGORITHMS[name][0], algo_raw,
                                                                "algorithm"))
     fields = {f.name for f in dataclasses.fields(RunConfig)} - set(built)
     for k in top:
         if k not in fields:
-            raise ConfigError(f"unknown config key '{k}'; valid top-level keys: "
+            raise ConfigError(f"unknown config key '{str(k)[:40]}'; valid top-level keys: "
                               f"{', '.join(sorted(fields | set(built)))}")
     hints = typing.get_type_hints(RunConfig)
     top = {k: _coerce(v, hints[k], k) for k, v in top.items()}
@@ -261,7 +316,7 @@ def resolve(raw: dict[str, Any]) -> RunConfig:
     except ConfigError:
         raise
     except (ValueError, TypeError) as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(str(exc).replace("`", "")) from exc
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -285,14 +340,18 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     raw = copy.deepcopy(raw)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"--set expects key=value, got {item!r}")
+            raise ConfigError(f"--set expects key=value, got {short(item)}")
         path, text = item.split("=", 1)
+        keys = path.strip().split(".")
+        if not all(keys):
+            raise ConfigError(f"--set {short(path)}: the key must be names joined by dots, e.g. "
+                              "local.lr=0.05")
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {path}: cannot parse value {text!r}") from exc
+            raise ConfigError(f"--set {path}: cannot parse value {short(text)}") from exc
+        check_config_size(value, f"--set {path}")
         node = raw
-        keys = path.strip().split(".")
         for k in keys[:-1]:
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
@@ -323,17 +382,26 @@ def list_presets() -> dict[str, Path]:
 
 def load_raw(preset_or_path: str) -> dict[str, Any]:
     """The nested mapping of a preset name or a YAML file path."""
+    if not isinstance(preset_or_path, str) or not preset_or_path:
+        raise ConfigError("name a preset or a YAML file (`wirelessfl list` shows the presets)")
     path = Path(preset_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists() and not path.is_file():
+        raise ConfigError(f"{path} is not a file")
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
         presets = list_presets()
         if preset_or_path not in presets:
-            raise ConfigError(f"unknown preset {preset_or_path!r} (and no such YAML file); "
+            raise ConfigError(f"unknown preset {short(preset_or_path)} (and no such YAML file); "
                               f"`wirelessfl list` shows the presets: {', '.join(presets)}")
         path = presets[preset_or_path]
     try:
+        if path.stat().st_size > 4 * 2**20:
+            raise ConfigError(f"{path}: over 4 MiB, too large for a config file")
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({type(exc).__name__})") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping")
+    check_config_size(raw, str(path))
     return raw

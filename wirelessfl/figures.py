@@ -69,7 +69,7 @@ class RunSpec:
     @property
     def key(self) -> str:
         """Hash of the resolved config (without its name): equal configs share a run."""
-        text = json.dumps(_canonical({**self.raw, "name": ""}), sort_keys=True)
+        text = json.dumps({**_canonical({**self.raw, "name": "run"}), "name": ""}, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 

@@ -9,8 +9,14 @@ Contents:
   ``uplink_params_per_client`` and ``uplink_mb_per_client``, ``test_accuracy``,
   ``test_loss``, ``train_loss``, plus algorithm extras;
 - ``metrics.csv`` — the same rows as a table, rewritten after each row;
-- ``checkpoint.pt`` — the state after the last completed round (written atomically);
-- ``summary.json`` — final and best accuracy, time/uplink to the target, wall time.
+- ``checkpoint.pt`` — the state after the last completed round (written atomically, read
+  back with ``torch.load(weights_only=True)``: a checkpoint cannot carry code);
+- ``summary.json`` — final and best accuracy, time/uplink to the target, wall time;
+- ``.lock`` — held (``flock``) by the run writing the folder, so two runs never write one.
+
+A new run needs a folder that does not exist or is empty: nothing a run did not create is
+ever overwritten. A resumed run must find its own ``config.yaml`` and metric rows that run
+without gaps or duplicates up to its checkpoint (:meth:`RunRecord.check_rows`).
 
 MB are 4-byte parameters / 2^20, as in ``specs/hist.md`` §6.2 and §6.6.
 """
@@ -18,8 +24,10 @@ MB are 4-byte parameters / 2^20, as in ``specs/hist.md`` §6.2 and §6.6.
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -29,6 +37,7 @@ import torch
 import yaml
 
 import wirelessfl
+from wirelessfl.errors import RunFolderError
 
 BYTES_PER_PARAM = 4
 MB = 2**20
@@ -51,17 +60,45 @@ def git_commit() -> str | None:
 
 
 def _atomic_write(path: Path, write) -> None:
+    """``write(tmp)`` then rename over ``path``: an interrupted write leaves ``path`` as it was."""
     tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_plain(path: str | Path, what: str) -> Any:
+    """A file written by :func:`torch.save`, read with ``weights_only=True`` onto the CPU.
+
+    Only tensors and plain containers load (never code); tensors saved on a GPU map to the
+    CPU. A damaged or foreign file is a :class:`~wirelessfl.errors.RunFolderError`.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure of an untrusted file is one error
+        raise RunFolderError(f"{what} {path} cannot be read safely ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); it is "
+                             "damaged or was not written by wirelessfl") from None
 
 
 class RunRecord:
-    """Reader and writer of one run folder."""
+    """Reader and writer of one run folder.
+
+    :meth:`open` takes the folder's lock for the life of the run (:meth:`close` frees it);
+    a second run on the same folder is refused while the first holds it.
+    """
+
+    LOCK = ".lock"
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self._csv_keys: list[str] | None = None  # the CSV's columns, once written here
+        self._lock_fh = None
+        self._created_folder = False
 
     @property
     def metrics_path(self) -> Path:
@@ -77,8 +114,51 @@ class RunRecord:
         """Whether the folder holds a run."""
         return (self.folder / "config.yaml").is_file()
 
+    # ------------------------------------------------------------------ lock and ownership
+    def _lock(self) -> None:
+        if self.folder.exists() and not self.folder.is_dir():
+            raise RunFolderError(f"run folder {self.folder} is a file, not a folder; choose "
+                                 "another --out")
+        if not self.folder.exists():
+            self.folder.mkdir(parents=True)
+            self._created_folder = True
+        fh = open(self.folder / self.LOCK, "a")  # noqa: SIM115 - held until close()
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise RunFolderError(f"run folder {self.folder} is being written by another run "
+                                 "(it holds the folder's lock); wait for it or choose another "
+                                 "--out") from None
+        self._lock_fh = fh
+
+    def close(self) -> None:
+        """Free the folder's lock."""
+        if self._lock_fh is not None:
+            self._lock_fh.close()
+            self._lock_fh = None
+
+    def __enter__(self) -> RunRecord:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _foreign(self) -> list[str]:
+        return sorted(p.name for p in self.folder.iterdir() if p.name != self.LOCK)
+
+    def discard(self) -> None:
+        """Remove a run that failed before its first round (only what this run created)."""
+        self.close()
+        for name in ("config.yaml", "meta.json", "metrics.jsonl", "metrics.csv",
+                     "checkpoint.pt", "summary.json", self.LOCK):
+            (self.folder / name).unlink(missing_ok=True)
+        if self._created_folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    # ------------------------------------------------------------------ open
     def create(self, config: dict[str, Any], seed: int, device: str) -> None:
-        """Make the folder and write the config and metadata (no metrics yet)."""
+        """Write the config and metadata of a new run (no metrics yet)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         meta = {"seed": seed, "version": wirelessfl.__version__, "git_commit": git_commit(),
@@ -89,35 +169,84 @@ class RunRecord:
 
     def open(self, config: dict[str, Any], seed: int, device: str, *,
              resume: bool) -> dict[str, Any] | None:
-        """Start a run here, or with ``resume`` continue the one here; its last checkpoint.
+        """Lock the folder and start a run there, or with ``resume`` continue the one there.
 
-        A new run needs an empty folder; a resumed one must hold a run of the same resolved
-        ``config``. Raises :class:`~wirelessfl.config.ConfigError` (nothing written) otherwise.
+        A new run needs a folder that does not exist or is empty; a resumed one must hold a
+        run of the same resolved ``config``. Returns the last checkpoint (None if none).
+        Raises :class:`~wirelessfl.errors.RunFolderError` (nothing written) otherwise.
         """
-        from wirelessfl.config import ConfigError  # config imports the algorithms, not us
+        if resume and not self.folder.is_dir():
+            raise RunFolderError(f"--resume: {self.folder} does not exist; start a new run "
+                                 "without --resume")
+        self._lock()
+        try:
+            if not resume:
+                if self.exists():
+                    raise RunFolderError(f"run folder {self.folder} already holds a run; pass "
+                                         "--resume to continue it or --out to choose another")
+                if self._foreign():
+                    raise RunFolderError(
+                        f"--out {self.folder} is not empty ({', '.join(self._foreign()[:3])}, "
+                        "...) and holds no run; choose a new or empty folder")
+                self.create(config, seed, device)
+                return None
+            if not self.exists():
+                raise RunFolderError(f"--resume: {self.folder} holds no run (no config.yaml); "
+                                     "nothing was changed there. Start the run in a new folder "
+                                     "with --out")
+            if self.config() != config:
+                raise RunFolderError(f"--resume: {self.folder} was made with a different config; "
+                                     "resume with the same preset and --set values (or none)")
+            return self.load_checkpoint()
+        except BaseException:
+            self.close()
+            raise
 
-        if not resume:
-            if self.exists():
-                raise ConfigError(f"run folder {self.folder} already holds a run; pass --resume "
-                                  "to continue it or --out to choose another folder")
-            self.create(config, seed, device)
-            return None
-        if not self.exists():
-            raise ConfigError(f"--resume: {self.folder} holds no run; drop --resume to start one")
-        if self.config() != config:
-            raise ConfigError(f"--resume: {self.folder} was made with a different config; resume "
-                              "with the same preset and --set values (or no preset at all)")
-        return self.load_checkpoint()
-
+    # ------------------------------------------------------------------ rows
     def config(self) -> dict[str, Any]:
         """The stored resolved configuration."""
-        return yaml.safe_load((self.folder / "config.yaml").read_text())
+        path = self.folder / "config.yaml"
+        if not path.is_file():
+            raise RunFolderError(f"{self.folder} holds no run (no config.yaml); pass a preset or "
+                                 "YAML file, or --out of an existing run folder")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise RunFolderError(f"{path} is damaged ({type(exc).__name__})") from None
+        if not isinstance(raw, dict):
+            raise RunFolderError(f"{path} is damaged (not a mapping)")
+        return raw
 
     def rows(self) -> list[dict[str, Any]]:
-        """All metric rows."""
+        """All metric rows; a damaged line is a :class:`~wirelessfl.errors.RunFolderError`."""
         if not self.metrics_path.is_file():
             return []
-        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line]
+        rows = []
+        for n, line in enumerate(self.metrics_path.read_text().splitlines(), 1):
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if not isinstance(row, dict) or not isinstance(row.get("round"), int):
+                raise RunFolderError(f"{self.metrics_path} line {n} is damaged (truncated or "
+                                     "edited); the run cannot be resumed: start it again with "
+                                     "another --out")
+            rows.append(row)
+        return rows
+
+    def check_rows(self, rows: list[dict[str, Any]], expected: list[Any], key) -> None:
+        """Refuse rows whose ``key(row)`` sequence is not ``expected`` (gaps, duplicates)."""
+        got = [key(r) for r in rows]
+        if got != expected:
+            missing = [e for e in expected if e not in got][:3]
+            dup = sorted({g for g in got if got.count(g) > 1}, key=str)[:3]
+            what = (f"missing {missing}" if missing else f"duplicated {dup}" if dup
+                    else f"out of order or extra: {got[:5]}")
+            raise RunFolderError(f"--resume: {self.metrics_path} does not match the checkpoint "
+                                 f"({what}); the folder is damaged: start the run again with "
+                                 "another --out")
 
     def append(self, row: dict[str, Any]) -> None:
         """Append one metrics row, flush it to disk, extend the CSV.
@@ -134,10 +263,6 @@ class RunRecord:
                 csv.DictWriter(fh, fieldnames=self._csv_keys).writerow(_csv_row(row))
         else:
             self._write_csv(self.rows())
-
-    def truncate(self, last_round: int) -> None:
-        """Drop rows after ``last_round`` (rows written after the last checkpoint)."""
-        self.keep([r for r in self.rows() if r["round"] <= last_round])
 
     def keep(self, rows: list[dict[str, Any]]) -> None:
         """Replace the metric rows by ``rows`` (the ones a checkpoint had seen)."""
@@ -168,7 +293,10 @@ class RunRecord:
         """The last checkpoint, or None."""
         if not self.checkpoint_path.is_file():
             return None
-        return torch.load(self.checkpoint_path, weights_only=False)
+        ckpt = load_plain(self.checkpoint_path, "checkpoint")
+        if not isinstance(ckpt, dict):
+            raise RunFolderError(f"checkpoint {self.checkpoint_path} is damaged (not a mapping)")
+        return ckpt
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json``."""
@@ -178,7 +306,12 @@ class RunRecord:
     def summary(self) -> dict[str, Any] | None:
         """The stored summary, if the run finished."""
         path = self.folder / "summary.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
 
 
 def _csv_row(row: dict[str, Any]) -> dict[str, Any]:

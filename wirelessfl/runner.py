@@ -34,7 +34,8 @@ from wirelessfl.data import (
     TwoGroupOverlap,
     load_dataset,
 )
-from wirelessfl.models import FLModel, build_model
+from wirelessfl.errors import RunFolderError, TrainingDiverged
+from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.population import Static
 from wirelessfl.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.rng import Seeds
@@ -153,9 +154,48 @@ def _checkpoint(state: ServerState, uplink: float, sim_time: float | None, wall:
             "totals": dict(totals)}
 
 
-def _restore(ckpt: dict[str, Any], device: torch.device) -> ServerState:
-    return ServerState({k: v.to(device) for k, v in ckpt["params"].items()}, ckpt["round"],
-                       ckpt["opt_state"], ckpt["client_states"])
+def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
+    """The checkpoint's state, after checking it belongs to this config (round, shapes)."""
+    init = exp.initial_state()
+    params, t = ckpt.get("params"), ckpt.get("round")
+    where = "--resume: the checkpoint"
+    if not isinstance(t, int) or not 0 <= t <= exp.config.rounds:
+        raise RunFolderError(f"{where} is of round {t!r}, outside 0..{exp.config.rounds} of the "
+                             "config; the folder is damaged: start the run again with another --out")
+    if not isinstance(params, dict) or {k: tuple(getattr(v, "shape", ())) for k, v in params.items()} \
+            != {k: tuple(v.shape) for k, v in init.params.items()}:
+        raise RunFolderError(f"{where}'s parameter shapes do not match the model of config.yaml; "
+                             "the folder is damaged: start the run again with another --out")
+    missing = [k for k in ("uplink_params_per_client", "sim_time_s", "wall_s") if k not in ckpt]
+    if missing:
+        raise RunFolderError(f"{where} lacks {', '.join(missing)}; the folder is damaged")
+    return ServerState({k: v.to(exp.device) for k, v in params.items()}, t,
+                       _to_device(ckpt.get("opt_state"), exp.device),
+                       _to_device(ckpt.get("client_states") or {}, exp.device))
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    """Tensors of a (nested) checkpoint value moved to ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def evaluated_rounds(cfg: RunConfig, upto: int) -> list[int]:
+    """Rounds ≤ ``upto`` that have a metrics row: 0, every ``eval_every``-th, and the last."""
+    return [0] + [t for t in range(1, upto + 1) if t % cfg.eval_every == 0 or t == cfg.rounds]
+
+
+def check_finite(params: Params, where: str) -> None:
+    """Raise :class:`~wirelessfl.errors.TrainingDiverged` if any parameter is NaN or infinite."""
+    bad = [k for k, v in params.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise TrainingDiverged(f"{where}: the model became NaN/Inf ({bad[0]}); the loss diverged "
+                               "- lower the learning rate(s) and start again with another --out")
 
 
 def _evaluate_row(exp: Experiment, state: ServerState, uplink: float, sim_time: float | None,
@@ -194,21 +234,44 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
         quiet: bool = False) -> dict[str, Any]:
     """Train ``exp`` into run folder ``out``; return the summary.
 
-    Without ``resume``, ``out`` must not hold a run yet. With it, ``out`` must hold a run of
-    the same resolved config, which continues after its last checkpoint.
+    Without ``resume``, ``out`` must not exist or be empty. With it, ``out`` must hold a run
+    of the same resolved config whose rows match its checkpoint; it continues after the
+    checkpoint. The folder is locked while the run writes it; a run that fails before its
+    first round leaves nothing behind (Ctrl-C keeps it, resumable).
     """
     cfg, record = exp.config, RunRecord(out)
     resolved = to_dict(cfg)
     state, uplink, sim_time, wall0 = exp.initial_state(), 0.0, None, 0.0
     totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
     ckpt = record.open(resolved, cfg.seed, str(exp.device), resume=resume)
-    if ckpt is not None:
-        state = _restore(ckpt, exp.device)
-        uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
-                                   ckpt["wall_s"])
-        totals = dict(ckpt.get("totals", {}))
-    if resume:
-        record.truncate(state.round)
+    try:
+        if ckpt is not None:
+            state = _restore(ckpt, exp)
+            uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
+                                       ckpt["wall_s"])
+            totals = dict(ckpt.get("totals", {}))
+        if resume:
+            rows = [r for r in record.rows() if r["round"] <= state.round]
+            expected = evaluated_rounds(cfg, state.round)
+            record.check_rows(rows, expected[:len(rows)] if state.round == 0 else expected,
+                              key=lambda r: r["round"])
+            record.keep(rows)
+        summary = _train(exp, record, state, uplink, sim_time, wall0, totals, quiet)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        if not resume and not record.checkpoint_path.is_file():
+            record.discard()  # failed before its first round: leave nothing half-written
+        raise
+    finally:
+        record.close()
+    return summary
+
+
+def _train(exp: Experiment, record: RunRecord, state: ServerState, uplink: float,
+           sim_time: float | None, wall0: float, totals: dict[str, float],
+           quiet: bool) -> dict[str, Any]:
+    cfg = exp.config
     start = time.perf_counter() - wall0
     if state.round == 0 and not record.rows():
         record.append(_evaluate_row(exp, state, 0.0, None if sim_time is None else 0.0, 0.0))
@@ -217,6 +280,7 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
                disable=disable, dynamic_ncols=True)
     while state.round < cfg.rounds:
         state, report = exp.algorithm.apply(state)
+        check_finite(state.params, f"{cfg.name}, round {state.round}")
         uplink += report.uplink_params
         if report.latency_s is not None:
             sim_time = (sim_time or 0.0) + report.latency_s
