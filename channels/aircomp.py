@@ -44,6 +44,8 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import ArrayLike
 
+from channels.validation import as_finite
+
 
 def beam_gains(a: ArrayLike, h: ArrayLike) -> np.ndarray:
     """|aᴴ h_i|² for beams a (..., S, M) or (..., M) and channels h (..., n, M): (..., [S,] n)."""
@@ -85,8 +87,10 @@ class AirCompCell:
     tight_power: bool = False
 
     def __post_init__(self) -> None:
-        h = np.asarray(self.h, dtype=complex)
-        a = np.asarray(self.a, dtype=complex)
+        h = as_finite("h", self.h, dtype=complex)
+        a = as_finite("a", self.a, dtype=complex)
+        as_finite("power", self.power, lo=0, lo_open=True)
+        as_finite("noise_power", self.noise_power, lo=0)
         if h.ndim < 2 or a.shape[-1:] != h.shape[-1:]:
             raise ValueError(f"`h` must be (..., n, M) and `a` (..., M); got {h.shape} and {a.shape}")
         norm = np.linalg.norm(a, axis=-1, keepdims=True)

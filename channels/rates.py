@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from channels.validation import as_finite, as_float
+
 BANDWIDTH_HZ = 9e6  # B per cell, HIST §6.4
 SUBCARRIER_HZ = 15e3  # Δf, 5G NR numerology 0
 SYMBOL_S = 1.0 / 14e3  # t_s = 1/14 ms
@@ -35,8 +37,14 @@ def tdma_rate(h: ArrayLike, snr: ArrayLike, bandwidth_hz: float = BANDWIDTH_HZ) 
     -------
     ndarray, shape (...), float [bit/s]
     """
-    h = np.asarray(h)
-    return bandwidth_hz * np.log2(1.0 + np.asarray(snr, float) * np.sum(np.abs(h) ** 2, -1))
+    h = as_finite("h", h, dtype=complex)
+    snr = as_finite("snr", snr, lo=0)
+    bandwidth_hz = as_float("bandwidth_hz", bandwidth_hz, lo=0, lo_open=True)
+    with np.errstate(over="ignore"):
+        rate = bandwidth_hz * np.log2(1.0 + snr * np.sum(np.abs(h) ** 2, -1))
+    if not np.isfinite(rate).all():
+        raise ValueError("`h` or `snr` is so large that the rate overflows float64; rescale them")
+    return rate
 
 
 def aircomp_upload_time(num_entries: ArrayLike, *, bandwidth_hz: float = BANDWIDTH_HZ,
@@ -47,6 +55,9 @@ def aircomp_upload_time(num_entries: ArrayLike, *, bandwidth_hz: float = BANDWID
     One entry per subcarrier per OFDM symbol, the same for every client count. The paper
     does not round the symbol count (default); ``ceil=True`` uses ⌈d_j / (B/Δf)⌉ symbols.
     """
-    symbols = np.asarray(num_entries, dtype=float) / (bandwidth_hz / subcarrier_hz)
+    for name, v in (("bandwidth_hz", bandwidth_hz), ("subcarrier_hz", subcarrier_hz),
+                    ("symbol_s", symbol_s)):
+        as_float(name, v, lo=0, lo_open=True)
+    symbols = as_finite("num_entries", num_entries, lo=0) / (bandwidth_hz / subcarrier_hz)
     out = (np.ceil(symbols) if ceil else symbols) * symbol_s
     return float(out) if np.ndim(out) == 0 else out

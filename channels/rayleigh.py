@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from channels.validation import as_finite, as_float, as_int, check_memory
+
 
 def simo_rayleigh(batch_shape: tuple[int, ...], n_clients: int, n_antennas: int,
                   rng: np.random.Generator, gain: ArrayLike | None = None) -> np.ndarray:
@@ -38,7 +40,12 @@ def simo_rayleigh(batch_shape: tuple[int, ...], n_clients: int, n_antennas: int,
     -------
     h : ndarray, shape (*batch_shape, n, M), complex128
     """
+    batch_shape = tuple(as_int("batch_shape", b, lo=0) for b in batch_shape)
+    n_clients = as_int("n_clients", n_clients, lo=1)
+    n_antennas = as_int("n_antennas", n_antennas, lo=1)
     shape = (*batch_shape, n_clients, n_antennas)
+    check_memory(48.0 * float(np.prod(shape, dtype=float)), f"channels of shape {shape}",
+                 "draw fewer instances, clients or antennas")
     h = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) / np.sqrt(2.0)
     if gain is not None:
         g = np.asarray(gain, dtype=float)
@@ -64,7 +71,11 @@ def path_gain(distance_m: ArrayLike, exponent: float = 3.0, *, ref_distance_m: f
     shadowing_db : float
         Standard deviation σ [dB] of log-normal shadowing X_σ (0 = none; needs ``rng``).
     """
-    r = np.asarray(distance_m, dtype=float)
+    ref_distance_m = as_float("ref_distance_m", ref_distance_m, lo=0, lo_open=True)
+    exponent = as_float("exponent", exponent, lo=0)
+    ref_loss_db = as_float("ref_loss_db", ref_loss_db)
+    shadowing_db = as_float("shadowing_db", shadowing_db, lo=0)
+    r = as_finite("distance_m", distance_m)
     if (r < ref_distance_m).any():
         raise ValueError(f"`distance_m` must be >= ref_distance_m={ref_distance_m}")
     pl_db = ref_loss_db + 10.0 * exponent * np.log10(r / ref_distance_m)

@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from channels.aircomp import beam_gains as gains
+from channels.validation import as_float, as_int, check_memory
 
 METHODS = ("fast", "sca", "sdr", "eigen", "strongest", "random")
 
@@ -96,10 +97,56 @@ def _check(h: ArrayLike) -> np.ndarray:
         raise ValueError(f"`h` must have shape (..., n_clients, M) with n, M >= 1; got {h.shape}")
     if not np.isfinite(h).all():
         raise ValueError("`h` contains NaN or Inf")
-    if not (_energy(h) > 0).all():
+    with np.errstate(over="ignore", under="ignore"):
+        energy = _energy(h.astype(np.complex128))
+    if not np.isfinite(energy).all():
+        raise ValueError("`h` is too large: |h_i|^2 overflows float64 (entries above ~1e150); "
+                         "rescale the channels (the optimal beam does not change)")
+    if not (energy > 0).all():
         raise ValueError("a client's channel h_i is all zero: min_i |a^H h_i|^2 = 0 for every "
                          "beam; drop that client")
+    if not (energy >= 1e-280).all():
+        raise ValueError("`h` is too small: |h_i|^2 underflows float64 (entries below ~1e-140); "
+                         "rescale the channels (the optimal beam does not change)")
     return h.astype(np.complex128)
+
+
+def working_bytes(shape: tuple[int, ...], method: str = "fast", random_starts: int = 0) -> float:
+    """Bytes :func:`solve` holds at once for channels of ``shape`` (..., n, M), an estimate.
+
+    ``"fast"`` keeps every start of every instance: (n + 1 + random starts) beams and their
+    n gains, a few complex copies of each; the other methods a few copies of ``h``.
+    """
+    *batch, n, m = (int(x) for x in shape)
+    inst = float(np.prod(batch, dtype=float)) if batch else 1.0
+    if method == "fast":
+        starts = n + 1 + random_starts
+        return inst * (4 * 16.0 * n * m + 6 * 16.0 * starts * (n + m))
+    return inst * 4 * 16.0 * n * m
+
+
+def _check_options(method: str, options: dict) -> None:
+    """Each option of ``method`` finite and in range (ValueError naming it)."""
+    for key in ("random_starts", "explore_iters", "refine_iters", "max_iter", "randomizations",
+                "keep"):
+        if key in options:
+            lo = 1 if key in ("keep", "max_iter", "randomizations") else 0
+            as_int(key, options[key], lo=lo, hi=100_000)
+    for key in ("tau", "step"):
+        if key in options:
+            pair = options[key]
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ValueError(f"`{key}` must be a pair (start, end), got {pair!r}")
+            for v in pair:
+                as_float(key, v, lo=0, hi=10, lo_open=True)
+    if "tol" in options:
+        as_float("tol", options["tol"], lo=0, hi=1, lo_open=True)
+    if "solver" in options:
+        import cvxpy as cp
+
+        if options["solver"] not in cp.installed_solvers():
+            raise ValueError(f"`solver` must be one of the installed cvxpy solvers "
+                             f"({', '.join(cp.installed_solvers())}), got {options['solver']!r}")
 
 
 # --- baselines and starting points -----------------------------------------------------------
@@ -330,9 +377,15 @@ def solve(h: ArrayLike, method: str = "fast", *, seed: int | np.random.Generator
         Real dtype, wrong shape, NaN/Inf or an all-zero client channel; unknown method/option.
     """
     started = time.perf_counter()
-    h = _check(h)
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {', '.join(METHODS)}; got {method!r}")
+    _check_options(method, options)
+    shape = np.shape(h)
+    if len(shape) >= 2:
+        check_memory(working_bytes(shape, method, int(options.get("random_starts", 0))),
+                     f"beamforming {shape[:-2]} instances of n={shape[-2]}, M={shape[-1]}",
+                     "solve fewer or smaller instances at a time")
+    h = _check(h)
     rng = np.random.default_rng(seed)
     batch = h.shape[:-2]
     closed = None if method == "random" else _closed_form(h)

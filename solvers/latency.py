@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from channels.rates import BANDWIDTH_HZ, SUBCARRIER_HZ, SYMBOL_S
+from channels.validation import as_finite, as_float, as_int
 
 
 def _cells_iv(name: str, x: ArrayLike, client_mask: ArrayLike | None) -> tuple[np.ndarray, np.ndarray]:
@@ -50,6 +51,21 @@ def _cells_iv(name: str, x: ArrayLike, client_mask: ArrayLike | None) -> tuple[n
     if bad.any():
         raise ValueError(f"`{name}` must be finite and > 0 for every client, got {x[bad][:3]}")
     return x, mask
+
+
+def _scalars(**values: float) -> None:
+    """Each named scalar finite and > 0 (integers where the name says so)."""
+    for name, v in values.items():
+        if name in ("local_steps", "num_params"):
+            as_int(name, v, lo=1)
+        else:
+            as_float(name, v, lo=0, lo_open=True)
+
+
+def _overflow_checked(x: np.ndarray, what: str) -> np.ndarray:
+    if not np.isfinite(x).all():
+        raise ValueError(f"{what} overflows float64 (inputs too large); rescale the units")
+    return x
 
 
 def _masked_max(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -85,12 +101,16 @@ def full_model_latency_oma(cpu_hz: ArrayLike, rate_bps: ArrayLike, *, local_step
     """
     cpu, mask = _cells_iv("cpu_hz", cpu_hz, client_mask)
     rate, _ = _cells_iv("rate_bps", rate_bps, mask)
+    _scalars(local_steps=local_steps, cycles_per_step=cycles_per_step, model_bits=model_bits)
     compute = local_steps * cycles_per_step / np.where(mask, cpu, 1.0)
     upload = model_bits / np.where(mask, rate, 1.0)
-    if tdma == "literal":
-        return _masked_max(compute + mask.sum(-1, keepdims=True) * upload, mask)
-    if tdma == "exact":
-        return _masked_max(compute, mask) + np.where(mask, upload, 0.0).sum(-1)
+    with np.errstate(over="ignore"):
+        if tdma == "literal":
+            return _overflow_checked(_masked_max(compute + mask.sum(-1, keepdims=True) * upload,
+                                                 mask), "the OMA latency")
+        if tdma == "exact":
+            return _overflow_checked(_masked_max(compute, mask) + np.where(mask, upload, 0.0)
+                                     .sum(-1), "the OMA latency")
     raise ValueError(f"`tdma` must be 'literal' or 'exact', got {tdma!r}")
 
 
@@ -116,18 +136,27 @@ def full_model_latency_aircomp(cpu_hz: ArrayLike, *, local_steps: int, cycles_pe
     ndarray, shape (..., N), float [s]
     """
     cpu, mask = _cells_iv("cpu_hz", cpu_hz, client_mask)
+    _scalars(local_steps=local_steps, cycles_per_step=cycles_per_step, num_params=num_params,
+             bandwidth_hz=bandwidth_hz, subcarrier_hz=subcarrier_hz, symbol_s=symbol_s)
     compute = _masked_max(local_steps * cycles_per_step / np.where(mask, cpu, 1.0), mask)
-    return compute + num_params * symbol_s * subcarrier_hz / bandwidth_hz
+    with np.errstate(over="ignore"):
+        return _overflow_checked(compute + num_params * symbol_s * subcarrier_hz / bandwidth_hz,
+                                 "the AirComp latency")
 
 
 def edge_round_latency(full_latency: ArrayLike, sizes: ArrayLike, total: int) -> np.ndarray:
     """τ_j = C_j d_j / D for mask sizes d_j out of D (eqs. (17), (35)) [s], shape (..., N)."""
-    return np.asarray(full_latency, float) * np.asarray(sizes, float) / float(total)
+    total = as_int("total", total, lo=1)
+    c = as_finite("full_latency", full_latency, lo=0)
+    d = as_finite("sizes", sizes, lo=0)
+    with np.errstate(over="ignore"):
+        return _overflow_checked(c * d / float(total), "the edge-round latency")
 
 
 def round_latency(full_latency: ArrayLike, sizes: ArrayLike, total: int, *,
                   edge_rounds: int) -> np.ndarray:
     """Global-round latency max_j E τ_j, eq. (18) [s], shape (...)."""
+    edge_rounds = as_int("edge_rounds", edge_rounds, lo=1)
     return edge_rounds * edge_round_latency(full_latency, sizes, total).max(-1)
 
 
@@ -141,8 +170,9 @@ def size_cap(total: int, num_cells: int, kappa: float = 9.0) -> int:
     >>> [size_cap(300, n) for n in (2, 4, 6, 8)]
     [225, 112, 75, 56]
     """
-    if not np.isfinite(kappa) or kappa <= 0:
-        raise ValueError(f"`kappa` (eps_th / delta_1^2) must be finite and > 0, got {kappa}")
+    kappa = as_float("kappa", kappa, lo=0, lo_open=True)
+    total = as_int("total", total, lo=0)
+    num_cells = as_int("num_cells", num_cells, lo=1)
     return int(np.floor(kappa * total / (6.0 * num_cells) + 1e-9))
 
 
@@ -154,6 +184,8 @@ def uniform_sizes(total: int, num_cells: int) -> np.ndarray:
     >>> uniform_sizes(300, 8).tolist()
     [37, 37, 37, 37, 37, 37, 37, 41]
     """
+    total = as_int("total", total, lo=0, hi=2**62)
+    num_cells = as_int("num_cells", num_cells, lo=1, hi=10**8)
     sizes = np.full(num_cells, total // num_cells, dtype=np.int64)
     sizes[-1] += total - sizes.sum()
     return sizes

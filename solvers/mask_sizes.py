@@ -40,7 +40,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from channels.validation import as_int, check_memory
+
 BACKENDS = ("exact", "highs", "gurobi")
+#: Largest ``total``: sizes and latencies c_j·d_j are exact in float64 up to 2^53.
+MAX_TOTAL = 2**53
 _EPS = float(np.finfo(float).eps)
 
 
@@ -81,15 +85,22 @@ class MaskSizeResult:
 
 def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
               backend: str) -> tuple[np.ndarray, int, np.ndarray]:
-    c = np.asarray(unit_latency, dtype=float)
+    try:
+        c = np.asarray(unit_latency, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("`unit_latency` must be an array of numbers") from None
+    check_memory(200.0 * c.size, f"mask sizes of {c.size} cells", "solve fewer instances at a time")
     if c.ndim < 1 or c.shape[-1] < 1:
         raise ValueError(f"`unit_latency` must have shape (..., N) with N >= 1, got {c.shape}")
     if not (c.min() >= 0 and c.max() < np.inf):  # NaN fails both
         raise ValueError("`unit_latency` must be finite and >= 0 everywhere (got NaN, inf or "
                          "negative values)")
-    if int(total) != total or total < 0:
-        raise ValueError(f"`total` must be a non-negative integer, got {total!r}")
-    total = int(total)
+    total = as_int("total", total, lo=0, hi=MAX_TOTAL)
+    with np.errstate(over="ignore"):
+        overflow = c.size and not np.isfinite(c.max() * max(total, 1))
+    if overflow:
+        raise ValueError("`unit_latency` x `total` overflows float64 (latencies near 1e308); "
+                         "express the latencies in a larger unit")
     uf = np.asarray(total if cap is None else cap, dtype=float)
     if not (uf.min() >= 0 and uf.max() < np.inf and (np.floor(uf) == uf).all()):
         raise ValueError(f"`cap` must be non-negative integers, got {cap!r}")
@@ -148,10 +159,14 @@ def _optimal_tau(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:
     target[:, 1] += n
     below, slope, lo, hi = _water_segment(c * u, w, u.astype(float), target)
     x = np.minimum(np.maximum((target - below) / slope, lo), hi)  # slope 0: ±inf or NaN → hi
-    k_lo = _fit(x[:, 0] * (1 - 1e-9), c, u)
-    k_hi = _fit(x[:, 1] * (1 + 1e-9), c, u)
+    slack = (16 + 4 * n) * _EPS  # relative rounding of the water levels; the bracket then
+    k_lo = _fit(x[:, 0] * (1 - slack), c, u)  # holds ≲ 2N + 2·slack·D candidates, whatever D
+    k_hi = _fit(x[:, 1] * (1 + slack), c, u)
     rank = total - k_lo.sum(-1)  # τ* is the rank-th smallest candidate (≤ 0: attained at τ_lo)
     count = (k_hi - k_lo).ravel()
+    if count.sum() > 64 * (n + 8) * c.shape[0]:  # never memory proportional to D
+        raise ValueError("mask sizes: the latencies are too ill-conditioned for the exact solver "
+                         "(ratio of largest to smallest near 1e16); use backend='highs'")
     cell = np.repeat(np.arange(count.size), count)
     first = np.cumsum(count) - count
     value = c.ravel()[cell] * (k_lo.ravel()[cell] + np.arange(cell.size) - first[cell] + 1)

@@ -93,7 +93,7 @@ def test_zero_latency_cells_and_zero_total():
     (([1.0, 1.0], 7, 3), "infeasible: the caps allow at most 6"),
     (([1.0, np.nan], 2, 3), "finite and >= 0"),
     (([1.0, -1.0], 2, 3), "finite and >= 0"),
-    (([1.0, 1.0], 2.5, 3), "non-negative integer"),
+    (([1.0, 1.0], 2.5, 3), "must be an integer >= 0"),
     (([1.0, 1.0], 2, -1), "non-negative integers"),
 ])
 def test_bad_input(args, match):

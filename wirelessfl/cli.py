@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from channels.validation import check_memory
 from wirelessfl.config import ConfigError, apply_overrides, list_presets, load_raw
+from wirelessfl.errors import TrainingDiverged
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,8 +87,10 @@ def _run_multitask(raw: dict, args: argparse.Namespace) -> int:
     for name, t in summary["tasks"].items():
         reached = (f"target {t['target']:.2f} at t = {t['time_to_target']:.1f}" if t["reached"]
                    else f"target {t['target']:.2f} not reached")
-        print(f"{name}: {reached}; final accuracy {t['final_accuracy']:.4f}, {t['rounds']} "
-              f"rounds, {t['updates']} updates, mean staleness {t['staleness_mean']:.2f}")
+        final = ("never evaluated" if t.get("final_accuracy") is None
+                 else f"final accuracy {t['final_accuracy']:.4f}")
+        print(f"{name}: {reached}; {final}, {t.get('rounds', 0)} rounds, {t.get('updates', 0)} "
+              f"updates, mean staleness {t.get('staleness_mean', 0.0):.2f}")
     done = summary["time_all_done"]
     print(f"{cfg.name} ({cfg.method.name}): all tasks done at t = "
           f"{'not reached' if done is None else f'{done:.1f}'} (simulated), "
@@ -99,7 +103,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if not presets:
         print("no presets found (looked under experiments/)")
     for name, path in presets.items():
-        desc = load_raw(str(path)).get("description", "")
+        try:
+            desc = str(load_raw(str(path)).get("description", ""))
+        except ValueError as exc:  # one broken preset does not hide the others
+            desc = f"(unreadable: {str(exc).splitlines()[0][:80]})"
         print(f"{name:28s} {desc}")
     return 0
 
@@ -110,6 +117,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     for f in args.runs:
         if not (Path(f) / "metrics.jsonl").is_file():
             raise ConfigError(f"{f} is not a run folder (no metrics.jsonl)")
+    if args.out is not None and (Path(args.out).is_dir() or Path(args.out).suffix.lower() != ".png"):
+        raise ConfigError(f"--out {args.out}: give a file name ending in .png")
     out = args.out or (Path(args.runs[0]) / "accuracy.png" if len(args.runs) == 1
                        else Path("comparison.png"))
     print(plot_runs(args.runs, out))
@@ -134,6 +143,8 @@ def _cmd_masks(args: argparse.Namespace) -> int:
             raise ConfigError(f"--scenario {args.scenario}: need an .npz with cpu_hz and "
                               f"rate_bps arrays of shape (cells, clients) ({exc})") from exc
     else:
+        check_memory(64.0 * args.cells * args.clients_per_cell, f"masks --cells {args.cells} "
+                     f"--clients-per-cell {args.clients_per_cell}", "draw fewer cells or clients")
         res = draw_resources(args.cells, args.clients_per_cell, np.random.default_rng(args.seed))
     n_cells = res.cpu_hz.shape[0]
     c = unit_latency(res, scheme=args.scheme, units=args.total, num_params=args.params,
@@ -177,6 +188,10 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
             raise ConfigError(f"--instances {args.instances}: need an .npz with a complex array "
                               f"'h' of shape (..., clients, antennas) ({exc})") from exc
     else:
+        check_memory(beamforming.working_bytes((args.cells, args.clients, args.antennas),
+                                               args.method),
+                     f"beamform --cells {args.cells} --clients {args.clients} --antennas "
+                     f"{args.antennas}", "solve fewer or smaller instances")
         h = simo_rayleigh((args.cells,), args.clients, args.antennas,
                           np.random.default_rng(args.seed))
     r = beamforming.solve(h, args.method, seed=args.seed)
@@ -207,6 +222,11 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     from wirelessfl.figures import load_figures, missing_runs, regenerate
 
     out = Path(args.out or Path("reports") / args.paper / args.scale)
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise ConfigError(f"--data-dir {args.data_dir} is not a folder; pass the folder that "
+                          "holds the dataset files")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder for the report")
     extra = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
     if args.dry_run:
         figures = load_figures(args.paper, args.scale, args.only, extra)
@@ -228,10 +248,33 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _positive(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else 0
+    value = int(text) if text.strip().isdigit() and len(text.strip()) < 19 else 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text[:40]!r}")
     return value
+
+
+def _natural(text: str) -> int:
+    """A non-negative integer (a seed)."""
+    if not (text.strip().isdigit() and len(text.strip()) < 19):
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text[:40]!r}")
+    return int(text)
+
+
+def _finite(lo: float | None = None, *, positive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float (> 0 with ``positive``, >= ``lo`` with ``lo``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        ok = value == value and abs(value) != float("inf")
+        ok = ok and (not positive or value > 0) and (lo is None or value >= lo)
+        if not ok:
+            want = "a finite number" + (" > 0" if positive else f" >= {lo:g}" if lo is not None else "")
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text[:40]!r}")
+        return value
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,17 +298,17 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", help="PNG path")
     pl.set_defaults(func=_cmd_plot)
     m = sub.add_parser("masks", help="latency-optimal HIST mask sizes for a drawn scenario")
-    m.add_argument("--cells", type=int, default=4, help="N (default 4)")
-    m.add_argument("--clients-per-cell", type=int, default=15, help="n (default 15)")
-    m.add_argument("--total", type=int, default=300, help="units to split K (default 300)")
-    m.add_argument("--params", type=int, default=238_510, help="model size d (default FCNN)")
+    m.add_argument("--cells", type=_positive, default=4, help="N (default 4)")
+    m.add_argument("--clients-per-cell", type=_positive, default=15, help="n (default 15)")
+    m.add_argument("--total", type=_positive, default=300, help="units to split K (default 300)")
+    m.add_argument("--params", type=_positive, default=238_510, help="model size d (default FCNN)")
     m.add_argument("--scheme", choices=["oma", "aircomp"], default="oma")
-    m.add_argument("--eps-th", type=float, default=9.0,
+    m.add_argument("--eps-th", type=_finite(positive=True), default=9.0,
                    help="eps_th / delta_1^2 (kappa); cap = floor(kappa K / 6N) (default 9)")
-    m.add_argument("--local-steps", type=int, default=40, help="H (default 40)")
-    m.add_argument("--edge-rounds", type=int, default=5, help="E (default 5)")
+    m.add_argument("--local-steps", type=_positive, default=40, help="H (default 40)")
+    m.add_argument("--edge-rounds", type=_positive, default=5, help="E (default 5)")
     m.add_argument("--backend", choices=["exact", "highs", "gurobi"], default="exact")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=_natural, default=0)
     m.add_argument("--scenario", help=".npz with cpu_hz and rate_bps (cells x clients)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=_cmd_masks)
@@ -273,10 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     bfp.add_argument("--cells", type=_positive, default=100, help="instances C (default 100)")
     bfp.add_argument("--clients", type=_positive, default=15, help="n per cell (default 15)")
     bfp.add_argument("--antennas", type=_positive, default=10, help="M (default 10)")
-    bfp.add_argument("--snr-db", type=float, default=30.0, help="P/sigma0^2 in dB (default 30)")
+    bfp.add_argument("--snr-db", type=_finite(), default=30.0, help="P/sigma0^2 in dB (default 30)")
     bfp.add_argument("--method", choices=["fast", "sca", "sdr", "eigen", "strongest", "random"],
                      default="fast")
-    bfp.add_argument("--seed", type=int, default=0)
+    bfp.add_argument("--seed", type=_natural, default=0)
     bfp.add_argument("--instances", help=".npz with complex 'h' (..., clients, antennas)")
     bfp.add_argument("--bound", action="store_true", help="also solve the SDR bound (slow)")
     bfp.add_argument("--json", action="store_true")
@@ -294,13 +337,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code.
+
+    Bad input (:class:`ValueError`, e.g. :class:`~wirelessfl.errors.ConfigError`), a file
+    that cannot be read or written (:class:`OSError`), a diverged run
+    (:class:`~wirelessfl.errors.TrainingDiverged`) or a missing solver print one line and
+    return 2; Ctrl-C returns 130 with one line.
+    """
+    from solvers.mask_sizes import SolverUnavailableError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as exc:  # bad input, detected before training (ConfigError, data errors)
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"wirelessfl: error: {msg}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("\nwirelessfl: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, TrainingDiverged, SolverUnavailableError, MemoryError) as exc:
+        text = str(exc).strip()
+        msg = text.splitlines()[0] if text else type(exc).__name__
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError) or isinstance(
+                exc, MemoryError):
+            msg = f"{type(exc).__name__}: {msg}"
+        print(f"wirelessfl: error: {msg[:400]}", file=sys.stderr)
         return 2
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from channels.validation import as_float, as_int
 from wirelessfl.aggregation import Aggregator, Mean, apply_update
 from wirelessfl.algorithms.base import (
     Environment,
@@ -45,8 +46,9 @@ class FedAvgHParams:
     def __post_init__(self) -> None:
         if self.weighting not in ("samples", "uniform"):
             raise ValueError(f"`weighting` must be 'samples' or 'uniform', got {self.weighting!r}")
-        if self.clients_per_round is not None and self.clients_per_round < 1:
-            raise ValueError(f"`clients_per_round` must be >= 1, got {self.clients_per_round}")
+        if self.clients_per_round is not None:
+            as_int("clients_per_round", self.clients_per_round, lo=1, hi=10**6)
+        as_float("server_lr", self.server_lr, lo=0, hi=1e6, lo_open=True)
 
 
 def client_weights(sizes: np.ndarray, weighting: str) -> np.ndarray:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from channels.validation import as_int
 from wirelessfl.aggregation import Aggregator, Mean, apply_update, weighted_mean
 from wirelessfl.algorithms.base import (
     Environment,
@@ -47,9 +48,8 @@ class HFedAvgHParams:
     edge_rounds: int = 5
 
     def __post_init__(self) -> None:
-        if self.cells < 1 or self.edge_rounds < 1:
-            raise ValueError(f"`cells` and `edge_rounds` must be >= 1, got {self.cells}, "
-                             f"{self.edge_rounds}")
+        as_int("cells", self.cells, lo=1, hi=10**4)
+        as_int("edge_rounds", self.edge_rounds, lo=1, hi=10**4)
 
 
 @dataclass(frozen=True)

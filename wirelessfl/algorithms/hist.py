@@ -26,7 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from channels.validation import as_float, as_int
 from solvers import mask_sizes
+from solvers.beamforming import METHODS as BEAMFORMING_METHODS
 from solvers.latency import size_cap, uniform_sizes
 from wirelessfl.aggregation import Aggregator, AirComp, weighted_mean
 from wirelessfl.algorithms.base import (
@@ -114,8 +116,17 @@ class HISTHParams(HFedAvgHParams):
         if self.bias_mode not in BIAS_MODES:
             raise ValueError(f"bias_mode must be one of {BIAS_MODES}, got {self.bias_mode!r}")
         snr = np.asarray(self.snr_db, dtype=float)
-        if snr.shape != (2,) or not np.isfinite(snr).all():
-            raise ValueError(f"snr_db must be two finite numbers of dB, got {self.snr_db}")
+        if snr.shape != (2,) or not np.isfinite(snr).all() or np.abs(snr).max() > 200:
+            raise ValueError(f"snr_db must be two finite numbers of dB (|x| <= 200), got {self.snr_db}")
+        as_int("antennas", self.antennas, lo=1, hi=4096)
+        as_float("eps_th", self.eps_th, lo=0, hi=1e6, lo_open=True)
+        if self.beamforming not in BEAMFORMING_METHODS:
+            raise ValueError(f"beamforming must be one of {', '.join(BEAMFORMING_METHODS)}, got "
+                             f"{self.beamforming!r}")
+        for lo_hi in self.cpu_ghz:
+            lo = as_float("cpu_ghz", lo_hi[0], lo=0, hi=1e3, lo_open=True)
+            if not lo <= as_float("cpu_ghz", lo_hi[1], lo=0, hi=1e3, lo_open=True):
+                raise ValueError(f"cpu_ghz ranges must be (low, high) with low <= high, got {lo_hi}")
 
 
 class HIST(HFedAvg):
