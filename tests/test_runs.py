@@ -83,7 +83,7 @@ def test_quickstart_learns_and_plots(tmp_path, capsys):
     (["run", "quickstart", "--bogus"], "unrecognized arguments"),
     (["run", "e4_fmnist_quick", "--set", "tasks=[mnist_cnn]"], "unknown task 'mnist_cnn'"),
     (["run", "e4_fmnist_quick", "--set", "method.option=X"], "option"),
-    (["run", "e4_fmnist_quick", "--set", "pool.available=0"], "pool.available must be >= 1"),
+    (["run", "e4_fmnist_quick", "--set", "pool.available=0"], "pool.available must be an integer >= 1"),
 ])
 def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, args, match):
     out = tmp_path / "never"

@@ -27,6 +27,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from channels.validation import as_float
 from wirelessfl.algorithms.centralized import Centralized, CentralizedHParams
 from wirelessfl.algorithms.fedast import FedAST, FedASTHParams, TaskState
 from wirelessfl.algorithms.sync_st import SyncST, SyncSTHParams
@@ -39,13 +40,20 @@ from wirelessfl.config import (
     _coerce,
     _lists,
     build_dataclass,
+    check_name,
+    checked,
 )
+from wirelessfl.errors import RunFolderError, check_config_size, short
 from wirelessfl.records import RunRecord
 from wirelessfl.rng import Seeds
+from wirelessfl.runner import check_finite
 from wirelessfl.simtime import ClientPool, ShiftedExponential, speed_classes
 from wirelessfl.tasks import TaskConfig, TaskEnv, build_tasks, task_from_registry
 
 #: method name → (hyperparameter dataclass, simulator class, uses the sync learning rates)
+#: Most tasks one multi-task run trains (``tasks`` × ``copies``).
+MAX_TASKS = 64
+
 METHODS = {"fedast": (FedASTHParams, FedAST, False), "sync_st": (SyncSTHParams, SyncST, True),
            "centralized": (CentralizedHParams, Centralized, False)}
 
@@ -76,8 +84,14 @@ class PoolConfig:
     free_on_cancel: bool = False
 
     def __post_init__(self) -> None:
-        if self.clients < 1 or (self.available is not None and self.available < 1):
-            raise ConfigError("pool.clients and pool.available must be >= 1")
+        checked("pool.", clients=(self.clients, 1, 10**6), available=(self.available, 1, 10**6),
+                kappa=(self.kappa, 0, 1e6, "open"))
+        for i, (share, mult) in enumerate(zip(self.speed_shares, self.speed_multipliers)):
+            checked("pool.", **{f"speed_shares[{i}]": (share, 0, 1),
+                                f"speed_multipliers[{i}]": (mult, 0, 1e6, "open")})
+        if abs(sum(self.speed_shares) - 1) > 1e-9:
+            raise ConfigError(f"pool.speed_shares must sum to 1, got {list(self.speed_shares)} "
+                              f"(sum {sum(self.speed_shares):g})")
 
 
 @dataclass(frozen=True)
@@ -106,12 +120,12 @@ class MultiTaskConfig:
     stop_at_target: bool = True
 
     def __post_init__(self) -> None:
+        check_name(self.name)
         if not self.tasks:
             raise ConfigError("tasks: name at least one task")
-        if self.eval_every < 1 or not self.max_time > 0:
-            raise ConfigError("eval_every must be >= 1 and max_time > 0")
-        if self.test_samples is not None and self.test_samples < 1:
-            raise ConfigError("test_samples must be >= 1 (or null for the whole test set)")
+        checked("", seed=(self.seed, 0, 2**63 - 1), max_time=(self.max_time, 0, 1e15, "open"),
+                max_rounds=(self.max_rounds, 1, 10**7), eval_every=(self.eval_every, 1, 10**7),
+                test_samples=(self.test_samples, 1, 10**8))
         names = [t.name for t in self.tasks]
         if len(set(names)) != len(names):
             raise ConfigError(f"task names must differ, got {names}; give each task a 'name'")
@@ -134,6 +148,11 @@ def _task(raw: Any, index: int) -> TaskConfig:
     return _build(TaskConfig, t, built, f"{prefix}.")
 
 
+def _with_clients(task: TaskConfig, clients: int) -> TaskConfig:
+    """The task on the pool's clients (a task's own ``data.num_clients`` is not used)."""
+    return dataclasses.replace(task, data=dataclasses.replace(task.data, num_clients=clients))
+
+
 def _build(cls: type, top: dict[str, Any], built: dict[str, Any], prefix: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     for k in top:
@@ -150,18 +169,35 @@ def _build(cls: type, top: dict[str, Any], built: dict[str, Any], prefix: str) -
 
 def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
     """A :class:`MultiTaskConfig` from a nested mapping, every key and type checked."""
+    check_config_size(raw)
     raw = copy.deepcopy(raw)
     tasks, copies = raw.pop("tasks"), raw.pop("copies", 1)
-    if not isinstance(tasks, list) or not isinstance(copies, int) or copies < 1:
-        raise ConfigError("tasks must be a list of task names or mappings, copies an integer >= 1")
+    if not isinstance(tasks, list) or isinstance(copies, bool) or not isinstance(copies, int) \
+            or not 1 <= copies <= MAX_TASKS:
+        raise ConfigError(f"tasks must be a list of task names or mappings, copies an integer in "
+                          f"1..{MAX_TASKS}, got copies={short(copies)}")
+    if not 1 <= len(tasks) * copies <= MAX_TASKS:
+        raise ConfigError(f"a run trains 1..{MAX_TASKS} tasks, got {len(tasks) * copies} "
+                          "(tasks x copies)")
     tasks = tasks * copies
-    method = dict(raw.pop("method", None) or {})
+    method = raw.pop("method", None) or {}
+    if not isinstance(method, dict):
+        raise ConfigError(f"'method' must be a mapping, got {short(method)}")
+    method = dict(method)
     name = method.pop("name", "fedast")
-    if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")
+    if not isinstance(name, str) or name not in METHODS:
+        raise ConfigError(f"unknown method {short(name)}; choose one of {', '.join(METHODS)}")
+    pool = build_dataclass(PoolConfig, raw.pop("pool", None), "pool")
+    for i, t in enumerate(tasks):
+        given = t.get("data", {}).get("num_clients") if isinstance(t, dict) and isinstance(
+            t.get("data"), dict) else None
+        if given is not None and given != pool.clients:
+            raise ConfigError(f"tasks[{i}].data.num_clients={short(given)} differs from "
+                              f"pool.clients={pool.clients}: every task shares the pool's "
+                              "clients; set pool.clients instead")
     built = {
-        "tasks": tuple(_task(t, i) for i, t in enumerate(tasks)),
-        "pool": build_dataclass(PoolConfig, raw.pop("pool", None), "pool"),
+        "tasks": tuple(_with_clients(_task(t, i), pool.clients) for i, t in enumerate(tasks)),
+        "pool": pool,
         "method": AlgorithmConfig(name, build_dataclass(METHODS[name][0], method, "method")),
     }
     return _build(MultiTaskConfig, raw, built, "")
@@ -219,19 +255,54 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
                   resume: bool = False, checkpoint_every_s: float = 60.0) -> dict[str, Any]:
     """Simulate ``cfg`` into run folder ``out``; return the summary.
 
-    A snapshot of the simulation is saved at most every ``checkpoint_every_s`` wall seconds;
-    with ``resume`` a run continues from its last snapshot (rows written after it are
-    dropped and produced again, with the same numbers).
+    A snapshot of the simulation is saved after a completed aggregation (round) once
+    ``checkpoint_every_s`` wall seconds have passed since the last one (0: after every
+    round); it holds model versions and state, never trained results, so it stays small.
+    With ``resume`` a run continues from its last snapshot (rows written after it are
+    dropped and produced again, with the same numbers). The folder is locked while the run
+    writes it; a run that fails before its first snapshot leaves nothing behind.
     """
+    checkpoint_every_s = as_float("checkpoint_every_s", checkpoint_every_s, lo=0)
     record, resolved = RunRecord(out), multitask_to_dict(cfg)
     sim, tasks = build_simulator(cfg)
-    rows, wall0 = 0, 0.0
     ckpt = record.open(resolved, cfg.seed, str(tasks[0].device), resume=resume)
-    if ckpt is not None:
-        sim.load_state_dict(ckpt["sim"])
-        rows, wall0 = ckpt["rows"], ckpt["wall_s"]
-    if resume:
-        record.keep(record.rows()[:rows])
+    try:
+        rows, wall0 = 0, 0.0
+        if ckpt is not None:
+            try:
+                sim.load_state_dict(ckpt["sim"])
+                rows, wall0 = int(ckpt["rows"]), float(ckpt["wall_s"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise RunFolderError(f"--resume: the snapshot in {record.checkpoint_path} does "
+                                     f"not fit this run ({str(exc)[:100]}); start the run again "
+                                     "with another --out") from None
+        if resume:
+            kept = record.rows()
+            if len(kept) < rows:
+                raise RunFolderError(f"--resume: {record.metrics_path} has {len(kept)} rows but "
+                                     f"the snapshot saw {rows}; the folder is damaged: start the "
+                                     "run again with another --out")
+            kept = kept[:rows]
+            for t in cfg.tasks:
+                mine = [r for r in kept if r.get("task") == t.name]
+                record.check_rows(mine, sorted({r["round"] for r in mine}), key=lambda r: r["round"])
+            if any(r.get("task") not in {t.name for t in cfg.tasks} for r in kept):
+                raise RunFolderError(f"--resume: {record.metrics_path} has rows of unknown tasks")
+            record.keep(kept)
+        summary = _simulate(cfg, record, sim, tasks, rows, wall0, quiet, checkpoint_every_s)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        if not resume and not record.checkpoint_path.is_file():
+            record.discard()  # failed before its first snapshot: leave nothing half-written
+        raise
+    finally:
+        record.close()
+    return summary
+
+
+def _simulate(cfg: MultiTaskConfig, record: RunRecord, sim: Any, tasks: list[TaskEnv],
+              rows: int, wall0: float, quiet: bool, checkpoint_every_s: float) -> dict[str, Any]:
     start = time.perf_counter() - wall0
     saved = [time.perf_counter()]
     bar = tqdm(total=cfg.max_time, desc=cfg.name, unit="t", disable=quiet or bool(os.environ.get("CI")),
@@ -239,6 +310,7 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
 
     def on_eval(task: TaskEnv, st: TaskState, now: float) -> bool:
         nonlocal rows
+        check_finite(st.params, f"task {task.name}, round {st.round}")
         acc, loss = task.evaluate(st.params)
         record.append({"task": task.name, "round": st.round, "sim_time": now,
                        "test_accuracy": acc, "test_loss": loss, "updates": st.updates,

@@ -35,8 +35,10 @@ import numpy as np
 from channels.rates import tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
+from wirelessfl.snapshot import snapshot_type
 
 
+@snapshot_type
 class EventQueue:
     """Priority queue of (time, payload), FIFO among equal times."""
 
@@ -152,6 +154,7 @@ def speed_classes(num_clients: int, rng: np.random.Generator,
     return rng.permutation(np.repeat(np.asarray(multipliers, float), sizes))
 
 
+@snapshot_type
 @dataclass
 class Request:
     """One training request: ``task``'s model ``version`` (its round) sent to ``client`` at ``sent``.
@@ -167,6 +170,7 @@ class Request:
     done: float
 
 
+@snapshot_type
 class ClientPool:
     """Clients' FIFO queues and the availability cap (``specs/fedast.md`` §4.1, §4.3).
 
@@ -190,6 +194,8 @@ class ClientPool:
     free_on_cancel : bool
         Roll ``F_i`` back when a request is cancelled.
     """
+
+    _snapshot_rebuilt = ("latency",)  # rebuilt from the config on resume
 
     def __init__(self, latency: LatencyModel, num_clients: int, cap: int | None = None,
                  free_on_cancel: bool = False) -> None:
@@ -245,6 +251,7 @@ class ClientPool:
         return True
 
 
+@snapshot_type
 class VersionStore:
     """Model versions kept while requests refer to them (reference counted).
 

@@ -38,7 +38,11 @@ class SnapshotError(ValueError):
 
 
 def snapshot_type(cls: type) -> type:
-    """Class decorator: instances of ``cls`` may appear in snapshots (attributes encoded)."""
+    """Class decorator: instances of ``cls`` may appear in snapshots (attributes encoded).
+
+    Attributes named in the class's ``_snapshot_rebuilt`` are left out: the owner rebuilds
+    them from the configuration (e.g. a client pool's latency model).
+    """
     _TYPES[cls.__qualname__] = cls
     return cls
 
@@ -67,7 +71,9 @@ def encode(obj: Any) -> Any:
         return {"__rng__": obj.bit_generator.state}
     name = type(obj).__qualname__
     if _TYPES.get(name) is type(obj):
-        return {"__obj__": name, "state": encode(dict(vars(obj)))}
+        skip = getattr(type(obj), "_snapshot_rebuilt", ())
+        return {"__obj__": name, "state": encode({k: v for k, v in vars(obj).items()
+                                                  if k not in skip})}
     raise SnapshotError(f"cannot snapshot a {type(obj).__name__} (not a registered type)")
 
 

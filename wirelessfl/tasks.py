@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from wirelessfl.client import ClientResult, ClientTask, Executor, LocalHParams, LocalSGD, evaluate
-from wirelessfl.config import ConfigError, DataConfig, ModelConfig, RunConfig
+from wirelessfl.config import ConfigError, DataConfig, ModelConfig, RunConfig, check_name, checked
 from wirelessfl.data import DatasetSplits, load_dataset
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.rng import Seeds
@@ -53,10 +53,9 @@ class TaskConfig:
     sync_local: LocalHParams | None = None
 
     def __post_init__(self) -> None:
-        if not 0 < self.target <= 1:
-            raise ConfigError(f"task {self.name}: target must be in (0, 1], got {self.target}")
-        if self.latency_constant <= 0:
-            raise ConfigError(f"task {self.name}: latency_constant must be > 0")
+        check_name(self.name, "a task's name")
+        checked(f"task {self.name}: ", target=(self.target, 0, 1, "open"),
+                latency_constant=(self.latency_constant, 0, 1e9, "open"))
 
 
 def _image_task(dataset: str, model: str, lr: float, wd: float, target: float, c: float,

@@ -12,15 +12,26 @@ with the current model to clients drawn uniformly with replacement; a request re
 the availability cap is skipped and made up at a later arrival. Option S keeps (R_m, b_m);
 option D reallocates R_m ∝ σ̂_g,m (Algorithms 3–4) every c_period arrivals.
 
-Local training runs lazily and batched: a request's result depends only on its model
-snapshot, its client's data and its seed (§4.3), so when the earliest completion is popped
-every not-yet-trained outstanding request is trained in one executor call per task (the
-results are the same as training each one at its completion).
+Local training runs lazily, batched and in bounded chunks: a request's result depends only
+on its model snapshot, its client's data and its seed (§4.3), so when a completion is popped
+whose result is missing, the ``max_batch`` untrained outstanding requests that complete
+first are trained together (one executor call per task). At most ``max_batch`` results are
+held at once, whatever R; a request keeps its model version until its result is consumed,
+so snapshots store versions, never results (a resumed run trains them again, with the same
+numbers).
 
 Defaults for what the paper leaves open are those of §7: availability cap on distinct busy
-clients, not applied to the initial burst (item 1); integer reallocation in units of r
-(item 5); Realloc counter reset at each reallocation, skipped until every active task has V
-updates (item 7); evaluation after every aggregation (item 10, ``eval_every``).
+clients, applied to the initial burst too (``cap_initial_burst``; the authors' code exempts
+it, item 1); integer reallocation in units of r (item 5; option D needs R to be a multiple
+of r with at least one unit per task, so the total budget never changes); Realloc counter
+reset at each reallocation, skipped until every active task has V updates (item 7);
+evaluation after every aggregation (item 10, ``eval_every``).
+
+Departures from the authors' code, stated: under option D, b_m = ⌈A_m / r⌉ is computed at
+each arrival before the replenishment that follows it (the code: after); ``variance:
+code`` uses the window of the last V updates of every parameter, biases included, as one
+estimate (the code skips biases and averages per-arrival estimates since the last
+reallocation).
 """
 
 from __future__ import annotations
@@ -34,10 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from channels.validation import as_float, as_int
 from wirelessfl.client import Executor
 from wirelessfl.models.base import Params
 from wirelessfl.rng import Seeds
 from wirelessfl.simtime import ClientPool, EventQueue, Request, VersionStore
+from wirelessfl.snapshot import SnapshotError, decode, encode, snapshot_type
 from wirelessfl.tasks import TaskEnv, train_requests
 
 
@@ -64,7 +77,8 @@ class FedASTHParams:
     variance : str
         ``paper`` (R_m ∝ √(η_c η_s τ σ̃²)) or ``code`` (∝ η_s σ̃² / (η_c τ²), §7 item 6).
     max_batch : int
-        Most requests trained in one executor call (bounds memory).
+        Most requests trained in one executor call, and most trained results held at once
+        (bounds memory whatever R; the results do not depend on it).
     cap_initial_burst : bool
         Apply the availability cap to the initial R requests too (default, so the cap is
         never exceeded; refused ones are made up at later arrivals); ``False`` exempts the
@@ -79,7 +93,7 @@ class FedASTHParams:
     window: int = 8
     period: float = 0.75
     variance: str = "paper"
-    max_batch: int = 512
+    max_batch: int = 64
     cap_initial_burst: bool = True
 
     def __post_init__(self) -> None:
@@ -89,10 +103,15 @@ class FedASTHParams:
             raise ValueError(f"`variance` must be paper or code, got {self.variance!r}")
         if self.requests < 1 or self.ratio < 1 or (self.buffer is not None and self.buffer < 1):
             raise ValueError("`requests`, `ratio` and `buffer` must be >= 1")
-        if not self.server_lr > 0 or self.window < 2 or self.max_batch < 1:
-            raise ValueError("`server_lr` must be > 0, `window` >= 2, `max_batch` >= 1")
+        as_int("requests", self.requests, lo=1, hi=10**5)
+        as_int("ratio", self.ratio, lo=1, hi=10**5)
+        as_float("server_lr", self.server_lr, lo=0, hi=1e4, lo_open=True)
+        as_int("window", self.window, lo=2, hi=10**4)
+        as_float("period", self.period, lo=0, hi=1e6, lo_open=True)
+        as_int("max_batch", self.max_batch, lo=1, hi=4096)
 
 
+@snapshot_type
 @dataclass
 class TaskState:
     """Server state of one task (§2.2)."""
@@ -158,21 +177,41 @@ def normalised_variance(window: list[Params]) -> float:
 class Simulation:
     """What FedAST and the synchronous baselines share: snapshots for resumable runs.
 
-    :meth:`state_dict` holds everything but the tasks and the executor (rebuilt from the
-    config on resume): task states, event queue, client pool, model versions, trained
-    results and the random generators, so a resumed run continues with the same numbers.
-    ``run(..., on_checkpoint=f)`` calls ``f()`` at points where such a snapshot is clean.
+    :meth:`state_dict` holds everything but what is rebuilt from the config on resume (tasks,
+    executor, seeds, hyperparameters) and what can be recomputed (trained results): task
+    states, event queue, client pool, model versions and the random generators, as plain
+    data (:mod:`wirelessfl.snapshot`, loadable with ``weights_only=True``), so a resumed run
+    continues with the same numbers. ``run(..., on_checkpoint=f)`` calls ``f()`` after each
+    completed aggregation (round), where such a snapshot is clean.
     """
 
-    _rebuilt = ("tasks", "executor")
+    _rebuilt = ("tasks", "executor", "seeds", "hp")
+    _recomputed: tuple[str, ...] = ()
 
     def state_dict(self) -> dict[str, Any]:
-        """The simulation's state (picklable; tensors included)."""
-        return {k: v for k, v in vars(self).items() if k not in self._rebuilt}
+        """The simulation's state as plain data (tensors, numbers, lists, dicts)."""
+        return encode({k: ({} if k in self._recomputed else v) for k, v in vars(self).items()
+                       if k not in self._rebuilt})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a :meth:`state_dict` of the same configuration."""
-        vars(self).update(state)
+        """Continue from a :meth:`state_dict` of the same configuration.
+
+        Raises :class:`~wirelessfl.snapshot.SnapshotError` (a ValueError) for a snapshot
+        of another simulation or configuration.
+        """
+        plain = decode(state)
+        mine = {k for k in vars(self) if k not in self._rebuilt}
+        if not isinstance(plain, dict) or set(plain) != mine:
+            raise SnapshotError("the snapshot is of another method or configuration")
+        shapes = [[tuple(v.shape) for v in t.init_params.values()] for t in self.tasks]
+        got = [[tuple(getattr(v, "shape", ())) for v in s.params.values()]
+               for s in plain.get("states", [])]
+        if got != shapes:
+            raise SnapshotError("the snapshot's models do not match the tasks of config.yaml")
+        for k, v in plain.items():  # attributes the snapshot leaves to the config
+            for attr in getattr(type(v), "_snapshot_rebuilt", ()):
+                setattr(v, attr, getattr(getattr(self, k), attr))
+        vars(self).update(plain)
 
 
 class FedAST(Simulation):
@@ -193,8 +232,14 @@ class FedAST(Simulation):
         Server hyperparameters.
     """
 
+    _recomputed = ("results",)
+
     def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
                  hp: FedASTHParams) -> None:
+        if hp.option == "D" and (hp.requests % hp.ratio or hp.requests // hp.ratio < len(tasks)):
+            raise ValueError(f"option D reallocates whole units of r={hp.ratio} requests: "
+                             f"requests ({hp.requests}) must be a multiple of ratio with at "
+                             f"least one unit per task ({len(tasks)} tasks)")
         self.tasks, self.pool, self.executor, self.seeds, self.hp = tasks, pool, executor, seeds, hp
         self.versions = VersionStore()
         self.queue = EventQueue()
@@ -233,24 +278,34 @@ class FedAST(Simulation):
         return sent
 
     def _train_pending(self) -> None:
-        """Train every outstanding request not trained yet, one executor call per task."""
-        todo = [r for r in self.pending.values() if r.id not in self.results]
+        """Train the ``max_batch`` untrained outstanding requests that complete first.
+
+        One executor call per task; the results are held until their completion is popped.
+        Beyond ``max_batch`` held results, those that complete last are dropped (they are
+        trained again when needed, with the same numbers), so memory never grows with R.
+        """
+        order = {"key": lambda r: (r.done, r.id)}
+        todo = sorted((r for r in self.pending.values() if r.id not in self.results),
+                      **order)[:self.hp.max_batch]
         for j, task in enumerate(self.tasks):
-            mine = [r for r in todo if r.task == j]
-            for s in range(0, len(mine), self.hp.max_batch):
-                chunk = mine[s:s + self.hp.max_batch]
-                deltas = train_requests(
-                    self.executor, task, [self.versions[(j, r.version)] for r in chunk],
-                    [r.client for r in chunk], [self.seeds.int_seed("local", j, r.id) for r in chunk])
-                for r, d in zip(chunk, deltas):
-                    self.results[r.id] = d.delta
-                    self.versions.release((j, r.version))
+            chunk = [r for r in todo if r.task == j]
+            if not chunk:
+                continue
+            deltas = train_requests(
+                self.executor, task, [self.versions[(j, r.version)] for r in chunk],
+                [r.client for r in chunk], [self.seeds.int_seed("local", j, r.id) for r in chunk])
+            for r, d in zip(chunk, deltas):
+                self.results[r.id] = d.delta
+        if len(self.results) > self.hp.max_batch:
+            held = sorted((self.pending[i] for i in self.results), **order)
+            for r in held[self.hp.max_batch:]:
+                del self.results[r.id]
 
     def _drop(self, req: Request) -> None:
-        """Forget an outstanding request (completed or cancelled)."""
+        """Forget an outstanding request (completed or cancelled) and free its version."""
         self.pending.pop(req.id)
-        if self.results.pop(req.id, None) is None:
-            self.versions.release((req.task, req.version))
+        self.results.pop(req.id, None)
+        self.versions.release((req.task, req.version))
 
     # ------------------------------------------------------------------ server
     def _aggregate(self, j: int) -> None:
@@ -326,9 +381,11 @@ class FedAST(Simulation):
             for j, st in enumerate(self.states):
                 self._send(j, st.target_requests, force=not self.hp.cap_initial_burst)
             self.started = True
+        rounds = sum(s.round for s in self.states)
         while len(self.queue) and not all(s.finished for s in self.states):
-            if on_checkpoint is not None:
-                on_checkpoint()
+            if on_checkpoint is not None and sum(s.round for s in self.states) != rounds:
+                rounds = sum(s.round for s in self.states)
+                on_checkpoint()  # after a completed aggregation, between events
             t, req = self.queue.pop()
             if req.id not in self.pending:
                 continue  # cancelled

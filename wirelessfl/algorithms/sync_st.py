@@ -30,9 +30,11 @@ from wirelessfl.algorithms.fedast import EvalHook, Simulation, TaskState, check_
 from wirelessfl.client import Executor
 from wirelessfl.rng import Seeds
 from wirelessfl.simtime import ClientPool
+from wirelessfl.snapshot import snapshot_type
 from wirelessfl.tasks import TaskEnv, train_requests
 
 
+@snapshot_type
 @dataclass(frozen=True)
 class SyncSTHParams:
     """Sync-ST's hyperparameters (§3.1).
@@ -101,6 +103,7 @@ class Assignment(ABC):
         return np.split(pool, np.cumsum(counts)[:-1])
 
 
+@snapshot_type
 class RandomAssignment(Assignment):
     """Sync-ST: a random partition of Σ n_m distinct clients every round (§3.1)."""
 
@@ -111,6 +114,7 @@ class RandomAssignment(Assignment):
         """Nothing to learn: every round is a fresh random partition."""
 
 
+@snapshot_type
 class UCBAssignment(Assignment):
     """Sync-UCB-ST (§3.4): discounted UCB scores of each (task, client) pair.
 
@@ -187,6 +191,7 @@ def expected_improvement(x_seen: np.ndarray, y_seen: np.ndarray, x_new: np.ndarr
     return gain * norm.cdf(z) + sd * norm.pdf(z)
 
 
+@snapshot_type
 class BayesAssignment(Assignment):
     """Sync-Bayes-ST (§3.3 [code]): Bayesian optimisation of the assignment.
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -51,6 +52,27 @@ _AUTO_NORMALIZATION = {
 
 class DataNotFoundError(ValueError):
     """The files of a dataset are not where we looked; the message says how to get them."""
+
+
+class DataFileError(ValueError):
+    """A dataset file is damaged, truncated or not of its format; the message names it."""
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickler for the CIFAR python files: numpy arrays, lists, dicts and bytes only.
+
+    Any other global (the way a pickle runs code) is refused, so a planted file cannot
+    execute anything.
+    """
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar")}
+
+    def find_class(self, module: str, name: str):  # noqa: D102
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"global {module[:40]}.{name[:40]} is not allowed")
+        return super().find_class(module, name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,8 +135,12 @@ class DatasetSplits:
 
 
 def _open_maybe_gz(path: Path) -> bytes:
-    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as fh:
-        return fh.read()
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as fh:
+            return fh.read()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataFileError(f"{path} cannot be read ({type(exc).__name__}: "
+                            f"{str(exc)[:80]}); the file is damaged or truncated") from None
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -127,15 +153,20 @@ def read_idx(path: str | Path) -> np.ndarray:
     """
     raw = _open_maybe_gz(Path(path))
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
-        raise ValueError(f"{path} is not an IDX file (bad magic number)")
+        raise DataFileError(f"{path} is not an IDX file (bad magic number)")
     dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
     if raw[2] not in dtypes:
-        raise ValueError(f"{path}: unknown IDX element type 0x{raw[2]:02x}")
+        raise DataFileError(f"{path}: unknown IDX element type 0x{raw[2]:02x}")
     ndim = raw[3]
+    if len(raw) < 4 + 4 * ndim:
+        raise DataFileError(f"{path}: truncated IDX header")
     shape = tuple(int.from_bytes(raw[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
+    itemsize = np.dtype(dtypes[raw[2]]).itemsize
+    if (len(raw) - 4 - 4 * ndim) % itemsize:
+        raise DataFileError(f"{path}: truncated IDX data")
     data = np.frombuffer(raw, dtype=dtypes[raw[2]], offset=4 + 4 * ndim)
-    if data.size != int(np.prod(shape)):
-        raise ValueError(f"{path}: header says shape {shape} but holds {data.size} values")
+    if data.size != int(np.prod(shape, dtype=object)):
+        raise DataFileError(f"{path}: header says shape {shape} but holds {data.size} values")
     return data.reshape(shape)
 
 
@@ -179,8 +210,17 @@ def _load_idx_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
 
 
 def _unpickle(path: Path) -> dict:
-    with open(path, "rb") as fh:
-        return pickle.load(fh, encoding="bytes")
+    """A CIFAR batch file: only arrays and plain containers are rebuilt (no code runs)."""
+    try:
+        with open(path, "rb") as fh:
+            out = _ArrayUnpickler(fh, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
+            KeyError, OSError, MemoryError) as exc:
+        raise DataFileError(f"{path} is not a CIFAR python batch ({type(exc).__name__}: "
+                            f"{str(exc)[:80]}); re-download the 'CIFAR python version'") from None
+    if not isinstance(out, dict):
+        raise DataFileError(f"{path} is not a CIFAR python batch (not a dict)")
+    return out
 
 
 @lru_cache(maxsize=2)
@@ -200,10 +240,17 @@ def _load_cifar_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
         )
 
     def read(files: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        parts = [_unpickle(root / f) for f in files]
-        x = np.concatenate([p[b"data"] for p in parts]).reshape(-1, 3, 32, 32)
-        y = np.concatenate([np.asarray(p[key]) for p in parts])
-        return x, y
+        xs, ys = [], []
+        for f in files:
+            part = _unpickle(root / f)
+            x, y = np.asarray(part.get(b"data")), np.asarray(part.get(key))
+            if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or y.ndim != 1 \
+                    or len(y) != len(x) or y.dtype.kind not in "iu":
+                raise DataFileError(f"{root / f}: expected uint8 'data' of shape (n, 3072) and "
+                                    f"n integer labels; the file is damaged")
+            xs.append(x)
+            ys.append(y.astype(np.int64))
+        return np.concatenate(xs).reshape(-1, 3, 32, 32), np.concatenate(ys)
 
     return (*read(train_files), *read([test_file]))
 
@@ -310,11 +357,20 @@ LEAF_LETTERS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefgh
 def _leaf_users(folder: Path) -> dict[str, dict[str, list]]:
     users: dict[str, dict[str, list]] = {}
     for path in sorted(folder.glob("*.json")):
-        doc = json.loads(path.read_text())
-        for user, data in doc["user_data"].items():
-            entry = users.setdefault(user, {"x": [], "y": []})
-            entry["x"] += data["x"]
-            entry["y"] += data["y"]
+        try:
+            doc = json.loads(path.read_text())
+            for user, data in doc["user_data"].items():
+                x, y = data["x"], data["y"]
+                if not (isinstance(x, list) and isinstance(y, list) and len(x) == len(y)
+                        and all(isinstance(s, str) for s in x + y)):
+                    raise ValueError("x and y must be lists of strings of equal length")
+                entry = users.setdefault(str(user), {"x": [], "y": []})
+                entry["x"] += x
+                entry["y"] += y
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
+                AttributeError, ValueError) as exc:
+            raise DataFileError(f"{path} is not a LEAF JSON file ({type(exc).__name__}: "
+                                f"{str(exc)[:80]})") from None
     return users
 
 
@@ -341,6 +397,11 @@ def shakespeare(folder: Path | None, num_clients: int, rng: np.random.Generator)
                                 "shakespeare/train/*.json and shakespeare/test/*.json (LEAF "
                                 "preprocess.sh -s niid --sf 1.0 -k 0 -t sample -tf 0.8)")
     train, test = _leaf_users(root / "train"), _leaf_users(root / "test")
+    for split, users in (("train", train), ("test", test)):
+        lengths = {len(s) for u in users.values() for s in u["x"]}
+        if len(lengths) > 1 or any(len(s) != 1 for u in users.values() for s in u["y"]):
+            raise DataFileError(f"{root / split}: LEAF windows must all have one length and "
+                                f"labels one character (got window lengths {sorted(lengths)[:4]})")
     names = sorted(train)
     if not names:
         raise DataNotFoundError(f"{root / 'train'} holds no LEAF users")
@@ -405,5 +466,10 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
     loader = _load_idx_raw if name in ("mnist", "fashion_mnist") else _load_cifar_raw
     x_tr, y_tr, x_te, y_te = loader(name, folder)
     k = _NUM_CLASSES[name]
+    for x, y, split in ((x_tr, y_tr, "train"), (x_te, y_te, "test")):
+        if len(x) != len(y) or len(y) == 0 or y.min() < 0 or y.max() >= k:
+            raise DataFileError(f"dataset {name!r}: the {split} files hold {len(x)} images and "
+                                f"{len(y)} labels (labels must be 0..{k - 1}); they are damaged "
+                                "or do not belong together")
     return DatasetSplits(name, _to_dataset(x_tr, y_tr, k, mean_std),
                          _to_dataset(x_te, y_te, k, mean_std))
