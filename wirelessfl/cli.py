@@ -80,7 +80,8 @@ def _run_multitask(raw: dict, args: argparse.Namespace) -> int:
 
     cfg = resolve_multitask(raw)
     out = _out_dir(args, cfg.name)
-    summary = _interruptible(lambda: run_multitask(cfg, out, quiet=args.quiet, resume=args.resume),
+    summary = _interruptible(lambda: run_multitask(cfg, out, quiet=args.quiet, resume=args.resume,
+                                                   checkpoint_every_s=args.checkpoint_every),
                              out, "evaluations")
     if summary is None:
         return 130
@@ -290,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--engine", choices=["loop", "batched", "auto"])
     r.add_argument("--resume", action="store_true", help="continue the run in --out")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--checkpoint-every", type=_finite(0.0), default=60.0, metavar="SECONDS",
+                   help="multi-task runs: snapshot after a round once this many wall seconds "
+                        "have passed (0: every round; default 60)")
     r.set_defaults(func=_cmd_run)
     lst = sub.add_parser("list", help="list presets")
     lst.set_defaults(func=_cmd_list)

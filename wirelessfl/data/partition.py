@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from channels.validation import check_memory
+
 Partition = tuple[np.ndarray, ...]
 
 
@@ -256,12 +258,36 @@ class _LabelPools:
     def refill(self) -> None:
         self.pools = [self._rng.permutation(f) for f in self._full]
 
+    def _draw_refilling(self, p: np.ndarray, total: int) -> np.ndarray:
+        present = np.array([len(f) > 0 for f in self._full])
+        w = np.where(present, p, 0.0)
+        w = w / w.sum() if w.sum() > 0 else present / present.sum()
+        taken: list[np.ndarray] = []
+        for k, count in enumerate(_largest_remainder(w, total)):
+            need, mine = int(count), []
+            while need > 0:
+                if len(self.pools[k]) == 0:  # refill; this client's samples go last
+                    fresh = self._rng.permutation(self._full[k])
+                    seen = np.isin(fresh, np.concatenate(mine)) if mine else np.zeros(len(fresh), bool)
+                    self.pools[k] = np.concatenate([fresh[~seen], fresh[seen]])
+                mine.append(self.take(k, min(need, len(self.pools[k]))))
+                need -= len(mine[-1])
+            taken.extend(mine)
+        return np.sort(np.concatenate(taken)) if taken else np.zeros(0, np.int64)
+
     def take(self, k: int, count: int) -> np.ndarray:
         got, self.pools[k] = self.pools[k][:count], self.pools[k][count:]
         return got
 
     def draw(self, p: np.ndarray, total: int, *, reuse: bool) -> np.ndarray:
-        """``total`` samples with label shares ``p``; a short label's deficit goes to the others."""
+        """``total`` samples with label shares ``p``.
+
+        With ``reuse`` (FedAST's rule [code]) a label whose pool runs short is refilled with
+        all its samples (freshly shuffled) at once, so every client gets its Dirichlet shares
+        exactly. Without it a short label's deficit goes to the client's other labels.
+        """
+        if reuse:
+            return self._draw_refilling(p, total)
         taken: list[np.ndarray] = []
         need = total
         weights = p.astype(np.float64).copy()
@@ -292,8 +318,9 @@ class DirichletPerClient(Partitioner):
     When a label's pool runs dry the missing samples come from the client's other labels in
     proportion to p, so clients keep their size and sets stay disjoint.
 
-    Deviation: FedAST's 1000 clients × 300 samples exceed the training set; its code then
-    puts all samples back into the pools. That reuse is available only as ``reuse=True``;
+    FedAST's 1000 clients × 300 samples exceed the training set; its code then refills a
+    label's pool as soon as it runs short, so each client's label shares follow its draw
+    exactly. That reuse is available only as ``reuse=True`` (and follows the code's rule);
     by default a request larger than the dataset raises ``ValueError``.
     """
 
@@ -313,6 +340,9 @@ class DirichletPerClient(Partitioner):
     def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
         labels = _labels_iv(labels)
         need = self._num_clients * self.samples_per_client
+        check_memory(16.0 * need + 8.0 * self._num_clients * 1000,
+                     f"{self._num_clients} clients x {self.samples_per_client} samples",
+                     "ask for fewer clients or samples per client")
         if need > len(labels) and not self.reuse:
             raise ValueError(
                 f"DirichletPerClient: {self._num_clients} clients x {self.samples_per_client} "

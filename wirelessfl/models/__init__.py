@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 
+from channels.validation import as_float, as_int, check_memory, short
 from wirelessfl.models.base import FLModel, Params, UnitGroup, UnitSlice, linear_group
 from wirelessfl.models.zoo import (
     FCNN,
@@ -43,12 +45,48 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     if needs_image and len(sample_shape) != 3:
         raise ValueError(f"model {name!r} needs image inputs (C, H, W), got samples of shape "
                          f"{tuple(sample_shape)}; use 'fcnn', 'mlp' or 'linear' for this dataset")
+    _check_options(name, options)
+    try:
+        with torch.device("meta"):  # sizes only: nothing is allocated
+            size = sum(p.numel() for p in MODELS[name](tuple(sample_shape), num_classes,
+                                                       **options).parameters())
+    except (TypeError, RuntimeError, ValueError) as exc:
+        raise ValueError(f"model {name!r}: options {short(options)} do not fit inputs of shape "
+                         f"{tuple(sample_shape)}: {str(exc).splitlines()[0][:100]}") from None
+    check_memory(4.0 * size * 16, f"model {name!r} with {size:,} parameters",
+                 "choose smaller model options (e.g. model.options.hidden)")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        try:
-            return MODELS[name](tuple(sample_shape), num_classes, **options)
-        except TypeError as exc:
-            raise ValueError(f"model {name!r}: bad options {options}: {exc}") from exc
+        return MODELS[name](tuple(sample_shape), num_classes, **options)
+
+
+def _check_options(name: str, options: dict[str, Any]) -> None:
+    """Every model option known and in range, judged by the constructor's default.
+
+    Integers (widths, groups) must be 1..10^6, ``dropout`` in [0, 1), tuples of widths
+    positive integers, flags booleans.
+    """
+    params = inspect.signature(MODELS[name].__init__).parameters
+    known = [k for k in params if k not in ("self", "sample_shape", "num_classes")]
+    for key, value in options.items():
+        if key not in known:
+            raise ValueError(f"model {name!r} has no option {str(key)[:40]!r}; its options: "
+                             f"{', '.join(known) or 'none'}")
+        default = params[key].default
+        where = f"model.options.{key}"
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"{where} must be true or false, got {short(value)}")
+        elif isinstance(default, int):
+            as_int(where, value, lo=1, hi=10**6)
+        elif isinstance(default, float):
+            as_float(where, value, lo=0, hi=1, hi_open=True)
+        elif isinstance(default, tuple):
+            if not isinstance(value, (list, tuple)) or len(value) != len(default):
+                raise ValueError(f"{where} must be a list of {len(default)} integers, got "
+                                 f"{short(value)}")
+            for v in value:
+                as_int(where, v, lo=1, hi=10**6)
 
 
 __all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
