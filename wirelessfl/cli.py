@@ -31,6 +31,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from wirelessfl.records import RunRecord
     from wirelessfl.runner import prepare, run
 
+    if args.config == "":
+        raise ConfigError("name a preset or YAML file (`wirelessfl list` shows presets)")
     if args.config is None and not (args.resume and args.out):
         raise ConfigError("name a preset or YAML file (`wirelessfl list` shows presets), or "
                           "pass --resume --out RUN_DIR")

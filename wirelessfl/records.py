@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
@@ -286,7 +287,8 @@ class RunRecord:
         self._csv_keys = keys
 
     def save_checkpoint(self, payload: dict[str, Any]) -> None:
-        """Write the checkpoint atomically."""
+        """Write the checkpoint atomically, as plain data (numpy values become Python/torch)."""
+        payload = _plain(payload)
         _atomic_write(self.checkpoint_path, lambda p: torch.save(payload, p))
 
     def load_checkpoint(self) -> dict[str, Any] | None:
@@ -312,6 +314,19 @@ class RunRecord:
             return json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             return None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars as Python numbers and arrays as tensors (weights_only-safe)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value).copy())
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
 
 
 def _csv_row(row: dict[str, Any]) -> dict[str, Any]:

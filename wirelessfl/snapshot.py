@@ -49,10 +49,10 @@ def snapshot_type(cls: type) -> type:
 
 def encode(obj: Any) -> Any:
     """Plain data (tensors, numbers, strings, lists, dicts) that :func:`decode` turns back."""
+    if isinstance(obj, np.generic):  # before float: np.float64 is a float subclass
+        return obj.item()
     if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor)):
         return obj
-    if isinstance(obj, np.generic):
-        return obj.item()
     if isinstance(obj, list):
         return [encode(v) for v in obj]
     if isinstance(obj, tuple):

@@ -67,7 +67,7 @@ class _ArrayUnpickler(pickle.Unpickler):
 
     ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
                ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar")}
+               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
 
     def find_class(self, module: str, name: str):  # noqa: D102
         if (module, name) not in self.ALLOWED:

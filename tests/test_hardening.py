@@ -1,0 +1,467 @@
+"""Hostile input: no code runs from files, every bad input is one clean error, run folders
+are never corrupted, overwritten or left half-written (issue 16)."""
+
+import json
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import wirelessfl.runner as runner
+from wirelessfl.cli import main
+from wirelessfl.config import resolve
+from wirelessfl.data import load_dataset
+from wirelessfl.data.partition import _LabelPools, _largest_remainder
+from wirelessfl.errors import ConfigError, RunFolderError, TrainingDiverged
+from wirelessfl.multitask import resolve_multitask, run_multitask
+from wirelessfl.records import RunRecord
+from wirelessfl.snapshot import SnapshotError, decode
+
+RAW = {"name": "tiny", "seed": 5, "rounds": 3,
+       "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},
+       "model": {"name": "fcnn", "options": {"hidden": 8}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 2}}
+MULTI = {"tasks": ["synthetic_linear", "synthetic_linear"], "seed": 1, "device": "cpu",
+         "pool": {"clients": 20, "available": 10},
+         "method": {"name": "fedast", "requests": 8, "ratio": 4}, "max_rounds": 6}
+
+
+class Payload:
+    """A pickle that writes a file when loaded (stands in for arbitrary code)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _cli(args, capsys):
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    return code, err
+
+
+def _one_line(code, err, match=""):
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("wirelessfl: error:"), err
+    assert "Traceback" not in err and match in err, err
+
+
+def _run(tmp_path, name="r", raw=RAW):
+    out = tmp_path / name
+    runner.run(runner.prepare(resolve(raw)), out, quiet=True)
+    return out
+
+
+# --------------------------------------------------------------------------- no code from files
+
+
+def test_checkpoint_with_code_is_refused_not_executed(tmp_path, capsys):
+    out = _run(tmp_path)
+    marker = tmp_path / "pwned"
+    torch.save({"params": Payload(marker), "round": 1}, out / "checkpoint.pt")
+    code, err = _cli(["run", "--resume", "--out", str(out), "--quiet"], capsys)
+    _one_line(code, err, "cannot be read safely")
+    assert not marker.exists()
+
+
+def test_checkpoint_saved_on_a_gpu_loads_on_the_cpu(tmp_path):
+    out = _run(tmp_path)
+    record = RunRecord(out)
+    ckpt = record.load_checkpoint()
+    # what torch writes for a CUDA tensor is its storage location; map_location must undo it
+    import io
+
+    buf = io.BytesIO()
+    torch.save(ckpt, buf)
+    raw = buf.getvalue()
+    loaded = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    assert all(v.device.type == "cpu" for v in loaded["params"].values())
+
+
+def test_fedast_snapshot_is_plain_data_and_refuses_code(tmp_path, capsys):
+    out = tmp_path / "m"
+    run_multitask(resolve_multitask(MULTI), out, quiet=True, checkpoint_every_s=0)
+    snap = torch.load(out / "checkpoint.pt", weights_only=True)  # loads without any allow-list
+    assert snap["sim"]["results"] == {}  # results are recomputed, never stored
+    with pytest.raises(SnapshotError, match="unknown type"):
+        decode({"__obj__": "os.system", "state": {}})
+    marker = tmp_path / "pwned"
+    torch.save({"sim": Payload(marker), "rows": 0, "wall_s": 0.0}, out / "checkpoint.pt")
+    code, err = _cli(["run", "--resume", "--out", str(out), "--quiet"], capsys)
+    _one_line(code, err, "cannot be read safely")
+    assert not marker.exists()
+
+
+def test_cifar_reader_runs_no_code_and_names_bad_files(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    marker = tmp_path / "pwned"
+    for f in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
+        (folder / f).write_bytes(pickle.dumps(Payload(marker), protocol=2))
+    with pytest.raises(ValueError, match="data_batch_1 is not a CIFAR python batch"):
+        load_dataset("cifar10", data_dir=tmp_path)
+    assert not marker.exists()
+    good = {b"data": np.zeros((4, 3072), np.uint8), b"labels": [0, 1, 2, 3]}
+    for f in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
+        (folder / f).write_bytes(pickle.dumps(good, protocol=2))
+    from wirelessfl.data.datasets import _load_cifar_raw
+
+    _load_cifar_raw.cache_clear()
+    splits = load_dataset("cifar10", data_dir=tmp_path)
+    assert len(splits.train) == 20 and len(splits.test) == 4
+    (folder / "test_batch").write_bytes(b"\x80\x02garbage")
+    _load_cifar_raw.cache_clear()
+    with pytest.raises(ValueError, match="test_batch is not a CIFAR python batch"):
+        load_dataset("cifar10", data_dir=tmp_path)
+
+
+def test_damaged_gzip_idx_is_one_line(tmp_path, capsys):
+    for stem in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        (tmp_path / f"{stem}.gz").write_bytes(b"\x1f\x8b\x08\x00truncated")
+    code, err = _cli(["run", "quickstart", "--set", "data.dataset=mnist", "--set",
+                      "data.partition=iid", "--set", f"data.data_dir={tmp_path}", "--out",
+                      str(tmp_path / "never")], capsys)
+    _one_line(code, err, "damaged or truncated")
+    assert not (tmp_path / "never").exists()
+
+
+# --------------------------------------------------------------------------- every bad input one line
+
+BAD_SETS = [
+    (["name=../../x"], "name must be"), (["name=/tmp/abs"], "name must be"),
+    (["local.lr=nan"], "local.lr"), (["local.lr=.inf"], "local.lr"), (["local.lr=-1"], "local.lr"),
+    (["local.momentum=1.5"], "local.momentum"), (["local.weight_decay=-1"], "weight_decay"),
+    (["local.steps=1e9"], "local.steps"), (["rounds=0"], "rounds"), (["rounds=-3"], "rounds"),
+    (["data.alpha=-1"], "data.alpha"), (["data.samples_per_client=0"], "samples_per_client"),
+    (["model.options.hidden=0"], "hidden"), (["model.options.hidden=100000000"], "hidden"),
+    (["model.options.dropout=1.5"], "dropout"), (["seed=-1"], "seed"),
+    (["local.betas=[0.9]"], "2 entries"), (["algorithm=[1,2]"], "algorithm"),
+    ([".=3"], "names joined by dots"),
+]
+
+
+@pytest.mark.parametrize("sets,match", BAD_SETS)
+def test_bad_values_are_one_line_before_any_write(tmp_path, capsys, sets, match):
+    out = tmp_path / "never"
+    args = ["run", "quickstart", "--out", str(out), "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    code, err = _cli(args, capsys)
+    _one_line(code, err, match)
+    assert not out.exists()
+
+
+BAD_MULTI = [
+    ("pool.speed_shares=[0.5,0.5,0.5]", "sum to 1"), ("pool.clients=10000000", "pool.clients"),
+    ("copies=1000", "copies"), ("method.requests=1000000", "requests"),
+    ("max_time=.nan", "max_time"), ("max_rounds=0", "max_rounds"), ("pool.kappa=-1", "kappa"),
+]
+
+
+@pytest.mark.parametrize("item,match", BAD_MULTI)
+def test_bad_multitask_values_are_one_line(tmp_path, capsys, item, match):
+    out = tmp_path / "never"
+    code, err = _cli(["run", "e4_fmnist_quick", "--set", item, "--out", str(out)], capsys)
+    _one_line(code, err, match)
+    assert not out.exists()
+
+
+def test_exponent_numbers_parse():
+    from wirelessfl.config import apply_overrides
+
+    cfg = resolve(apply_overrides(RAW, ["local.lr=1e-3", "rounds=1e1"]))
+    assert cfg.local.lr == 1e-3 and cfg.rounds == 10
+
+
+def test_alias_bomb_is_refused_quickly(tmp_path, capsys):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi"))
+    path = tmp_path / "bomb.yaml"
+    path.write_text("model:\n  name: fcnn\n  options:\n    " + bomb.replace("\n", "\n    ")
+                    .replace("    b:", "    b:").rstrip() + "\n")
+    code, err = _cli(["run", str(path), "--out", str(tmp_path / "never")], capsys)
+    _one_line(code, err, "expands to more than")
+    assert len(err) < 400
+
+
+def test_oserrors_are_one_line(tmp_path, capsys):
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    cases = [(["run", "quickstart", "--out", str(afile), "--quiet"], "is a file"),
+             (["run", "--resume", "--out", str(tmp_path / "missing")], "holds no run"),
+             (["run", ""], "name a preset"),
+             (["figures", "hist", "--data-dir", str(tmp_path / "nonexistent")], "not a folder"),
+             (["run", str(tmp_path)], "unknown preset")]
+    for args, match in cases:
+        code, err = _cli(args, capsys)
+        _one_line(code, err, match)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_out_is_one_line(tmp_path, capsys):  # pragma: no cover - CI runs as root
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    code, err = _cli(["run", "quickstart", "--out", str(ro / "r"), "--quiet"], capsys)
+    _one_line(code, err, "PermissionError")
+
+
+def test_broken_preset_does_not_break_list(tmp_path, monkeypatch, capsys):
+    (tmp_path / "good.yaml").write_text("description: fine\n")
+    (tmp_path / "bad.yaml").write_text("a: [unclosed\n")
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(tmp_path))
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "fine" in out and "unreadable" in out
+
+
+def test_multitask_never_evaluated_prints_a_summary(tmp_path, capsys):
+    code = main(["run", "e4_fmnist_quick", "--set", "max_time=3", "--out", str(tmp_path / "m"),
+                 "--quiet"])
+    assert code == 0
+    assert "never evaluated" in capsys.readouterr().out
+
+
+def test_memory_hungry_requests_are_refused(tmp_path, capsys, monkeypatch):
+    code, err = _cli(["beamform", "--cells", "10000000"], capsys)
+    _one_line(code, err, "GiB")
+    code, err = _cli(["masks", "--cells", "100000000"], capsys)
+    _one_line(code, err, "GiB")
+    monkeypatch.setenv("WIRELESSFL_MAX_BYTES", "1e6")
+    code, err = _cli(["run", "quickstart", "--set", "model.options.hidden=100000", "--out",
+                      str(tmp_path / "never")], capsys)
+    _one_line(code, err, "GiB")
+
+
+@pytest.mark.parametrize("args,match", [
+    (["masks", "--edge-rounds", "-3"], "positive integer"), (["masks", "--params", "0"], "positive"),
+    (["masks", "--local-steps", "-3"], "positive"), (["masks", "--eps-th", "nan"], "finite"),
+    (["beamform", "--snr-db", "inf"], "finite"), (["beamform", "--seed", "-1"], "integer >= 0"),
+])
+def test_solver_cli_options_are_checked(capsys, args, match):
+    code, err = _cli(args, capsys)
+    _one_line(code, err, match)
+
+
+def test_solver_api_validates_its_arguments():
+    from channels.aircomp import AirCompCell
+    from channels.rayleigh import path_gain
+    from solvers import beamforming, mask_sizes
+    from solvers.latency import edge_round_latency, size_cap, uniform_sizes
+
+    h = np.ones((2, 3, 4)) + 0j
+    bad = [lambda: mask_sizes.solve([1.0, 2.0], 10**18), lambda: mask_sizes.solve([1.0], np.inf),
+           lambda: mask_sizes.solve([1e308, 1.0], 5), lambda: size_cap(10, 0),
+           lambda: uniform_sizes(10, 0), lambda: edge_round_latency([1.0], [-1], 4),
+           lambda: path_gain(np.nan), lambda: AirCompCell(h * np.nan, np.ones(4)),
+           lambda: beamforming.solve(h * 1e160), lambda: beamforming.solve(h, "fast", keep=-1),
+           lambda: beamforming.solve(h, "sca", solver="NOPE")]
+    for call in bad:
+        with pytest.raises(ValueError):
+            call()
+    r = mask_sizes.solve([1.0, 2.0, 3.0], 2**50)  # memory does not grow with total
+    assert r.sizes.sum() == 2**50
+
+
+# --------------------------------------------------------------------------- run folders
+
+
+def test_new_run_never_overwrites_foreign_files(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("precious\n")
+    code, err = _cli(["run", "quickstart", "--out", str(out), "--quiet"], capsys)
+    _one_line(code, err, "not empty")
+    assert (out / "metrics.jsonl").read_text() == "precious\n"
+    code, err = _cli(["run", "quickstart", "--resume", "--out", str(out)], capsys)
+    _one_line(code, err, "holds no run")
+    assert (out / "metrics.jsonl").read_text() == "precious\n"
+
+
+def test_failure_in_round_one_leaves_nothing(tmp_path, monkeypatch):
+    exp = runner.prepare(resolve(RAW))
+
+    def broken(state):
+        raise ValueError("boom in round 1")
+
+    monkeypatch.setattr(exp.algorithm, "apply", broken)
+    with pytest.raises(ValueError, match="boom"):
+        runner.run(exp, tmp_path / "r", quiet=True)
+    assert not (tmp_path / "r").exists()
+
+
+def test_diverging_run_stops_with_a_message(tmp_path, capsys):
+    code, err = _cli(["run", "quickstart", "--set", "local.lr=1e5", "--set", "rounds=5",
+                      "--out", str(tmp_path / "r"), "--quiet"], capsys)
+    _one_line(code, err, "NaN/Inf")
+
+
+def _damage(out, how):
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    if how == "deleted":
+        (out / "metrics.jsonl").unlink()
+    elif how == "gap":
+        (out / "metrics.jsonl").write_text("\n".join(rows[:1] + rows[2:]) + "\n")
+    elif how == "duplicate":
+        (out / "metrics.jsonl").write_text("\n".join(rows[:2] + rows[1:]) + "\n")
+    elif how == "truncated":
+        (out / "metrics.jsonl").write_text("\n".join(rows)[:-20])
+    elif how == "shape":
+        ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+        ckpt["params"] = {k: torch.zeros(*[s + 1 for s in v.shape]) for k, v in ckpt["params"].items()}
+        torch.save(ckpt, out / "checkpoint.pt")
+    elif how == "later_round":
+        ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+        ckpt["round"] = 99
+        torch.save(ckpt, out / "checkpoint.pt")
+
+
+@pytest.mark.parametrize("how", ["deleted", "gap", "duplicate", "truncated", "shape", "later_round"])
+def test_resume_refuses_damaged_folders(tmp_path, how):
+    out = _run(tmp_path)
+    (out / "summary.json").unlink()
+    _damage(out, how)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(RunFolderError):
+        runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert before == after  # refused without touching anything
+
+
+def test_resume_of_damaged_multitask_rows_is_refused(tmp_path):
+    out = tmp_path / "m"
+    cfg = resolve_multitask(MULTI)
+    run_multitask(cfg, out, quiet=True, checkpoint_every_s=0)
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("\n".join(rows[:1] + rows[:1] + rows[1:]) + "\n")
+    with pytest.raises(RunFolderError):
+        run_multitask(cfg, out, quiet=True, resume=True)
+
+
+def test_a_run_folder_is_locked_while_written(tmp_path):
+    out = _run(tmp_path)
+    (out / "summary.json").unlink()
+    holder = RunRecord(out)
+    holder.open(yaml.safe_load((out / "config.yaml").read_text()), 5, "cpu", resume=True)
+    try:
+        with pytest.raises(RunFolderError, match="being written by another run"):
+            runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)
+    finally:
+        holder.close()
+    runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)  # free again
+
+
+def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    out = _run(tmp_path)
+    record = RunRecord(out)
+    before = (out / "checkpoint.pt").read_bytes()
+
+    def dies_halfway(obj, path):
+        with open(path, "wb") as fh:
+            fh.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        record.save_checkpoint({"round": 99})
+    assert (out / "checkpoint.pt").read_bytes() == before
+    assert not (out / "checkpoint.pt.tmp").exists()
+
+
+def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch):
+    from wirelessfl.tasks import TaskEnv
+
+    cfg = resolve_multitask(MULTI)
+    full = tmp_path / "full"
+    run_multitask(cfg, full, quiet=True, checkpoint_every_s=0)
+    real, calls = TaskEnv.evaluate, []
+
+    def interrupting(self, params):
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return real(self, params)
+
+    monkeypatch.setattr(TaskEnv, "evaluate", interrupting)
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        run_multitask(cfg, cut, quiet=True, checkpoint_every_s=0)
+    monkeypatch.setattr(TaskEnv, "evaluate", real)
+    assert (cut / "checkpoint.pt").is_file() and len(RunRecord(cut).rows()) == 6
+    run_multitask(cfg, cut, quiet=True, resume=True, checkpoint_every_s=0)
+
+    def rows(p):
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(p).rows()]
+
+    assert rows(cut) == rows(full)
+    never = tmp_path / "never"
+    monkeypatch.setattr(TaskEnv, "evaluate", interrupting)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_multitask(cfg, never, quiet=True, checkpoint_every_s=1e9)
+    assert not (never / "checkpoint.pt").exists()  # the interval is honoured
+
+
+# --------------------------------------------------------------------------- partitions and chunks
+
+
+def test_reuse_refills_a_label_as_soon_as_it_runs_short():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 25)  # 25 samples per label
+    pools = _LabelPools(labels, np.arange(4), rng)
+    for _ in range(30):
+        p = rng.dirichlet(np.full(4, 0.2))
+        got = pools.draw(p, 40, reuse=True)
+        counts = np.bincount(labels[got], minlength=4)
+        assert (counts == _largest_remainder(p, 40)).all()  # exactly the drawn shares
+        assert len(np.unique(got)) == len(got) or counts.max() > 25
+
+
+def test_lazy_chunks_give_the_same_numbers():
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_fedast import Fixed, N, _tasks
+
+    from wirelessfl.algorithms.fedast import FedAST, FedASTHParams
+    from wirelessfl.client import LoopExecutor
+    from wirelessfl.rng import Seeds
+    from wirelessfl.simtime import ClientPool
+
+    finals, held = [], []
+    for max_batch in (1, 3, 64):
+        tasks = _tasks(2)
+        sim = FedAST(tasks, ClientPool(Fixed(np.random.default_rng(0).uniform(1, 4, N)), N, cap=10),
+                     LoopExecutor("cpu"), Seeds(0), FedASTHParams(requests=24, ratio=4,
+                                                                  max_batch=max_batch))
+
+        def watch(task, state, now, sim=sim, max_batch=max_batch):
+            held.append(len(sim.results) <= max_batch)
+            return False
+
+        sim.run(watch, max_rounds=10)
+        finals.append(torch.cat([v.flatten() for s in sim.states for v in s.params.values()]))
+    assert all(held)
+    assert torch.equal(finals[0], finals[1]) and torch.equal(finals[0], finals[2])
+
+
+def test_config_errors_are_short():
+    with pytest.raises(ValueError) as exc:
+        runner.prepare(resolve({**RAW, "model": {"name": "fcnn", "options": {"hidden": "x" * 10_000}}}))
+    assert len(str(exc.value)) < 300
+    with pytest.raises(ConfigError) as exc:
+        resolve({**RAW, "rounds": "y" * 10_000})
+    assert len(str(exc.value)) < 300
+
+
+def test_training_diverged_is_a_runtime_error():
+    assert issubclass(TrainingDiverged, RuntimeError)
+    assert json.dumps({"ok": 1})
