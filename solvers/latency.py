@@ -54,9 +54,17 @@ def _cells_iv(name: str, x: ArrayLike, client_mask: ArrayLike | None) -> tuple[n
 
 
 def _scalars(**values: float) -> None:
-    """Each named scalar finite and > 0 (integers where the name says so)."""
+    """Each named scalar finite and > 0 (integers where the name says so).
+
+    ``local_steps`` may also be an array (one H per client, broadcast against the cells):
+    integers >= 0 (a client without data computes nothing).
+    """
     for name, v in values.items():
-        if name in ("local_steps", "num_params"):
+        if name == "local_steps" and np.ndim(v) > 0:
+            steps = as_finite(name, v, lo=0)
+            if (np.floor(steps) != steps).any():
+                raise ValueError("`local_steps` must hold integers")
+        elif name in ("local_steps", "num_params"):
             as_int(name, v, lo=1)
         else:
             as_float(name, v, lo=0, lo_open=True)
@@ -84,8 +92,8 @@ def full_model_latency_oma(cpu_hz: ArrayLike, rate_bps: ArrayLike, *, local_step
         CPU frequency F_i of every client (padded entries ignored).
     rate_bps : array_like, shape (..., N, n), float [bit/s]
         Uplink rate R_i of every client.
-    local_steps : int
-        H.
+    local_steps : int or array_like of int, broadcastable to (..., N, n)
+        H, or each client's own number of local steps (e.g. from local epochs).
     cycles_per_step : float [cycles]
         V_0, CPU cycles of one mini-batch update of the full model.
     model_bits : float [bit]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from channels.validation import as_int, check_memory
+from channels.validation import as_finite, as_int, check_memory
 
 BACKENDS = ("exact", "highs", "gurobi")
 #: Largest ``total``: sizes and latencies c_j·d_j are exact in float64 up to 2^53.
@@ -119,9 +119,10 @@ def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
     return c, total, u
 
 
-def _fit(tau: np.ndarray, c: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """min(U_j, ⌊τ/c_j⌋): units of each cell that fit under latency τ (c_j = 0 fits U_j)."""
-    return np.fmin(u, np.floor(tau[:, None] / c)).astype(np.int64)  # 0/0 = NaN: fmin keeps U_j
+def _fit(tau: np.ndarray, c: np.ndarray, u: np.ndarray, s: np.ndarray | None = None) -> np.ndarray:
+    """min(U_j, ⌊τ/c_j − σ_j⌋)⁺: units of each cell that fit under latency τ (c_j = 0 fits U_j)."""
+    units = np.floor(tau[:, None] / c) if s is None else np.floor(tau[:, None] / c - s)
+    return np.maximum(np.fmin(u, units), 0).astype(np.int64)  # 0/0 = NaN: fmin keeps U_j
 
 
 def _water_segment(breaks: np.ndarray, weight: np.ndarray, capped: np.ndarray,
@@ -176,9 +177,30 @@ def _optimal_tau(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:
     return np.where(rank > 0, value[pick], (c * k_lo).max(-1))
 
 
-def _tie_break(c: np.ndarray, total: int, u: np.ndarray, tau: np.ndarray) -> np.ndarray:
+def _optimal_tau_offset(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Stage 1 with offsets: τ* = min over allocations of max_j c_j (d_j + σ_j).
+
+    The number of units that fit under τ, Σ_j min(U_j, ⌊τ/c_j − σ_j⌋)⁺, is a step function
+    of τ; its first value ≥ D is found by bisection on τ (a fixed 1100 halvings of the
+    float64 range, batched over instances), and τ* is the larger of it and max_j c_j σ_j
+    (every cell uploads its offset even with no units).
+    """
+    lo = np.zeros(c.shape[0])
+    hi = (c * (u + s)).max(-1) * (1 + 8 * _EPS)
+    for _ in range(1100):  # enough to reach adjacent floats from any range
+        mid = lo + (hi - lo) / 2
+        if not ((mid > lo) & (mid < hi)).any():
+            break
+        ok = _fit(mid, c, u, s).sum(-1) >= total
+        hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
+    first = np.where(_fit(lo, c, u, s).sum(-1) >= total, lo, hi)
+    return np.maximum(first, (c * s).max(-1))
+
+
+def _tie_break(c: np.ndarray, total: int, u: np.ndarray, tau: np.ndarray,
+               s: np.ndarray | None = None) -> np.ndarray:
     """Stage 2: among allocations with latency ≤ τ*, min max_j d_j, then closest to uniform."""
-    ubar = _fit(tau * (1.0 + 8 * _EPS), c, u)
+    ubar = _fit(tau * (1.0 + 8 * _EPS), c, u, s)
     # smallest level m with Σ_j min(ū_j, m) ≥ D: integer water-filling
     below, slope, lo, _ = _water_segment(ubar, np.ones_like(ubar), ubar,
                                          np.full((c.shape[0], 1), total))
@@ -193,15 +215,18 @@ def _tie_break(c: np.ndarray, total: int, u: np.ndarray, tau: np.ndarray) -> np.
     return d - (at_level & (rank < surplus))
 
 
-def _solve_exact(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:
+def _solve_exact(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Both stages on a (B, N) view of the batch."""
-    c2, u2 = c.reshape(-1, c.shape[-1]), u.reshape(-1, c.shape[-1])
+    c2, u2, s2 = (x.reshape(-1, c.shape[-1]) for x in (c, u, s))
     with np.errstate(divide="ignore", invalid="ignore"):  # c_j = 0 cells, by design
-        sizes = _tie_break(c2, total, u2, _optimal_tau(c2, total, u2))
+        if (s2 == 0).all():
+            sizes = _tie_break(c2, total, u2, _optimal_tau(c2, total, u2))
+        else:
+            sizes = _tie_break(c2, total, u2, _optimal_tau_offset(c2, total, u2, s2), s2)
     return sizes.reshape(c.shape)
 
 
-def _solve_highs(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, str]:
+def _solve_highs(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, str]:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import diags, hstack
 
@@ -210,7 +235,7 @@ def _solve_highs(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, 
     for idx in np.ndindex(c.shape[:-1]):
         cj, uj = c[idx], u[idx]
         a = hstack([diags(cj), np.full((n, 1), -1.0)], format="csr")
-        cons = [LinearConstraint(a, -np.inf, 0.0),
+        cons = [LinearConstraint(a, -np.inf, -cj * s[idx]),
                 LinearConstraint(np.hstack([np.ones(n), 0.0])[None], total, total)]
         res = milp(np.r_[np.zeros(n), 1.0], constraints=cons,
                    integrality=np.r_[np.ones(n), 0.0],
@@ -222,7 +247,7 @@ def _solve_highs(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, 
     return sizes, "optimal"
 
 
-def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray, str]:
+def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, str]:
     try:
         import gurobipy as gp
         from gurobipy import GRB
@@ -244,7 +269,7 @@ def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray,
                 model.Params.FeasibilityTol = 1e-9
                 d = model.addMVar(n, lb=0, ub=u[idx].astype(float), vtype=GRB.INTEGER)
                 tau = model.addVar(lb=0.0)
-                model.addConstr(c[idx] * d <= tau)
+                model.addConstr(c[idx] * d + c[idx] * s[idx] <= tau)
                 model.addConstr(d.sum() == total)
                 model.setObjective(tau, GRB.MINIMIZE)
                 try:
@@ -261,8 +286,12 @@ def _solve_gurobi(c: np.ndarray, total: int, u: np.ndarray) -> tuple[np.ndarray,
 
 
 def solve(unit_latency: ArrayLike, total: int, cap: ArrayLike | None = None, *,
-          backend: str = "exact") -> MaskSizeResult:
-    """Minimise max_j unit_latency[j]·d_j over integers 0 ≤ d_j ≤ cap with Σ_j d_j = total.
+          backend: str = "exact", offset: ArrayLike = 0.0) -> MaskSizeResult:
+    """Minimise max_j c_j·(d_j + σ_j) over integers 0 ≤ d_j ≤ cap with Σ_j d_j = total.
+
+    ``offset`` σ_j (0 by default: (20)/(36) as printed) is the part of a cell's upload that
+    does not depend on its mask, in units: HIST's shared parameters over the parameters per
+    unit (``specs/hist.md`` §4.3), so the latency optimised is the one logged.
 
     Parameters
     ----------
@@ -274,6 +303,8 @@ def solve(unit_latency: ArrayLike, total: int, cap: ArrayLike | None = None, *,
         Per-cell cap U_j from (19c) (see :func:`solvers.latency.size_cap`); None = no cap.
     backend : str
         ``"exact"``, ``"highs"`` or ``"gurobi"``.
+    offset : float or array_like broadcastable to (..., N), optional
+        σ_j ≥ 0, units every cell pays whatever its mask.
 
     Returns
     -------
@@ -289,14 +320,20 @@ def solve(unit_latency: ArrayLike, total: int, cap: ArrayLike | None = None, *,
     """
     start = time.perf_counter()
     c, total, u = _solve_iv(unit_latency, total, cap, backend)
+    try:
+        s = np.broadcast_to(as_finite("offset", offset, lo=0), c.shape).astype(float)
+    except ValueError as exc:
+        raise ValueError(f"`offset` must be finite, >= 0 and broadcast to {c.shape} ({exc})") from None
+    if not np.isfinite(c * (u + s)).all():
+        raise ValueError("`unit_latency` x (`cap` + `offset`) overflows float64; rescale")
     if backend == "exact":
-        sizes, status = _solve_exact(c, total, u), "optimal"
+        sizes, status = _solve_exact(c, total, u, s), "optimal"
     else:
         # the MILPs see c / max_j c_j: their absolute feasibility tolerances then cost ~1e-9 of τ
         scale = np.max(c, axis=-1, keepdims=True)
         milp = _solve_highs if backend == "highs" else _solve_gurobi
-        sizes, status = milp(c / np.where(scale > 0, scale, 1.0), total, u)
+        sizes, status = milp(c / np.where(scale > 0, scale, 1.0), total, u, s)
     seconds = time.perf_counter() - start
     if status != "optimal":
         return MaskSizeResult(None, None, backend, seconds, status, False, status)
-    return MaskSizeResult(sizes, (c * sizes).max(-1), backend, seconds)
+    return MaskSizeResult(sizes, (c * (sizes + s)).max(-1), backend, seconds)

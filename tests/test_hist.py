@@ -13,8 +13,12 @@ SYN = {"seed": 3, "rounds": 2,
        "local": {"lr": 0.05, "batch_size": 10, "steps": 4}}
 
 
+def _exp_raw(**algorithm):
+    return {**SYN, "algorithm": {"name": "hist", **algorithm}}
+
+
 def _exp(**algorithm):
-    return prepare(resolve({**SYN, "algorithm": {"name": "hist", **algorithm}}))
+    return prepare(resolve(_exp_raw(**algorithm)))
 
 
 def _rounds(exp, n):
@@ -48,7 +52,8 @@ def test_assembly_writes_each_cell_block_back_and_averages_shared_layers():
     exp = _exp(cells=2, edge_rounds=1)
     algo, x0 = exp.algorithm, exp.initial_state()
     new, report = algo.apply(x0)
-    sizes = algo._sizes(algo._full_latency(0, sum(v.numel() for v in x0.params.values())))
+    num = sum(v.numel() for v in x0.params.values())
+    sizes = algo._sizes(algo._full_latency(0, num), num)
     from wirelessfl.submodel import random_disjoint_selections
     sels = random_disjoint_selections(algo.groups, sizes, exp.seeds.generator("masks", 0))
     assert torch.equal(torch.sort(torch.cat([s["fc1"] for s in sels])).values, torch.arange(32))
@@ -148,17 +153,73 @@ def test_training_the_sliced_submodel_equals_masked_training_of_the_full_model(n
         torch.testing.assert_close(back[k], masked.params[k])
 
 
-def test_code_faithful_biases_are_never_aggregated():
-    split_bias = "fc1.bias"
+def test_code_faithful_fc_biases_are_never_aggregated():
+    """Authors' code: every FC layer is rebuilt at dispatch, so no FC bias is ever sent back."""
     default = _rounds(_exp(cells=2, edge_rounds=1), 2)[0]
     code = _exp(cells=2, edge_rounds=1, bias_mode="code_faithful")
     x0 = code.initial_state()
     state = _rounds(code, 2)[0]
-    assert torch.equal(state.params[split_bias], x0.params[split_bias])
-    assert not torch.equal(default.params[split_bias], x0.params[split_bias])
+    for bias in ("fc1.bias", "fc2.bias"):  # split and unsplit FC biases alike
+        assert torch.equal(state.params[bias], x0.params[bias])
+        assert not torch.equal(default.params[bias], x0.params[bias])
     assert not torch.equal(state.params["fc1.weight"], x0.params["fc1.weight"])
+    assert not torch.equal(state.params["fc2.weight"], x0.params["fc2.weight"])
+    num = sum(v.numel() for v in x0.params.values())
     starts = code.algorithm._dispatch(x0.params, 0, np.ones(2))[1]
-    assert not torch.equal(starts[0][split_bias], x0.params[split_bias][:len(starts[0][split_bias])])
+    k = len(starts[0]["fc1.bias"])
+    assert not torch.equal(starts[0]["fc1.bias"], x0.params["fc1.bias"][:k])
+    assert not torch.equal(starts[0]["fc2.bias"], x0.params["fc2.bias"])
+    assert starts[0]["fc2.bias"].abs().max() <= 1 / k ** 0.5  # fan-in of the rebuilt layer
+    assert num > 0
+
+
+def test_optimised_sizes_minimise_the_logged_latency(fmnist):
+    """The sizes chosen are the best integer sizes for the latency the round logs (s + q k_j)."""
+    import itertools
+
+    cfg = resolve({"seed": 1, "rounds": 1,
+                   "data": {"dataset": "fashion_mnist", "num_clients": 6, "samples_per_client": 20,
+                            "partition": "iid"},
+                   "model": {"name": "lenet5"}, "local": {"batch_size": 10, "steps": 1},
+                   "algorithm": {"name": "hist", "cells": 3, "edge_rounds": 1,
+                                 "mask_sizes": "optimised"}})
+    exp = prepare(cfg)
+    algo, x0 = exp.algorithm, exp.initial_state()
+    num = sum(v.numel() for v in x0.params.values())
+    full = algo._full_latency(0, num)
+    [sizes] = algo._sizes(full, num)
+    g, q, s = algo.groups[0], algo.per_unit[0], algo.shared[0]
+    cap = 9 * g.size // (6 * 3)
+
+    def logged(k):
+        return float((full * (s + q * np.asarray(k)) / num).max())
+
+    best = min(logged(k) for k in itertools.product(range(cap + 1), repeat=3) if sum(k) == g.size)
+    assert logged(sizes) == pytest.approx(best, rel=1e-12)
+    _, report = algo.apply(x0)
+    assert report.latency_s == pytest.approx(logged(sizes), rel=1e-12)
+
+
+def test_hist_latency_uses_real_local_steps_and_real_cells(monkeypatch):
+    """local.epochs sets H per client; padded clients of a smaller cell do not enter the max."""
+    from wirelessfl.topology import Topology
+
+    epochs = _exp(cells=2, edge_rounds=1)
+    algo = epochs.algorithm
+    assert (algo.local_steps == algo.env.local.steps).all()
+    monkeypatch.setattr(Topology, "even", classmethod(lambda cls, u, n: cls.from_sizes([3, 2, 2])))
+    raw = {**_exp_raw(cells=3, edge_rounds=1)}
+    raw["local"] = {**raw["local"], "epochs": 2, "batch_size": 7}
+    raw["data"] = {**raw["data"], "num_clients": 7}
+    exp = prepare(resolve(raw))
+    a = exp.algorithm
+    sizes = [len(c) for c in a.topology.cells]
+    assert len(set(sizes)) > 1 and a.client_mask.sum() == 7
+    n = len(exp.algorithm.env.client_indices[0])
+    assert a.local_steps[0, 0] == 2 * -(-n // 7)
+    full = a._full_latency(0, 1000)
+    a.cpu_hz[~a.client_mask] = 1.0  # a padded entry this slow would dominate if it counted
+    assert np.allclose(a._full_latency(0, 1000), full)
 
 
 def test_cpu_frequencies_are_drawn_once_per_client_by_default():

@@ -118,6 +118,17 @@ def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator)
     return batches if hp.epochs is not None else batches[: hp.steps]
 
 
+def steps_per_call(num_samples: int, hp: LocalHParams) -> int:
+    """Local steps one call runs on ``num_samples`` samples (the length of :func:`batch_schedule`)."""
+    if num_samples == 0:
+        return 0
+    if hp.epochs is None:
+        return hp.steps
+    bs = min(hp.batch_size, num_samples)
+    per_epoch = num_samples // bs if hp.drop_last else -(-num_samples // bs)
+    return per_epoch * hp.epochs
+
+
 @dataclass(frozen=True)
 class ClientTask:
     """One client's share of a round.

@@ -76,20 +76,24 @@ def draw_resources(num_cells: int, clients_per_cell: int, rng: np.random.Generat
 
 
 def unit_latency(res: Resources, *, scheme: str, units: int, num_params: int,
-                 local_steps: int, cycles_per_step: float = 1e6,
-                 bits_per_param: int = 32) -> np.ndarray:
+                 local_steps: int | np.ndarray, cycles_per_step: float = 1e6,
+                 bits_per_param: int = 32, client_mask: np.ndarray | None = None) -> np.ndarray:
     """c_j = C_j / K: a cell's edge-round latency per unit of mask [s], shape (N,).
 
     Masks are counted in hidden units (``specs/hist.md`` §4.3 [default]): a cell with k_j of
-    the K units uploads and computes a fraction k_j/K ≈ d_j/d of the model.
+    the K units uploads and computes a fraction k_j/K ≈ d_j/d of the model. ``local_steps``
+    may be one H per client (N, n); ``client_mask`` (N, n) marks the real clients of cells
+    padded to a common size (padded entries do not enter the max).
     """
     if scheme == "oma":
         full = full_model_latency_oma(res.cpu_hz, res.rate_bps, local_steps=local_steps,
                                       cycles_per_step=cycles_per_step,
-                                      model_bits=bits_per_param * num_params)
+                                      model_bits=bits_per_param * num_params,
+                                      client_mask=client_mask)
     elif scheme == "aircomp":
         full = full_model_latency_aircomp(res.cpu_hz, local_steps=local_steps,
-                                          cycles_per_step=cycles_per_step, num_params=num_params)
+                                          cycles_per_step=cycles_per_step, num_params=num_params,
+                                          client_mask=client_mask)
     else:
         raise ValueError(f"`scheme` must be 'oma' or 'aircomp', got {scheme!r}")
     return full / units

@@ -39,6 +39,7 @@ from wirelessfl.algorithms.base import (
     num_params,
 )
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
+from wirelessfl.client import steps_per_call
 from wirelessfl.models.base import Params
 from wirelessfl.submodel import Submodel, random_disjoint_selections
 from wirelessfl.wireless import by_half, draw_cpu, draw_resources, unit_latency
@@ -86,8 +87,11 @@ class HISTHParams(HFedAvgHParams):
         Redraw CPU frequencies every round (default: once per client, §6.4 [default]).
     bias_mode : str
         ``"split_and_average"`` (default: a unit's bias moves with it) or ``"code_faithful"``
-        (the authors' code, §1.3(f): cells get freshly initialised biases for split layers,
-        which are never sent back, so the global model keeps its initial ones).
+        (the authors' code, §1.3(f): every fully connected layer is rebuilt at each dispatch,
+        so cells get freshly initialised biases for all of them — split or not, e.g. FCNN's
+        ``fc2.bias`` and LeNet-5's unsplit FC biases — drawn with the submodel's fan-in, and
+        never send them back: the global model keeps its initial FC biases; convolution
+        biases are aggregated as usual).
     split : bool
         False: no submodels (every cell trains the full model) — HFedAvg with the same
         physical layer and accounting.
@@ -152,8 +156,20 @@ class HIST(HFedAvg):
         self.clients_per_cell = max(sizes)
         self.cpu_hz = draw_cpu(hp.cells, self.clients_per_cell, env.seeds.generator("cpu"),
                                cpu_ghz=hp.cpu_ghz)
-        self.split_biases = {s.param for g in self.groups for s in g.slices
-                             if s.dim == 0 and s.param.endswith("bias")}
+        shapes = {k: v.shape for k, v in model.params().items()}
+        self.fc_biases = {k for k in shapes if k.endswith("bias")
+                          and len(shapes.get(k.removesuffix("bias") + "weight", ())) == 2}
+        # the part of a cell's upload that does not depend on its mask (§4.3): sub_size_j =
+        # shared + per_unit · k_j for the (single) split group
+        num = sum(int(np.prod(s)) for s in shapes.values())
+        self.per_unit = [sum(int(np.prod(shapes[s.param])) // shapes[s.param][s.dim]
+                             for s in g.slices) for g in self.groups]
+        self.shared = [num - q * g.size for q, g in zip(self.per_unit, self.groups)]
+        cells = self.topology.cells
+        self.client_mask = np.array([[i < len(c) for i in range(max(sizes))] for c in cells])
+        self.local_steps = np.array([[steps_per_call(len(env.client_indices[c[i]]), env.local)
+                                      if i < len(c) else 1 for i in range(max(sizes))]
+                                     for c in cells])
         self.aggregators: list[Aggregator] = [self.aggregator] * hp.cells
         if hp.aggregation == "aircomp":
             self.aggregators = [AirComp(float(snr), env.local.lr, antennas=hp.antennas,
@@ -172,16 +188,21 @@ class HIST(HFedAvg):
                              cpu_ghz=hp.cpu_ghz, antennas=hp.antennas,
                              cpu_hz=None if hp.cpu_redraw else self.cpu_hz)
         return unit_latency(res, scheme=hp.aggregation, units=1, num_params=num,
-                            local_steps=self.env.local.steps or 1)
+                            local_steps=self.local_steps, client_mask=self.client_mask)
 
-    def _sizes(self, full: np.ndarray) -> list[np.ndarray]:
-        """Per-group mask sizes: the uniform split or the MILP (20)/(36) on c_j = C_j / K."""
+    def _sizes(self, full: np.ndarray, num: int) -> list[np.ndarray]:
+        """Per-group mask sizes: the uniform split or the MILP (20)/(36) of the logged latency.
+
+        A cell with k_j units uploads s + q·k_j parameters (shared ones included, §4.3), so
+        its edge round takes C_j (s + q k_j)/d = c_j (k_j + σ) with c_j = C_j q/d, σ = s/q:
+        the solver minimises exactly the latency the round reports.
+        """
         hp = self.hp
         if hp.mask_sizes == "uniform":
             return [uniform_sizes(g.size, hp.cells) for g in self.groups]
-        return [mask_sizes.solve(full / g.size, g.size, size_cap(g.size, hp.cells,
-                                                                  hp.eps_th)).sizes
-                for g in self.groups]
+        return [mask_sizes.solve(full * q / num, g.size, size_cap(g.size, hp.cells, hp.eps_th),
+                                 offset=s / q).sizes
+                for g, q, s in zip(self.groups, self.per_unit, self.shared)]
 
     def _dispatch(self, params: Params, t: int,
                   full: np.ndarray) -> tuple[list[Submodel], list[Params], list]:
@@ -192,14 +213,14 @@ class HIST(HFedAvg):
         hp = self.hp
         if not hp.split:
             return [], [params] * hp.cells, []
-        sizes = self._sizes(full)
+        sizes = self._sizes(full, num_params(params))
         selections = random_disjoint_selections(self.groups, sizes,
                                                 self.env.seeds.generator("masks", t))
         subs = [Submodel(self.env.model.unit_groups, s, params) for s in selections]
         starts = [s.slice(params) for s in subs]
         if hp.bias_mode == "code_faithful":
             gen = torch.Generator().manual_seed(self.env.seeds.int_seed("biases", t))
-            starts = [{k: _fresh_bias(params, k, v, gen) if k in self.split_biases else v
+            starts = [{k: _fresh_bias(s, k, gen) if k in self.fc_biases else v
                        for k, v in s.items()} for s in starts]
         return subs, starts, sizes
 
@@ -238,7 +259,7 @@ class HIST(HFedAvg):
     def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
         """Eq. (7): split entries from their owner cell, the rest averaged over cells.
 
-        In ``code_faithful`` bias mode the split layers' biases keep their global values.
+        In ``code_faithful`` bias mode every FC bias keeps its global value.
         """
         if not subs:
             return weighted_mean(edge, np.ones(len(edge)))
@@ -247,17 +268,17 @@ class HIST(HFedAvg):
         out = dict(shared)
         for k in subs[0].dims:
             full = params[k].clone()
-            if not (self.hp.bias_mode == "code_faithful" and k in self.split_biases):
-                for sub, e in zip(subs, edge):
-                    full[sub.index(k)] = e[k]
+            for sub, e in zip(subs, edge):
+                full[sub.index(k)] = e[k]
             out[k] = full
+        if self.hp.bias_mode == "code_faithful":
+            out.update({k: params[k] for k in self.fc_biases})
         return {k: out[k] for k in params}
 
 
-def _fresh_bias(params: Params, name: str, like: torch.Tensor,
-                gen: torch.Generator) -> torch.Tensor:
-    """PyTorch's default bias init U(±1/√fan_in) for a bias shaped like ``like``."""
-    weight = params[name.removesuffix("bias") + "weight"]
+def _fresh_bias(sub: Params, name: str, gen: torch.Generator) -> torch.Tensor:
+    """PyTorch's default bias init U(±1/√fan_in) of a rebuilt layer of the submodel ``sub``."""
+    like, weight = sub[name], sub[name.removesuffix("bias") + "weight"]
     bound = 1.0 / math.sqrt(weight[0].numel())
     fresh = (torch.rand(like.shape, generator=gen, dtype=like.dtype) * 2 - 1) * bound
     return fresh.to(like.device)
