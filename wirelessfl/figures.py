@@ -501,9 +501,13 @@ def _gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, basel
         f"{r[f'{method} time']:.1f} [{r[f'{method} reached']}] | "
         f"{r[f'{baseline} time']:.1f} [{r[f'{baseline} reached']}] | {r['gain_percent']:.1f}% |\n"
         for r in table)
-    what = ("every task first reaches its target" if fig.spec.get("metric") == "all_done"
+    what = ("every task has reached its target (for identical copies: the paper's finish time)"
+            if fig.spec.get("metric") == "all_done"
             else "the mean accuracy over the tasks first reaches the target")
-    note = (f"\nMean simulated time at which {what}, over the seeds that reached it "
+    grid = {r.raw.get("eval_interval") for r in fig.runs}
+    cadence = (f"; every method evaluated every {grid.pop():g} units of simulated time"
+               if len(grid) == 1 and None not in grid else "")
+    note = (f"\nMean simulated time at which {what}{cadence}, over the seeds that reached it "
             "[reached/seeds]. Paper: "
             f"{fig.spec.get('reference', '')}\n")
     return f"# {fig.title}\n\n{head}{body}{note}"

@@ -54,13 +54,16 @@ class Centralized(Simulation):
         del pool
         self.tasks, self.executor, self.seeds, self.hp = tasks, executor, seeds, hp
         self.pooled = [np.unique(np.concatenate(t.client_indices)) for t in tasks]
+        self.grid_evals = 0
         self.states = [TaskState(params={k: v.detach().clone() for k, v in t.init_params.items()})
                        for t in tasks]
 
     def run(self, on_eval: EvalHook, *, max_time: float = math.inf, eval_every: int = 1,
-            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None
-            ) -> float:
+            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None,
+            eval_interval: float | None = None) -> float:
         """``epochs`` passes per task (fewer with ``max_rounds``); the end time, 0.
+
+        ``eval_interval`` does not apply either (no clock): every pass is evaluated.
 
         ``max_time`` does not apply (no simulated clock).
         """

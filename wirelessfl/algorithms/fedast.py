@@ -139,11 +139,15 @@ class TaskState:
 EvalHook = Callable[[TaskEnv, TaskState, float], bool]
 
 
-def check_stop(task: TaskEnv, st: TaskState, now: float, on_eval: EvalHook, eval_every: int,
-               max_rounds: int | None) -> str | None:
-    """After an aggregation: evaluate when due; ``"target"`` if done, ``"cap"`` at the round cap."""
+def check_stop(task: TaskEnv, st: TaskState, now: float, on_eval: EvalHook,
+               eval_every: int | None, max_rounds: int | None) -> str | None:
+    """After an aggregation: evaluate when due; ``"target"`` if done, ``"cap"`` at the round cap.
+
+    ``eval_every=None`` (evaluations on a simulated-time grid) evaluates only at the cap.
+    """
     last = max_rounds is not None and st.round >= max_rounds
-    if (st.round % eval_every == 0 or last) and on_eval(task, st, now):
+    due = last or (eval_every is not None and st.round % eval_every == 0)
+    if due and on_eval(task, st, now):
         return "target"
     return "cap" if last else None
 
@@ -187,6 +191,26 @@ class Simulation:
 
     _rebuilt = ("tasks", "executor", "seeds", "hp")
     _recomputed: tuple[str, ...] = ()
+    grid_evals: int  # grid times evaluated so far (set by each simulator's constructor)
+
+    def evaluate_grid(self, now: float, on_eval: EvalHook, interval: float | None) -> None:
+        """Evaluate every active task at each grid time k·``interval`` ≤ ``now`` not yet done.
+
+        Called before the event at ``now`` is applied, so a grid time sees the models of
+        that moment; every method then evaluates at the same simulated times (FedAST E4's
+        time to target, issue 16 item 18). A task whose evaluation reaches its target
+        finishes there (``_finish``).
+        """
+        if interval is None:
+            return
+        while (self.grid_evals + 1) * interval <= now and not all(s.finished for s in self.states):
+            self.grid_evals += 1
+            for j, st in enumerate(self.states):
+                if not st.finished and on_eval(self.tasks[j], st, self.grid_evals * interval):
+                    self._finish(j)
+
+    def _finish(self, j: int) -> None:
+        self.states[j].finished = True
 
     def state_dict(self) -> dict[str, Any]:
         """The simulation's state as plain data (tensors, numbers, lists, dicts)."""
@@ -248,6 +272,7 @@ class FedAST(Simulation):
         self.sampling = seeds.generator("sampling")
         self.delays = seeds.generator("delays")
         self.time = 0.0
+        self.grid_evals = 0
         self.started = False
         self.arrivals_since_realloc = 0
         m = len(tasks)
@@ -371,12 +396,15 @@ class FedAST(Simulation):
 
     # ------------------------------------------------------------------ loop
     def run(self, on_eval: EvalHook, *, max_time: float = math.inf, eval_every: int = 1,
-            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None
-            ) -> float:
+            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None,
+            eval_interval: float | None = None) -> float:
         """Simulate until every task is finished, ``max_time`` or ``max_rounds`` per task.
 
+        Tasks are evaluated after every ``eval_every`` aggregations, or with
+        ``eval_interval`` on the simulated-time grid (:meth:`Simulation.evaluate_grid`).
         Returns the simulated time at the end.
         """
+        every = None if eval_interval is not None else eval_every
         if not self.started:
             for j, st in enumerate(self.states):
                 self._send(j, st.target_requests, force=not self.hp.cap_initial_burst)
@@ -391,6 +419,9 @@ class FedAST(Simulation):
                 continue  # cancelled
             if t > max_time:
                 break
+            self.evaluate_grid(t, on_eval, eval_interval)
+            if req.id not in self.pending:
+                continue  # its task reached the target at a grid time before t
             self.time = t
             if req.id not in self.results:
                 self._train_pending()
@@ -413,7 +444,7 @@ class FedAST(Simulation):
                 st.buffer_size = self.hp.buffer or max(1, math.ceil(st.outstanding / self.hp.ratio))
             if st.buffered >= st.buffer_size:
                 self._aggregate(j)
-                stop = check_stop(self.tasks[j], st, self.time, on_eval, eval_every, max_rounds)
+                stop = check_stop(self.tasks[j], st, self.time, on_eval, every, max_rounds)
                 if stop:
                     self._finish(j, handover=stop == "target")
                     continue

@@ -257,11 +257,17 @@ class SyncST(Simulation):
         for st, n in zip(self.states, split):
             st.target_requests = int(n)
         self.time = 0.0
+        self.grid_evals = 0
         self.rounds = 0
         self.assignment = ASSIGNMENTS[hp.assignment](len(tasks), pool.num_clients, hp)
 
-    def _round(self) -> None:
-        """One global round of every active task."""
+    def _round(self, before_apply: Callable[[float], None] | None = None) -> None:
+        """One global round of every active task.
+
+        ``before_apply(end)`` runs once the round's end time is known, before its updates are
+        applied (evaluations on the simulated-time grid see the models of before the round);
+        a task it finishes gets no update.
+        """
         active = [j for j, s in enumerate(self.states) if not s.finished]
         counts = [self.states[j].target_requests for j in active]
         chosen, first_k = self.assignment.assign(self.rounds, active, counts, self.sampling)
@@ -276,10 +282,15 @@ class SyncST(Simulation):
             for r in reqs:
                 self.pool.cancel(r)
             end = max(end, reqs[k - 1].done)
+        if before_apply is not None:
+            before_apply(end)
         self.time = end
         losses = []
         for j, reqs in zip(active, kept):
             st = self.states[j]
+            if st.finished:  # reached its target on the evaluation grid during the round
+                losses.append(np.full(len(reqs), np.nan))
+                continue
             results = train_requests(
                 self.executor, self.tasks[j], [st.params] * len(reqs), [r.client for r in reqs],
                 [self.seeds.int_seed("local", j, st.round, r.client) for r in reqs])
@@ -305,16 +316,22 @@ class SyncST(Simulation):
         st.target_requests = 0
 
     def run(self, on_eval: EvalHook, *, max_time: float = math.inf, eval_every: int = 1,
-            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None
-            ) -> float:
-        """Rounds until every task is finished, ``max_time`` or ``max_rounds``; the end time."""
+            max_rounds: int | None = None, on_checkpoint: Callable[[], None] | None = None,
+            eval_interval: float | None = None) -> float:
+        """Rounds until every task is finished, ``max_time`` or ``max_rounds``; the end time.
+
+        With ``eval_interval`` tasks are evaluated on the simulated-time grid (see
+        :meth:`~wirelessfl.algorithms.fedast.Simulation.evaluate_grid`) instead of after
+        every ``eval_every`` rounds.
+        """
+        every = None if eval_interval is not None else eval_every
         while not all(s.finished for s in self.states) and self.time < max_time:
             if on_checkpoint is not None:
                 on_checkpoint()
-            self._round()
+            self._round(lambda end: self.evaluate_grid(min(end, max_time), on_eval, eval_interval))
             for j, st in enumerate(self.states):
                 stop = None if st.finished else check_stop(self.tasks[j], st, self.time, on_eval,
-                                                           eval_every, max_rounds)
+                                                           every, max_rounds)
                 if stop == "target":
                     self._finish(j)
                 elif stop:
