@@ -35,6 +35,7 @@ import yaml
 from channels.validation import as_float, as_int
 from wirelessfl.algorithms import ALGORITHMS
 from wirelessfl.client import LocalHParams
+from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.errors import ConfigError, check_config_size, short
 
 PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
@@ -126,6 +127,9 @@ class DataConfig:
     synthetic_beta: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.normalization not in ("auto", "none", *NORMALIZATIONS):
+            raise ConfigError(f"data.normalization must be auto, none or one of "
+                              f"{', '.join(NORMALIZATIONS)}, got {short(self.normalization)}")
         if self.partition not in PARTITIONS:
             raise ConfigError(f"data.partition must be one of {', '.join(PARTITIONS)}, "
                               f"got {self.partition!r}")

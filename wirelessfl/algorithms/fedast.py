@@ -162,7 +162,11 @@ def split_budget(total: int, shares: np.ndarray, rng: np.random.Generator) -> np
 
 
 def realloc_units(total: int, ratio: int, sigma: np.ndarray) -> np.ndarray:
-    """Targets R_m in whole units of r ∝ σ̂_m, at least one unit each (§7 item 5)."""
+    """Targets R_m in whole units of r ∝ σ̂_m, at least one unit each (§7 item 5).
+
+    The result sums to ``total`` only when ``total`` is a multiple of ``ratio`` with at least
+    one unit per task; :class:`FedAST` refuses option D otherwise.
+    """
     units = max(total // ratio, len(sigma))
     share = units * sigma / sigma.sum()
     got = np.ones(len(sigma), int)

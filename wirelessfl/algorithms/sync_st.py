@@ -198,6 +198,10 @@ class BayesAssignment(Assignment):
     Round 0 is random; later rounds run the best of 75 random candidates by expected
     improvement of a GP over (assignment vector, cost) pairs, with cost
     α Σ_m max_kept D + (1 − α) Σ_m Var_i(cnt_m,i) (cnt: times client i was kept for task m).
+
+    Departures from the authors' code, stated: the GP is first used once two rounds have
+    been observed (round 2; the code fits it from round 1), and each candidate draws its
+    own pool of Σ n_m + 5 clients (the code reshuffles one pool for all candidates).
     """
 
     candidates = 75
