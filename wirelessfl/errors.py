@@ -12,15 +12,23 @@ The command line prints each of them as one line and exits with code 2.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
-
-from channels.validation import short
 
 __all__ = ["ConfigError", "RunFolderError", "TrainingDiverged", "check_config_size", "short"]
 
 #: Most nodes (mappings, lists and scalars, aliases counted each time they are used) a
 #: configuration may hold; a YAML alias bomb expands far beyond it and is refused.
 MAX_CONFIG_NODES = 200_000
+
+
+_repr = reprlib.Repr()
+_repr.maxstring, _repr.maxother, _repr.maxlist, _repr.maxdict = 40, 40, 4, 4
+
+
+def short(value: object) -> str:
+    """A repr of ``value`` cut to a few dozen characters (error messages stay one short line)."""
+    return _repr.repr(value)
 
 
 class ConfigError(ValueError):

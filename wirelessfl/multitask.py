@@ -269,8 +269,7 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
     checkpoint_every_s = as_float("checkpoint_every_s", checkpoint_every_s, lo=0)
     record, resolved = RunRecord(out), multitask_to_dict(cfg)
     sim, tasks = build_simulator(cfg)
-    ckpt = record.open(resolved, cfg.seed, str(tasks[0].device), resume=resume)
-    try:
+    with record.writing(resolved, cfg.seed, str(tasks[0].device), resume=resume) as ckpt:
         rows, wall0 = 0, 0.0
         if ckpt is not None:
             try:
@@ -293,16 +292,7 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
             if any(r.get("task") not in {t.name for t in cfg.tasks} for r in kept):
                 raise RunFolderError(f"--resume: {record.metrics_path} has rows of unknown tasks")
             record.keep(kept)
-        summary = _simulate(cfg, record, sim, tasks, rows, wall0, quiet, checkpoint_every_s)
-    except KeyboardInterrupt:
-        raise
-    except BaseException:
-        if not resume and not record.checkpoint_path.is_file():
-            record.discard()  # failed before its first snapshot: leave nothing half-written
-        raise
-    finally:
-        record.close()
-    return summary
+        return _simulate(cfg, record, sim, tasks, rows, wall0, quiet, checkpoint_every_s)
 
 
 def _simulate(cfg: MultiTaskConfig, record: RunRecord, sim: Any, tasks: list[TaskEnv],

@@ -23,6 +23,7 @@ MB are 4-byte parameters / 2^20, as in ``specs/hist.md`` §6.2 and §6.6.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import json
@@ -30,6 +31,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +204,26 @@ class RunRecord:
         except BaseException:
             self.close()
             raise
+
+    @contextlib.contextmanager
+    def writing(self, config: dict[str, Any], seed: int, device: str, *,
+                resume: bool) -> Iterator[dict[str, Any] | None]:
+        """:meth:`open` for the life of a ``with`` block, which gets the checkpoint.
+
+        The lock is freed at the end; a new run that fails before its first checkpoint is
+        removed (:meth:`discard`), so nothing half-written stays; Ctrl-C keeps it (resumable).
+        """
+        ckpt = self.open(config, seed, device, resume=resume)
+        try:
+            yield ckpt
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            if not resume and not self.checkpoint_path.is_file():
+                self.discard()
+            raise
+        finally:
+            self.close()
 
     # ------------------------------------------------------------------ rows
     def config(self) -> dict[str, Any]:

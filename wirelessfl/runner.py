@@ -243,8 +243,7 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
     resolved = to_dict(cfg)
     state, uplink, sim_time, wall0 = exp.initial_state(), 0.0, None, 0.0
     totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
-    ckpt = record.open(resolved, cfg.seed, str(exp.device), resume=resume)
-    try:
+    with record.writing(resolved, cfg.seed, str(exp.device), resume=resume) as ckpt:
         if ckpt is not None:
             state = _restore(ckpt, exp)
             uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
@@ -256,16 +255,7 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
             record.check_rows(rows, expected[:len(rows)] if state.round == 0 else expected,
                               key=lambda r: r["round"])
             record.keep(rows)
-        summary = _train(exp, record, state, uplink, sim_time, wall0, totals, quiet)
-    except KeyboardInterrupt:
-        raise
-    except BaseException:
-        if not resume and not record.checkpoint_path.is_file():
-            record.discard()  # failed before its first round: leave nothing half-written
-        raise
-    finally:
-        record.close()
-    return summary
+        return _train(exp, record, state, uplink, sim_time, wall0, totals, quiet)
 
 
 def _train(exp: Experiment, record: RunRecord, state: ServerState, uplink: float,
