@@ -10,12 +10,23 @@ from wirelessfl.algorithms.base import (
     RoundReport,
     ServerState,
 )
-from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.algorithms.fedavg import (
+    FedAdagradHParams,
+    FedAdamHParams,
+    FedAMSHParams,
+    FedAvg,
+    FedAvgHParams,
+    FedYogiHParams,
+)
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
 from wirelessfl.algorithms.hist import HIST, HISTHParams
 
 ALGORITHMS = {
     "fedavg": (FedAvgHParams, FedAvg),
+    "fedadam": (FedAdamHParams, FedAvg),
+    "fedams": (FedAMSHParams, FedAvg),
+    "fedyogi": (FedYogiHParams, FedAvg),
+    "fedadagrad": (FedAdagradHParams, FedAvg),
     "hfedavg": (HFedAvgHParams, HFedAvg),
     "hist": (HISTHParams, HIST),
 }

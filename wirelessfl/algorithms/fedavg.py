@@ -4,6 +4,11 @@
 Each round the server samples clients among those present, each runs local SGD from the
 global model, and the server moves by the weighted mean of their pseudo-gradients:
 x ← x − η_s Σ_i w_i Δ_i, with w_i ∝ n_i (data size, the paper's weighting) or uniform.
+
+The server step is a :class:`~wirelessfl.server_opt.ServerOptimizer` (``server_optimizer``):
+``sgd`` is the rule above, ``momentum`` FedAvgM (Hsu et al.), and the adaptive rules give
+FedAdam, FedAMS, FedYogi and FedAdagrad (Reddi et al. 2021; ``fadamgc.md`` §3.5–3.6), each
+registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from channels.validation import as_float, as_int
-from wirelessfl.aggregation import Aggregator, Mean, apply_update
+from wirelessfl.aggregation import Aggregator, Mean
 from wirelessfl.algorithms.base import (
     Environment,
     FederatedAlgorithm,
@@ -23,6 +28,7 @@ from wirelessfl.algorithms.base import (
     num_params,
 )
 from wirelessfl.sampling import AllClients, ClientSampler, UniformSampler
+from wirelessfl.server_opt import ServerOptimizer
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,23 @@ class FedAvgHParams:
         Server step η_s (1 = plain model averaging).
     weighting : str
         ``"samples"`` (w_i ∝ n_i) or ``"uniform"``.
+    server_optimizer : str
+        One of :data:`~wirelessfl.server_opt.SERVER_OPTIMIZERS` (``sgd``).
+    server_momentum : float
+        μ of ``momentum``.
+    server_betas : tuple of float
+        (β1, β2) of the adaptive rules (0.9, 0.99: ``fadamgc.md`` §4.4).
+    server_eps : float
+        ε of the adaptive rules (1e-8, outside the root; ``fadamgc.md`` §3.5).
     """
 
     clients_per_round: int | None = None
     server_lr: float = 1.0
     weighting: str = "samples"
+    server_optimizer: str = "sgd"
+    server_momentum: float = 0.9
+    server_betas: tuple[float, float] = (0.9, 0.99)
+    server_eps: float = 1e-8
 
     def __post_init__(self) -> None:
         if self.weighting not in ("samples", "uniform"):
@@ -49,6 +67,43 @@ class FedAvgHParams:
         if self.clients_per_round is not None:
             as_int("clients_per_round", self.clients_per_round, lo=1, hi=10**6)
         as_float("server_lr", self.server_lr, lo=0, hi=1e6, lo_open=True)
+        self.server()  # checks the server optimiser's settings
+
+    def server(self) -> ServerOptimizer:
+        """The server optimiser these hyperparameters describe."""
+        return ServerOptimizer(self.server_optimizer, lr=self.server_lr,
+                               momentum=self.server_momentum, betas=self.server_betas,
+                               eps=self.server_eps)
+
+
+@dataclass(frozen=True)
+class FedAdamHParams(FedAvgHParams):
+    """FedAdam (``fadamgc.md`` §3.5): plain local SGD, Adam on the server, η_g = 1e-3 (Table 4)."""
+
+    server_lr: float = 1e-3
+    weighting: str = "uniform"
+    server_optimizer: str = "adam"
+
+
+@dataclass(frozen=True)
+class FedAMSHParams(FedAdamHParams):
+    """FedAMS (``fadamgc.md`` §3.6): FedAdam with v̂ = max(v̂, v, ε) on the server."""
+
+    server_optimizer: str = "amsgrad"
+
+
+@dataclass(frozen=True)
+class FedYogiHParams(FedAdamHParams):
+    """FedYogi (Reddi et al. 2021): Yogi on the server."""
+
+    server_optimizer: str = "yogi"
+
+
+@dataclass(frozen=True)
+class FedAdagradHParams(FedAdamHParams):
+    """FedAdagrad (Reddi et al. 2021): Adagrad (with β1 momentum) on the server."""
+
+    server_optimizer: str = "adagrad"
 
 
 def client_weights(sizes: np.ndarray, weighting: str) -> np.ndarray:
@@ -66,6 +121,7 @@ class FedAvg(FederatedAlgorithm):
                  aggregator: Aggregator | None = None) -> None:
         super().__init__(env)
         self.hp = hp
+        self.server_opt = hp.server()
         self.aggregator = aggregator or Mean()
         self.sampler: ClientSampler = (AllClients() if hp.clients_per_round is None
                                        else UniformSampler(num=hp.clients_per_round))
@@ -78,7 +134,7 @@ class FedAvg(FederatedAlgorithm):
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))
         loss, diag = client_diagnostics(results)
-        new = ServerState(apply_update(state.params, update, self.hp.server_lr), t + 1,
-                          state.opt_state, state.client_states)
+        params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
+        new = ServerState(params, t + 1, opt_state, state.client_states)
         return new, RoundReport(uplink_params=float(num_params(state.params)),
                                 train_loss=loss, clients=diag)
