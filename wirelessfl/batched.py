@@ -22,8 +22,12 @@ further step (its parameters are frozen; since every client steps from step 0 un
 schedule ends, the clients still active at step s have all taken s steps, so Adam's bias
 correction is shared). Dropout masks are drawn for the whole stack (``vmap`` randomness
 ``"different"``), so with dropout the iterates differ from the loop's draw by draw, not in
-distribution. Updates other than plain :class:`~wirelessfl.client.LocalSGD` (subclasses
-that change the step) run through the loop.
+distribution. Every :class:`~wirelessfl.client.LocalSGD` rule runs here: the engine vmaps
+the rule's own :meth:`~wirelessfl.client.LocalSGD.client_loss` (its penalty included) over
+the stacked clients and their stacked :meth:`~wirelessfl.client.LocalSGD.context`, applies
+its gradient correction and optimiser on the stacks, and ends each client with the rule's
+:meth:`~wirelessfl.client.ClientUpdate.client_final`. Other
+:class:`~wirelessfl.client.ClientUpdate` implementations run through the loop.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ class BatchedExecutor(Executor):
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
             hp: LocalHParams) -> list[ClientResult]:
         """Train every task, one stacked group at a time; results in task order."""
-        if type(update) is not LocalSGD:
+        if not isinstance(update, LocalSGD):
             return self._loop.run(update, data, tasks, hp)
         groups: dict[tuple, list[int]] = {}
         for i, t in enumerate(tasks):
@@ -95,7 +99,10 @@ class BatchedExecutor(Executor):
         steps = np.array([len(s) for s in schedules])
         start = {k: torch.stack([t.params[k].detach() for t in tasks]).to(self.device)
                  for k in tasks[0].params}
-        carry = Carry(start=start, params=start, lr=tasks[0].lr or hp.lr)
+        contexts = [update.context(t) for t in tasks]
+        ctx = {name: {k: torch.stack([c[name][k] for c in contexts]).to(self.device)
+                      for k in contexts[0][name]} for name in contexts[0]}
+        carry = Carry(start=start, params=start, lr=tasks[0].lr or hp.lr, ctx=ctx)
         loss_sum = torch.zeros(len(tasks), device=self.device)
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
@@ -104,7 +111,7 @@ class BatchedExecutor(Executor):
                 update.model.train()
                 for s in range(int(steps.max(initial=0))):
                     x, y, w = self._batch(data, tasks, schedules, s)
-                    grads, losses = self._gradients(update, carry.params, x, y, w)
+                    grads, losses = self._gradients(update, carry, x, y, w)
                     old = carry.params
                     carry = update.descend(carry, grads, 0.0)
                     if s >= steps.min():
@@ -115,10 +122,10 @@ class BatchedExecutor(Executor):
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
             raise ClientError(f"batched clients {ids} failed: {exc}") from exc
-        return [ClientResult(t.client, {k: start[k][c] - carry.params[k][c] for k in start},
-                             len(t.indices), int(steps[c]),
-                             float(loss_sum[c]) / steps[c] if steps[c] else float("nan"),
-                             t.state)
+        return [update.client_final(t, Carry(
+                    start={k: start[k][c] for k in start},
+                    params={k: carry.params[k][c] for k in start}, lr=carry.lr, state=t.state,
+                    step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c]))
                 for c, t in enumerate(tasks)]
 
     def _batch(self, data: ArrayDataset, tasks: list[ClientTask], schedules: list[list],
@@ -137,20 +144,21 @@ class BatchedExecutor(Executor):
                 torch.as_tensor(weight, device=self.device))
 
     @staticmethod
-    def _gradients(update: LocalSGD, params: Params, x: torch.Tensor, y: torch.Tensor,
+    def _gradients(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
                    w: torch.Tensor) -> tuple[Params, torch.Tensor]:
-        """Per-client gradients of the weighted cross-entropy (weight decay added)."""
-        stacked = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        """Per-client gradients of the rule's loss (decay and correction applied), data losses."""
+        stacked = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
 
-        def client_loss(p: Params, xb: torch.Tensor, yb: torch.Tensor, wb: torch.Tensor):
-            out = functional_call(update.model, p, (xb,))
-            return (F.cross_entropy(out, yb, reduction="none") * wb).sum()
+        def client_loss(p: Params, s: Params, xb: torch.Tensor, yb: torch.Tensor,
+                        wb: torch.Tensor, c: dict[str, Params]):
+            data = (F.cross_entropy(functional_call(update.model, p, (xb,)), yb,
+                                    reduction="none") * wb).sum()
+            return data + update.penalty(p, s, c), data
 
-        losses = vmap(client_loss, randomness="different")(stacked, x, y, w)
-        grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
-        wd = update.hp.weight_decay
-        return ({k: torch.add(g, params[k], alpha=wd) if wd else g for k, g in zip(stacked, grads)},
-                losses)
+        total, losses = vmap(client_loss, randomness="different")(stacked, carry.start, x, y, w,
+                                                                  carry.ctx)
+        grads = torch.autograd.grad(total.sum(), list(stacked.values()))
+        return update.finish_gradients(dict(zip(stacked, grads)), carry.params, carry.ctx), losses
 
 
 def retain_freed_memory(threshold: int = 1 << 30) -> bool:

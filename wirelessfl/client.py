@@ -147,6 +147,9 @@ class ClientTask:
         Its persistent state, or None.
     lr : float or None
         Per-client step size overriding ``LocalHParams.lr``.
+    broadcast : Any
+        Values the server sends to every client of the round with the model (SCAFFOLD's c,
+        a teacher, ...), or None.
     """
 
     client: int
@@ -155,6 +158,7 @@ class ClientTask:
     seed: int
     state: Any = None
     lr: float | None = None
+    broadcast: Any = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,11 @@ class ClientResult:
 
 @dataclass
 class Carry:
-    """Mutable-free record passed between the three client functions."""
+    """Mutable-free record passed between the three client functions.
+
+    ``ctx`` holds the per-client tensors the update's loss and gradient correction use
+    (:meth:`LocalSGD.context`); the batched engine stacks it along the client dimension.
+    """
 
     start: Params
     params: Params
@@ -196,6 +204,7 @@ class Carry:
     state: Any = None
     step: int = 0
     loss_sum: float = 0.0
+    ctx: dict[str, Params] = field(default_factory=dict)
 
 
 class ClientUpdate(ABC):
@@ -219,6 +228,17 @@ class ClientUpdate(ABC):
 class LocalSGD(ClientUpdate):
     """Mini-batch SGD (momentum, weight decay) or Adam on the cross-entropy loss.
 
+    The one client contract every executor runs. A local rule subclasses this and changes
+    only the hooks below; the loop and the batched engine then run the rule's own loss,
+    gradient correction and final step (the batched engine ``vmap``-s them over stacked
+    clients), so every rule stays batched:
+
+    - :meth:`context` — per-client tensors the rule needs (from the task: its state, the
+      round's broadcast values), stacked along the client dimension by the batched engine;
+    - :meth:`penalty` — extra loss terms of ``(params, start, ctx)`` (FedProx's proximal term);
+    - :meth:`correct` — an elementwise transform of the gradient (SCAFFOLD's control variates);
+    - :meth:`client_final` — the pseudo-gradient and the new client state.
+
     Parameters
     ----------
     model : FLModel
@@ -230,24 +250,47 @@ class LocalSGD(ClientUpdate):
     def __init__(self, model: FLModel, hp: LocalHParams) -> None:
         self.model, self.hp = model, hp
 
+    # ------------------------------------------------------------------ the rule's hooks
+    def context(self, task: ClientTask) -> dict[str, Params]:
+        """Per-client tensors of the rule (none for plain SGD)."""
+        return {}
+
+    def penalty(self, params: Params, start: Params, ctx: dict[str, Params]) -> torch.Tensor | float:
+        """Extra loss terms added to the data loss of every step (none for plain SGD)."""
+        return 0.0
+
+    def correct(self, grads: Params, ctx: dict[str, Params]) -> Params:
+        """The gradient the optimiser uses (elementwise; the plain gradient here)."""
+        return grads
+
+    # ------------------------------------------------------------------ shared machinery
     def loss(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the model with ``params`` on one batch."""
         return F.cross_entropy(functional_call(self.model, params, (x,)), y)
 
-    def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, float]:
-        """Stochastic gradient at ``carry.params`` (weight decay included) and the batch loss."""
-        params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
-        loss = self.loss(params, x, y)
-        grads = torch.autograd.grad(loss, list(params.values()))
+    def finish_gradients(self, grads: Params, params: Params, ctx: dict[str, Params]) -> Params:
+        """Weight decay, then the rule's correction (stacked or not)."""
         wd = self.hp.weight_decay
-        return ({k: torch.add(g, carry.params[k], alpha=wd) if wd else g
-                 for k, g in zip(params, grads)},
-                float(loss.detach()))
+        if wd:
+            grads = {k: torch.add(g, params[k], alpha=wd) for k, g in grads.items()}
+        return self.correct(grads, ctx)
+
+    def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, float]:
+        """Stochastic gradient at ``carry.params`` (decay and correction included), batch loss."""
+        params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
+        w = torch.full((len(y),), 1.0 / len(y), device=y.device)
+        data_loss = (F.cross_entropy(functional_call(self.model, params, (x,)), y,
+                                     reduction="none") * w).sum()
+        loss = data_loss + self.penalty(params, carry.start, carry.ctx)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.ctx),
+                float(data_loss.detach()))
 
     def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
         self.model.train()
         params = {k: v.detach() for k, v in task.params.items()}
-        return Carry(start=params, params=params, lr=task.lr or self.hp.lr, state=task.state)
+        return Carry(start=params, params=params, lr=task.lr or self.hp.lr, state=task.state,
+                     ctx=self.context(task))
 
     def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
         grads, loss = self.gradient(carry, x, y)

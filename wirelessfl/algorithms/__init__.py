@@ -18,8 +18,10 @@ from wirelessfl.algorithms.fedavg import (
     FedAvgHParams,
     FedYogiHParams,
 )
+from wirelessfl.algorithms.fedprox import FedProx, FedProxHParams
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
 from wirelessfl.algorithms.hist import HIST, HISTHParams
+from wirelessfl.algorithms.scaffold import SCAFFOLD, SCAFFOLDHParams
 
 ALGORITHMS = {
     "fedavg": (FedAvgHParams, FedAvg),
@@ -27,6 +29,8 @@ ALGORITHMS = {
     "fedams": (FedAMSHParams, FedAvg),
     "fedyogi": (FedYogiHParams, FedAvg),
     "fedadagrad": (FedAdagradHParams, FedAvg),
+    "fedprox": (FedProxHParams, FedProx),
+    "scaffold": (SCAFFOLDHParams, SCAFFOLD),
     "hfedavg": (HFedAvgHParams, HFedAvg),
     "hist": (HISTHParams, HIST),
 }

@@ -140,6 +140,7 @@ class FederatedAlgorithm(ABC):
 
     def __init__(self, env: Environment) -> None:
         self.env = env
+        self.update: ClientUpdate = env.update  # a rule with its own local step replaces it
 
     def init(self, params: Params) -> ServerState:
         """Initial server state around the initial model."""
@@ -150,19 +151,20 @@ class FederatedAlgorithm(ABC):
         """Run round ``state.round`` and return the next state and its report."""
 
     def train_clients(self, starts: Sequence[Params], clients: Sequence[int], t: int,
-                      stage: int = 0, states: Mapping[int, Any] | None = None
-                      ) -> list[ClientResult]:
+                      stage: int = 0, states: Mapping[int, Any] | None = None,
+                      broadcast: Any = None) -> list[ClientResult]:
         """Run local training for ``clients``, client k starting from ``starts[k]``.
 
         ``stage`` separates several local phases within round ``t`` (HIST's edge rounds) so
-        each gets its own mini-batch order.
+        each gets its own mini-batch order; ``states`` are the clients' persistent states and
+        ``broadcast`` what the server sends to all of them with the model.
         """
         env, states = self.env, states or {}
         tasks = [ClientTask(client=int(u), params=p, indices=env.client_indices[u],
                             seed=env.seeds.int_seed("local", t, stage, int(u)),
-                            state=states.get(int(u)))
+                            state=states.get(int(u)), broadcast=broadcast)
                  for u, p in zip(clients, starts)]
-        return env.executor.run(env.update, env.train, tasks, env.local)
+        return env.executor.run(self.update, env.train, tasks, env.local)
 
 
 def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int, dict]]:

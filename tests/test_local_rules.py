@@ -1,0 +1,125 @@
+"""Local rules on the one client contract: FedProx and SCAFFOLD run batched, equal the loop,
+and reduce to FedAvg where they should (issue 17)."""
+
+import numpy as np
+import pytest
+import torch
+
+from wirelessfl.algorithms.scaffold import ControlledSGD
+from wirelessfl.batched import BatchedExecutor
+from wirelessfl.client import ClientTask, LocalHParams, LoopExecutor
+from wirelessfl.config import resolve
+from wirelessfl.runner import prepare
+
+RAW = {"seed": 4, "rounds": 2,
+       "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
+       "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 4, "momentum": 0.5}}
+
+
+def _exp(algorithm, engine="batched"):
+    return prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm}))
+
+
+def _rounds(exp, n=2):
+    state = exp.initial_state()
+    for _ in range(n):
+        state, _ = exp.algorithm.apply(state)
+    return state
+
+
+def _close(a, b, **tol):
+    for k in a.params:
+        torch.testing.assert_close(a.params[k], b.params[k], **tol)
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_fedprox_with_mu_zero_is_fedavg(engine):
+    _close(_rounds(_exp({"name": "fedprox", "mu": 0.0}, engine)),
+           _rounds(_exp({"name": "fedavg"}, engine)), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedprox", "mu": 0.5},
+                                       {"name": "scaffold", "clients_per_round": 4},
+                                       {"name": "scaffold", "c_update": "weighted"},
+                                       {"name": "fedams", "server_lr": 0.01}])
+def test_loop_equals_batched(algorithm):
+    loop, batched = _rounds(_exp(algorithm, "loop"), 3), _rounds(_exp(algorithm, "batched"), 3)
+    _close(loop, batched, rtol=1e-4, atol=1e-5)
+    if algorithm["name"] == "scaffold":
+        for u, ci in loop.client_states.items():
+            for k in ci:
+                torch.testing.assert_close(ci[k], batched.client_states[u][k], rtol=1e-3, atol=1e-5)
+        for k in loop.opt_state["c"]:
+            torch.testing.assert_close(loop.opt_state["c"][k], batched.opt_state["c"][k],
+                                       rtol=1e-3, atol=1e-5)
+
+
+def test_fedprox_pulls_towards_the_start():
+    far = _rounds(_exp({"name": "fedprox", "mu": 0.0}), 1)
+    near = _rounds(_exp({"name": "fedprox", "mu": 50.0}), 1)
+    x0 = _exp({"name": "fedavg"}).initial_state()
+
+    def dist(s):
+        return sum(float(((s.params[k] - x0.params[k]) ** 2).sum()) for k in s.params)
+
+    assert dist(near) < 0.5 * dist(far)
+
+
+def test_scaffold_first_round_is_fedavg_and_sets_control_variates():
+    """Zero control variates, η_g = 1: round one is a FedAvg round; c_i⁺ = Δ_i/(Kη), c = Σc_i⁺/N."""
+    exp = _exp({"name": "scaffold"})
+    fedavg = _rounds(_exp({"name": "fedavg"}), 1)
+    state = _rounds(exp, 1)
+    _close(state, fedavg, rtol=1e-6, atol=1e-7)
+    n = exp.algorithm.env.num_clients
+    assert len(state.client_states) == n
+    for k in state.opt_state["c"]:
+        mean = sum(ci[k] for ci in state.client_states.values()) / n
+        torch.testing.assert_close(state.opt_state["c"][k], mean, rtol=1e-5, atol=1e-7)
+
+
+def test_scaffold_correction_is_applied_in_both_engines():
+    exp = _exp({"name": "scaffold"})
+    model, hp = exp.model, LocalHParams(lr=0.1, batch_size=10, steps=3)
+    params = {k: v.detach() for k, v in exp.initial_state().params.items()}
+    c = {k: torch.full_like(v, 0.3) for k, v in params.items()}
+    tasks = [ClientTask(i, params, exp.algorithm.env.client_indices[i], seed=i, broadcast=c)
+             for i in range(4)]
+    data = exp.algorithm.env.train
+    one = LocalHParams(lr=0.1, batch_size=10, steps=1)
+    plain = LoopExecutor().run(ControlledSGD(model, one, corrected=False), data, tasks, one)
+    shifted = LoopExecutor().run(ControlledSGD(model, one), data, tasks, one)
+    for p, q in zip(plain, shifted):
+        for k in p.delta:  # one step: the correction c shifts the step by η c
+            torch.testing.assert_close(q.delta[k], p.delta[k] + 0.1 * c[k], rtol=1e-5, atol=1e-6)
+    loop = LoopExecutor().run(ControlledSGD(model, hp), data, tasks, hp)
+    batched = BatchedExecutor().run(ControlledSGD(model, hp), data, tasks, hp)
+    for lp, b in zip(loop, batched):
+        for k in lp.delta:
+            torch.testing.assert_close(b.delta[k], lp.delta[k], rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(b.state[k], lp.state[k], rtol=1e-4, atol=1e-5)
+
+
+def test_scaffold_resumes_with_its_control_variates(tmp_path, monkeypatch):
+    import wirelessfl.runner as runner
+    from wirelessfl.records import RunRecord
+
+    raw = {**RAW, "rounds": 4, "name": "sc", "algorithm": {"name": "scaffold", "clients_per_round": 4}}
+    full = runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    exp = runner.prepare(resolve(raw))
+    real, calls = exp.algorithm.apply, []
+
+    def stop(state):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(state)
+
+    monkeypatch.setattr(exp.algorithm, "apply", stop)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(exp, tmp_path / "cut", quiet=True)
+    assert RunRecord(tmp_path / "cut").load_checkpoint()["client_states"]
+    cut = runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+    assert cut["final_accuracy"] == full["final_accuracy"]
+    assert np.isfinite(cut["final_loss"])

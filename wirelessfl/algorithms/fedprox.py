@@ -1,0 +1,48 @@
+"""FedProx (Li et al., MLSys 2020): FedAvg whose clients minimise f_i(w) + μ/2 ‖w − w^t‖².
+
+The proximal term is the local rule's :meth:`~wirelessfl.client.LocalSGD.penalty`, so both
+engines run it (the batched engine vmaps it with the data loss). μ = 0 is FedAvg exactly.
+Defaults: μ = 1 (``dynamic_clients.md`` §2.7, ``prox_alpha``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from channels.validation import as_float
+from wirelessfl.algorithms.base import Environment
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.client import LocalHParams, LocalSGD
+from wirelessfl.models.base import FLModel, Params
+
+
+@dataclass(frozen=True)
+class FedProxHParams(FedAvgHParams):
+    """FedAvg's hyperparameters and μ, the weight of the proximal term."""
+
+    mu: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        as_float("mu", self.mu, lo=0, hi=1e6)
+
+
+class ProximalSGD(LocalSGD):
+    """Local SGD on CE + μ/2 ‖w − w_start‖²."""
+
+    def __init__(self, model: FLModel, hp: LocalHParams, mu: float) -> None:
+        super().__init__(model, hp)
+        self.mu = mu
+
+    def penalty(self, params: Params, start: Params, ctx: dict[str, Params]) -> torch.Tensor:  # noqa: D102
+        return 0.5 * self.mu * sum(((params[k] - start[k]) ** 2).sum() for k in params)
+
+
+class FedProx(FedAvg):
+    """FedAvg with :class:`ProximalSGD` clients."""
+
+    def __init__(self, env: Environment, hp: FedProxHParams = FedProxHParams()) -> None:
+        super().__init__(env, hp)
+        self.update = ProximalSGD(env.model, env.local, hp.mu)
