@@ -1,6 +1,7 @@
 """Client-engine benchmark: HIST's Fashion-MNIST workloads on each backend.
 
     python benchmarks/engine.py --json [--device cpu|cuda] [--rounds 2]
+    python benchmarks/engine.py --rules --json     # local rules: FedProx, SCAFFOLD vs FedAvg
 
 Workloads (``specs/hist.md`` §6): FCNN and LeNet-5, 60 clients (shards), H = 20, batch 50,
 E = 5, as HIST with N = 4 (uniform masks) and as HFedAvg. For each backend (``loop``,
@@ -97,14 +98,56 @@ def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int) -
             "outside_client_share": 1 - client[i] / total[i]}
 
 
+RULES = {"FedAvg": {"name": "fedavg"}, "FedProx": {"name": "fedprox", "mu": 0.01},
+         "SCAFFOLD": {"name": "scaffold"}}
+
+
+def _rule_experiment(model: str, algo: dict, engine: str, device: str):
+    return prepare(resolve({
+        "seed": 0, "device": device, "engine": engine,
+        "data": {"dataset": "fashion_mnist", "partition": "shards", "num_clients": 60},
+        "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": 20},
+        "algorithm": algo}))
+
+
+def rules(models: list[str], device: str, rounds: int) -> list[dict]:
+    """Seconds per round of each local rule, loop and batched, and the ratio to FedAvg batched."""
+    rows = []
+    for model in models:
+        base = None
+        for label, algo in RULES.items():
+            row = {"model": model, "rule": label}
+            for engine in ("loop", "batched"):
+                exp = _rule_experiment(model, algo, engine, device)
+                state, times = exp.initial_state(), []
+                for _ in range(rounds):
+                    _sync(exp.device)
+                    t = time.perf_counter()
+                    state, _ = exp.algorithm.apply(state)
+                    _sync(exp.device)
+                    times.append(time.perf_counter() - t)
+                row[f"{engine}_seconds_per_round"] = float(np.median(times))
+            row["batched_speedup"] = row["loop_seconds_per_round"] / row["batched_seconds_per_round"]
+            base = base or row["batched_seconds_per_round"]
+            row["batched_vs_fedavg_batched"] = row["batched_seconds_per_round"] / base
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--rules", action="store_true", help="local rules (FedAvg, FedProx, SCAFFOLD)")
     args = p.parse_args()
     device = torch.device(args.device)
+    if args.rules:
+        out = {"device": str(device), "threads": torch.get_num_threads(),
+               "rules": rules(args.models, args.device, args.rounds)}
+        print(json.dumps(out, indent=None if args.json else 2))
+        return
     mm = matmul_gflops(device)
     rows = []
     for model in args.models:

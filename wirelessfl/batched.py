@@ -158,7 +158,8 @@ class BatchedExecutor(Executor):
         total, losses = vmap(client_loss, randomness="different")(stacked, carry.start, x, y, w,
                                                                   carry.ctx)
         grads = torch.autograd.grad(total.sum(), list(stacked.values()))
-        return update.finish_gradients(dict(zip(stacked, grads)), carry.params, carry.ctx), losses
+        return (update.finish_gradients(dict(zip(stacked, grads)), carry.params, carry.start,
+                                        carry.ctx), losses)
 
 
 def retain_freed_memory(threshold: int = 1 << 30) -> bool:

@@ -236,7 +236,8 @@ class LocalSGD(ClientUpdate):
     - :meth:`context` — per-client tensors the rule needs (from the task: its state, the
       round's broadcast values), stacked along the client dimension by the batched engine;
     - :meth:`penalty` — extra loss terms of ``(params, start, ctx)`` (FedProx's proximal term);
-    - :meth:`correct` — an elementwise transform of the gradient (SCAFFOLD's control variates);
+    - :meth:`correct` — an elementwise transform of the gradient, given the iterate and the
+      start (SCAFFOLD's control variates, FedProx's proximal gradient μ(w − w_start));
     - :meth:`client_final` — the pseudo-gradient and the new client state.
 
     Parameters
@@ -259,7 +260,8 @@ class LocalSGD(ClientUpdate):
         """Extra loss terms added to the data loss of every step (none for plain SGD)."""
         return 0.0
 
-    def correct(self, grads: Params, ctx: dict[str, Params]) -> Params:
+    def correct(self, grads: Params, params: Params, start: Params,
+                ctx: dict[str, Params]) -> Params:
         """The gradient the optimiser uses (elementwise; the plain gradient here)."""
         return grads
 
@@ -268,12 +270,13 @@ class LocalSGD(ClientUpdate):
         """Cross-entropy of the model with ``params`` on one batch."""
         return F.cross_entropy(functional_call(self.model, params, (x,)), y)
 
-    def finish_gradients(self, grads: Params, params: Params, ctx: dict[str, Params]) -> Params:
+    def finish_gradients(self, grads: Params, params: Params, start: Params,
+                         ctx: dict[str, Params]) -> Params:
         """Weight decay, then the rule's correction (stacked or not)."""
         wd = self.hp.weight_decay
         if wd:
             grads = {k: torch.add(g, params[k], alpha=wd) for k, g in grads.items()}
-        return self.correct(grads, ctx)
+        return self.correct(grads, params, start, ctx)
 
     def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, float]:
         """Stochastic gradient at ``carry.params`` (decay and correction included), batch loss."""
@@ -283,8 +286,8 @@ class LocalSGD(ClientUpdate):
                                      reduction="none") * w).sum()
         loss = data_loss + self.penalty(params, carry.start, carry.ctx)
         grads = torch.autograd.grad(loss, list(params.values()))
-        return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.ctx),
-                float(data_loss.detach()))
+        return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.start,
+                                      carry.ctx), float(data_loss.detach()))
 
     def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
         self.model.train()

@@ -1,7 +1,9 @@
 """FedProx (Li et al., MLSys 2020): FedAvg whose clients minimise f_i(w) + μ/2 ‖w − w^t‖².
 
-The proximal term is the local rule's :meth:`~wirelessfl.client.LocalSGD.penalty`, so both
-engines run it (the batched engine vmaps it with the data loss). μ = 0 is FedAvg exactly.
+The proximal term enters as its gradient μ (w − w_start), the local rule's
+:meth:`~wirelessfl.client.LocalSGD.correct` (no extra autograd graph), so both engines run
+it on the stacked clients. μ = 0 is FedAvg exactly; the reported training loss is the data
+loss.
 Defaults: μ = 1 (``dynamic_clients.md`` §2.7, ``prox_alpha``).
 """
 
@@ -36,8 +38,12 @@ class ProximalSGD(LocalSGD):
         super().__init__(model, hp)
         self.mu = mu
 
-    def penalty(self, params: Params, start: Params, ctx: dict[str, Params]) -> torch.Tensor:  # noqa: D102
-        return 0.5 * self.mu * sum(((params[k] - start[k]) ** 2).sum() for k in params)
+    def correct(self, grads: Params, params: Params, start: Params,  # noqa: D102
+                ctx: dict[str, Params]) -> Params:
+        # ∇ μ/2 ‖w − w_start‖² = μ (w − w_start), one fused pass per tensor (stacked or not)
+        if not self.mu:
+            return grads
+        return {k: torch.add(g, params[k] - start[k], alpha=self.mu) for k, g in grads.items()}
 
 
 class FedProx(FedAvg):

@@ -62,7 +62,8 @@ class ControlledSGD(LocalSGD):
                 for k, v in like.items()}
         return {"c_diff": diff}
 
-    def correct(self, grads: Params, ctx: dict[str, Params]) -> Params:  # noqa: D102
+    def correct(self, grads: Params, params: Params, start: Params,  # noqa: D102
+                ctx: dict[str, Params]) -> Params:
         if not self.corrected:
             return grads
         return {k: g + ctx["c_diff"][k] for k, g in grads.items()}
