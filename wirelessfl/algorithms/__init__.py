@@ -21,7 +21,12 @@ from wirelessfl.algorithms.fedavg import (
 from wirelessfl.algorithms.fedprox import FedProx, FedProxHParams
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
 from wirelessfl.algorithms.hist import HIST, HISTHParams
-from wirelessfl.algorithms.scaffold import SCAFFOLD, SCAFFOLDHParams
+from wirelessfl.algorithms.scaffold import (
+    SCAFFOLD,
+    FedAvgMHParams,
+    SCAFFOLDHParams,
+    SCAFFOLDMHParams,
+)
 
 ALGORITHMS = {
     "fedavg": (FedAvgHParams, FedAvg),
@@ -31,6 +36,8 @@ ALGORITHMS = {
     "fedadagrad": (FedAdagradHParams, FedAvg),
     "fedprox": (FedProxHParams, FedProx),
     "scaffold": (SCAFFOLDHParams, SCAFFOLD),
+    "scaffold_m": (SCAFFOLDMHParams, SCAFFOLD),
+    "fedavg_m": (FedAvgMHParams, SCAFFOLD),
     "hfedavg": (HFedAvgHParams, HFedAvg),
     "hist": (HISTHParams, HIST),
 }

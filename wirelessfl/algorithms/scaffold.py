@@ -1,4 +1,14 @@
-"""SCAFFOLD (Karimireddy et al., ICML 2020), option II control variates.
+"""SCAFFOLD (Karimireddy et al., ICML 2020) and the server-momentum forms of Cheng et al. 2023.
+
+One local rule covers SCAFFOLD, SCAFFOLD-M and FedAvg-M (``fadamgc.md`` §3.3–3.4): client i
+steps along d = β (g − c_i + c) + (1 − β) u, with u the server's momentum (the mean local
+direction of the previous round) and, without control variates, c = c_i = 0. β = 1 and no
+control variates is FedAvg; β = 1 with them is SCAFFOLD; β < 1 (0.1 [default]) gives the
+-M forms. After K steps c_i⁺ = (1/K) Σ_k g_k, which for local SGD without momentum is
+c_i − c + (Δ/(ηK) − (1 − β) u)/β (option II when β = 1). The server sets
+u ← mean(Δ)/(η_l K̄) (K̄: the mean local steps of the round) and x ← x − η_g mean(Δ).
+
+SCAFFOLD, option II control variates:
 
 Client i (state c_i, the server's c sent with the model): y ← y − η_l (g − c_i + c) for K
 steps, then c_i⁺ = c_i − c + (x − y)/(K η_l); it uploads Δy and Δc_i = c_i⁺ − c_i. Server:
@@ -22,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from channels.validation import as_float
 from wirelessfl.algorithms.base import (
     Environment,
     RoundReport,
@@ -36,45 +47,93 @@ from wirelessfl.models.base import FLModel, Params
 
 @dataclass(frozen=True)
 class SCAFFOLDHParams(FedAvgHParams):
-    """FedAvg's hyperparameters (``server_lr`` is η_g) and SCAFFOLD's options."""
+    """FedAvg's hyperparameters (``server_lr`` is η_g) and SCAFFOLD's options.
 
+    Attributes
+    ----------
+    beta : float
+        β, the weight of the fresh (corrected) gradient; 1 = no server momentum.
+    control_variates : bool
+        Use c and c_i (False: FedAvg-M).
+    c_update : str
+        ``population`` (c += Σ Δc_i / N) or ``weighted`` (c += Σ p_i Δc_i).
+    reference_quirks : bool
+        The dynamic-clients reference code (no local correction, server step = client lr).
+    """
+
+    beta: float = 1.0
+    control_variates: bool = True
     c_update: str = "population"
     reference_quirks: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        as_float("beta", self.beta, lo=0, hi=1, lo_open=True)
         if self.c_update not in ("population", "weighted"):
             raise ValueError(f"`c_update` must be population or weighted, got {self.c_update!r}")
 
 
-class ControlledSGD(LocalSGD):
-    """Local SGD with the gradient corrected by c − c_i; returns c_i⁺ as the client state."""
+@dataclass(frozen=True)
+class SCAFFOLDMHParams(SCAFFOLDHParams):
+    """SCAFFOLD-M (``fadamgc.md`` §3.4): β = 0.1 [default], control variates, uniform weights."""
 
-    def __init__(self, model: FLModel, hp: LocalHParams, corrected: bool = True) -> None:
+    beta: float = 0.1
+    weighting: str = "uniform"
+
+
+@dataclass(frozen=True)
+class FedAvgMHParams(SCAFFOLDHParams):
+    """FedAvg-M (``fadamgc.md`` §3.3): β = 0.1 [default], no control variates, uniform weights."""
+
+    beta: float = 0.1
+    control_variates: bool = False
+    weighting: str = "uniform"
+
+
+class ControlledSGD(LocalSGD):
+    """Local SGD along β (g − c_i + c) + (1 − β) u; returns c_i⁺ as the client state.
+
+    The task's ``broadcast`` is ``{"c": c, "u": u}`` (either may be missing: zero); its
+    ``state`` is c_i. Without ``control_variates`` there is no c, no c_i and no new state.
+    """
+
+    def __init__(self, model: FLModel, hp: LocalHParams, corrected: bool = True,
+                 beta: float = 1.0, control_variates: bool = True) -> None:
         super().__init__(model, hp)
-        self.corrected = corrected
+        self.corrected, self.beta, self.control_variates = corrected, beta, control_variates
 
     def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
-        c, ci = task.broadcast, task.state
-        like = task.params
-        diff = {k: (c[k] if c is not None else torch.zeros_like(v)).to(v.device)
-                - (ci[k].to(v.device) if ci is not None else torch.zeros_like(v))
-                for k, v in like.items()}
-        return {"c_diff": diff}
+        sent = task.broadcast or {}
+        c, u, ci = sent.get("c"), sent.get("u"), task.state
+
+        def tree(x: Params | None) -> Params:
+            return {k: (x[k].to(v.device) if x is not None else torch.zeros_like(v))
+                    for k, v in task.params.items()}
+
+        ctx = {"c_diff": {k: a - b for (k, a), b in zip(tree(c).items(), tree(ci).values())}}
+        if self.beta < 1:
+            ctx["u"] = tree(u)
+        return ctx
 
     def correct(self, grads: Params, params: Params, start: Params,  # noqa: D102
                 ctx: dict[str, Params]) -> Params:
-        if not self.corrected:
-            return grads
-        return {k: g + ctx["c_diff"][k] for k, g in grads.items()}
+        if self.corrected and self.control_variates:
+            grads = {k: g + ctx["c_diff"][k] for k, g in grads.items()}
+        if self.beta < 1:
+            grads = {k: torch.lerp(ctx["u"][k], g, self.beta) for k, g in grads.items()}
+        return grads
 
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
         res = super().client_final(task, carry)
-        if res.num_steps == 0:
-            return res
-        # c_i⁺ = c_i − c + Δ/(K η) = Δ/(K η) − c_diff
+        if res.num_steps == 0 or not self.control_variates:
+            return ClientResult(res.client, res.delta, res.num_samples, res.num_steps, res.loss,
+                                None)
+        # c_i⁺ = (1/K) Σ g_k = c_i − c + (Δ/(ηK) − (1 − β) u)/β
         scale = 1.0 / (res.num_steps * carry.lr)
-        new = {k: (scale * res.delta[k] - carry.ctx["c_diff"][k]).cpu() for k in res.delta}
+        u = carry.ctx.get("u")
+        new = {k: ((scale * res.delta[k] - (1 - self.beta) * u[k] if u is not None
+                    else scale * res.delta[k]) / self.beta - carry.ctx["c_diff"][k]).cpu()
+               for k in res.delta}
         return ClientResult(res.client, res.delta, res.num_samples, res.num_steps, res.loss, new)
 
 
@@ -84,21 +143,26 @@ class SCAFFOLD(FedAvg):
     def __init__(self, env: Environment, hp: SCAFFOLDHParams = SCAFFOLDHParams()) -> None:
         super().__init__(env, hp)
         self.hp: SCAFFOLDHParams = hp
-        self.update = ControlledSGD(env.model, env.local, corrected=not hp.reference_quirks)
+        self.update = ControlledSGD(env.model, env.local, corrected=not hp.reference_quirks,
+                                    beta=hp.beta, control_variates=hp.control_variates)
         if hp.reference_quirks:
             self.server_opt.lr = env.local.lr
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
         t, seeds, hp = state.round, self.env.seeds, self.hp
         opt = dict(state.opt_state or {})
-        c = opt.pop("c", None) or {k: torch.zeros_like(v) for k, v in state.params.items()}
+        zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        c, u = opt.pop("c", None) or zeros, opt.pop("u", None) or zeros
         clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
+        sent = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
         results = self.train_clients([state.params] * len(clients), clients, t,
-                                     states=state.client_states, broadcast=c)
+                                     states=state.client_states, broadcast=sent)
         w = client_weights(np.array([r.num_samples for r in results]), hp.weighting)
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))
         params, server = self.server_opt.step(state.params, update, opt.pop("server", None))
+        steps = float(np.mean([r.num_steps for r in results])) or 1.0
+        u = {k: v / (self.env.local.lr * steps) for k, v in update.items()}
         zero = {k: torch.zeros_like(v, device="cpu") for k, v in state.params.items()}
         dc = [{k: r.state[k] - state.client_states.get(r.client, zero)[k] for k in zero}
               for r in results if r.state is not None]
@@ -109,6 +173,8 @@ class SCAFFOLD(FedAvg):
         states = {**state.client_states, **{r.client: r.state for r in results
                                              if r.state is not None}}
         loss, diag = client_diagnostics(results)
-        new = ServerState(params, t + 1, {"c": c, "server": server}, states)
+        kept = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
+        new = ServerState(params, t + 1, {**kept, "server": server}, states)
         d = float(num_params(state.params))
-        return new, RoundReport(uplink_params=2 * d, train_loss=loss, clients=diag)
+        return new, RoundReport(uplink_params=(2 if hp.control_variates else 1) * d,
+                                train_loss=loss, clients=diag)
