@@ -43,7 +43,8 @@ def test_fedprox_with_mu_zero_is_fedavg(engine):
                                        {"name": "scaffold", "clients_per_round": 4},
                                        {"name": "scaffold", "c_update": "weighted"},
                                        {"name": "fedams", "server_lr": 0.01},
-                                       {"name": "scaffold_m"}, {"name": "fedavg_m"}])
+                                       {"name": "scaffold_m"}, {"name": "fedavg_m"},
+                                       {"name": "fedacg", "beta": 0.1, "lam": 0.5}])
 def test_loop_equals_batched(algorithm):
     loop, batched = _rounds(_exp(algorithm, "loop"), 3), _rounds(_exp(algorithm, "batched"), 3)
     _close(loop, batched, rtol=1e-4, atol=1e-5)
@@ -162,3 +163,19 @@ def test_scaffold_m_control_variate_is_the_mean_raw_gradient():
     for k in params:
         torch.testing.assert_close(res.delta[k], params[k] - x[k], rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(res.state[k], total[k] / len(sched), rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_fedacg_without_lookahead_or_proximal_term_is_fedavg(engine):
+    _close(_rounds(_exp({"name": "fedacg", "beta": 0.0, "lam": 0.0}, engine)),
+           _rounds(_exp({"name": "fedavg"}, engine)), rtol=1e-6, atol=1e-7)
+
+
+def test_fedacg_momentum_accumulates_the_updates():
+    exp = _exp({"name": "fedacg", "beta": 0.0, "lam": 0.5})
+    x0 = exp.initial_state()
+    s1, _ = exp.algorithm.apply(x0)
+    s2, _ = exp.algorithm.apply(s1)
+    for k in x0.params:  # w_1 = w_0 + m_1 and w_2 = w_1 + m_2
+        torch.testing.assert_close(s1.params[k], x0.params[k] + s1.opt_state["m"][k])
+        torch.testing.assert_close(s2.params[k], s1.params[k] + s2.opt_state["m"][k])

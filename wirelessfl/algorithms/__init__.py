@@ -10,6 +10,7 @@ from wirelessfl.algorithms.base import (
     RoundReport,
     ServerState,
 )
+from wirelessfl.algorithms.fedacg import FedACG, FedACGHParams
 from wirelessfl.algorithms.fedavg import (
     FedAdagradHParams,
     FedAdamHParams,
@@ -35,6 +36,7 @@ ALGORITHMS = {
     "fedyogi": (FedYogiHParams, FedAvg),
     "fedadagrad": (FedAdagradHParams, FedAvg),
     "fedprox": (FedProxHParams, FedProx),
+    "fedacg": (FedACGHParams, FedACG),
     "scaffold": (SCAFFOLDHParams, SCAFFOLD),
     "scaffold_m": (SCAFFOLDMHParams, SCAFFOLD),
     "fedavg_m": (FedAvgMHParams, SCAFFOLD),
