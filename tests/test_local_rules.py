@@ -179,3 +179,33 @@ def test_fedacg_momentum_accumulates_the_updates():
     for k in x0.params:  # w_1 = w_0 + m_1 and w_2 = w_1 + m_2
         torch.testing.assert_close(s1.params[k], x0.params[k] + s1.opt_state["m"][k])
         torch.testing.assert_close(s2.params[k], s1.params[k] + s2.opt_state["m"][k])
+
+
+def test_poly_schedule_restarts_and_reaches_zero():
+    exp = _exp({"name": "fedavg"})
+    raw = {**RAW, "local": {**RAW["local"], "schedule": "poly", "schedule_power": 1.0,
+                            "schedule_rounds": 4}, "algorithm": {"name": "fedavg"}}
+    algo = prepare(resolve(raw)).algorithm
+    assert [algo.client_lr(t) for t in (0, 2, 4, 6)] == pytest.approx([0.05, 0.025, 0.0, 0.0])
+    algo.restart_schedule(5)
+    assert algo.client_lr(5) == pytest.approx(0.05) and exp.algorithm.client_lr(3) is None
+    algo.restart_schedule(0)
+    state = algo.init(exp.initial_state().params)
+    for _ in range(4):
+        state, _ = algo.apply(state)
+    frozen, _ = algo.apply(state)  # γ = 0 from round 4 on: no movement at all
+    _close(frozen, state, rtol=0, atol=0)
+
+
+def test_single_task_run_stops_at_its_target(tmp_path):
+    import wirelessfl.runner as runner
+    from wirelessfl.records import RunRecord
+
+    raw = {**RAW, "name": "stop", "rounds": 30, "target_accuracy": 0.3, "stop_at_target": True,
+           "algorithm": {"name": "fedavg"}}
+    summary = runner.run(runner.prepare(resolve(raw)), tmp_path / "r", quiet=True)
+    rows = RunRecord(tmp_path / "r").rows()
+    assert summary["target_reached"] and rows[-1]["test_accuracy"] >= 0.3
+    assert summary["rounds"] < 30 and all(r["test_accuracy"] < 0.3 for r in rows[:-1])
+    again = runner.run(runner.prepare(resolve(raw)), tmp_path / "r", resume=True, quiet=True)
+    assert again["rounds"] == summary["rounds"]  # a resumed finished run trains no further

@@ -51,13 +51,14 @@ from wirelessfl.client import (
     LocalSGD,
     LoopExecutor,
     batch_schedule,
+    task_lr,
 )
 from wirelessfl.data.datasets import ArrayDataset
 from wirelessfl.models.base import Params
 
 
 def _signature(task: ClientTask, hp: LocalHParams) -> tuple:
-    return (task.lr or hp.lr, *((k, tuple(v.shape), v.dtype) for k, v in task.params.items()))
+    return (task_lr(task, hp), *((k, tuple(v.shape), v.dtype) for k, v in task.params.items()))
 
 
 class BatchedExecutor(Executor):
@@ -102,7 +103,7 @@ class BatchedExecutor(Executor):
         contexts = [update.context(t) for t in tasks]
         ctx = {name: {k: torch.stack([c[name][k] for c in contexts]).to(self.device)
                       for k in contexts[0][name]} for name in contexts[0]}
-        carry = Carry(start=start, params=start, lr=tasks[0].lr or hp.lr, ctx=ctx)
+        carry = Carry(start=start, params=start, lr=task_lr(tasks[0], hp), ctx=ctx)
         loss_sum = torch.zeros(len(tasks), device=self.device)
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:

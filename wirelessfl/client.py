@@ -65,6 +65,11 @@ class LocalHParams:
         Adam's (β1, β2).
     eps : float
         Adam's ε.
+    schedule : str
+        Client learning rate over rounds: ``constant`` or ``poly`` (γ_t = γ (1 − t/T)^p,
+        restarted on demand, e.g. at each session of ``dynamic_clients.md``).
+    schedule_power, schedule_rounds : float, int
+        p and T of ``poly`` (T is required for it).
     """
 
     lr: float = 0.01
@@ -77,6 +82,9 @@ class LocalHParams:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    schedule: str = "constant"
+    schedule_power: float = 0.9
+    schedule_rounds: int | None = None
 
     def __post_init__(self) -> None:
         as_float("lr", self.lr, lo=0, hi=1e6, lo_open=True)
@@ -91,6 +99,13 @@ class LocalHParams:
         for k, b in zip(("betas[0]", "betas[1]"), self.betas):
             as_float(k, b, lo=0, hi=1, hi_open=True)
         as_float("eps", self.eps, lo=0, hi=1, lo_open=True)
+        if self.schedule not in ("constant", "poly"):
+            raise ValueError(f"`schedule` must be constant or poly, got {self.schedule!r}")
+        as_float("schedule_power", self.schedule_power, lo=0, hi=100)
+        if self.schedule == "poly" and self.schedule_rounds is None:
+            raise ValueError("`schedule_rounds` (T of the poly schedule) must be set for poly")
+        if self.schedule_rounds is not None:
+            as_int("schedule_rounds", self.schedule_rounds, lo=1, hi=10**8)
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
 
@@ -116,6 +131,24 @@ def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator)
         batches.extend(cuts)
         epoch += 1
     return batches if hp.epochs is not None else batches[: hp.steps]
+
+
+def scheduled_lr(hp: LocalHParams, rounds_since_restart: int) -> float:
+    """The client learning rate ``rounds_since_restart`` rounds after the schedule (re)started.
+
+    >>> hp = LocalHParams(lr=0.1, schedule="poly", schedule_power=1.0, schedule_rounds=10)
+    >>> [round(scheduled_lr(hp, t), 3) for t in (0, 5, 10, 20)]
+    [0.1, 0.05, 0.0, 0.0]
+    """
+    if hp.schedule == "constant":
+        return hp.lr
+    frac = min(max(rounds_since_restart, 0), hp.schedule_rounds) / hp.schedule_rounds
+    return hp.lr * (1.0 - frac) ** hp.schedule_power
+
+
+def task_lr(task: ClientTask, hp: LocalHParams) -> float:
+    """The task's own step size, else the hyperparameters' (a scheduled 0 stays 0)."""
+    return hp.lr if task.lr is None else task.lr
 
 
 def steps_per_call(num_samples: int, hp: LocalHParams) -> int:
@@ -292,7 +325,7 @@ class LocalSGD(ClientUpdate):
     def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
         self.model.train()
         params = {k: v.detach() for k, v in task.params.items()}
-        return Carry(start=params, params=params, lr=task.lr or self.hp.lr, state=task.state,
+        return Carry(start=params, params=params, lr=task_lr(task, self.hp), state=task.state,
                      ctx=self.context(task))
 
     def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102

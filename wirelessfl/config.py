@@ -14,7 +14,7 @@ Examples
 >>> resolve({"local": {"lrr": 1}})
 Traceback (most recent call last):
 ...
-wirelessfl.errors.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, steps, weight_decay
+wirelessfl.errors.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, schedule, schedule_power, schedule_rounds, steps, weight_decay
 """
 
 from __future__ import annotations
@@ -175,6 +175,8 @@ class RunConfig:
         Evaluate every this many rounds (and after the last).
     target_accuracy : float or None
         Accuracy in [0, 1] whose first crossing the summary reports.
+    stop_at_target : bool
+        End the run at the first evaluation reaching ``target_accuracy``.
     device : str
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
@@ -189,6 +191,7 @@ class RunConfig:
     rounds: int = 10
     eval_every: int = 1
     target_accuracy: float | None = None
+    stop_at_target: bool = False
     device: str = "auto"
     engine: str = "auto"
     data: DataConfig = field(default_factory=DataConfig)
@@ -207,6 +210,8 @@ class RunConfig:
             raise ConfigError(f"engine must be loop, batched or auto, got {self.engine!r}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if self.stop_at_target and self.target_accuracy is None:
+            raise ConfigError("stop_at_target needs target_accuracy")
 
 
 # --------------------------------------------------------------------------- typed building

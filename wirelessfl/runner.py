@@ -268,7 +268,9 @@ def _train(exp: Experiment, record: RunRecord, state: ServerState, uplink: float
     disable = quiet or bool(os.environ.get("CI"))
     bar = tqdm(total=cfg.rounds, initial=state.round, desc=cfg.name, unit="round",
                disable=disable, dynamic_ncols=True)
-    while state.round < cfg.rounds:
+    # a resumed run that had already stopped at its target does not train on
+    done = cfg.stop_at_target and first_reaching(record.rows(), cfg.target_accuracy) is not None
+    while state.round < cfg.rounds and not done:
         state, report = exp.algorithm.apply(state)
         check_finite(state.params, f"{cfg.name}, round {state.round}")
         uplink += report.uplink_params
@@ -282,6 +284,7 @@ def _train(exp: Experiment, record: RunRecord, state: ServerState, uplink: float
             record.append({**row, **totals, "train_loss": report.train_loss,
                            **dict(report.extra)})
             bar.set_postfix(acc=f"{row['test_accuracy']:.3f}")
+            done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
         record.save_checkpoint(_checkpoint(state, uplink, sim_time, time.perf_counter() - start,
                                            totals))
         bar.update(1)

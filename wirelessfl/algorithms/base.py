@@ -32,7 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from wirelessfl.client import ClientResult, ClientTask, ClientUpdate, Executor, LocalHParams
+from wirelessfl.client import (
+    ClientResult,
+    ClientTask,
+    ClientUpdate,
+    Executor,
+    LocalHParams,
+    scheduled_lr,
+)
 from wirelessfl.data.datasets import ArrayDataset
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.population import Population
@@ -141,6 +148,17 @@ class FederatedAlgorithm(ABC):
     def __init__(self, env: Environment) -> None:
         self.env = env
         self.update: ClientUpdate = env.update  # a rule with its own local step replaces it
+        self.schedule_origin = 0  # round at which the learning-rate schedule (re)started
+
+    def restart_schedule(self, t: int) -> None:
+        """Restart the client learning-rate schedule at round ``t`` (e.g. a new session)."""
+        self.schedule_origin = t
+
+    def client_lr(self, t: int) -> float | None:
+        """The scheduled client learning rate of round ``t`` (None: constant ``local.lr``)."""
+        if self.env.local.schedule == "constant":
+            return None
+        return scheduled_lr(self.env.local, t - self.schedule_origin)
 
     def init(self, params: Params) -> ServerState:
         """Initial server state around the initial model."""
@@ -162,7 +180,7 @@ class FederatedAlgorithm(ABC):
         env, states = self.env, states or {}
         tasks = [ClientTask(client=int(u), params=p, indices=env.client_indices[u],
                             seed=env.seeds.int_seed("local", t, stage, int(u)),
-                            state=states.get(int(u)), broadcast=broadcast)
+                            state=states.get(int(u)), broadcast=broadcast, lr=self.client_lr(t))
                  for u, p in zip(clients, starts)]
         return env.executor.run(self.update, env.train, tasks, env.local)
 

@@ -125,9 +125,12 @@ class ControlledSGD(LocalSGD):
 
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
         res = super().client_final(task, carry)
-        if res.num_steps == 0 or not self.control_variates:
+        if not self.control_variates:
             return ClientResult(res.client, res.delta, res.num_samples, res.num_steps, res.loss,
                                 None)
+        if res.num_steps == 0 or carry.lr == 0:  # no step taken: c_i stays
+            return ClientResult(res.client, res.delta, res.num_samples, res.num_steps, res.loss,
+                                None if task.state is None else {k: v.cpu() for k, v in task.state.items()})
         # c_i⁺ = (1/K) Σ g_k = c_i − c + (Δ/(ηK) − (1 − β) u)/β
         scale = 1.0 / (res.num_steps * carry.lr)
         u = carry.ctx.get("u")
@@ -161,8 +164,11 @@ class SCAFFOLD(FedAvg):
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))
         params, server = self.server_opt.step(state.params, update, opt.pop("server", None))
-        steps = float(np.mean([r.num_steps for r in results])) or 1.0
-        u = {k: v / (self.env.local.lr * steps) for k, v in update.items()}
+        steps = float(np.mean([r.num_steps for r in results]))
+        lr = self.client_lr(t)
+        lr = self.env.local.lr if lr is None else lr
+        u = {k: (v / (lr * steps) if lr * steps > 0 else torch.zeros_like(v))
+             for k, v in update.items()}
         zero = {k: torch.zeros_like(v, device="cpu") for k, v in state.params.items()}
         dc = [{k: r.state[k] - state.client_states.get(r.client, zero)[k] for k in zero}
               for r in results if r.state is not None]
