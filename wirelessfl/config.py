@@ -37,6 +37,7 @@ from wirelessfl.algorithms import ALGORITHMS
 from wirelessfl.client import LocalHParams
 from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.errors import ConfigError, check_config_size, short
+from wirelessfl.network import NetworkConfig
 
 PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
               "dirichlet_per_client", "two_group", "natural")
@@ -181,6 +182,8 @@ class RunConfig:
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
         Client executor: ``loop``, ``batched`` or ``auto`` (:func:`wirelessfl.runner.make_executor`).
+    network : NetworkConfig
+        How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.network`).
     data, model, local, algorithm
         The sections.
     """
@@ -194,6 +197,7 @@ class RunConfig:
     stop_at_target: bool = False
     device: str = "auto"
     engine: str = "auto"
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     local: LocalHParams = field(default_factory=LocalHParams)
@@ -234,6 +238,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{key}: bad value {short(value)}")
     if tp is Any:
         return value
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, key)
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):

@@ -36,6 +36,7 @@ from wirelessfl.data import (
 )
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
+from wirelessfl.network import LinkModel
 from wirelessfl.population import Static
 from wirelessfl.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.rng import Seeds
@@ -111,6 +112,7 @@ class Experiment:
     splits: DatasetSplits
     model: FLModel
     algorithm: FederatedAlgorithm
+    link: LinkModel | None = None
 
     def initial_state(self) -> ServerState:
         """Server state before round 0."""
@@ -143,7 +145,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
                           clients=np.arange(len(client_indices))), seeds=seeds)
     algo_cls = ALGORITHMS[cfg.algorithm.name][1]
     algorithm = algo_cls(env, cfg.algorithm.hparams)
-    return Experiment(cfg, device, seeds, splits, model, algorithm)
+    return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network))
 
 
 def _checkpoint(state: ServerState, uplink: float, sim_time: float | None, wall: float,
@@ -274,8 +276,11 @@ def _train(exp: Experiment, record: RunRecord, state: ServerState, uplink: float
         state, report = exp.algorithm.apply(state)
         check_finite(state.params, f"{cfg.name}, round {state.round}")
         uplink += report.uplink_params
-        if report.latency_s is not None:
-            sim_time = (sim_time or 0.0) + report.latency_s
+        latency = report.latency_s
+        if latency is None and exp.link is not None:
+            latency = exp.link.round_seconds(report, exp.seeds.generator("network", state.round))
+        if latency is not None:
+            sim_time = (sim_time or 0.0) + latency
         for k, v in report.cumulative.items():
             totals[k] = totals.get(k, 0.0) + v
         t = state.round

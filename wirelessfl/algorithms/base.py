@@ -126,6 +126,9 @@ class RoundReport:
     cumulative : mapping of str to float
         Per-round amounts the runner sums over rounds and logs as running totals under the
         same names (e.g. HIST's ``uplink_mb_paper_per_client``).
+    downlink_params : float or None
+        Parameters sent to each participating client (None: as many as uploaded); with
+        ``uplink_params`` and the clients' ``steps`` what :mod:`wirelessfl.network` times.
     """
 
     uplink_params: float
@@ -134,6 +137,7 @@ class RoundReport:
     clients: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     cumulative: Mapping[str, float] = field(default_factory=dict)
+    downlink_params: float | None = None
 
 
 class FederatedAlgorithm(ABC):

@@ -183,4 +183,4 @@ class SCAFFOLD(FedAvg):
         new = ServerState(params, t + 1, {**kept, "server": server}, states)
         d = float(num_params(state.params))
         return new, RoundReport(uplink_params=(2 if hp.control_variates else 1) * d,
-                                train_loss=loss, clients=diag)
+                                train_loss=loss, clients=diag, downlink_params=(1 + len(sent)) * d)

@@ -1,0 +1,106 @@
+"""Network cost: a round's payloads and local steps turned into simulated time.
+
+Every round-based algorithm reports what its clients moved and computed
+(:class:`~wirelessfl.algorithms.base.RoundReport`: ``uplink_params`` and
+``downlink_params`` per client, each client's ``steps``); a :class:`LinkModel` turns that
+into the round's duration, so any algorithm runs under any link model
+(``--set network.model=...``). Algorithms that model their own time exactly (HIST's (18)
+and (35)) report ``latency_s`` themselves and are not re-timed.
+
+Models (``network.model``):
+
+- ``none`` (default): no simulated time;
+- ``fixed``: independent links of ``rate_mbps`` per client in both directions (FAdamGC's
+  100 Mbps, ``fadamgc.md`` §4.6); a client takes down/R + steps·``step_seconds`` + up/R and
+  the round lasts as long as its slowest client;
+- ``tdma``: HIST's OMA uplink (``specs/hist.md`` §4.1, §6.4): SIMO Rayleigh channels drawn
+  each round, R_i = B log2(1 + SNR ‖h_i‖²), the clients upload one after another; the round
+  takes max_i steps_i·``step_seconds`` + Σ_i up/R_i;
+- ``aircomp``: HIST's over-the-air uplink, eq. (34): max_i steps_i·``step_seconds`` +
+  d t_s Δf / B, whatever the number of clients.
+
+As in HIST, downlinks are free under ``tdma`` and ``aircomp`` (the server broadcasts);
+payloads are ``bits_per_param`` bits per parameter (fp32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from channels.rates import BANDWIDTH_HZ, SUBCARRIER_HZ, SYMBOL_S, tdma_rate
+from channels.rayleigh import simo_rayleigh
+from channels.units import db_to_lin
+from channels.validation import as_float, as_int
+
+LINK_MODELS = ("none", "fixed", "tdma", "aircomp")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """The ``network`` section of a run.
+
+    Attributes
+    ----------
+    model : str
+        One of :data:`LINK_MODELS`.
+    rate_mbps : float
+        Per-client link rate of ``fixed`` [Mbit/s] (100, ``fadamgc.md`` §4.6).
+    step_seconds : float
+        Time of one local step [s] (0: communication only).
+    bits_per_param : int
+        Bits per parameter (32: fp32).
+    snr_db : float
+        Transmit SNR of ``tdma`` [dB] (30, ``specs/hist.md`` §6.4).
+    antennas : int
+        Receive antennas M of ``tdma`` (maximum-ratio reception).
+    bandwidth_hz : float
+        Band B of ``tdma`` and ``aircomp`` [Hz] (9 MHz).
+    """
+
+    model: str = "none"
+    rate_mbps: float = 100.0
+    step_seconds: float = 0.0
+    bits_per_param: int = 32
+    snr_db: float = 30.0
+    antennas: int = 10
+    bandwidth_hz: float = BANDWIDTH_HZ
+
+    def __post_init__(self) -> None:
+        if self.model not in LINK_MODELS:
+            raise ValueError(f"`model` must be one of {', '.join(LINK_MODELS)}, got {self.model!r}")
+        as_float("rate_mbps", self.rate_mbps, lo=0, hi=1e9, lo_open=True)
+        as_float("step_seconds", self.step_seconds, lo=0, hi=1e6)
+        as_int("bits_per_param", self.bits_per_param, lo=1, hi=64)
+        as_float("snr_db", self.snr_db, lo=-200, hi=200)
+        as_int("antennas", self.antennas, lo=1, hi=4096)
+        as_float("bandwidth_hz", self.bandwidth_hz, lo=0, hi=1e12, lo_open=True)
+
+
+class LinkModel:
+    """Round duration from a round's report under one :class:`NetworkConfig`."""
+
+    def __init__(self, cfg: NetworkConfig) -> None:
+        self.cfg = cfg
+
+    def round_seconds(self, report: Any, rng: np.random.Generator) -> float | None:
+        """Seconds of the round ``report`` describes (None for ``none``)."""
+        cfg = self.cfg
+        if cfg.model == "none":
+            return None
+        steps = np.array([float(c.get("steps", 0)) for c in report.clients.values()] or [0.0])
+        compute = steps * cfg.step_seconds
+        up = report.uplink_params * cfg.bits_per_param
+        down = (report.downlink_params if report.downlink_params is not None
+                else report.uplink_params) * cfg.bits_per_param
+        if cfg.model == "fixed":
+            rate = cfg.rate_mbps * 1e6
+            return float((down / rate + compute + up / rate).max())
+        if cfg.model == "tdma":
+            h = simo_rayleigh((), len(steps), cfg.antennas, rng)
+            rates = tdma_rate(h, db_to_lin(cfg.snr_db), cfg.bandwidth_hz)
+            return float(compute.max() + (up / rates).sum())
+        entries = report.uplink_params  # aircomp, eq. (34)
+        return float(compute.max() + entries * SYMBOL_S * SUBCARRIER_HZ / cfg.bandwidth_hz)
