@@ -20,7 +20,9 @@ their seed). Unequal local data sizes give unequal batch sizes and step counts: 
 batch is padded with zero-weight samples, and a client whose schedule has ended takes no
 further step (its parameters are frozen; since every client steps from step 0 until its
 schedule ends, the clients still active at step s have all taken s steps, so Adam's bias
-correction is shared). Dropout masks are drawn for the whole stack (``vmap`` randomness
+correction is shared; a finished client's buffers are kept as well). With BatchNorm, the
+padding of a short batch enters that step's batch statistics, so clients with unequal batch
+sizes differ from the loop there. Dropout masks are drawn for the whole stack (``vmap`` randomness
 ``"different"``), so with dropout the iterates differ from the loop's draw by draw, not in
 distribution. Every :class:`~wirelessfl.client.LocalSGD` rule runs here: the engine vmaps
 the rule's own :meth:`~wirelessfl.client.LocalSGD.client_loss` (its penalty included) over
@@ -103,7 +105,10 @@ class BatchedExecutor(Executor):
         contexts = [update.context(t) for t in tasks]
         ctx = {name: {k: torch.stack([c[name][k] for c in contexts]).to(self.device)
                       for k in contexts[0][name]} for name in contexts[0]}
-        carry = Carry(start=start, params=start, lr=task_lr(tasks[0], hp), ctx=ctx)
+        buffers = {k: torch.stack([t.buffers[k].detach() for t in tasks]).to(self.device)
+                   for k in (tasks[0].buffers or {})}
+        carry = Carry(start=start, params=start, lr=task_lr(tasks[0], hp), ctx=ctx,
+                      buffers=buffers)
         loss_sum = torch.zeros(len(tasks), device=self.device)
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
@@ -112,6 +117,7 @@ class BatchedExecutor(Executor):
                 update.model.train()
                 for s in range(int(steps.max(initial=0))):
                     x, y, w = self._batch(data, tasks, schedules, s)
+                    old_buffers = {k: v.clone() for k, v in carry.buffers.items()}
                     grads, losses = self._gradients(update, carry, x, y, w)
                     old = carry.params
                     carry = update.descend(carry, grads, 0.0)
@@ -119,6 +125,8 @@ class BatchedExecutor(Executor):
                         active = torch.as_tensor(steps > s, device=self.device)
                         carry.params = {k: torch.where(_expand(active, v), v, old[k])
                                         for k, v in carry.params.items()}
+                        carry.buffers = {k: torch.where(_expand(active, v), v, old_buffers[k])
+                                         for k, v in carry.buffers.items()}
                     loss_sum += losses.detach()
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
@@ -126,7 +134,8 @@ class BatchedExecutor(Executor):
         return [update.client_final(t, Carry(
                     start={k: start[k][c] for k in start},
                     params={k: carry.params[k][c] for k in start}, lr=carry.lr, state=t.state,
-                    step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c]))
+                    step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c],
+                    buffers={k: v[c] for k, v in carry.buffers.items()}))
                 for c, t in enumerate(tasks)]
 
     def _batch(self, data: ArrayDataset, tasks: list[ClientTask], schedules: list[list],
@@ -151,13 +160,13 @@ class BatchedExecutor(Executor):
         stacked = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
 
         def client_loss(p: Params, s: Params, xb: torch.Tensor, yb: torch.Tensor,
-                        wb: torch.Tensor, c: dict[str, Params]):
-            data = (F.cross_entropy(functional_call(update.model, p, (xb,)), yb,
-                                    reduction="none") * wb).sum()
+                        wb: torch.Tensor, c: dict[str, Params], b: Params):
+            out = functional_call(update.model, {**p, **b}, (xb,))  # b updated in place
+            data = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
             return data + update.penalty(p, s, c), data
 
         total, losses = vmap(client_loss, randomness="different")(stacked, carry.start, x, y, w,
-                                                                  carry.ctx)
+                                                                  carry.ctx, carry.buffers)
         grads = torch.autograd.grad(total.sum(), list(stacked.values()))
         return (update.finish_gradients(dict(zip(stacked, grads)), carry.params, carry.start,
                                         carry.ctx), losses)

@@ -183,6 +183,9 @@ class ClientTask:
     broadcast : Any
         Values the server sends to every client of the round with the model (SCAFFOLD's c,
         a teacher, ...), or None.
+    buffers : Params or None
+        The model's buffers (BatchNorm running statistics) the client starts from; it
+        updates its own copy and returns it.
     """
 
     client: int
@@ -192,6 +195,7 @@ class ClientTask:
     state: Any = None
     lr: float | None = None
     broadcast: Any = None
+    buffers: Params | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,8 @@ class ClientResult:
         Mean training loss over the steps (NaN if none).
     state : Any
         New persistent state.
+    buffers : Params or None
+        The client's buffers after local training (BatchNorm running statistics).
     """
 
     client: int
@@ -220,6 +226,7 @@ class ClientResult:
     num_steps: int
     loss: float
     state: Any = None
+    buffers: Params | None = None
 
 
 @dataclass
@@ -238,6 +245,7 @@ class Carry:
     step: int = 0
     loss_sum: float = 0.0
     ctx: dict[str, Params] = field(default_factory=dict)
+    buffers: Params = field(default_factory=dict)
 
 
 class ClientUpdate(ABC):
@@ -255,7 +263,8 @@ class ClientUpdate(ABC):
         """Pseudo-gradient, new state and metrics."""
         delta = {k: carry.start[k] - carry.params[k] for k in carry.start}
         loss = carry.loss_sum / carry.step if carry.step else float("nan")
-        return ClientResult(task.client, delta, len(task.indices), carry.step, loss, carry.state)
+        return ClientResult(task.client, delta, len(task.indices), carry.step, loss, carry.state,
+                            dict(carry.buffers) or None)
 
 
 class LocalSGD(ClientUpdate):
@@ -315,8 +324,8 @@ class LocalSGD(ClientUpdate):
         """Stochastic gradient at ``carry.params`` (decay and correction included), batch loss."""
         params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
         w = torch.full((len(y),), 1.0 / len(y), device=y.device)
-        data_loss = (F.cross_entropy(functional_call(self.model, params, (x,)), y,
-                                     reduction="none") * w).sum()
+        out = functional_call(self.model, {**params, **carry.buffers}, (x,))  # buffers in place
+        data_loss = (F.cross_entropy(out, y, reduction="none") * w).sum()
         loss = data_loss + self.penalty(params, carry.start, carry.ctx)
         grads = torch.autograd.grad(loss, list(params.values()))
         return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.start,
@@ -325,8 +334,9 @@ class LocalSGD(ClientUpdate):
     def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
         self.model.train()
         params = {k: v.detach() for k, v in task.params.items()}
+        buffers = {k: v.detach().clone() for k, v in (task.buffers or {}).items()}
         return Carry(start=params, params=params, lr=task_lr(task, self.hp), state=task.state,
-                     ctx=self.context(task))
+                     ctx=self.context(task), buffers=buffers)
 
     def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
         grads, loss = self.gradient(carry, x, y)
@@ -419,8 +429,13 @@ class LoopExecutor(Executor):
 
 @torch.no_grad()
 def evaluate(model: FLModel, params: Params, data: ArrayDataset, *, batch_size: int = 2000,
-             device: torch.device | str = "cpu") -> tuple[float, float]:
-    """Test accuracy in [0, 1] and mean cross-entropy of ``params`` on ``data`` (eval mode)."""
+             device: torch.device | str = "cpu",
+             buffers: Params | None = None) -> tuple[float, float]:
+    """Test accuracy in [0, 1] and mean cross-entropy of ``params`` on ``data`` (eval mode).
+
+    ``buffers`` (BatchNorm running statistics) default to the module's own.
+    """
+    params = {**params, **(buffers or {})}
     was_training = model.training
     model.eval()
     correct, loss_sum = 0, 0.0

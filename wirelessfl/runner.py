@@ -151,7 +151,9 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
 def _checkpoint(state: ServerState, uplink: float, sim_time: float | None, wall: float,
                 totals: dict[str, float]) -> dict[str, Any]:
     return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
-            "opt_state": state.opt_state, "client_states": dict(state.client_states),
+            "opt_state": _to_device(state.opt_state, torch.device("cpu")),
+            "client_states": _to_device(dict(state.client_states), torch.device("cpu")),
+            "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time, "wall_s": wall,
             "totals": dict(totals)}
 
@@ -171,9 +173,15 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
     missing = [k for k in ("uplink_params_per_client", "sim_time_s", "wall_s") if k not in ckpt]
     if missing:
         raise RunFolderError(f"{where} lacks {', '.join(missing)}; the folder is damaged")
+    buffers = ckpt.get("buffers") or {}
+    if {k: tuple(v.shape) for k, v in buffers.items()} != {k: tuple(v.shape) for k, v in
+                                                            init.buffers.items()}:
+        raise RunFolderError(f"{where}'s buffers do not match the model of config.yaml; the "
+                             "folder is damaged: start the run again with another --out")
     return ServerState({k: v.to(exp.device) for k, v in params.items()}, t,
                        _to_device(ckpt.get("opt_state"), exp.device),
-                       _to_device(ckpt.get("client_states") or {}, exp.device))
+                       _to_device(ckpt.get("client_states") or {}, exp.device),
+                       {k: v.to(exp.device) for k, v in buffers.items()})
 
 
 def _to_device(value: Any, device: torch.device) -> Any:
@@ -202,7 +210,8 @@ def check_finite(params: Params, where: str) -> None:
 
 def _evaluate_row(exp: Experiment, state: ServerState, uplink: float, sim_time: float | None,
                   wall: float) -> dict[str, Any]:
-    acc, loss = evaluate(exp.model, state.params, exp.splits.test, device=exp.device)
+    acc, loss = evaluate(exp.model, state.params, exp.splits.test, device=exp.device,
+                         buffers=state.buffers)
     row = {"round": state.round, "sim_time_s": sim_time, "uplink_params_per_client": uplink,
            "uplink_mb_per_client": params_to_mb(uplink), "test_accuracy": acc,
            "test_loss": loss, "wall_s": wall}

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from wirelessfl.client import (
     ClientResult,
@@ -99,12 +100,15 @@ class ServerState:
         Server optimiser / algorithm state (None for FedAvg).
     client_states : mapping of int to Any
         Per-client persistent state (Adam moments, correction terms), by client id.
+    buffers : Params
+        The global model's buffers (BatchNorm running statistics; empty without them).
     """
 
     params: Params
     round: int = 0
     opt_state: Any = None
     client_states: Mapping[int, Any] = field(default_factory=dict)
+    buffers: Params = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,8 +169,10 @@ class FederatedAlgorithm(ABC):
         return scheduled_lr(self.env.local, t - self.schedule_origin)
 
     def init(self, params: Params) -> ServerState:
-        """Initial server state around the initial model."""
-        return ServerState(params={k: v.detach().clone() for k, v in params.items()})
+        """Initial server state around the initial model (and the model's own buffers)."""
+        device = next(iter(params.values())).device if params else None
+        return ServerState(params={k: v.detach().clone() for k, v in params.items()},
+                           buffers={k: v.to(device) for k, v in self.env.model.buffers_state().items()})
 
     @abstractmethod
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:
@@ -174,17 +180,20 @@ class FederatedAlgorithm(ABC):
 
     def train_clients(self, starts: Sequence[Params], clients: Sequence[int], t: int,
                       stage: int = 0, states: Mapping[int, Any] | None = None,
-                      broadcast: Any = None) -> list[ClientResult]:
+                      broadcast: Any = None, buffers: Params | None = None
+                      ) -> list[ClientResult]:
         """Run local training for ``clients``, client k starting from ``starts[k]``.
 
         ``stage`` separates several local phases within round ``t`` (HIST's edge rounds) so
         each gets its own mini-batch order; ``states`` are the clients' persistent states and
-        ``broadcast`` what the server sends to all of them with the model.
+        ``broadcast`` what the server sends to all of them with the model; ``buffers`` the
+        global model's buffers each client starts from.
         """
         env, states = self.env, states or {}
         tasks = [ClientTask(client=int(u), params=p, indices=env.client_indices[u],
                             seed=env.seeds.int_seed("local", t, stage, int(u)),
-                            state=states.get(int(u)), broadcast=broadcast, lr=self.client_lr(t))
+                            state=states.get(int(u)), broadcast=broadcast, lr=self.client_lr(t),
+                            buffers=buffers or None)
                  for u, p in zip(clients, starts)]
         return env.executor.run(self.update, env.train, tasks, env.local)
 
@@ -194,6 +203,19 @@ def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int
     losses = [r.loss for r in results if r.num_steps]
     diag = {r.client: {"loss": r.loss, "steps": r.num_steps} for r in results}
     return (float(np.mean(losses)) if losses else float("nan")), diag
+
+
+def mean_buffers(results: Sequence[ClientResult], current: Params) -> Params:
+    """The clients' buffers averaged (plain mean, no correction, ``fadamgc.md`` §2.8).
+
+    Floating buffers (running means and variances) are averaged; integer ones (batch
+    counters) take the largest value. Without client buffers, ``current`` is kept.
+    """
+    got = [r.buffers for r in results if r.buffers]
+    if not got:
+        return current
+    return {k: (torch.stack([b[k] for b in got]).mean(0) if got[0][k].is_floating_point()
+                else torch.stack([b[k] for b in got]).amax(0)) for k in got[0]}
 
 
 def num_params(params: Params) -> int:

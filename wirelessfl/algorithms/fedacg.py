@@ -20,6 +20,7 @@ from wirelessfl.algorithms.base import (
     RoundReport,
     ServerState,
     client_diagnostics,
+    mean_buffers,
     num_params,
 )
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams, client_weights
@@ -52,13 +53,14 @@ class FedACG(FedAvg):
         m = (state.opt_state or {}).get("m") or {k: torch.zeros_like(v) for k, v in state.params.items()}
         start = {k: state.params[k] + hp.lam * m[k] for k in m}
         clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
-        results = self.train_clients([start] * len(clients), clients, t)
+        results = self.train_clients([start] * len(clients), clients, t, buffers=state.buffers)
         w = client_weights(np.array([r.num_samples for r in results]), hp.weighting)
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))  # mean(start − w_k)
         m = {k: hp.lam * m[k] - update[k] for k in m}
         params = {k: state.params[k] + m[k] for k in m}
         loss, diag = client_diagnostics(results)
-        return (ServerState(params, t + 1, {"m": m}, state.client_states),
+        return (ServerState(params, t + 1, {"m": m}, state.client_states,
+                            mean_buffers(results, state.buffers)),
                 RoundReport(uplink_params=float(num_params(state.params)), train_loss=loss,
                             clients=diag))

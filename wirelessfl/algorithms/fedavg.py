@@ -25,6 +25,7 @@ from wirelessfl.algorithms.base import (
     RoundReport,
     ServerState,
     client_diagnostics,
+    mean_buffers,
     num_params,
 )
 from wirelessfl.sampling import AllClients, ClientSampler, UniformSampler
@@ -129,12 +130,14 @@ class FedAvg(FederatedAlgorithm):
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
         t, seeds = state.round, self.env.seeds
         clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
-        results = self.train_clients([state.params] * len(clients), clients, t)
+        results = self.train_clients([state.params] * len(clients), clients, t,
+                                     buffers=state.buffers)
         w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))
         loss, diag = client_diagnostics(results)
         params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
-        new = ServerState(params, t + 1, opt_state, state.client_states)
+        new = ServerState(params, t + 1, opt_state, state.client_states,
+                          mean_buffers(results, state.buffers))
         return new, RoundReport(uplink_params=float(num_params(state.params)),
                                 train_loss=loss, clients=diag)

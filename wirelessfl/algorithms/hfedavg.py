@@ -102,6 +102,6 @@ class HFedAvg(FederatedAlgorithm):
         outcome = self.run_cells([state.params] * self.topology.num_cells, t)
         params = weighted_mean(outcome.edge_params, np.ones(self.topology.num_cells))
         loss, diag = client_diagnostics(outcome.results)
-        new = ServerState(params, t + 1, state.opt_state, state.client_states)
+        new = ServerState(params, t + 1, state.opt_state, state.client_states, state.buffers)
         return new, RoundReport(uplink_params=float(self.hp.edge_rounds * num_params(params)),
                                 train_loss=loss, clients=diag)

@@ -252,7 +252,7 @@ class HIST(HFedAvg):
         mse = [m for a in self.aggregators if isinstance(a, AirComp) for m in a.mse_log]
         if mse:
             extra["aircomp_mse_mean"] = float(np.mean(mse))
-        new = ServerState(new_params, t + 1, state.opt_state, state.client_states)
+        new = ServerState(new_params, t + 1, state.opt_state, state.client_states, state.buffers)
         return new, RoundReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
                                 train_loss=loss, latency_s=latency, clients=diag, extra=extra,
                                 cumulative=cumulative)

@@ -27,6 +27,7 @@ engines run it. With zero control variates and η_g = 1 a round is a FedAvg roun
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ from wirelessfl.algorithms.base import (
     RoundReport,
     ServerState,
     client_diagnostics,
+    mean_buffers,
     num_params,
 )
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams, client_weights
@@ -126,18 +128,17 @@ class ControlledSGD(LocalSGD):
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
         res = super().client_final(task, carry)
         if not self.control_variates:
-            return ClientResult(res.client, res.delta, res.num_samples, res.num_steps, res.loss,
-                                None)
+            return dataclasses.replace(res, state=None)
         if res.num_steps == 0 or carry.lr == 0:  # no step taken: c_i stays
-            return ClientResult(res.client, res.delta, res.num_samples, res.num_steps, res.loss,
-                                None if task.state is None else {k: v.cpu() for k, v in task.state.items()})
+            return dataclasses.replace(res, state=None if task.state is None else
+                                       {k: v.cpu() for k, v in task.state.items()})
         # c_i⁺ = (1/K) Σ g_k = c_i − c + (Δ/(ηK) − (1 − β) u)/β
         scale = 1.0 / (res.num_steps * carry.lr)
         u = carry.ctx.get("u")
         new = {k: ((scale * res.delta[k] - (1 - self.beta) * u[k] if u is not None
                     else scale * res.delta[k]) / self.beta - carry.ctx["c_diff"][k]).cpu()
                for k in res.delta}
-        return ClientResult(res.client, res.delta, res.num_samples, res.num_steps, res.loss, new)
+        return dataclasses.replace(res, state=new)
 
 
 class SCAFFOLD(FedAvg):
@@ -159,7 +160,8 @@ class SCAFFOLD(FedAvg):
         clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
         sent = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
         results = self.train_clients([state.params] * len(clients), clients, t,
-                                     states=state.client_states, broadcast=sent)
+                                     states=state.client_states, broadcast=sent,
+                                     buffers=state.buffers)
         w = client_weights(np.array([r.num_samples for r in results]), hp.weighting)
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))
@@ -180,7 +182,8 @@ class SCAFFOLD(FedAvg):
                                              if r.state is not None}}
         loss, diag = client_diagnostics(results)
         kept = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
-        new = ServerState(params, t + 1, {**kept, "server": server}, states)
+        new = ServerState(params, t + 1, {**kept, "server": server}, states,
+                          mean_buffers(results, state.buffers))
         d = float(num_params(state.params))
         return new, RoundReport(uplink_params=(2 if hp.control_variates else 1) * d,
                                 train_loss=loss, clients=diag, downlink_params=(1 + len(sent)) * d)

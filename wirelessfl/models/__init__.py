@@ -18,6 +18,7 @@ from wirelessfl.models.zoo import (
     LeNet5,
     Linear,
     ResNet18,
+    ResNet18BN,
 )
 
 MODELS: dict[str, type[FLModel]] = {
@@ -28,6 +29,7 @@ MODELS: dict[str, type[FLModel]] = {
     "char_lstm": CharLSTM,
     "mlp": MLP,
     "resnet18": ResNet18,
+    "resnet18_bn": ResNet18BN,
     "linear": Linear,
 }
 
@@ -41,7 +43,7 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    needs_image = name in ("lenet5", "cifar_cnn", "feddyn_cnn", "resnet18")
+    needs_image = name in ("lenet5", "cifar_cnn", "feddyn_cnn", "resnet18", "resnet18_bn")
     if needs_image and len(sample_shape) != 3:
         raise ValueError(f"model {name!r} needs image inputs (C, H, W), got samples of shape "
                          f"{tuple(sample_shape)}; use 'fcnn', 'mlp' or 'linear' for this dataset")
@@ -90,4 +92,5 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
 
 
 __all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
-           "build_model", "FCNN", "MLP", "CharLSTM", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18"]
+           "build_model", "FCNN", "MLP", "CharLSTM", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18",
+           "ResNet18BN"]

@@ -90,8 +90,17 @@ class FLModel(nn.Module):
     paper_volumes: tuple[float, int, int] | None = None
 
     def params(self) -> Params:
-        """A detached copy of the parameters."""
-        return {k: v.detach().clone() for k, v in self.named_parameters()}
+        """A detached copy of the trainable parameters (what clients train and send)."""
+        return {k: v.detach().clone() for k, v in self.named_parameters() if v.requires_grad}
+
+    def buffers_state(self) -> Params:
+        """A detached copy of the buffers (BatchNorm running statistics), empty if none.
+
+        Clients update their own copy in training; the server averages them (plain mean,
+        ``fadamgc.md`` §2.8). Frozen parameters (``requires_grad=False``, e.g. a LoRA base)
+        stay in the module: no client trains or sends them.
+        """
+        return {k: v.detach().clone() for k, v in self.named_buffers()}
 
     def group(self, name: str) -> UnitGroup:
         """The unit group called ``name``."""

@@ -229,21 +229,28 @@ class CharLSTM(FLModel):
         return self.fc(h)
 
 
+def _norm(kind: str, channels: int, groups: int) -> nn.Module:
+    """GroupNorm(groups) (``gn``) or BatchNorm (``bn``) over ``channels``."""
+    return nn.GroupNorm(groups, channels) if kind == "gn" else nn.BatchNorm2d(channels)
+
+
 class _Block(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int, groups: int) -> None:
+    def __init__(self, cin: int, cout: int, stride: int, groups: int, kind: str = "gn") -> None:
         super().__init__()
+        self.kind = kind
         self.conv1 = layers.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.gn1 = nn.GroupNorm(groups, cout)
+        setattr(self, f"{kind}1", _norm(kind, cout, groups))
         self.conv2 = layers.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.gn2 = nn.GroupNorm(groups, cout)
+        setattr(self, f"{kind}2", _norm(kind, cout, groups))
         self.shortcut = nn.Sequential()
         if stride != 1 or cin != cout:
             self.shortcut = nn.Sequential(layers.Conv2d(cin, cout, 1, stride, bias=False),
-                                          nn.GroupNorm(groups, cout))
+                                          _norm(kind, cout, groups))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.gn1(self.conv1(x)))
-        return F.relu(self.gn2(self.conv2(out)) + self.shortcut(x))
+        n1, n2 = getattr(self, f"{self.kind}1"), getattr(self, f"{self.kind}2")
+        out = F.relu(n1(self.conv1(x)))
+        return F.relu(n2(self.conv2(out)) + self.shortcut(x))
 
 
 class ResNet18(FLModel):
@@ -281,5 +288,35 @@ class ResNet18(FLModel):
         if self.augment and self.training:
             x = random_crop_flip(x)
         x = F.relu(self.gn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class ResNet18BN(FLModel):
+    """CIFAR-style ResNet-18 with BatchNorm (``fadamgc.md`` §4.1, §7 item 7): 3×3 stem, no max-pool.
+
+    The BatchNorm running statistics are buffers: each client updates its own copy during
+    local training (both engines) and the server averages them (plain mean, no correction,
+    ``fadamgc.md`` §2.8). No partitionable units (submodels of BatchNorm layers would need
+    their statistics sliced too). ``augment`` applies :func:`random_crop_flip`.
+    """
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, augment: bool = False):
+        super().__init__()
+        self.augment = augment
+        self.conv1 = layers.Conv2d(sample_shape[0], 64, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        stages, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            stages.append(nn.Sequential(_Block(cin, cout, stride, 1, "bn"),
+                                        _Block(cout, cout, 1, 1, "bn")))
+            cin = cout
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.fc = layers.Linear(512, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if self.augment and self.training:
+            x = random_crop_flip(x)
+        x = F.relu(self.bn1(self.conv1(x)))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))

@@ -1,0 +1,117 @@
+"""Model state with buffers: BatchNorm in both engines, buffers averaged by the server (issue 17)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import wirelessfl.runner as runner
+from wirelessfl.batched import BatchedExecutor
+from wirelessfl.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.config import resolve
+from wirelessfl.models import MODELS, FLModel, build_model
+from wirelessfl.models import layers as L
+
+
+class TinyBN(FLModel):
+    """Linear → BatchNorm → ReLU → Linear, for tests."""
+
+    def __init__(self, sample_shape, num_classes, hidden: int = 12):
+        super().__init__()
+        self.fc1 = L.Linear(int(np.prod(sample_shape)), hidden)
+        self.bn = nn.BatchNorm1d(hidden)
+        self.fc2 = L.Linear(hidden, num_classes)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.bn(self.fc1(x.flatten(1)))))
+
+
+@pytest.fixture(autouse=True)
+def _tiny_bn(monkeypatch):
+    monkeypatch.setitem(MODELS, "tiny_bn", TinyBN)
+
+
+RAW = {"seed": 3, "rounds": 3,
+       "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 30},
+       "model": {"name": "tiny_bn"}, "local": {"lr": 0.05, "batch_size": 10, "steps": 4}}
+
+
+def _rounds(algorithm, engine, n=3):
+    exp = runner.prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm}))
+    state = exp.initial_state()
+    for _ in range(n):
+        state, _ = exp.algorithm.apply(state)
+    return exp, state
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.3},
+                                       {"name": "scaffold"}])
+def test_batchnorm_loop_equals_batched(algorithm):
+    _, loop = _rounds(algorithm, "loop")
+    _, batched = _rounds(algorithm, "batched")
+    assert set(loop.buffers) == {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
+    for a, b in ((loop.params, batched.params), (loop.buffers, batched.buffers)):
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    assert int(loop.buffers["bn.num_batches_tracked"]) == 3 * 4  # 3 rounds of 4 steps
+
+
+def test_buffers_are_the_plain_mean_of_the_clients():
+    exp = runner.prepare(resolve({**RAW, "algorithm": {"name": "fedavg"}}))
+    x0 = exp.initial_state()
+    assert torch.equal(x0.buffers["bn.running_var"], torch.ones(12))
+    new, _ = exp.algorithm.apply(x0)
+    env = exp.algorithm.env
+    tasks = [ClientTask(u, x0.params, env.client_indices[u], env.seeds.int_seed("local", 0, 0, u),
+                        buffers=x0.buffers) for u in range(6)]
+    results = LoopExecutor().run(env.update, env.train, tasks, env.local)
+    mean = torch.stack([r.buffers["bn.running_mean"] for r in results]).mean(0)
+    torch.testing.assert_close(new.buffers["bn.running_mean"], mean)
+    assert not torch.equal(results[0].buffers["bn.running_mean"], results[1].buffers["bn.running_mean"])
+    assert torch.equal(x0.buffers["bn.running_var"], torch.ones(12))  # clients trained copies
+
+
+def test_evaluation_uses_the_averaged_statistics(tmp_path):
+    raw = {**RAW, "name": "bn", "algorithm": {"name": "fedavg"}}
+    full = runner.run(runner.prepare(resolve(raw)), tmp_path / "a", quiet=True)
+    from wirelessfl.records import RunRecord
+
+    ckpt = RunRecord(tmp_path / "a").load_checkpoint()
+    assert set(ckpt["buffers"]) == {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
+    exp = runner.prepare(resolve(raw))
+    from wirelessfl.client import evaluate
+
+    with_stats = evaluate(exp.model, ckpt["params"], exp.splits.test, buffers=ckpt["buffers"])
+    assert with_stats[0] == pytest.approx(full["final_accuracy"])
+
+
+def test_deltas_cover_trainable_parameters_only():
+    model = TinyBN((60,), 10)
+    model.fc1.weight.requires_grad_(False)  # a frozen parameter (e.g. a LoRA base)
+    assert "fc1.weight" not in model.params() and "bn.running_mean" in model.buffers_state()
+    hp = LocalHParams(lr=0.1, batch_size=5, steps=2)
+    data = runner.load_dataset("synthetic", rng=np.random.default_rng(0), num_clients=2).train
+    task = ClientTask(0, model.params(), np.arange(10), seed=0, buffers=model.buffers_state())
+    for ex in (LoopExecutor(), BatchedExecutor()):
+        [res] = ex.run(LocalSGD(model, hp), data, [task], hp)
+        assert set(res.delta) == set(model.params()) and "fc1.weight" not in res.delta
+
+
+def test_resnet18_with_batchnorm_trains_batched():
+    model = build_model("resnet18_bn", (3, 8, 8), 10, seed=0)
+    assert model.buffers_state() and sum(v.numel() for v in model.params().values()) > 1e7
+    x = torch.randn(8, 3, 8, 8)
+    y = torch.randint(0, 10, (8,))
+    from wirelessfl.data.datasets import ArrayDataset
+
+    data = ArrayDataset(x, y, 10)
+    hp = LocalHParams(lr=0.01, batch_size=4, steps=1)
+    tasks = [ClientTask(c, model.params(), np.arange(4 * c, 4 * c + 4), seed=c,
+                        buffers=model.buffers_state()) for c in range(2)]
+    loop = LoopExecutor().run(LocalSGD(model, hp), data, tasks, hp)
+    batched = BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp)
+    for a, b in zip(loop, batched):
+        torch.testing.assert_close(a.buffers["bn1.running_mean"], b.buffers["bn1.running_mean"],
+                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a.delta["fc.weight"], b.delta["fc.weight"], rtol=1e-3, atol=1e-5)
