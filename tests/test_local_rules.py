@@ -209,3 +209,16 @@ def test_single_task_run_stops_at_its_target(tmp_path):
     assert summary["rounds"] < 30 and all(r["test_accuracy"] < 0.3 for r in rows[:-1])
     again = runner.run(runner.prepare(resolve(raw)), tmp_path / "r", resume=True, quiet=True)
     assert again["rounds"] == summary["rounds"]  # a resumed finished run trains no further
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.2},
+                                       {"name": "scaffold"}])
+def test_loop_equals_batched_with_dropout(algorithm):
+    """The same client draws the same dropout masks in both engines."""
+    raw = {**RAW, "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.5}}}
+    loop = prepare(resolve({**raw, "engine": "loop", "algorithm": algorithm}))
+    batched = prepare(resolve({**raw, "engine": "batched", "algorithm": algorithm}))
+    _close(_rounds(loop, 2), _rounds(batched, 2), rtol=1e-4, atol=1e-5)
+    no_dropout = prepare(resolve({**RAW, "engine": "loop", "algorithm": algorithm}))
+    with pytest.raises(AssertionError):  # and the masks do matter
+        _close(_rounds(loop, 2), _rounds(no_dropout, 2), rtol=1e-4, atol=1e-5)

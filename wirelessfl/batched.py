@@ -22,9 +22,9 @@ further step (its parameters are frozen; since every client steps from step 0 un
 schedule ends, the clients still active at step s have all taken s steps, so Adam's bias
 correction is shared; a finished client's buffers are kept as well). With BatchNorm, the
 padding of a short batch enters that step's batch statistics, so clients with unequal batch
-sizes differ from the loop there. Dropout masks are drawn for the whole stack (``vmap`` randomness
-``"different"``), so with dropout the iterates differ from the loop's draw by draw, not in
-distribution. Every :class:`~wirelessfl.client.LocalSGD` rule runs here: the engine vmaps
+sizes differ from the loop there. Dropout masks and augmentation draws come from each
+client's own counter-based stream (:mod:`wirelessfl.models.noise`, the client's key a vmapped
+input), so they are the same as in the loop, draw by draw. Every :class:`~wirelessfl.client.LocalSGD` rule runs here: the engine vmaps
 the rule's own :meth:`~wirelessfl.client.LocalSGD.client_loss` (its penalty included) over
 the stacked clients and their stacked :meth:`~wirelessfl.client.LocalSGD.context`, applies
 its gradient correction and optimiser on the stacks, and ends each client with the rule's
@@ -57,6 +57,7 @@ from wirelessfl.client import (
 )
 from wirelessfl.data.datasets import ArrayDataset
 from wirelessfl.models.base import Params
+from wirelessfl.models.noise import client_noise, step_keys
 
 
 def _signature(task: ClientTask, hp: LocalHParams) -> tuple:
@@ -118,7 +119,8 @@ class BatchedExecutor(Executor):
                 for s in range(int(steps.max(initial=0))):
                     x, y, w = self._batch(data, tasks, schedules, s)
                     old_buffers = {k: v.clone() for k, v in carry.buffers.items()}
-                    grads, losses = self._gradients(update, carry, x, y, w)
+                    keys = step_keys([t.seed for t in tasks], s, self.device)
+                    grads, losses = self._gradients(update, carry, x, y, w, keys)
                     old = carry.params
                     carry = update.descend(carry, grads, 0.0)
                     if s >= steps.min():
@@ -155,18 +157,19 @@ class BatchedExecutor(Executor):
 
     @staticmethod
     def _gradients(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
-                   w: torch.Tensor) -> tuple[Params, torch.Tensor]:
+                   w: torch.Tensor, keys: torch.Tensor) -> tuple[Params, torch.Tensor]:
         """Per-client gradients of the rule's loss (decay and correction applied), data losses."""
         stacked = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
 
         def client_loss(p: Params, s: Params, xb: torch.Tensor, yb: torch.Tensor,
-                        wb: torch.Tensor, c: dict[str, Params], b: Params):
-            out = functional_call(update.model, {**p, **b}, (xb,))  # b updated in place
+                        wb: torch.Tensor, c: dict[str, Params], b: Params, key: torch.Tensor):
+            with client_noise(key):  # each client's own dropout stream, as in the loop
+                out = functional_call(update.model, {**p, **b}, (xb,))  # b updated in place
             data = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
             return data + update.penalty(p, s, c), data
 
         total, losses = vmap(client_loss, randomness="different")(stacked, carry.start, x, y, w,
-                                                                  carry.ctx, carry.buffers)
+                                                                  carry.ctx, carry.buffers, keys)
         grads = torch.autograd.grad(total.sum(), list(stacked.values()))
         return (update.finish_gradients(dict(zip(stacked, grads)), carry.params, carry.start,
                                         carry.ctx), losses)

@@ -34,6 +34,7 @@ from torch.func import functional_call
 from channels.validation import as_float, as_int
 from wirelessfl.data.datasets import ArrayDataset
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.models.noise import client_noise, step_key
 
 #: Most local steps one call may run (the batch schedule of a call is held in memory).
 MAX_LOCAL_STEPS = 100_000
@@ -246,6 +247,7 @@ class Carry:
     loss_sum: float = 0.0
     ctx: dict[str, Params] = field(default_factory=dict)
     buffers: Params = field(default_factory=dict)
+    seed: int = 0
 
 
 class ClientUpdate(ABC):
@@ -324,7 +326,8 @@ class LocalSGD(ClientUpdate):
         """Stochastic gradient at ``carry.params`` (decay and correction included), batch loss."""
         params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
         w = torch.full((len(y),), 1.0 / len(y), device=y.device)
-        out = functional_call(self.model, {**params, **carry.buffers}, (x,))  # buffers in place
+        with client_noise(step_key(carry.seed, carry.step)):  # dropout: the client's stream
+            out = functional_call(self.model, {**params, **carry.buffers}, (x,))  # buffers in place
         data_loss = (F.cross_entropy(out, y, reduction="none") * w).sum()
         loss = data_loss + self.penalty(params, carry.start, carry.ctx)
         grads = torch.autograd.grad(loss, list(params.values()))
@@ -336,7 +339,7 @@ class LocalSGD(ClientUpdate):
         params = {k: v.detach() for k, v in task.params.items()}
         buffers = {k: v.detach().clone() for k, v in (task.buffers or {}).items()}
         return Carry(start=params, params=params, lr=task_lr(task, self.hp), state=task.state,
-                     ctx=self.context(task), buffers=buffers)
+                     ctx=self.context(task), buffers=buffers, seed=task.seed)
 
     def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
         grads, loss = self.gradient(carry, x, y)
