@@ -24,10 +24,12 @@ correction is shared; a finished client's buffers are kept as well). With BatchN
 padding of a short batch enters that step's batch statistics, so clients with unequal batch
 sizes differ from the loop there. Dropout masks and augmentation draws come from each
 client's own counter-based stream (:mod:`wirelessfl.models.noise`, the client's key a vmapped
-input), so they are the same as in the loop, draw by draw. Every :class:`~wirelessfl.client.LocalSGD` rule runs here: the engine vmaps
-the rule's own :meth:`~wirelessfl.client.LocalSGD.client_loss` (its penalty included) over
-the stacked clients and their stacked :meth:`~wirelessfl.client.LocalSGD.context`, applies
-its gradient correction and optimiser on the stacks, and ends each client with the rule's
+input), so they are the same as in the loop, draw by draw.
+
+Every :class:`~wirelessfl.client.LocalSGD` rule runs here: the engine vmaps the rule's own
+loss (data loss plus :meth:`~wirelessfl.client.LocalSGD.penalty`) over the stacked clients
+and their stacked :meth:`~wirelessfl.client.LocalSGD.context`, applies its gradient
+correction and optimiser on the stacks, and ends each client with the rule's
 :meth:`~wirelessfl.client.ClientUpdate.client_final`. Other
 :class:`~wirelessfl.client.ClientUpdate` implementations run through the loop.
 """
