@@ -222,3 +222,41 @@ def test_loop_equals_batched_with_dropout(algorithm):
     no_dropout = prepare(resolve({**RAW, "engine": "loop", "algorithm": algorithm}))
     with pytest.raises(AssertionError):  # and the masks do matter
         _close(_rounds(loop, 2), _rounds(no_dropout, 2), rtol=1e-4, atol=1e-5)
+
+
+def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, monkeypatch):
+    import wirelessfl.runner as runner
+    from wirelessfl.records import RunRecord
+
+    raw = {**RAW, "rounds": 7, "name": "ck", "checkpoint_every": 3,
+           "algorithm": {"name": "scaffold", "state_dtype": "float16"}}
+    saved = []
+    real = RunRecord.save_checkpoint
+
+    def counting(self, payload):
+        saved.append(payload["round"])
+        return real(self, payload)
+
+    monkeypatch.setattr(RunRecord, "save_checkpoint", counting)
+    full = runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    assert saved == [3, 6, 7]
+    ckpt = RunRecord(tmp_path / "full").load_checkpoint()
+    assert all(v.dtype == torch.float16 and v.device.type == "cpu"
+               for ci in ckpt["client_states"].values() for v in ci.values())
+    exp = runner.prepare(resolve(raw))
+    real_apply, calls = exp.algorithm.apply, []
+
+    def stop(state):
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real_apply(state)
+
+    monkeypatch.setattr(exp.algorithm, "apply", stop)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(exp, tmp_path / "cut", quiet=True)
+    assert RunRecord(tmp_path / "cut").load_checkpoint()["round"] == 3
+    cut = runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+    assert cut["final_accuracy"] == full["final_accuracy"]
+    rows = [r["round"] for r in RunRecord(tmp_path / "cut").rows()]
+    assert rows == list(range(8))

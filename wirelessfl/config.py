@@ -178,6 +178,10 @@ class RunConfig:
         Accuracy in [0, 1] whose first crossing the summary reports.
     stop_at_target : bool
         End the run at the first evaluation reaching ``target_accuracy``.
+    checkpoint_every : int
+        Write ``checkpoint.pt`` after every this many rounds (and the last); a resumed run
+        continues from the last one (rows after it are produced again, with the same
+        numbers). Raise it for runs with a large client store.
     device : str
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
@@ -195,6 +199,7 @@ class RunConfig:
     eval_every: int = 1
     target_accuracy: float | None = None
     stop_at_target: bool = False
+    checkpoint_every: int = 1
     device: str = "auto"
     engine: str = "auto"
     network: NetworkConfig = field(default_factory=NetworkConfig)
@@ -207,7 +212,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_name(self.name)
         checked("", seed=(self.seed, 0, 2**63 - 1), rounds=(self.rounds, 1, 10**7),
-                eval_every=(self.eval_every, 1, 10**7))
+                eval_every=(self.eval_every, 1, 10**7),
+                checkpoint_every=(self.checkpoint_every, 1, 10**7))
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
         if self.engine not in ("loop", "batched", "auto"):

@@ -152,7 +152,7 @@ def _checkpoint(state: ServerState, uplink: float, sim_time: float | None, wall:
                 totals: dict[str, float]) -> dict[str, Any]:
     return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
             "opt_state": _to_device(state.opt_state, torch.device("cpu")),
-            "client_states": _to_device(dict(state.client_states), torch.device("cpu")),
+            "client_states": dict(state.client_states),  # already on the CPU (client_store)
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time, "wall_s": wall,
             "totals": dict(totals)}
@@ -180,7 +180,7 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
                              "folder is damaged: start the run again with another --out")
     return ServerState({k: v.to(exp.device) for k, v in params.items()}, t,
                        _to_device(ckpt.get("opt_state"), exp.device),
-                       _to_device(ckpt.get("client_states") or {}, exp.device),
+                       dict(ckpt.get("client_states") or {}),  # the store stays on the CPU
                        {k: v.to(exp.device) for k, v in buffers.items()})
 
 
@@ -299,8 +299,9 @@ def _train(exp: Experiment, record: RunRecord, state: ServerState, uplink: float
                            **dict(report.extra)})
             bar.set_postfix(acc=f"{row['test_accuracy']:.3f}")
             done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
-        record.save_checkpoint(_checkpoint(state, uplink, sim_time, time.perf_counter() - start,
-                                           totals))
+        if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
+            record.save_checkpoint(_checkpoint(state, uplink, sim_time,
+                                               time.perf_counter() - start, totals))
         bar.update(1)
     bar.close()
     summary = summarize(cfg, record.rows(), time.perf_counter() - start)

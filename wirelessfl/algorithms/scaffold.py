@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from channels.validation import as_float
+from wirelessfl import client_store
 from wirelessfl.algorithms.base import (
     Environment,
     RoundReport,
@@ -61,16 +62,20 @@ class SCAFFOLDHParams(FedAvgHParams):
         ``population`` (c += Σ Δc_i / N) or ``weighted`` (c += Σ p_i Δc_i).
     reference_quirks : bool
         The dynamic-clients reference code (no local correction, server step = client lr).
+    state_dtype : str
+        dtype of the stored c_i (``float32``, or ``float16`` to halve the store).
     """
 
     beta: float = 1.0
     control_variates: bool = True
     c_update: str = "population"
     reference_quirks: bool = False
+    state_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         as_float("beta", self.beta, lo=0, hi=1, lo_open=True)
+        client_store.store({}, self.state_dtype)  # checks the dtype
         if self.c_update not in ("population", "weighted"):
             raise ValueError(f"`c_update` must be population or weighted, got {self.c_update!r}")
 
@@ -100,17 +105,19 @@ class ControlledSGD(LocalSGD):
     """
 
     def __init__(self, model: FLModel, hp: LocalHParams, corrected: bool = True,
-                 beta: float = 1.0, control_variates: bool = True) -> None:
+                 beta: float = 1.0, control_variates: bool = True,
+                 state_dtype: str = "float32") -> None:
         super().__init__(model, hp)
         self.corrected, self.beta, self.control_variates = corrected, beta, control_variates
+        self.state_dtype = state_dtype
 
     def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
         sent = task.broadcast or {}
         c, u, ci = sent.get("c"), sent.get("u"), task.state
 
         def tree(x: Params | None) -> Params:
-            return {k: (x[k].to(v.device) if x is not None else torch.zeros_like(v))
-                    for k, v in task.params.items()}
+            return (client_store.load(x, task.params) if x is not None
+                    else {k: torch.zeros_like(v) for k, v in task.params.items()})
 
         ctx = {"c_diff": {k: a - b for (k, a), b in zip(tree(c).items(), tree(ci).values())}}
         if self.beta < 1:
@@ -130,15 +137,14 @@ class ControlledSGD(LocalSGD):
         if not self.control_variates:
             return dataclasses.replace(res, state=None)
         if res.num_steps == 0 or carry.lr == 0:  # no step taken: c_i stays
-            return dataclasses.replace(res, state=None if task.state is None else
-                                       {k: v.cpu() for k, v in task.state.items()})
+            return dataclasses.replace(res, state=task.state)
         # c_i⁺ = (1/K) Σ g_k = c_i − c + (Δ/(ηK) − (1 − β) u)/β
         scale = 1.0 / (res.num_steps * carry.lr)
         u = carry.ctx.get("u")
-        new = {k: ((scale * res.delta[k] - (1 - self.beta) * u[k] if u is not None
-                    else scale * res.delta[k]) / self.beta - carry.ctx["c_diff"][k]).cpu()
+        new = {k: (scale * res.delta[k] - (1 - self.beta) * u[k] if u is not None
+                   else scale * res.delta[k]) / self.beta - carry.ctx["c_diff"][k]
                for k in res.delta}
-        return dataclasses.replace(res, state=new)
+        return dataclasses.replace(res, state=client_store.store(new, self.state_dtype))
 
 
 class SCAFFOLD(FedAvg):
@@ -148,7 +154,8 @@ class SCAFFOLD(FedAvg):
         super().__init__(env, hp)
         self.hp: SCAFFOLDHParams = hp
         self.update = ControlledSGD(env.model, env.local, corrected=not hp.reference_quirks,
-                                    beta=hp.beta, control_variates=hp.control_variates)
+                                    beta=hp.beta, control_variates=hp.control_variates,
+                                    state_dtype=hp.state_dtype)
         if hp.reference_quirks:
             self.server_opt.lr = env.local.lr
 
@@ -171,13 +178,16 @@ class SCAFFOLD(FedAvg):
         lr = self.env.local.lr if lr is None else lr
         u = {k: (v / (lr * steps) if lr * steps > 0 else torch.zeros_like(v))
              for k, v in update.items()}
-        zero = {k: torch.zeros_like(v, device="cpu") for k, v in state.params.items()}
-        dc = [{k: r.state[k] - state.client_states.get(r.client, zero)[k] for k in zero}
+        zero = {k: torch.zeros_like(v) for k, v in state.params.items()}
+
+        def stored(tree: Params | None) -> Params:
+            return zero if tree is None else client_store.load(tree, zero)
+
+        dc = [{k: stored(r.state)[k] - stored(state.client_states.get(r.client))[k] for k in zero}
               for r in results if r.state is not None]
         coef = (np.full(len(dc), 1.0 / self.env.num_clients) if hp.c_update == "population"
                 else w[[r.state is not None for r in results]] / w.sum())
-        c = {k: c[k] + sum(float(a) * d[k].to(c[k].device) for a, d in zip(coef, dc))
-             for k in c}
+        c = {k: c[k] + sum(float(a) * d[k] for a, d in zip(coef, dc)) for k in c}
         states = {**state.client_states, **{r.client: r.state for r in results
                                              if r.state is not None}}
         loss, diag = client_diagnostics(results)

@@ -1,0 +1,43 @@
+"""Per-client state kept off the compute device.
+
+Algorithms with persistent client state (SCAFFOLD's c_i, FAdamGC's y_i and v_i, MOON's
+previous local model) keep it in ``ServerState.client_states`` as trees on the CPU, in the
+store's dtype (float32, or float16 to halve it). A round moves to the compute device only
+the states of its own clients (:func:`load`), so device memory grows with the clients of a
+round, not with the population; checkpoints save the store as it is, at the run's
+``checkpoint_every`` interval, and load it onto the CPU.
+
+Examples
+--------
+>>> import torch
+>>> kept = store({"w": torch.ones(2)}, "float16")
+>>> kept["w"].dtype, kept["w"].device.type
+(torch.float16, 'cpu')
+>>> load(kept, {"w": torch.zeros(2)})["w"].dtype
+torch.float32
+"""
+
+from __future__ import annotations
+
+import torch
+
+from wirelessfl.models.base import Params
+
+STORE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def store(tree: Params, dtype: str = "float32") -> Params:
+    """``tree`` as the store keeps it: on the CPU, in ``dtype``."""
+    if dtype not in STORE_DTYPES:
+        raise ValueError(f"`state_dtype` must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")
+    return {k: v.detach().to("cpu", STORE_DTYPES[dtype]) for k, v in tree.items()}
+
+
+def load(tree: Params, like: Params) -> Params:
+    """A stored ``tree`` on the device and in the dtype of ``like`` (a round's parameters)."""
+    return {k: tree[k].to(like[k].device, like[k].dtype) for k in like}
+
+
+def nbytes(states: dict) -> int:
+    """Bytes held by a mapping of client id → stored tree."""
+    return sum(v.numel() * v.element_size() for t in states.values() for v in t.values())
