@@ -1,7 +1,7 @@
 """Client-engine benchmark: HIST's Fashion-MNIST workloads on each backend.
 
     python benchmarks/engine.py --json [--device cpu|cuda] [--rounds 2]
-    python benchmarks/engine.py --rules --json     # local rules: FedProx, SCAFFOLD vs FedAvg
+    python benchmarks/engine.py --rules --json     # local rules: FedProx, SCAFFOLD, MOON vs FedAvg
 
 Workloads (``specs/hist.md`` §6): FCNN and LeNet-5, 60 clients (shards), H = 20, batch 50,
 E = 5, as HIST with N = 4 (uniform masks) and as HFedAvg. For each backend (``loop``,
@@ -99,7 +99,7 @@ def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int) -
 
 
 RULES = {"FedAvg": {"name": "fedavg"}, "FedProx": {"name": "fedprox", "mu": 0.01},
-         "SCAFFOLD": {"name": "scaffold"}}
+         "SCAFFOLD": {"name": "scaffold"}, "MOON": {"name": "moon"}}
 
 
 def _rule_experiment(model: str, algo: dict, engine: str, device: str):

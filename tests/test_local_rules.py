@@ -44,7 +44,8 @@ def test_fedprox_with_mu_zero_is_fedavg(engine):
                                        {"name": "scaffold", "c_update": "weighted"},
                                        {"name": "fedams", "server_lr": 0.01},
                                        {"name": "scaffold_m"}, {"name": "fedavg_m"},
-                                       {"name": "fedacg", "beta": 0.1, "lam": 0.5}])
+                                       {"name": "fedacg", "beta": 0.1, "lam": 0.5},
+                                       {"name": "moon", "mu": 1.0, "clients_per_round": 5}])
 def test_loop_equals_batched(algorithm):
     loop, batched = _rounds(_exp(algorithm, "loop"), 3), _rounds(_exp(algorithm, "batched"), 3)
     _close(loop, batched, rtol=1e-4, atol=1e-5)
@@ -260,3 +261,23 @@ def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, mon
     assert cut["final_accuracy"] == full["final_accuracy"]
     rows = [r["round"] for r in RunRecord(tmp_path / "cut").rows()]
     assert rows == list(range(8))
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_moon_with_mu_zero_is_fedavg_and_keeps_previous_models(engine):
+    moon = _rounds(_exp({"name": "moon", "mu": 0.0}, engine), 2)
+    _close(moon, _rounds(_exp({"name": "fedavg"}, engine), 2), rtol=1e-6, atol=1e-7)
+    assert len(moon.client_states) == 8
+    assert all(v.device.type == "cpu" for s in moon.client_states.values() for v in s.values())
+
+
+def test_moon_contrastive_term_changes_the_round():
+    a = _rounds(_exp({"name": "moon", "mu": 5.0}), 2)
+    b = _rounds(_exp({"name": "moon", "mu": 0.0}), 2)
+    with pytest.raises(AssertionError):
+        _close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_moon_refuses_a_model_without_features():
+    with pytest.raises(ValueError, match="MOON needs a model with features"):
+        prepare(resolve({**RAW, "model": {"name": "linear"}, "algorithm": {"name": "moon"}}))

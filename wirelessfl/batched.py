@@ -41,8 +41,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.func import functional_call, vmap
+from torch.func import vmap
 
 from wirelessfl.client import (
     Carry,
@@ -166,9 +165,7 @@ class BatchedExecutor(Executor):
         def client_loss(p: Params, s: Params, xb: torch.Tensor, yb: torch.Tensor,
                         wb: torch.Tensor, c: dict[str, Params], b: Params, key: torch.Tensor):
             with client_noise(key):  # each client's own dropout stream, as in the loop
-                out = functional_call(update.model, {**p, **b}, (xb,))  # b updated in place
-            data = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
-            return data + update.penalty(p, s, c), data
+                return update.objective(p, b, s, xb, yb, wb, c)  # b updated in place
 
         total, losses = vmap(client_loss, randomness="different")(stacked, carry.start, x, y, w,
                                                                   carry.ctx, carry.buffers, keys)

@@ -279,7 +279,9 @@ class LocalSGD(ClientUpdate):
 
     - :meth:`context` — per-client tensors the rule needs (from the task: its state, the
       round's broadcast values), stacked along the client dimension by the batched engine;
-    - :meth:`penalty` — extra loss terms of ``(params, start, ctx)`` (FedProx's proximal term);
+    - :meth:`penalty` — extra loss terms of ``(params, start, ctx)``;
+    - :meth:`objective` — the whole loss of a batch, for rules whose extra terms need the
+      batch itself (MOON's contrastive term on the model's features);
     - :meth:`correct` — an elementwise transform of the gradient, given the iterate and the
       start (SCAFFOLD's control variates, FedProx's proximal gradient μ(w − w_start));
     - :meth:`client_final` — the pseudo-gradient and the new client state.
@@ -309,6 +311,18 @@ class LocalSGD(ClientUpdate):
         """The gradient the optimiser uses (elementwise; the plain gradient here)."""
         return grads
 
+    def objective(self, params: Params, buffers: Params, start: Params, x: torch.Tensor,
+                  y: torch.Tensor, w: torch.Tensor, ctx: dict[str, Params]
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss to differentiate, data loss) of one client's batch with sample weights ``w``.
+
+        The default is Σ_b w_b CE(f(x_b), y_b) + :meth:`penalty`. ``buffers`` are updated in
+        place by BatchNorm layers; both engines call this (the batched one under ``vmap``).
+        """
+        out = functional_call(self.model, {**params, **buffers}, (x,))
+        data = (F.cross_entropy(out, y, reduction="none") * w).sum()
+        return data + self.penalty(params, start, ctx), data
+
     # ------------------------------------------------------------------ shared machinery
     def loss(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the model with ``params`` on one batch."""
@@ -327,9 +341,7 @@ class LocalSGD(ClientUpdate):
         params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
         w = torch.full((len(y),), 1.0 / len(y), device=y.device)
         with client_noise(step_key(carry.seed, carry.step)):  # dropout: the client's stream
-            out = functional_call(self.model, {**params, **carry.buffers}, (x,))  # buffers in place
-        data_loss = (F.cross_entropy(out, y, reduction="none") * w).sum()
-        loss = data_loss + self.penalty(params, carry.start, carry.ctx)
+            loss, data_loss = self.objective(params, carry.buffers, carry.start, x, y, w, carry.ctx)
         grads = torch.autograd.grad(loss, list(params.values()))
         return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.start,
                                       carry.ctx), float(data_loss.detach()))

@@ -22,6 +22,7 @@ from wirelessfl.algorithms.fedavg import (
 from wirelessfl.algorithms.fedprox import FedProx, FedProxHParams
 from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
 from wirelessfl.algorithms.hist import HIST, HISTHParams
+from wirelessfl.algorithms.moon import MOON, MOONHParams
 from wirelessfl.algorithms.scaffold import (
     SCAFFOLD,
     FedAvgMHParams,
@@ -37,6 +38,7 @@ ALGORITHMS = {
     "fedadagrad": (FedAdagradHParams, FedAvg),
     "fedprox": (FedProxHParams, FedProx),
     "fedacg": (FedACGHParams, FedACG),
+    "moon": (MOONHParams, MOON),
     "scaffold": (SCAFFOLDHParams, SCAFFOLD),
     "scaffold_m": (SCAFFOLDMHParams, SCAFFOLD),
     "fedavg_m": (FedAvgMHParams, SCAFFOLD),

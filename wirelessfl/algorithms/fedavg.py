@@ -131,13 +131,14 @@ class FedAvg(FederatedAlgorithm):
         t, seeds = state.round, self.env.seeds
         clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
         results = self.train_clients([state.params] * len(clients), clients, t,
-                                     buffers=state.buffers)
+                                     states=state.client_states, buffers=state.buffers)
         w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))
         loss, diag = client_diagnostics(results)
         params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
-        new = ServerState(params, t + 1, opt_state, state.client_states,
-                          mean_buffers(results, state.buffers))
+        states = {**state.client_states, **{r.client: r.state for r in results
+                                             if r.state is not None}}  # a rule's client state
+        new = ServerState(params, t + 1, opt_state, states, mean_buffers(results, state.buffers))
         return new, RoundReport(uplink_params=float(num_params(state.params)),
                                 train_loss=loss, clients=diag)

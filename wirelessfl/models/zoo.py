@@ -84,9 +84,10 @@ class FCNN(FLModel):
         self.unit_groups = (linear_group("fc1", hidden, "fc2"),)
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        h = dropout(self.fc1(x.flatten(1)), self.dropout, self.training)
-        return self.fc2(F.relu(h))
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+        z = F.relu(self.fc1(x.flatten(1)))  # ReLU before dropout: they commute
+        out = self.fc2(dropout(z, self.dropout, self.training))
+        return (out, z) if features else out
 
 
 class MLP(FLModel):
@@ -105,8 +106,9 @@ class MLP(FLModel):
                             linear_group("fc2", hidden[1], "fc3"))
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x.flatten(1))))))
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+        z = F.relu(self.fc2(F.relu(self.fc1(x.flatten(1)))))
+        return (self.fc3(z), z) if features else self.fc3(z)
 
 
 class LeNet5(FLModel):
@@ -141,13 +143,14 @@ class LeNet5(FLModel):
         )
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
         x = F.relu(F.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
         x = F.relu(F.max_pool2d(self.conv2(x), 2)).flatten(1)
         x = F.relu(dropout(self.fc1(x), self.dropout, self.training))
-        x = F.relu(dropout(self.fc2(x), self.dropout, self.training))
-        x = self.fc3(x)
-        return F.relu(x) if self.output_relu else x
+        z = F.relu(self.fc2(x))  # ReLU before dropout: they commute
+        x = self.fc3(dropout(z, self.dropout, self.training))
+        x = F.relu(x) if self.output_relu else x
+        return (x, z) if features else x
 
 
 class CifarCNN(FLModel):
@@ -285,12 +288,13 @@ class ResNet18(FLModel):
         self.unit_groups = tuple(groups)
         self.hist_groups = ()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
         if self.augment and self.training:
             x = random_crop_flip(x)
         x = F.relu(self.gn1(self.conv1(x)))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        z = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return (self.fc(z), z) if features else self.fc(z)
 
 
 class ResNet18BN(FLModel):
@@ -315,9 +319,10 @@ class ResNet18BN(FLModel):
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.fc = layers.Linear(512, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
         if self.augment and self.training:
             x = random_crop_flip(x)
         x = F.relu(self.bn1(self.conv1(x)))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        z = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return (self.fc(z), z) if features else self.fc(z)

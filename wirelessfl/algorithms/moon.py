@@ -1,0 +1,88 @@
+"""MOON (Li, He and Song, CVPR 2021): model-contrastive federated learning.
+
+``dynamic_clients.md`` §2.7: the client minimises CE + μ · CE([cos(z, z_g), cos(z, z_prev)]/τ, 0)
+on each batch, with z the features of the local model (the models' ``features=True``
+output: the penultimate ReLU layer, or the pooled ResNet features), z_g those of the model
+the server sent (the round's start) and z_prev those of the client's own previous local
+model, kept in the client store (:mod:`wirelessfl.client_store`, CPU) across rounds; a client
+without one uses the received model [default]. The server is FedAvg's. Defaults: μ = 1, τ = 1.
+
+The contrastive term is the local rule's :meth:`~wirelessfl.client.LocalSGD.objective`, so
+both engines run it (the batched one vmaps it over the stacked clients and their stacked
+previous models). Departure, stated: the CIFAR setting's separate projection head
+(512 → 512 → 256) is not built; z is the backbone's pooled features.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from channels.validation import as_float
+from wirelessfl import client_store
+from wirelessfl.algorithms.base import Environment
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.models.base import FLModel, Params
+
+
+@dataclass(frozen=True)
+class MOONHParams(FedAvgHParams):
+    """FedAvg's hyperparameters, μ and τ of the contrastive term, the store's dtype."""
+
+    mu: float = 1.0
+    tau: float = 1.0
+    state_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        as_float("mu", self.mu, lo=0, hi=1e6)
+        as_float("tau", self.tau, lo=0, hi=1e6, lo_open=True)
+        client_store.store({}, self.state_dtype)
+
+
+class ContrastiveSGD(LocalSGD):
+    """Local SGD on CE + μ · the model-contrastive loss; returns the local model as state."""
+
+    def __init__(self, model: FLModel, hp: LocalHParams, mu: float, tau: float,
+                 state_dtype: str = "float32") -> None:
+        if "features" not in inspect.signature(model.forward).parameters:
+            raise ValueError(f"MOON needs a model with features (fcnn, mlp, lenet5, resnet18, "
+                             f"resnet18_bn); {type(model).__name__} has none")
+        super().__init__(model, hp)
+        self.mu, self.tau, self.state_dtype = mu, tau, state_dtype
+
+    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+        prev = task.state
+        return {"prev": client_store.load(prev, task.params) if prev is not None
+                else {k: v.detach() for k, v in task.params.items()}}
+
+    def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
+        out, z = functional_call(self.model, {**params, **buffers}, (x,), {"features": True})
+        data = (F.cross_entropy(out, y, reduction="none") * w).sum()
+        frozen = {k: v.clone() for k, v in buffers.items()}  # their passes leave no statistics
+        with torch.no_grad():
+            _, zg = functional_call(self.model, {**start, **frozen}, (x,), {"features": True})
+            _, zp = functional_call(self.model, {**ctx["prev"], **frozen}, (x,), {"features": True})
+        logits = torch.stack([F.cosine_similarity(z, zg, dim=-1),
+                              F.cosine_similarity(z, zp, dim=-1)], -1) / self.tau
+        target = torch.zeros(len(y), dtype=torch.long, device=y.device)
+        contrast = (F.cross_entropy(logits, target, reduction="none") * w).sum()
+        return data + self.mu * contrast, data
+
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+        res = super().client_final(task, carry)
+        return dataclasses.replace(res, state=client_store.store(carry.params, self.state_dtype))
+
+
+class MOON(FedAvg):
+    """FedAvg with :class:`ContrastiveSGD` clients (previous local models in the store)."""
+
+    def __init__(self, env: Environment, hp: MOONHParams = MOONHParams()) -> None:
+        super().__init__(env, hp)
+        self.update = ContrastiveSGD(env.model, env.local, hp.mu, hp.tau, hp.state_dtype)
