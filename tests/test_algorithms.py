@@ -76,7 +76,7 @@ def test_fedavg_fashion_mnist_beats_75_percent(fmnist):
 
 
 def test_hparams_are_frozen_and_validated():
-    from wirelessfl.algorithms import HFedAvgHParams
+    from wirelessfl.algorithms.hfedavg import HFedAvgHParams
 
     hp = HFedAvgHParams(cells=4)
     with pytest.raises(dataclasses.FrozenInstanceError):

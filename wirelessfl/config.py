@@ -4,7 +4,7 @@ A YAML file (or a preset name, looked up under ``experiments/``) gives a nested 
 ``--set section.key=value`` edits it (the value parsed as YAML); :func:`resolve` turns it
 into a :class:`RunConfig`, checking every key and type and saying what is wrong and what is
 allowed. The ``algorithm`` section is resolved against the HParams dataclass of the
-algorithm it names (:data:`wirelessfl.algorithms.ALGORITHMS`).
+algorithm it names, looked up lazily in :mod:`wirelessfl.registry`.
 
 Examples
 --------
@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import os
-import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +29,17 @@ from typing import Any
 
 import yaml
 
-from channels.validation import as_float, as_int
-from wirelessfl.algorithms import ALGORITHMS
 from wirelessfl.client import LocalHParams
+from wirelessfl.configtypes import (
+    AlgorithmConfig,
+    _coerce,
+    _lists,
+    algorithm_dict,
+    build_algorithm,
+    build_dataclass,
+    check_name,
+    checked,
+)
 from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.errors import ConfigError, check_config_size, short
 from wirelessfl.network import NetworkConfig
@@ -45,41 +50,6 @@ PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
 
 __all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "RunConfig", "resolve",
            "to_dict", "apply_overrides", "load_raw", "list_presets", "check_name", "checked"]
-
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-
-
-def check_name(name: str, key: str = "name") -> str:
-    """A run or task name usable in a folder name: no path separators, no leading dot.
-
-    >>> check_name("fedavg-fmnist 0.5")
-    'fedavg-fmnist 0.5'
-    """
-    ok = (isinstance(name, str) and 0 < len(name) <= 128 and name[0] not in ".- "
-          and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
-    if not ok:
-        raise ConfigError(f"{key} must be 1-128 characters without '/', '\\' or control "
-                          f"characters, not starting with '.', '-' or a space; got {short(name)}")
-    return name
-
-
-def checked(prefix: str, **ranges: tuple) -> None:
-    """Check named values against ranges: ``key=(value, lo, hi[, "open"])`` (None: unbounded).
-
-    Integers are checked as integers, everything else as finite floats; the error names
-    ``prefix.key`` and the received value.
-    """
-    for key, (value, lo, hi, *flags) in ranges.items():
-        if value is None:
-            continue
-        try:
-            if isinstance(value, int) and not isinstance(value, bool):
-                as_int(f"{prefix}{key}", value, lo=lo, hi=hi)
-            else:
-                as_float(f"{prefix}{key}", value, lo=lo, hi=hi, lo_open="open" in flags)
-        except ValueError as exc:
-            raise ConfigError(str(exc).replace("`", "")) from None
-
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -151,14 +121,6 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class AlgorithmConfig:
-    """An algorithm's name and its resolved hyperparameters (its own HParams dataclass)."""
-
-    name: str
-    hparams: Any
-
-
-@dataclass(frozen=True)
 class RunConfig:
     """A whole run.
 
@@ -207,7 +169,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     local: LocalHParams = field(default_factory=LocalHParams)
     algorithm: AlgorithmConfig = field(
-        default_factory=lambda: AlgorithmConfig("fedavg", ALGORITHMS["fedavg"][0]()))
+        default_factory=lambda: build_algorithm({"name": "fedavg"}, "algorithm"))
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -227,86 +189,6 @@ class RunConfig:
 # --------------------------------------------------------------------------- typed building
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(value, a, key)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{key}: bad value {short(value)}")
-    if tp is Any:
-        return value
-    if dataclasses.is_dataclass(tp):
-        return build_dataclass(tp, value, key)
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key} must be a list, got {short(value)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], key) for v in value)
-        if len(value) != len(args):
-            raise ConfigError(f"{key} must have {len(args)} entries, got {short(value)}")
-        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} must be a mapping, got {short(value)}")
-        return dict(value)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be true or false, got {short(value)}")
-        return value
-    if tp in (int, float) and isinstance(value, str) and _NUMBER.match(value.strip()):
-        value = float(value) if tp is float or not value.strip().lstrip("+-").isdigit() else int(value)
-    if tp is int:
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-            value = int(value)  # 1e3 written in exponent notation
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {short(value)}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} must be a number, got {short(value)}")
-        if not math.isfinite(value):
-            raise ConfigError(f"{key} must be a finite number, got {value}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string, got {short(value)}")
-        return value
-    raise ConfigError(f"{key}: unsupported type {tp}")
-
-
-def build_dataclass(cls: type, raw: Any, prefix: str) -> Any:
-    """Instantiate dataclass ``cls`` from mapping ``raw``, checking keys and types."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"'{prefix}' must be a mapping, got {short(raw)}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for k in raw:
-        if k not in names:
-            raise ConfigError(f"unknown config key '{prefix}.{str(k)[:40]}'; valid keys under '{prefix}': "
-                              f"{', '.join(sorted(names))}")
-    kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}") for k, v in raw.items()}
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:
-        msg = str(exc).replace("`", "")
-        field_named = msg.split(" ", 1)[0].split("[", 1)[0] in names
-        raise ConfigError(f"{prefix}.{msg}" if field_named else f"{prefix}: {msg}") from exc
-
-
 def resolve(raw: dict[str, Any]) -> RunConfig:
     """A :class:`RunConfig` from a nested mapping (YAML), every key and type checked."""
     if not isinstance(raw or {}, dict):
@@ -316,15 +198,9 @@ def resolve(raw: dict[str, Any]) -> RunConfig:
     sections = {"data": DataConfig, "model": ModelConfig, "local": LocalHParams}
     top = {k: v for k, v in raw.items() if k not in (*sections, "algorithm")}
     built = {k: build_dataclass(cls, raw.get(k), k) for k, cls in sections.items()}
-    algo_raw = raw.get("algorithm") or {}
-    if not isinstance(algo_raw, dict):
-        raise ConfigError(f"'algorithm' must be a mapping, got {short(algo_raw)}")
-    algo_raw = dict(algo_raw)
-    name = algo_raw.pop("name", "fedavg")
-    if not isinstance(name, str) or name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {short(name)}; choose one of {', '.join(ALGORITHMS)}")
-    built["algorithm"] = AlgorithmConfig(name, build_dataclass(ALGORITHMS[name][0], algo_raw,
-                                                               "algorithm"))
+    built["algorithm"] = build_algorithm({"name": "fedavg", **(raw.get("algorithm") or {})}
+                                         if isinstance(raw.get("algorithm") or {}, dict)
+                                         else raw.get("algorithm"), "algorithm")
     fields = {f.name for f in dataclasses.fields(RunConfig)} - set(built)
     for k in top:
         if k not in fields:
@@ -343,17 +219,8 @@ def resolve(raw: dict[str, Any]) -> RunConfig:
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
     """Plain nested mapping of a config (round-trips through :func:`resolve`)."""
     out = dataclasses.asdict(dataclasses.replace(cfg, algorithm=None))
-    out["algorithm"] = {"name": cfg.algorithm.name, **dataclasses.asdict(cfg.algorithm.hparams)}
+    out["algorithm"] = algorithm_dict(cfg.algorithm)
     return _lists(out)
-
-
-def _lists(value: Any) -> Any:
-    """Tuples (also nested ones) as lists, as YAML gives them back."""
-    if isinstance(value, dict):
-        return {k: _lists(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_lists(v) for v in value]
-    return value
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -28,12 +28,10 @@ from typing import Any
 from tqdm import tqdm
 
 from channels.validation import as_float
-from wirelessfl.algorithms.centralized import Centralized, CentralizedHParams
-from wirelessfl.algorithms.fedast import FedAST, FedASTHParams, TaskState
-from wirelessfl.algorithms.sync_st import SyncST, SyncSTHParams
+from wirelessfl import registry
+from wirelessfl.algorithms.fedast import FedASTHParams, TaskState
 from wirelessfl.client import LocalHParams
 from wirelessfl.config import (
-    AlgorithmConfig,
     ConfigError,
     DataConfig,
     ModelConfig,
@@ -43,6 +41,7 @@ from wirelessfl.config import (
     check_name,
     checked,
 )
+from wirelessfl.configtypes import AlgorithmConfig, algorithm_dict, build_algorithm
 from wirelessfl.errors import RunFolderError, check_config_size, short
 from wirelessfl.records import RunRecord
 from wirelessfl.rng import Seeds
@@ -54,8 +53,8 @@ from wirelessfl.tasks import TaskConfig, TaskEnv, build_tasks, task_from_registr
 #: Most tasks one multi-task run trains (``tasks`` × ``copies``).
 MAX_TASKS = 64
 
-METHODS = {"fedast": (FedASTHParams, FedAST, False), "sync_st": (SyncSTHParams, SyncST, True),
-           "centralized": (CentralizedHParams, Centralized, False)}
+#: The simulated-time methods (``simulation`` entries of :mod:`wirelessfl.registry`).
+METHODS = registry.names("simulation")
 
 
 @dataclass(frozen=True)
@@ -191,6 +190,7 @@ def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
     name = method.pop("name", "fedast")
     if not isinstance(name, str) or name not in METHODS:
         raise ConfigError(f"unknown method {short(name)}; choose one of {', '.join(METHODS)}")
+    method_cfg = build_algorithm({"name": name, **method}, "method", kinds=("simulation",))
     pool = build_dataclass(PoolConfig, raw.pop("pool", None), "pool")
     for i, t in enumerate(tasks):
         given = t.get("data", {}).get("num_clients") if isinstance(t, dict) and isinstance(
@@ -202,7 +202,7 @@ def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
     built = {
         "tasks": tuple(_with_clients(_task(t, i), pool.clients) for i, t in enumerate(tasks)),
         "pool": pool,
-        "method": AlgorithmConfig(name, build_dataclass(METHODS[name][0], method, "method")),
+        "method": method_cfg,
     }
     return _build(MultiTaskConfig, raw, built, "")
 
@@ -210,7 +210,7 @@ def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
 def multitask_to_dict(cfg: MultiTaskConfig) -> dict[str, Any]:
     """Plain nested mapping of a multi-task config (round-trips through :func:`resolve_multitask`)."""
     out = dataclasses.asdict(dataclasses.replace(cfg, method=None))
-    out["method"] = {"name": cfg.method.name, **dataclasses.asdict(cfg.method.hparams)}
+    out["method"] = algorithm_dict(cfg.method)
     for t in out["tasks"]:
         if t["sync_local"] is None:
             del t["sync_local"]
@@ -223,7 +223,8 @@ def build_simulator(cfg: MultiTaskConfig) -> tuple[Any, list[TaskEnv]]:
 
     device = resolve_device(cfg.device)
     seeds = Seeds(cfg.seed)
-    hp_cls, sim_cls, sync = METHODS[cfg.method.name]
+    sim_cls = registry.get(cfg.method.name)[1]
+    sync = getattr(sim_cls, "uses_sync_local", False)
     tasks = build_tasks(cfg.tasks, cfg.pool.clients, seeds, device, sync=sync,
                         test_samples=cfg.test_samples)
     p = cfg.pool

@@ -19,28 +19,22 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from wirelessfl.algorithms import ALGORITHMS, Environment, FederatedAlgorithm, ServerState
+from wirelessfl import registry
+from wirelessfl.algorithms.base import Environment, FederatedAlgorithm, ServerState
 from wirelessfl.batched import BatchedExecutor
 from wirelessfl.client import Executor, LocalSGD, LoopExecutor, evaluate
 from wirelessfl.config import ConfigError, RunConfig, resolve, to_dict
 from wirelessfl.data import (
-    IID,
-    CellIIDShards,
     DatasetSplits,
-    DirichletOverClients,
-    DirichletPerClient,
-    Partitioner,
-    Shards,
-    TwoGroupOverlap,
     load_dataset,
 )
+from wirelessfl.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.network import LinkModel
 from wirelessfl.population import Static
 from wirelessfl.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.rng import Seeds
-from wirelessfl.topology import Topology
 
 
 def resolve_device(name: str) -> torch.device:
@@ -62,44 +56,6 @@ def make_executor(engine: str, device: torch.device) -> Executor:
     if engine in ("batched", "auto"):
         return BatchedExecutor(device)
     return LoopExecutor(device)
-
-
-def make_partitioner(cfg: RunConfig, num_classes: int) -> Partitioner:
-    """The partitioner a config asks for."""
-    d = cfg.data
-    if d.partition == "iid":
-        return IID(num_clients=d.num_clients, samples_per_client=d.samples_per_client)
-    if d.partition == "shards":
-        return Shards(num_clients=d.num_clients, shards_per_client=d.shards_per_client)
-    if d.partition == "cell_iid_shards":
-        cells = getattr(cfg.algorithm.hparams, "cells", None)
-        if cells is None:
-            raise ConfigError("data.partition cell_iid_shards needs a hierarchical algorithm "
-                              "with algorithm.cells")
-        per = Topology.even(d.num_clients, cells).clients_per_cell
-        return CellIIDShards(clients_per_cell=per, shards_per_client=d.shards_per_client)
-    if d.partition == "dirichlet_over_clients":
-        return DirichletOverClients(num_clients=d.num_clients, alpha=d.alpha, min_size=d.min_size)
-    if d.partition == "dirichlet_per_client":
-        if d.samples_per_client is None:
-            raise ConfigError("data.partition dirichlet_per_client needs data.samples_per_client")
-        return DirichletPerClient(num_clients=d.num_clients, alpha=d.alpha,
-                                  samples_per_client=d.samples_per_client, reuse=d.reuse)
-    if d.partition == "two_group":
-        return TwoGroupOverlap(clients_per_group=d.num_clients // 2, num_classes=num_classes,
-                               overlap=d.overlap, alpha=d.alpha)
-    raise ConfigError(f"data.partition {d.partition!r} is not a partitioner")
-
-
-def partition_data(cfg: RunConfig, splits: DatasetSplits, seeds: Seeds) -> tuple[np.ndarray, ...]:
-    """Client index sets for the config's partition."""
-    if cfg.data.partition == "natural":
-        if splits.natural_partition is None:
-            raise ConfigError(f"dataset {splits.name!r} has no natural clients; choose another "
-                              "data.partition (e.g. iid or shards)")
-        return splits.natural_partition
-    partitioner = make_partitioner(cfg, splits.train.num_classes)
-    return partitioner.partition(splits.train.labels(), seeds.generator("partition"))
 
 
 @dataclass(eq=False)
@@ -143,7 +99,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=make_executor(cfg.engine, device), population=Static(
                           clients=np.arange(len(client_indices))), seeds=seeds)
-    algo_cls = ALGORITHMS[cfg.algorithm.name][1]
+    algo_cls = registry.get(cfg.algorithm.name)[1]
     algorithm = algo_cls(env, cfg.algorithm.hparams)
     return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network))
 

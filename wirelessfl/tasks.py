@@ -22,6 +22,7 @@ import torch
 from wirelessfl.client import ClientResult, ClientTask, Executor, LocalHParams, LocalSGD, evaluate
 from wirelessfl.config import ConfigError, DataConfig, ModelConfig, RunConfig, check_name, checked
 from wirelessfl.data import DatasetSplits, load_dataset
+from wirelessfl.datasplit import partition_data
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.rng import Seeds
 
@@ -164,8 +165,6 @@ def build_tasks(tasks: tuple[TaskConfig, ...], num_clients: int, seeds: Seeds,
     ``sync`` selects each task's ``sync_local`` hyperparameters where given;
     ``test_samples`` keeps a fixed random subset of each test set (same for every method).
     """
-    from wirelessfl.runner import partition_data  # runner imports algorithms, which import us
-
     cache: dict[int, tuple[DatasetSplits, tuple[np.ndarray, ...]]] = {}
     out = []
     for m, t in enumerate(tasks):

@@ -245,6 +245,8 @@ ASSIGNMENTS = {"random": RandomAssignment, "bayes": BayesAssignment, "ucb": UCBA
 class SyncST(Simulation):
     """Sync-ST over ``tasks`` on the clients of ``pool`` (its latency model and queue ends)."""
 
+    uses_sync_local = True  # tasks train with their ``sync_local`` hyperparameters (§3.1)
+
     def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
                  hp: SyncSTHParams) -> None:
         if hp.clients > pool.num_clients:

@@ -1,0 +1,198 @@
+"""The typed-config builder: YAML mappings into frozen dataclasses, every key and value checked.
+
+This module imports nothing of :mod:`wirelessfl` but :mod:`wirelessfl.errors` (and the
+argument checks of :mod:`channels.validation`), so every layer can describe its settings as
+dataclasses: :func:`build_dataclass` checks keys (listing the valid ones), types (numbers
+may be written in exponent notation, ``1e-3``; non-finite ones are refused), nested
+dataclass sections, and nested algorithm sections (:class:`AlgorithmConfig`, e.g.
+``inner: {name: fedprox, mu: 1}``), resolved through the lazy registry
+(:mod:`wirelessfl.registry`) only when such a field is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from channels.validation import as_float, as_int
+from wirelessfl.errors import ConfigError, short
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def check_name(name: str, key: str = "name") -> str:
+    """A run or task name usable in a folder name: no path separators, no leading dot.
+
+    >>> check_name("fedavg-fmnist 0.5")
+    'fedavg-fmnist 0.5'
+    """
+    ok = (isinstance(name, str) and 0 < len(name) <= 128 and name[0] not in ".- "
+          and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
+    if not ok:
+        raise ConfigError(f"{key} must be 1-128 characters without '/', '\\' or control "
+                          f"characters, not starting with '.', '-' or a space; got {short(name)}")
+    return name
+
+
+def checked(prefix: str, **ranges: tuple) -> None:
+    """Check named values against ranges: ``key=(value, lo, hi[, "open"])`` (None: unbounded).
+
+    Integers are checked as integers, everything else as finite floats; the error names
+    ``prefix.key`` and the received value.
+    """
+    for key, (value, lo, hi, *flags) in ranges.items():
+        if value is None:
+            continue
+        try:
+            if isinstance(value, int) and not isinstance(value, bool):
+                as_int(f"{prefix}{key}", value, lo=lo, hi=hi)
+            else:
+                as_float(f"{prefix}{key}", value, lo=lo, hi=hi, lo_open="open" in flags)
+        except ValueError as exc:
+            raise ConfigError(str(exc).replace("`", "")) from None
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """An algorithm's name and its resolved hyperparameters (its own HParams dataclass)."""
+
+    name: str
+    hparams: Any
+
+
+
+
+def build_algorithm(raw: Any, key: str, kinds: tuple[str, ...] = ("rounds",)) -> AlgorithmConfig:
+    """An :class:`AlgorithmConfig` from ``{name: ..., **hparams}``, looked up lazily.
+
+    ``kinds`` limits which registered algorithms fit (round-based ``rounds``, simulated-time
+    ``simulation``).
+    """
+    from wirelessfl import registry  # lazy: the registry imports algorithms on demand
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'{key}' must be a mapping with a 'name', got {short(raw)}")
+    raw = dict(raw)
+    name = raw.pop("name", None)
+    known = registry.names(*kinds)
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"unknown algorithm {short(name)} in '{key}'; choose one of "
+                          f"{', '.join(known)}")
+    hparams_cls, _ = registry.get(name)
+    return AlgorithmConfig(name, build_dataclass(hparams_cls, raw, key))
+
+
+def algorithm_dict(cfg: AlgorithmConfig) -> dict[str, Any]:
+    """``{name, **hparams}`` of an algorithm section (round-trips through :func:`build_algorithm`)."""
+    return {"name": cfg.name, **{f.name: _plain(getattr(cfg.hparams, f.name))
+                                 for f in dataclasses.fields(cfg.hparams)}}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, AlgorithmConfig):
+        return algorithm_dict(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {short(value)}")
+    if tp is Any:
+        return value
+    if tp is AlgorithmConfig:
+        return build_algorithm(value, key)
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, key)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} must be a list, got {short(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], key) for v in value)
+        if len(value) != len(args):
+            raise ConfigError(f"{key} must have {len(args)} entries, got {short(value)}")
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {short(value)}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {short(value)}")
+        return value
+    if tp in (int, float) and isinstance(value, str) and _NUMBER.match(value.strip()):
+        value = float(value) if tp is float or not value.strip().lstrip("+-").isdigit() else int(value)
+    if tp is int:
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            value = int(value)  # 1e3 written in exponent notation
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {short(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {short(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key} must be a finite number, got {value}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {short(value)}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {tp}")
+
+
+def build_dataclass(cls: type, raw: Any, prefix: str) -> Any:
+    """Instantiate dataclass ``cls`` from mapping ``raw``, checking keys and types."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'{prefix}' must be a mapping, got {short(raw)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in raw:
+        if k not in names:
+            raise ConfigError(f"unknown config key '{prefix}.{str(k)[:40]}'; valid keys under '{prefix}': "
+                              f"{', '.join(sorted(names))}")
+    kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}") for k, v in raw.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        msg = str(exc).replace("`", "")
+        field_named = msg.split(" ", 1)[0].split("[", 1)[0] in names
+        raise ConfigError(f"{prefix}.{msg}" if field_named else f"{prefix}: {msg}") from exc
+
+
+def _lists(value: Any) -> Any:
+    """Tuples (also nested ones) as lists, as YAML gives them back."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value
+
+
