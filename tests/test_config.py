@@ -54,3 +54,25 @@ def test_stored_config_equals_the_resolved_one_for_every_algorithm():
     for name in ALGORITHMS:
         d = to_dict(resolve({"algorithm": {"name": name}}))
         assert yaml.safe_load(yaml.safe_dump(d)) == d
+
+
+def test_nested_algorithm_sections_are_typed_and_validated():
+    import dataclasses
+
+    from wirelessfl.configtypes import AlgorithmConfig, _plain, build_dataclass
+
+    @dataclasses.dataclass(frozen=True)
+    class Wrapper:
+        inner: AlgorithmConfig = dataclasses.field(
+            default_factory=lambda: AlgorithmConfig("fedavg", None))
+        sessions: int = 3
+
+    w = build_dataclass(Wrapper, {"inner": {"name": "fedprox", "mu": 0.5}}, "algorithm")
+    assert w.inner.name == "fedprox" and w.inner.hparams.mu == 0.5
+    assert _plain(w)["inner"]["mu"] == 0.5 and _plain(w)["inner"]["name"] == "fedprox"
+    with pytest.raises(ConfigError, match="algorithm.inner.mu"):
+        build_dataclass(Wrapper, {"inner": {"name": "fedprox", "mu": -1}}, "algorithm")
+    with pytest.raises(ConfigError, match="unknown algorithm 'nope' in 'algorithm.inner'"):
+        build_dataclass(Wrapper, {"inner": {"name": "nope"}}, "algorithm")
+    with pytest.raises(ConfigError, match="unknown algorithm 'fedast'"):  # wrong kind
+        build_dataclass(Wrapper, {"inner": {"name": "fedast"}}, "algorithm")
