@@ -212,8 +212,13 @@ def test_single_task_run_stops_at_its_target(tmp_path):
     assert again["rounds"] == summary["rounds"]  # a resumed finished run trains no further
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.2},
-                                       {"name": "scaffold"}])
+ALL_RULES = [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.2}, {"name": "scaffold"},
+             {"name": "moon", "mu": 1.0}, {"name": "fedacg", "beta": 0.1, "lam": 0.5},
+             {"name": "fedavg_m"}, {"name": "scaffold_m"}, {"name": "fedadam", "server_lr": 0.01},
+             {"name": "fedams", "server_lr": 0.01}]
+
+
+@pytest.mark.parametrize("algorithm", ALL_RULES, ids=lambda a: a["name"])
 def test_loop_equals_batched_with_dropout(algorithm):
     """The same client draws the same dropout masks in both engines."""
     raw = {**RAW, "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.5}}}
