@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from channels.validation import as_float
 from wirelessfl import registry
@@ -45,6 +42,7 @@ from wirelessfl.configtypes import AlgorithmConfig, algorithm_dict, build_algori
 from wirelessfl.errors import RunFolderError, check_config_size, short
 from wirelessfl.records import RunRecord
 from wirelessfl.rng import Seeds
+from wirelessfl.runloop import Job, Output, execute
 from wirelessfl.runner import check_finite
 from wirelessfl.simtime import ClientPool, ShiftedExponential, speed_classes
 from wirelessfl.tasks import TaskConfig, TaskEnv, build_tasks, task_from_registry
@@ -256,6 +254,77 @@ def summarize_multitask(cfg: MultiTaskConfig, rows: list[dict[str, Any]], end: f
             "sim_time_end": end, "wall_s": wall}
 
 
+class SimulationJob(Job):
+    """A multi-task simulation as a :class:`~wirelessfl.runloop.Job`.
+
+    Rows are evaluations; snapshots are written after a completed aggregation once
+    ``checkpoint_every_s`` wall seconds have passed (0: after every round).
+    """
+
+    progress_unit = "t"
+
+    def __init__(self, cfg: MultiTaskConfig, checkpoint_every_s: float) -> None:
+        self.cfg, self.every = cfg, as_float("checkpoint_every_s", checkpoint_every_s, lo=0)
+        self.sim, self.tasks = build_simulator(cfg)
+        self.resolved, self.seed = multitask_to_dict(cfg), cfg.seed
+        self.device, self.name, self.progress_total = str(self.tasks[0].device), cfg.name, cfg.max_time
+        self.rows, self.end = 0, 0.0
+
+    def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
+        try:
+            self.sim.load_state_dict(ckpt["sim"])
+            self.rows = int(ckpt["rows"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunFolderError(f"--resume: the snapshot does not fit this run "
+                                 f"({str(exc)[:100]}); start the run again with another --out"
+                                 ) from None
+
+    def kept_rows(self, record: RunRecord,  # noqa: D102
+                  rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len(rows) < self.rows:
+            raise RunFolderError(f"--resume: {record.metrics_path} has {len(rows)} rows but the "
+                                 f"snapshot saw {self.rows}; the folder is damaged: start the "
+                                 "run again with another --out")
+        kept = rows[:self.rows]
+        names = {t.name for t in self.cfg.tasks}
+        if any(r.get("task") not in names for r in kept):
+            raise RunFolderError(f"--resume: {record.metrics_path} has rows of unknown tasks")
+        for name in names:
+            mine = [r for r in kept if r["task"] == name]
+            record.check_rows(mine, sorted({r["round"] for r in mine}), key=lambda r: r["round"])
+        return kept
+
+    def advance(self, out: Output) -> None:  # noqa: D102
+        cfg, sim = self.cfg, self.sim
+        saved = [time.perf_counter()]
+
+        def on_eval(task: TaskEnv, st: TaskState, now: float) -> bool:
+            check_finite(st.params, f"task {task.name}, round {st.round}")
+            acc, loss = task.evaluate(st.params)
+            out.row({"task": task.name, "round": st.round, "sim_time": now,
+                     "test_accuracy": acc, "test_loss": loss, "updates": st.updates,
+                     "staleness_mean": st.mean_staleness, "requests": st.target_requests,
+                     "buffer": st.buffer_size}, progress=now, note=f"{task.name} {acc:.3f}")
+            self.rows += 1
+            return cfg.stop_at_target and acc >= task.config.target
+
+        def on_checkpoint() -> None:
+            if time.perf_counter() - saved[0] >= self.every:
+                out.checkpoint({"sim": sim.state_dict(), "rows": self.rows})
+                saved[0] = time.perf_counter()
+
+        self.end = sim.run(on_eval, max_time=cfg.max_time, eval_every=cfg.eval_every,
+                           max_rounds=cfg.max_rounds, on_checkpoint=on_checkpoint,
+                           **({} if cfg.eval_interval is None
+                              else {"eval_interval": cfg.eval_interval}))
+
+    def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
+        stats = {t.name: {"updates": s.updates, "rounds": s.round,
+                          "staleness_mean": s.mean_staleness}
+                 for t, s in zip(self.tasks, self.sim.states)}
+        return summarize_multitask(self.cfg, rows, self.end, wall, stats)
+
+
 def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
                   resume: bool = False, checkpoint_every_s: float = 60.0) -> dict[str, Any]:
     """Simulate ``cfg`` into run folder ``out``; return the summary.
@@ -264,72 +333,9 @@ def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
     ``checkpoint_every_s`` wall seconds have passed since the last one (0: after every
     round); it holds model versions and state, never trained results, so it stays small.
     With ``resume`` a run continues from its last snapshot (rows written after it are
-    dropped and produced again, with the same numbers). The folder is locked while the run
-    writes it; a run that fails before its first snapshot leaves nothing behind.
+    dropped and produced again, with the same numbers). The loop around the simulation is
+    :func:`wirelessfl.runloop.execute`, shared with every kind of run (lock, nothing
+    half-written, one progress bar, summary).
     """
-    checkpoint_every_s = as_float("checkpoint_every_s", checkpoint_every_s, lo=0)
-    record, resolved = RunRecord(out), multitask_to_dict(cfg)
-    sim, tasks = build_simulator(cfg)
-    with record.writing(resolved, cfg.seed, str(tasks[0].device), resume=resume) as ckpt:
-        rows, wall0 = 0, 0.0
-        if ckpt is not None:
-            try:
-                sim.load_state_dict(ckpt["sim"])
-                rows, wall0 = int(ckpt["rows"]), float(ckpt["wall_s"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise RunFolderError(f"--resume: the snapshot in {record.checkpoint_path} does "
-                                     f"not fit this run ({str(exc)[:100]}); start the run again "
-                                     "with another --out") from None
-        if resume:
-            kept = record.rows()
-            if len(kept) < rows:
-                raise RunFolderError(f"--resume: {record.metrics_path} has {len(kept)} rows but "
-                                     f"the snapshot saw {rows}; the folder is damaged: start the "
-                                     "run again with another --out")
-            kept = kept[:rows]
-            for t in cfg.tasks:
-                mine = [r for r in kept if r.get("task") == t.name]
-                record.check_rows(mine, sorted({r["round"] for r in mine}), key=lambda r: r["round"])
-            if any(r.get("task") not in {t.name for t in cfg.tasks} for r in kept):
-                raise RunFolderError(f"--resume: {record.metrics_path} has rows of unknown tasks")
-            record.keep(kept)
-        return _simulate(cfg, record, sim, tasks, rows, wall0, quiet, checkpoint_every_s)
-
-
-def _simulate(cfg: MultiTaskConfig, record: RunRecord, sim: Any, tasks: list[TaskEnv],
-              rows: int, wall0: float, quiet: bool, checkpoint_every_s: float) -> dict[str, Any]:
-    start = time.perf_counter() - wall0
-    saved = [time.perf_counter()]
-    bar = tqdm(total=cfg.max_time, desc=cfg.name, unit="t", disable=quiet or bool(os.environ.get("CI")),
-               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} simulated {postfix}")
-
-    def on_eval(task: TaskEnv, st: TaskState, now: float) -> bool:
-        nonlocal rows
-        check_finite(st.params, f"task {task.name}, round {st.round}")
-        acc, loss = task.evaluate(st.params)
-        record.append({"task": task.name, "round": st.round, "sim_time": now,
-                       "test_accuracy": acc, "test_loss": loss, "updates": st.updates,
-                       "staleness_mean": st.mean_staleness,
-                       "requests": st.target_requests, "buffer": st.buffer_size,
-                       "wall_s": time.perf_counter() - start})
-        rows += 1
-        bar.n = min(now, cfg.max_time)
-        bar.set_postfix_str(f"{task.name} {acc:.3f}")
-        return cfg.stop_at_target and acc >= task.config.target
-
-    def on_checkpoint() -> None:
-        if time.perf_counter() - saved[0] >= checkpoint_every_s:
-            record.save_checkpoint({"sim": sim.state_dict(), "rows": rows,
-                                    "wall_s": time.perf_counter() - start})
-            saved[0] = time.perf_counter()
-
-    end = sim.run(on_eval, max_time=cfg.max_time, eval_every=cfg.eval_every,
-                  max_rounds=cfg.max_rounds, on_checkpoint=on_checkpoint,
-                  **({} if cfg.eval_interval is None else {"eval_interval": cfg.eval_interval}))
-    bar.close()
-    stats = {t.name: {"updates": s.updates, "rounds": s.round,
-                      "staleness_mean": s.mean_staleness}
-             for t, s in zip(tasks, sim.states)}
-    summary = summarize_multitask(cfg, record.rows(), end, time.perf_counter() - start, stats)
-    record.write_summary(summary)
-    return summary
+    job = SimulationJob(cfg, checkpoint_every_s)
+    return execute(RunRecord(out), job, resume=resume, quiet=quiet)

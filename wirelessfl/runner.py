@@ -9,15 +9,12 @@ by (seed, round, ...), ends with the same numbers as an uninterrupted run.
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from wirelessfl import registry
 from wirelessfl.algorithms.base import Environment, FederatedAlgorithm, ServerState
@@ -35,6 +32,7 @@ from wirelessfl.network import LinkModel
 from wirelessfl.population import Static
 from wirelessfl.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.rng import Seeds
+from wirelessfl.runloop import Job, Output, execute
 
 
 def resolve_device(name: str) -> torch.device:
@@ -104,13 +102,13 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network))
 
 
-def _checkpoint(state: ServerState, uplink: float, sim_time: float | None, wall: float,
+def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
                 totals: dict[str, float]) -> dict[str, Any]:
     return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
             "opt_state": _to_device(state.opt_state, torch.device("cpu")),
             "client_states": dict(state.client_states),  # already on the CPU (client_store)
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
-            "uplink_params_per_client": uplink, "sim_time_s": sim_time, "wall_s": wall,
+            "uplink_params_per_client": uplink, "sim_time_s": sim_time,
             "totals": dict(totals)}
 
 
@@ -164,13 +162,13 @@ def check_finite(params: Params, where: str) -> None:
                                "- lower the learning rate(s) and start again with another --out")
 
 
-def _evaluate_row(exp: Experiment, state: ServerState, uplink: float, sim_time: float | None,
-                  wall: float) -> dict[str, Any]:
+def _evaluate_row(exp: Experiment, state: ServerState, uplink: float,
+                  sim_time: float | None) -> dict[str, Any]:
     acc, loss = evaluate(exp.model, state.params, exp.splits.test, device=exp.device,
                          buffers=state.buffers)
     row = {"round": state.round, "sim_time_s": sim_time, "uplink_params_per_client": uplink,
            "uplink_mb_per_client": params_to_mb(uplink), "test_accuracy": acc,
-           "test_loss": loss, "wall_s": wall}
+           "test_loss": loss}
     if sim_time is None:
         row.pop("sim_time_s")
     return row
@@ -197,6 +195,68 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float) -> dict[s
     return summary
 
 
+class RoundsJob(Job):
+    """A round-based run (:class:`Experiment`) as a :class:`~wirelessfl.runloop.Job`."""
+
+    def __init__(self, exp: Experiment) -> None:
+        cfg = exp.config
+        self.exp, self.cfg = exp, cfg
+        self.resolved, self.seed, self.device = to_dict(cfg), cfg.seed, str(exp.device)
+        self.name, self.progress_total = cfg.name, cfg.rounds
+        self.state = exp.initial_state()
+        self.uplink, self.sim_time = 0.0, None
+        self.totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
+
+    def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
+        self.state = _restore(ckpt, self.exp)
+        self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
+        self.totals = dict(ckpt.get("totals", {}))
+
+    def progress(self) -> float:  # noqa: D102
+        return self.state.round
+
+    def kept_rows(self, record: RunRecord,  # noqa: D102
+                  rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        t = self.state.round
+        rows = [r for r in rows if r["round"] <= t]
+        expected = evaluated_rounds(self.cfg, t)
+        record.check_rows(rows, expected[:len(rows)] if t == 0 else expected,
+                          key=lambda r: r["round"])
+        return rows
+
+    def advance(self, out: Output) -> None:  # noqa: D102
+        exp, cfg = self.exp, self.cfg
+        if self.state.round == 0 and not out.record.rows():
+            out.row(_evaluate_row(exp, self.state, 0.0, None if self.sim_time is None else 0.0))
+        # a resumed run that had already stopped at its target does not train on
+        done = cfg.stop_at_target and first_reaching(out.record.rows(),
+                                                     cfg.target_accuracy) is not None
+        while self.state.round < cfg.rounds and not done:
+            self.state, report = exp.algorithm.apply(self.state)
+            t = self.state.round
+            check_finite(self.state.params, f"{cfg.name}, round {t}")
+            self.uplink += report.uplink_params
+            latency = report.latency_s
+            if latency is None and exp.link is not None:
+                latency = exp.link.round_seconds(report, exp.seeds.generator("network", t))
+            if latency is not None:
+                self.sim_time = (self.sim_time or 0.0) + latency
+            for k, v in report.cumulative.items():
+                self.totals[k] = self.totals.get(k, 0.0) + v
+            if t % cfg.eval_every == 0 or t == cfg.rounds:
+                row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
+                out.row({**row, **self.totals, "train_loss": report.train_loss,
+                         **dict(report.extra)}, progress=t, note=f"acc={row['test_accuracy']:.3f}")
+                done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
+            else:
+                out.tick(t)
+            if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
+                out.checkpoint(_checkpoint(self.state, self.uplink, self.sim_time, self.totals))
+
+    def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
+        return summarize(self.cfg, rows, wall)
+
+
 def run(exp: Experiment, out: str | Path, *, resume: bool = False,
         quiet: bool = False) -> dict[str, Any]:
     """Train ``exp`` into run folder ``out``; return the summary.
@@ -204,62 +264,7 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
     Without ``resume``, ``out`` must not exist or be empty. With it, ``out`` must hold a run
     of the same resolved config whose rows match its checkpoint; it continues after the
     checkpoint. The folder is locked while the run writes it; a run that fails before its
-    first round leaves nothing behind (Ctrl-C keeps it, resumable).
+    first round leaves nothing behind (Ctrl-C keeps it, resumable). The loop around the
+    rounds is :func:`wirelessfl.runloop.execute`, shared with every kind of run.
     """
-    cfg, record = exp.config, RunRecord(out)
-    resolved = to_dict(cfg)
-    state, uplink, sim_time, wall0 = exp.initial_state(), 0.0, None, 0.0
-    totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
-    with record.writing(resolved, cfg.seed, str(exp.device), resume=resume) as ckpt:
-        if ckpt is not None:
-            state = _restore(ckpt, exp)
-            uplink, sim_time, wall0 = (ckpt["uplink_params_per_client"], ckpt["sim_time_s"],
-                                       ckpt["wall_s"])
-            totals = dict(ckpt.get("totals", {}))
-        if resume:
-            rows = [r for r in record.rows() if r["round"] <= state.round]
-            expected = evaluated_rounds(cfg, state.round)
-            record.check_rows(rows, expected[:len(rows)] if state.round == 0 else expected,
-                              key=lambda r: r["round"])
-            record.keep(rows)
-        return _train(exp, record, state, uplink, sim_time, wall0, totals, quiet)
-
-
-def _train(exp: Experiment, record: RunRecord, state: ServerState, uplink: float,
-           sim_time: float | None, wall0: float, totals: dict[str, float],
-           quiet: bool) -> dict[str, Any]:
-    cfg = exp.config
-    start = time.perf_counter() - wall0
-    if state.round == 0 and not record.rows():
-        record.append(_evaluate_row(exp, state, 0.0, None if sim_time is None else 0.0, 0.0))
-    disable = quiet or bool(os.environ.get("CI"))
-    bar = tqdm(total=cfg.rounds, initial=state.round, desc=cfg.name, unit="round",
-               disable=disable, dynamic_ncols=True)
-    # a resumed run that had already stopped at its target does not train on
-    done = cfg.stop_at_target and first_reaching(record.rows(), cfg.target_accuracy) is not None
-    while state.round < cfg.rounds and not done:
-        state, report = exp.algorithm.apply(state)
-        check_finite(state.params, f"{cfg.name}, round {state.round}")
-        uplink += report.uplink_params
-        latency = report.latency_s
-        if latency is None and exp.link is not None:
-            latency = exp.link.round_seconds(report, exp.seeds.generator("network", state.round))
-        if latency is not None:
-            sim_time = (sim_time or 0.0) + latency
-        for k, v in report.cumulative.items():
-            totals[k] = totals.get(k, 0.0) + v
-        t = state.round
-        if t % cfg.eval_every == 0 or t == cfg.rounds:
-            row = _evaluate_row(exp, state, uplink, sim_time, time.perf_counter() - start)
-            record.append({**row, **totals, "train_loss": report.train_loss,
-                           **dict(report.extra)})
-            bar.set_postfix(acc=f"{row['test_accuracy']:.3f}")
-            done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
-        if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
-            record.save_checkpoint(_checkpoint(state, uplink, sim_time,
-                                               time.perf_counter() - start, totals))
-        bar.update(1)
-    bar.close()
-    summary = summarize(cfg, record.rows(), time.perf_counter() - start)
-    record.write_summary(summary)
-    return summary
+    return execute(RunRecord(out), RoundsJob(exp), resume=resume, quiet=quiet)
