@@ -20,3 +20,22 @@ def fmnist():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def interrupt_after(monkeypatch):
+    """``arm(exp, n)``: the experiment's algorithm raises KeyboardInterrupt after n rounds."""
+
+    def arm(exp, rounds):
+        real, calls = exp.algorithm.apply, []
+
+        def apply(state):
+            if len(calls) == rounds:
+                raise KeyboardInterrupt
+            calls.append(1)
+            return real(state)
+
+        monkeypatch.setattr(exp.algorithm, "apply", apply)
+        return exp
+
+    return arm

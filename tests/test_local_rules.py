@@ -104,22 +104,14 @@ def test_scaffold_correction_is_applied_in_both_engines():
             torch.testing.assert_close(b.state[k], lp.state[k], rtol=1e-4, atol=1e-5)
 
 
-def test_scaffold_resumes_with_its_control_variates(tmp_path, monkeypatch):
+def test_scaffold_resumes_with_its_control_variates(tmp_path, monkeypatch, interrupt_after):
     import wirelessfl.runner as runner
     from wirelessfl.records import RunRecord
 
     raw = {**RAW, "rounds": 4, "name": "sc", "algorithm": {"name": "scaffold", "clients_per_round": 4}}
     full = runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
     exp = runner.prepare(resolve(raw))
-    real, calls = exp.algorithm.apply, []
-
-    def stop(state):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return real(state)
-
-    monkeypatch.setattr(exp.algorithm, "apply", stop)
+    interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         runner.run(exp, tmp_path / "cut", quiet=True)
     assert RunRecord(tmp_path / "cut").load_checkpoint()["client_states"]
@@ -230,7 +222,7 @@ def test_loop_equals_batched_with_dropout(algorithm):
         _close(_rounds(loop, 2), _rounds(no_dropout, 2), rtol=1e-4, atol=1e-5)
 
 
-def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, monkeypatch):
+def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, monkeypatch, interrupt_after):
     import wirelessfl.runner as runner
     from wirelessfl.records import RunRecord
 
@@ -250,15 +242,7 @@ def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, mon
     assert all(v.dtype == torch.float16 and v.device.type == "cpu"
                for ci in ckpt["client_states"].values() for v in ci.values())
     exp = runner.prepare(resolve(raw))
-    real_apply, calls = exp.algorithm.apply, []
-
-    def stop(state):
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return real_apply(state)
-
-    monkeypatch.setattr(exp.algorithm, "apply", stop)
+    interrupt_after(exp, 5)
     with pytest.raises(KeyboardInterrupt):
         runner.run(exp, tmp_path / "cut", quiet=True)
     assert RunRecord(tmp_path / "cut").load_checkpoint()["round"] == 3

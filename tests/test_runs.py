@@ -29,18 +29,10 @@ def test_same_seed_same_metrics(tmp_path):
     assert a["rounds"] == 4
 
 
-def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
+def test_resume_equals_uninterrupted(tmp_path, monkeypatch, interrupt_after):
     runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
     exp = runner.prepare(resolve(RAW))
-    real_apply, calls = exp.algorithm.apply, []
-
-    def apply_then_stop(state):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return real_apply(state)
-
-    monkeypatch.setattr(exp.algorithm, "apply", apply_then_stop)
+    interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         runner.run(exp, tmp_path / "cut", quiet=True)
     assert [r["round"] for r in RunRecord(tmp_path / "cut").rows()] == [0, 1, 2]

@@ -73,20 +73,12 @@ RAW = {"name": "adam", "seed": 2, "rounds": 4,
        "algorithm": {"name": "fedams", "server_lr": 0.03, "clients_per_round": 5}}
 
 
-def test_fedams_learns_and_resumes_with_its_moments(tmp_path, monkeypatch):
+def test_fedams_learns_and_resumes_with_its_moments(tmp_path, monkeypatch, interrupt_after):
     full = runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
     rows = RunRecord(tmp_path / "full").rows()
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
     exp = runner.prepare(resolve(RAW))
-    real, calls = exp.algorithm.apply, []
-
-    def stop_after_two(state):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return real(state)
-
-    monkeypatch.setattr(exp.algorithm, "apply", stop_after_two)
+    interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         runner.run(exp, tmp_path / "cut", quiet=True)
     ckpt = RunRecord(tmp_path / "cut").load_checkpoint()
