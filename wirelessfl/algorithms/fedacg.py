@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from channels.validation import as_float
@@ -19,11 +18,8 @@ from wirelessfl.algorithms.base import (
     Environment,
     RoundReport,
     ServerState,
-    client_diagnostics,
-    mean_buffers,
-    num_params,
 )
-from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams, client_weights
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.algorithms.fedprox import ProximalSGD
 
 
@@ -49,18 +45,10 @@ class FedACG(FedAvg):
         self.update = ProximalSGD(env.model, env.local, hp.beta)
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        t, seeds, hp = state.round, self.env.seeds, self.hp
+        hp = self.hp
         m = (state.opt_state or {}).get("m") or {k: torch.zeros_like(v) for k, v in state.params.items()}
         start = {k: state.params[k] + hp.lam * m[k] for k in m}
-        clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
-        results = self.train_clients([start] * len(clients), clients, t, buffers=state.buffers)
-        w = client_weights(np.array([r.num_samples for r in results]), hp.weighting)
-        update = self.aggregator.aggregate([r.delta for r in results], w,
-                                           seeds.generator("noise", t))  # mean(start − w_k)
+        results, _, update = self.train_round(state, start=start)  # update = mean(start − w_k)
         m = {k: hp.lam * m[k] - update[k] for k in m}
         params = {k: state.params[k] + m[k] for k in m}
-        loss, diag = client_diagnostics(results)
-        return (ServerState(params, t + 1, {"m": m}, state.client_states,
-                            mean_buffers(results, state.buffers)),
-                RoundReport(uplink_params=float(num_params(state.params)), train_loss=loss,
-                            clients=diag))
+        return self.finish_round(state, params, {"m": m}, results)

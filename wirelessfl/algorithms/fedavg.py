@@ -14,6 +14,7 @@ registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,8 @@ from wirelessfl.algorithms.base import (
     mean_buffers,
     num_params,
 )
+from wirelessfl.client import ClientResult
+from wirelessfl.models.base import Params
 from wirelessfl.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server_opt import ServerOptimizer
 
@@ -128,17 +131,41 @@ class FedAvg(FederatedAlgorithm):
                                        else UniformSampler(num=hp.clients_per_round))
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        results, _, update = self.train_round(state)
+        params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
+        return self.finish_round(state, params, opt_state, results)
+
+    # ------------------------------------------------------------------ shared by the family
+    def train_round(self, state: ServerState, start: Params | None = None,
+                    broadcast: Any = None) -> tuple[list[ClientResult], np.ndarray, Params]:
+        """Sample round ``state.round``'s clients, train them, aggregate their deltas.
+
+        Clients start from ``start`` (the global model by default) with their stored states,
+        the global buffers and ``broadcast``; returns the results, the aggregation weights
+        and the aggregated pseudo-gradient.
+        """
         t, seeds = state.round, self.env.seeds
         clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
-        results = self.train_clients([state.params] * len(clients), clients, t,
-                                     states=state.client_states, buffers=state.buffers)
+        results = self.train_clients([state.params if start is None else start] * len(clients),
+                                     clients, t, states=state.client_states,
+                                     broadcast=broadcast, buffers=state.buffers)
         w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            seeds.generator("noise", t))
-        loss, diag = client_diagnostics(results)
-        params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
+        return results, w, update
+
+    def finish_round(self, state: ServerState, params: Params, opt_state: Any,
+                     results: list[ClientResult], vectors_up: int = 1,
+                     vectors_down: int | None = None) -> tuple[ServerState, RoundReport]:
+        """The next state (clients' new states stored, buffers averaged) and the report.
+
+        ``vectors_up``/``vectors_down`` count the d-vectors each client sends and receives.
+        """
         states = {**state.client_states, **{r.client: r.state for r in results
                                              if r.state is not None}}  # a rule's client state
-        new = ServerState(params, t + 1, opt_state, states, mean_buffers(results, state.buffers))
-        return new, RoundReport(uplink_params=float(num_params(state.params)),
-                                train_loss=loss, clients=diag)
+        new = ServerState(params, state.round + 1, opt_state, states,
+                          mean_buffers(results, state.buffers))
+        loss, diag = client_diagnostics(results)
+        d = float(num_params(state.params))
+        return new, RoundReport(uplink_params=vectors_up * d, train_loss=loss, clients=diag,
+                                downlink_params=None if vectors_down is None else vectors_down * d)

@@ -39,11 +39,8 @@ from wirelessfl.algorithms.base import (
     Environment,
     RoundReport,
     ServerState,
-    client_diagnostics,
-    mean_buffers,
-    num_params,
 )
-from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams, client_weights
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
 
@@ -160,18 +157,12 @@ class SCAFFOLD(FedAvg):
             self.server_opt.lr = env.local.lr
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        t, seeds, hp = state.round, self.env.seeds, self.hp
+        t, hp = state.round, self.hp
         opt = dict(state.opt_state or {})
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
         c, u = opt.pop("c", None) or zeros, opt.pop("u", None) or zeros
-        clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
         sent = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
-        results = self.train_clients([state.params] * len(clients), clients, t,
-                                     states=state.client_states, broadcast=sent,
-                                     buffers=state.buffers)
-        w = client_weights(np.array([r.num_samples for r in results]), hp.weighting)
-        update = self.aggregator.aggregate([r.delta for r in results], w,
-                                           seeds.generator("noise", t))
+        results, w, update = self.train_round(state, broadcast=sent)
         params, server = self.server_opt.step(state.params, update, opt.pop("server", None))
         steps = float(np.mean([r.num_steps for r in results]))
         lr = self.client_lr(t)
@@ -188,12 +179,7 @@ class SCAFFOLD(FedAvg):
         coef = (np.full(len(dc), 1.0 / self.env.num_clients) if hp.c_update == "population"
                 else w[[r.state is not None for r in results]] / w.sum())
         c = {k: c[k] + sum(float(a) * d[k] for a, d in zip(coef, dc)) for k in c}
-        states = {**state.client_states, **{r.client: r.state for r in results
-                                             if r.state is not None}}
-        loss, diag = client_diagnostics(results)
         kept = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
-        new = ServerState(params, t + 1, {**kept, "server": server}, states,
-                          mean_buffers(results, state.buffers))
-        d = float(num_params(state.params))
-        return new, RoundReport(uplink_params=(2 if hp.control_variates else 1) * d,
-                                train_loss=loss, clients=diag, downlink_params=(1 + len(sent)) * d)
+        return self.finish_round(state, params, {**kept, "server": server}, results,
+                                 vectors_up=2 if hp.control_variates else 1,
+                                 vectors_down=1 + len(sent))
