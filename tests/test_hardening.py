@@ -73,18 +73,24 @@ def test_checkpoint_with_code_is_refused_not_executed(tmp_path, capsys):
     assert not marker.exists()
 
 
-def test_checkpoint_saved_on_a_gpu_loads_on_the_cpu(tmp_path):
-    out = _run(tmp_path)
-    record = RunRecord(out)
-    ckpt = record.load_checkpoint()
-    # what torch writes for a CUDA tensor is its storage location; map_location must undo it
-    import io
+def test_checkpoint_saved_on_a_gpu_loads_on_the_cpu(tmp_path, monkeypatch):
+    """A checkpoint whose tensors are tagged as CUDA storage resumes on a CPU-only machine."""
+    import torch.serialization as ser
 
-    buf = io.BytesIO()
-    torch.save(ckpt, buf)
-    raw = buf.getvalue()
-    loaded = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    out = _run(tmp_path)
+    ckpt = RunRecord(out).load_checkpoint()
+    monkeypatch.setattr(ser, "location_tag", lambda storage: "cuda:0")  # as if saved on a GPU
+    torch.save(ckpt, out / "checkpoint.pt")
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(out / "checkpoint.pt", weights_only=True)  # what a naive load does
+    loaded = RunRecord(out).load_checkpoint()
     assert all(v.device.type == "cpu" for v in loaded["params"].values())
+    (out / "summary.json").unlink()
+    summary = runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)
+    assert summary["rounds"] == RAW["rounds"]  # the runner resumed from it
+
 
 
 def test_fedast_snapshot_is_plain_data_and_refuses_code(tmp_path, capsys):
