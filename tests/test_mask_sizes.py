@@ -138,3 +138,28 @@ def test_rayleigh_statistics_and_rate():
     assert abs(np.mean(h[..., 0] * h[..., 1].conj())) < 0.02
     r = tdma_rate(h, 1000.0)
     np.testing.assert_allclose(r, 9e6 * np.log2(1 + 1000 * np.sum(np.abs(h) ** 2, -1)))
+
+
+def test_offsets_match_brute_force_and_highs():
+    """max_j c_j (d_j + σ) (HIST's shared parameters, §4.3): exact solver = enumeration = HiGHS."""
+    import itertools
+
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n = int(rng.integers(1, 4))
+        c = rng.uniform(0.1, 3.0, n)
+        if rng.random() < 0.2:
+            c[0] = 0.0
+        total, cap = int(rng.integers(0, 10)), int(rng.integers(4, 10))
+        sigma = float(rng.choice([0.0, 0.5, 3.7, 20.0]))
+        if cap * n < total:
+            continue
+        r = mask_sizes.solve(c, total, cap, offset=sigma)
+        best = min(max(c[j] * (d[j] + sigma) for j in range(n))
+                   for d in itertools.product(range(cap + 1), repeat=n) if sum(d) == total)
+        assert r.sizes.sum() == total and (r.sizes <= cap).all()
+        assert float(r.latency) == pytest.approx(best, rel=1e-12, abs=1e-12)
+    c = rng.uniform(0.1, 10, (20, 5))
+    exact = mask_sizes.solve(c, 60, 20, offset=7.5)
+    highs = mask_sizes.solve(c, 60, 20, offset=7.5, backend="highs")
+    np.testing.assert_allclose(exact.latency, highs.latency, rtol=1e-8)
