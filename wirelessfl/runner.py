@@ -2,9 +2,11 @@
 
 :func:`prepare` does everything that can fail on bad input (data, partition, model,
 algorithm) without touching the disk; :func:`run` then creates the run folder, trains, and
-appends a metrics row per evaluation and a checkpoint per round. With ``resume=True`` it
-continues an interrupted run from its checkpoint and, because every random stream is keyed
-by (seed, round, ...), ends with the same numbers as an uninterrupted run.
+appends a metrics row per evaluation and a checkpoint every ``checkpoint_every`` rounds, as
+a :class:`RoundsJob` of the shared run loop (:mod:`wirelessfl.runloop`). With ``resume=True``
+it continues an interrupted run from its checkpoint and, because every random stream is keyed
+by (seed, round, ...), ends with the same numbers as an uninterrupted run. Rounds that do not
+time themselves are timed by the run's network model (:mod:`wirelessfl.network`).
 """
 
 from __future__ import annotations
