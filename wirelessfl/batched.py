@@ -123,13 +123,14 @@ class BatchedExecutor(Executor):
                     keys = step_keys([t.seed for t in tasks], s, self.device)
                     grads, losses = self._gradients(update, carry, x, y, w, keys)
                     old = carry.params
+                    old_opt = {k: v for k, v in carry.opt.items() if isinstance(v, dict)}
                     carry = update.descend(carry, grads, 0.0)
-                    if s >= steps.min():
+                    if s >= steps.min():  # finished clients keep params, buffers, moments
                         active = torch.as_tensor(steps > s, device=self.device)
-                        carry.params = {k: torch.where(_expand(active, v), v, old[k])
-                                        for k, v in carry.params.items()}
-                        carry.buffers = {k: torch.where(_expand(active, v), v, old_buffers[k])
-                                         for k, v in carry.buffers.items()}
+                        carry.params = _keep_inactive(active, carry.params, old)
+                        carry.buffers = _keep_inactive(active, carry.buffers, old_buffers)
+                        for name, before in old_opt.items():
+                            carry.opt[name] = _keep_inactive(active, carry.opt[name], before)
                     loss_sum += losses.detach()
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
@@ -138,7 +139,10 @@ class BatchedExecutor(Executor):
                     start={k: start[k][c] for k in start},
                     params={k: carry.params[k][c] for k in start}, lr=carry.lr, state=t.state,
                     step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c],
-                    buffers={k: v[c] for k, v in carry.buffers.items()}))
+                    buffers={k: v[c] for k, v in carry.buffers.items()},
+                    opt={name: {k: v[c] for k, v in tree.items()}
+                         for name, tree in carry.opt.items() if isinstance(tree, dict)},
+                    seed=t.seed))
                 for c, t in enumerate(tasks)]
 
     def _batch(self, data: ArrayDataset, tasks: list[ClientTask], schedules: list[list],
@@ -193,6 +197,12 @@ def retain_freed_memory(threshold: int = 1 << 30) -> bool:
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
+
+
+def _keep_inactive(active: torch.Tensor, new: Params, old: Params) -> Params:
+    """``new`` for active clients, ``old`` (where it exists) for those whose schedule ended."""
+    return {k: torch.where(_expand(active, v), v, old[k]) if k in old else v
+            for k, v in new.items()}
 
 
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

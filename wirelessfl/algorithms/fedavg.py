@@ -141,11 +141,14 @@ class FedAvg(FederatedAlgorithm):
         """Sample round ``state.round``'s clients, train them, aggregate their deltas.
 
         Clients start from ``start`` (the global model by default) with their stored states,
-        the global buffers and ``broadcast``; returns the results, the aggregation weights
-        and the aggregated pseudo-gradient.
+        the global buffers and ``broadcast`` (or ``broadcast(clients)``, when what is sent
+        depends on who was sampled); returns the results, the aggregation weights and the
+        aggregated pseudo-gradient.
         """
         t, seeds = state.round, self.env.seeds
         clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
+        if callable(broadcast):
+            broadcast = broadcast(np.asarray(clients))
         results = self.train_clients([state.params if start is None else start] * len(clients),
                                      clients, t, states=state.client_states,
                                      broadcast=broadcast, buffers=state.buffers)
@@ -155,8 +158,8 @@ class FedAvg(FederatedAlgorithm):
         return results, w, update
 
     def finish_round(self, state: ServerState, params: Params, opt_state: Any,
-                     results: list[ClientResult], vectors_up: int = 1,
-                     vectors_down: int | None = None) -> tuple[ServerState, RoundReport]:
+                     results: list[ClientResult], vectors_up: float = 1,
+                     vectors_down: float | None = None) -> tuple[ServerState, RoundReport]:
         """The next state (clients' new states stored, buffers averaged) and the report.
 
         ``vectors_up``/``vectors_down`` count the d-vectors each client sends and receives.

@@ -1,0 +1,208 @@
+"""FAdamGC: federated Adam with gradient correction before the moments (``specs/fadamgc.md``).
+
+One local rule, :class:`TrackedAdam`, gives the three Adam-type methods of the paper; they
+differ in where the drift correction c_i = y − y_i enters (§2.2, §3.1–3.2):
+
+- ``pre`` (FAdamGC, Algorithm 1): ĝ = g + c_i feeds both moments, Δ = m / (√v̂ + ε),
+  x ← x − η_l Δ; a tracked client's new y_i is the mean of its raw gradients (§2.3);
+- ``post`` (FA-NT, Algorithm 2): the raw g feeds the moments, x ← x − η_l (Δ + c_i); a
+  tracked client's new y_i is the mean of its Δ (SCAFFOLD option II, the same quantity);
+- ``none`` (LocalAdam, §3.1): Algorithm 1 without any correction (no y).
+
+Every method: m restarts at 0 each round, v_i persists per client (the EMA, not v̂), v̂ is a
+running maximum within the round restarted from v_i, no bias correction, ε outside the root
+(0/0 := 0 when ε = 0), the element-wise formulas also at β₂ = 0 [default, §2.5]. The server
+samples S clients and, among them, S̃ tracked ones (``tracked``, S/2 by default for images,
+§2.6); it sends (x, y), averages the models uniformly with η_g (its server optimiser), and
+sets y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i), so y = mean_i y_i always (§2.3). y_i and v_i live in
+the client store (CPU). Uplink per client 1 + S̃/S vectors, downlink 2 (LocalAdam 1 and 1).
+
+Stated departures: y_i and y start at zero (§7 item 1; the ``warm_start`` option is not
+implemented), and the norm-normalised analysis variant of β₂ = 0 is not implemented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from channels.validation import as_float, as_int
+from wirelessfl import client_store
+from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.models.base import FLModel, Params
+
+CORRECTIONS = ("pre", "post", "none")
+
+
+@dataclass(frozen=True)
+class FAdamGCHParams(FedAvgHParams):
+    """FAdamGC's hyperparameters (``fadamgc.md`` §2.6); ``server_lr`` is η_g, ``local.lr`` η_l.
+
+    Attributes
+    ----------
+    correction : str
+        ``pre`` (FAdamGC), ``post`` (FA-NT) or ``none`` (LocalAdam).
+    betas, eps : tuple of float, float
+        (β1, β2) and ε of the local Adam (0.9, 0.99, 1e-8; β₂ = 0 allowed).
+    tracked : int or None
+        S̃, tracked clients per round (None: half the round's clients, at least one).
+    state_dtype : str
+        dtype of the stored y_i and v_i.
+    """
+
+    weighting: str = "uniform"
+    correction: str = "pre"
+    betas: tuple[float, float] = (0.9, 0.99)
+    eps: float = 1e-8
+    tracked: int | None = None
+    state_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"`correction` must be one of {', '.join(CORRECTIONS)}, got "
+                             f"{self.correction!r}")
+        if len(self.betas) != 2:
+            raise ValueError(f"`betas` must be two numbers, got {self.betas}")
+        for b in self.betas:
+            as_float("betas", b, lo=0, hi=1, hi_open=True)
+        as_float("eps", self.eps, lo=0, hi=1)
+        if self.tracked is not None:
+            as_int("tracked", self.tracked, lo=0, hi=10**6)
+        client_store.store({}, self.state_dtype)
+
+
+@dataclass(frozen=True)
+class FANTHParams(FAdamGCHParams):
+    """FA-NT (``fadamgc.md`` §3.2): the correction after the moments."""
+
+    correction: str = "post"
+
+
+@dataclass(frozen=True)
+class LocalAdamHParams(FAdamGCHParams):
+    """LocalAdam (``fadamgc.md`` §3.1): Algorithm 1 without the correction."""
+
+    correction: str = "none"
+
+
+class TrackedAdam(LocalSGD):
+    """The local Adam of Algorithm 1 with the correction ``pre``, ``post`` or ``none``.
+
+    The task's ``state`` is ``{"v": v_i, "y": y_i}`` (missing: zero); its ``broadcast``
+    ``{"y": y, "tracked": client ids of S̃}``.
+    """
+
+    def __init__(self, model: FLModel, hp: LocalHParams, correction: str = "pre",
+                 betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8,
+                 state_dtype: str = "float32") -> None:
+        super().__init__(model, hp)
+        self.correction, self.betas, self.eps = correction, betas, eps
+        self.state_dtype = state_dtype
+
+    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+        state, sent = task.state or {}, task.broadcast or {}
+
+        def tree(x: Params | None) -> Params:
+            return (client_store.load(x, task.params) if x is not None
+                    else {k: torch.zeros_like(v) for k, v in task.params.items()})
+
+        ctx = {"v": tree(state.get("v"))}
+        if self.correction != "none":
+            y, yi = tree(sent.get("y")), tree(state.get("y"))
+            ctx["c"] = {k: y[k] - yi[k] for k in y}  # constant within the round
+        return ctx
+
+    def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
+        """One step of Algorithm 1 (elementwise, so it also runs on stacked clients)."""
+        b1, b2 = self.betas
+        opt, ctx = carry.opt, carry.ctx
+        if "m" not in opt:  # m restarts at 0; v and v̂ start from the stored v_i
+            opt["m"] = {k: torch.zeros_like(g) for k, g in grads.items()}
+            opt["v"] = dict(ctx["v"])
+            opt["vhat"] = dict(ctx["v"])
+            opt["sum"] = {k: torch.zeros_like(g) for k, g in grads.items()}
+        pre = self.correction == "pre"
+        gh = {k: g + ctx["c"][k] for k, g in grads.items()} if pre else grads
+        m = {k: torch.lerp(opt["m"][k], g, 1 - b1) for k, g in gh.items()}
+        v = {k: torch.addcmul(b2 * opt["v"][k], g, g, value=1 - b2) for k, g in gh.items()}
+        vhat = {k: torch.maximum(opt["vhat"][k], v[k]) for k in v}
+        delta = {}
+        for k in m:
+            den = vhat[k].sqrt().add_(self.eps)
+            delta[k] = torch.where(den > 0, m[k] / den.clamp_min(1e-38), torch.zeros_like(m[k]))
+        step = ({k: d + ctx["c"][k] for k, d in delta.items()} if self.correction == "post"
+                else delta)
+        tracked = delta if self.correction == "post" else grads  # what y_i averages
+        opt["sum"] = {k: opt["sum"][k] + tracked[k] for k in tracked}
+        opt["m"], opt["v"], opt["vhat"] = m, v, vhat
+        carry.params = {k: torch.add(carry.params[k], step[k], alpha=-carry.lr) for k in step}
+        carry.step += 1
+        carry.loss_sum += loss
+        return carry
+
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+        res = super().client_final(task, carry)
+        old = task.state or {}
+        if not carry.step:
+            return dataclasses.replace(res, state=task.state)
+        state = {"v": client_store.store(carry.opt["v"], self.state_dtype)}
+        sent = task.broadcast or {}
+        if self.correction != "none":
+            if task.client in sent.get("tracked", ()):
+                state["y"] = client_store.store({k: s / carry.step for k, s in
+                                                 carry.opt["sum"].items()}, self.state_dtype)
+            elif old.get("y") is not None:
+                state["y"] = old["y"]
+        return dataclasses.replace(res, state=state)
+
+
+class FAdamGC(FedAvg):
+    """FAdamGC, FA-NT or LocalAdam (``correction``) over FedAvg's sampling and server step."""
+
+    def __init__(self, env: Environment, hp: FAdamGCHParams = FAdamGCHParams()) -> None:
+        super().__init__(env, hp)
+        self.hp: FAdamGCHParams = hp
+        self.update = TrackedAdam(env.model, env.local, hp.correction, hp.betas, hp.eps,
+                                  hp.state_dtype)
+
+    def _tracked(self, clients: np.ndarray, t: int) -> set[int]:
+        """S̃: a uniform sample without replacement of the round's clients (§7 item 14)."""
+        if self.hp.correction == "none":
+            return set()
+        k = max(1, len(clients) // 2) if self.hp.tracked is None else self.hp.tracked
+        rng = self.env.seeds.generator("tracking", t)
+        return {int(c) for c in rng.choice(clients, min(k, len(clients)), replace=False)}
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        hp = self.hp
+        opt = dict(state.opt_state or {})
+        zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        y = opt.pop("y", None) or zeros
+        chosen: dict[str, Any] = {}
+
+        def broadcast(clients: np.ndarray) -> dict[str, Any]:
+            chosen["tracked"] = self._tracked(clients, state.round)
+            return {"y": y, "tracked": chosen["tracked"]}
+
+        results, _, update = self.train_round(state, broadcast=broadcast)
+        params, server = self.server_opt.step(state.params, update, opt.pop("server", None))
+        tracked = chosen["tracked"]
+        if tracked:
+            def y_of(tree: dict | None) -> Params:
+                got = (tree or {}).get("y")
+                return zeros if got is None else client_store.load(got, zeros)
+
+            dy = [{k: y_of(r.state)[k] - y_of(state.client_states.get(r.client))[k] for k in y}
+                  for r in results if r.client in tracked]
+            y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
+        new_opt = {"server": server, **({"y": y} if hp.correction != "none" else {})}
+        share = len(tracked) / max(1, len(results))
+        return self.finish_round(state, params, new_opt, results, vectors_up=1 + share,
+                                 vectors_down=1 if hp.correction == "none" else 2)
