@@ -99,7 +99,8 @@ def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int) -
 
 
 RULES = {"FedAvg": {"name": "fedavg"}, "FedProx": {"name": "fedprox", "mu": 0.01},
-         "SCAFFOLD": {"name": "scaffold"}, "MOON": {"name": "moon"}}
+         "SCAFFOLD": {"name": "scaffold"}, "MOON": {"name": "moon"},
+         "LocalAdam": {"name": "local_adam"}, "FAdamGC": {"name": "fadamgc"}}
 
 
 def _rule_experiment(model: str, algo: dict, engine: str, device: str):
@@ -131,6 +132,8 @@ def rules(models: list[str], device: str, rounds: int) -> list[dict]:
             base = base or row["batched_seconds_per_round"]
             row["batched_vs_fedavg_batched"] = row["batched_seconds_per_round"] / base
             rows.append(row)
+        adam = {r["rule"]: r["batched_seconds_per_round"] for r in rows if r["model"] == model}
+        rows[-1]["fadamgc_vs_localadam_batched"] = adam["FAdamGC"] / adam["LocalAdam"]
     return rows
 
 
