@@ -270,3 +270,19 @@ def test_moon_contrastive_term_changes_the_round():
 def test_moon_refuses_a_model_without_features():
     with pytest.raises(ValueError, match="MOON needs a model with features"):
         prepare(resolve({**RAW, "model": {"name": "linear"}, "algorithm": {"name": "moon"}}))
+
+
+def test_a_restarted_schedule_survives_a_resume(tmp_path):
+    import wirelessfl.runner as runner
+    from wirelessfl.records import RunRecord
+
+    raw = {**RAW, "rounds": 3, "name": "sched", "algorithm": {"name": "fedavg"},
+           "local": {**RAW["local"], "schedule": "poly", "schedule_rounds": 10}}
+    exp = runner.prepare(resolve(raw))
+    exp.algorithm.restart_schedule(2)
+    runner.run(exp, tmp_path / "r", quiet=True)
+    assert RunRecord(tmp_path / "r").load_checkpoint()["schedule_origin"] == 2
+    again = runner.prepare(resolve(raw))
+    job = runner.RoundsJob(again)
+    job.restore(RunRecord(tmp_path / "r").load_checkpoint())
+    assert again.algorithm.schedule_origin == 2

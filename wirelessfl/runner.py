@@ -211,6 +211,11 @@ class RoundsJob(Job):
 
     def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
         self.state = _restore(ckpt, self.exp)
+        origin = ckpt.get("schedule_origin", 0)
+        if not isinstance(origin, int) or not 0 <= origin <= self.cfg.rounds:
+            raise RunFolderError("--resume: the checkpoint's schedule origin is damaged; start "
+                                 "the run again with another --out")
+        self.exp.algorithm.schedule_origin = origin  # a restarted lr schedule resumes as it was
         self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
         self.totals = dict(ckpt.get("totals", {}))
 
@@ -253,7 +258,8 @@ class RoundsJob(Job):
             else:
                 out.tick(t)
             if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
-                out.checkpoint(_checkpoint(self.state, self.uplink, self.sim_time, self.totals))
+                out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
+                                "schedule_origin": exp.algorithm.schedule_origin})
 
     def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
         return summarize(self.cfg, rows, wall)
