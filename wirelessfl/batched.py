@@ -119,13 +119,16 @@ class BatchedExecutor(Executor):
                 update.model.train()
                 for s in range(int(steps.max(initial=0))):
                     x, y, w = self._batch(data, tasks, schedules, s)
-                    old_buffers = {k: v.clone() for k, v in carry.buffers.items()}
+                    finishing = s >= steps.min()  # some client's schedule has ended
+                    # BatchNorm updates buffers in place: keep a copy only when it is needed
+                    old_buffers = ({k: v.clone() for k, v in carry.buffers.items()}
+                                   if finishing else {})
                     keys = step_keys([t.seed for t in tasks], s, self.device)
                     grads, losses = self._gradients(update, carry, x, y, w, keys)
                     old = carry.params
                     old_opt = {k: v for k, v in carry.opt.items() if isinstance(v, dict)}
                     carry = update.descend(carry, grads, 0.0)
-                    if s >= steps.min():  # finished clients keep params, buffers, moments
+                    if finishing:  # finished clients keep params, buffers, moments
                         active = torch.as_tensor(steps > s, device=self.device)
                         carry.params = _keep_inactive(active, carry.params, old)
                         carry.buffers = _keep_inactive(active, carry.buffers, old_buffers)

@@ -257,6 +257,16 @@ class _Block(nn.Module):
         return F.relu(n2(self.conv2(out)) + self.shortcut(x))
 
 
+def _resnet_forward(model: nn.Module, stem_norm: nn.Module, x: torch.Tensor, features: bool):
+    """The CIFAR ResNet-18 pass shared by :class:`ResNet18` and :class:`ResNet18BN`."""
+    if model.augment and model.training:
+        x = random_crop_flip(x)
+    x = F.relu(stem_norm(model.conv1(x)))
+    x = model.layer4(model.layer3(model.layer2(model.layer1(x))))
+    z = F.adaptive_avg_pool2d(x, 1).flatten(1)
+    return (model.fc(z), z) if features else model.fc(z)
+
+
 class ResNet18(FLModel):
     """CIFAR ResNet-18 (3×3 stem, no max-pool) with GroupNorm(2) instead of BatchNorm.
 
@@ -289,12 +299,7 @@ class ResNet18(FLModel):
         self.hist_groups = ()
 
     def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
-        if self.augment and self.training:
-            x = random_crop_flip(x)
-        x = F.relu(self.gn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        z = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return (self.fc(z), z) if features else self.fc(z)
+        return _resnet_forward(self, self.gn1, x, features)
 
 
 class ResNet18BN(FLModel):
@@ -320,9 +325,4 @@ class ResNet18BN(FLModel):
         self.fc = layers.Linear(512, num_classes)
 
     def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
-        if self.augment and self.training:
-            x = random_crop_flip(x)
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        z = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return (self.fc(z), z) if features else self.fc(z)
+        return _resnet_forward(self, self.bn1, x, features)
