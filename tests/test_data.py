@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from wirelessfl.data import DataNotFoundError, load_dataset, read_idx, synthetic
+from wirelessfl.data.datasets import DataFileError
 
 
 def _write_idx(path, arr):
@@ -89,3 +90,53 @@ def test_synthetic_is_seeded_and_partitioned():
     assert a.train.sample_shape == (60,) and a.train.num_classes == 10
     sizes = [len(p) for p in a.natural_partition]
     assert min(sizes) >= 40 and max(sizes) <= 1000
+
+
+def _tiny_folder(root, rng, wnids=("n01", "n02", "n03"), per_class=3):
+    from PIL import Image
+
+    base = root / "tiny-imagenet-200"
+    (base / "val" / "images").mkdir(parents=True)
+    (base / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    for w in wnids:
+        (base / "train" / w / "images").mkdir(parents=True)
+        for k in range(per_class):
+            img = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+            Image.fromarray(img).save(base / "train" / w / "images" / f"{w}_{k}.JPEG", quality=95)
+    gray = Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L")
+    gray.save(base / "val" / "images" / "val_0.JPEG")  # Tiny ImageNet has grayscale images
+    lines = ["val_0.JPEG\tn02\t0\t0\t63\t63"]
+    for k, w in enumerate(wnids, 1):
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(
+            base / "val" / "images" / f"val_{k}.JPEG")
+        lines.append(f"val_{k}.JPEG\t{w}\t0\t0\t63\t63")
+    (base / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+    return base
+
+
+def test_tinyimagenet_folder(tmp_path):
+    from PIL import Image
+
+    base = _tiny_folder(tmp_path, np.random.default_rng(4))
+    splits = load_dataset("tinyimagenet", data_dir=tmp_path)
+    assert splits.train.x.shape == (9, 3, 64, 64) and splits.train.num_classes == 200
+    assert splits.train.labels().tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]  # wnids.txt order
+    assert splits.test.labels().tolist() == [1, 0, 1, 2]
+    # a grayscale image is expanded to three equal channels before normalisation
+    raw = np.asarray(Image.open(base / "val" / "images" / "val_0.JPEG"), dtype=np.float64)
+    mean, std = (0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)
+    for c in range(3):
+        expect = (raw[5, 7] / 255 - mean[c]) / std[c]
+        assert splits.test.x[0, c, 5, 7].item() == pytest.approx(expect, rel=1e-5)
+
+
+def test_tinyimagenet_bad_folders_are_one_line_errors(tmp_path):
+    with pytest.raises(DataNotFoundError, match="tiny-imagenet-200"):
+        load_dataset("tinyimagenet", data_dir=tmp_path)
+    base = _tiny_folder(tmp_path, np.random.default_rng(5))
+    (base / "train" / "n01" / "images" / "n01_0.JPEG").write_bytes(b"\x00not a jpeg")
+    with pytest.raises(DataFileError, match="not a readable image"):
+        load_dataset("tinyimagenet", data_dir=tmp_path / "tiny-imagenet-200")
+    (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn99\n")
+    with pytest.raises(DataFileError, match="wnids.txt"):
+        load_dataset("tinyimagenet", data_dir=tmp_path)

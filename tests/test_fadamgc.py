@@ -141,3 +141,64 @@ def test_loop_equals_batched(name):
     for k in loop.params:
         # Adam's normalised steps carry float differences of the stacked GEMMs along
         torch.testing.assert_close(loop.params[k], batched.params[k], rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_norm_normaliser_at_beta2_zero_bounds_each_client_step_norm(engine):
+    # §2.5 analysis variant: Δ = m / ‖√v̂‖ (one scalar per client), so ‖Δ‖ ≤ 1 per step
+    exp = _exp({"name": "fadamgc", "betas": [0.9, 0.0], "eps": 0.0, "normaliser": "norm",
+                "clients_per_round": 4, "tracked": 0}, engine)
+    _, report = exp.algorithm.apply(exp.initial_state())
+    results = exp.algorithm.train_clients([exp.initial_state().params] * 3, [0, 1, 2], 0)
+    for r in results:
+        norm = float(torch.sqrt(sum((d ** 2).sum() for d in r.delta.values())))
+        assert 0 < norm <= r.num_steps * RAW["local"]["lr"] * (1 + 1e-5)
+    elementwise = _exp({"name": "fadamgc", "betas": [0.9, 0.0], "eps": 0.0,
+                        "clients_per_round": 4, "tracked": 0}, engine)
+    other = elementwise.algorithm.train_clients([exp.initial_state().params] * 3, [0, 1, 2], 0)
+    assert not torch.allclose(results[0].delta["fc1.weight"], other[0].delta["fc1.weight"])
+
+
+def test_norm_normaliser_loop_equals_batched():
+    algo = {"name": "fadamgc", "normaliser": "norm", "clients_per_round": 4}
+    loop = _rounds(_exp(algo, "loop"), 2)[-1]
+    batched = _rounds(_exp(algo, "batched"), 2)[-1]
+    for k in loop.params:
+        torch.testing.assert_close(loop.params[k], batched.params[k], rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.parametrize("name", ["fadamgc", "fa_nt"])
+def test_warm_start_gives_every_client_a_correction_and_y_their_mean(name):
+    exp = _exp({"name": name, "warm_start": True, "clients_per_round": 4})
+    state = exp.algorithm.warm_start(exp.initial_state())
+    zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+    ys = [client_store.load(state.client_states[i]["y"], zeros) for i in range(10)]
+    for k in zeros:
+        torch.testing.assert_close(state.opt_state["y"][k], sum(y[k] for y in ys) / 10)
+    assert all(float(y["fc1.weight"].abs().sum()) > 0 for y in ys)
+    assert all("v" not in s for s in state.client_states.values())  # v_i^(1) = 0
+    if name == "fa_nt":  # the first Δ of Algorithm 2 at (0.9, 0.99): sign(g) element-wise
+        a = ys[0]["fc1.weight"].abs()
+        assert bool(torch.all((a > 0.999) & (a <= 1) | (a == 0)))
+    warm = exp.algorithm.apply(exp.initial_state())[0]
+    cold = _exp({"name": name, "clients_per_round": 4}).algorithm.apply(exp.initial_state())[0]
+    assert not torch.equal(warm.params["fc1.weight"], cold.params["fc1.weight"])
+    assert len(warm.client_states) == 10 and warm.round == 1
+
+
+def test_library_local_adam_is_fedavg_with_a_bias_corrected_local_adam():
+    lib = _rounds(_exp({"name": "local_adam", "adam": "library", "clients_per_round": 4}), 2)[-1]
+    raw = {**RAW, "local": {**RAW["local"], "optimizer": "adam", "betas": [0.9, 0.99]},
+           "algorithm": {"name": "fedavg", "clients_per_round": 4, "weighting": "uniform"}}
+    ref = _rounds(prepare(resolve({**raw, "engine": "batched"})), 2)[-1]
+    for k in lib.params:
+        assert torch.equal(lib.params[k], ref.params[k])
+    assert lib.client_states == {}
+
+
+@pytest.mark.parametrize("algo", [{"name": "fadamgc", "adam": "library"},
+                                  {"name": "local_adam", "warm_start": True},
+                                  {"name": "fadamgc", "normaliser": "l1"}])
+def test_inconsistent_options_are_refused(algo):
+    with pytest.raises(ValueError, match="library|warm_start|normaliser"):
+        resolve({**RAW, "algorithm": algo})

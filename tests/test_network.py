@@ -54,3 +54,26 @@ def test_hist_keeps_its_own_latency_under_any_network(tmp_path):
                                            "network": net})), out, quiet=True)
         times.append([r.get("sim_time_s") for r in RunRecord(out).rows()])
     assert times[0] == times[1]
+
+
+def test_resnet18_vectors_at_100_mbps_give_the_per_round_costs_implied_by_table2():
+    # fadamgc.md §4.6 / §5.4: 7.2 (2 vectors), 10.8 (3), 12.6 (3.5), 17.4 (5; we keep 17.9)
+    import torch
+
+    from wirelessfl.models import build_model
+
+    with torch.device("meta"):
+        d = sum(p.numel() for p in build_model("resnet18_bn", (3, 32, 32), 10, seed=0).parameters())
+    assert d == 11_173_962
+    link = LinkModel(NetworkConfig(model="fixed", rate_mbps=100))
+    implied = {(1, 1): 7.2, (1, 2): 10.8, (1.5, 2): 12.6, (2, 3): 17.4}
+    for (up, down), paper in implied.items():
+        report = RoundReport(uplink_params=up * d, downlink_params=down * d, train_loss=0.0, clients={})
+        seconds = link.round_seconds(report, np.random.default_rng(0))
+        assert seconds == pytest.approx((up + down) * 32 * d / 1e8)
+        assert abs(seconds / paper - 1) < (0.03 if paper == 17.4 else 0.01)
+    # a stand-in model timed as if its vectors were ResNet-18's
+    small = LinkModel(NetworkConfig(model="fixed", rate_mbps=100, params_per_vector=d), 610)
+    report = RoundReport(uplink_params=1.5 * 610, downlink_params=2 * 610, train_loss=0.0,
+                         clients={})
+    assert small.round_seconds(report, np.random.default_rng(0)) == pytest.approx(3.5 * 32 * d / 1e8)

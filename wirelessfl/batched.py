@@ -110,7 +110,7 @@ class BatchedExecutor(Executor):
         buffers = {k: torch.stack([t.buffers[k].detach() for t in tasks]).to(self.device)
                    for k in (tasks[0].buffers or {})}
         carry = Carry(start=start, params=start, lr=task_lr(tasks[0], hp), ctx=ctx,
-                      buffers=buffers)
+                      buffers=buffers, batch_dims=1)
         loss_sum = torch.zeros(len(tasks), device=self.device)
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:

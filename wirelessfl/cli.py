@@ -241,7 +241,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         return 0
     try:
         written = regenerate(args.paper, args.scale, out, only=args.only, extra=extra,
-                             quiet=args.quiet, log=lambda m: print(m, flush=True))
+                             quiet=args.quiet, log=lambda m: print(m, flush=True),
+                             jobs=args.jobs)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished runs are kept in {out}/runs and the next "
               "`wirelessfl figures` call resumes", file=sys.stderr)
@@ -338,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--data-dir", help="folder with dataset files (CIFAR-10, MNIST)")
     fg.add_argument("--dry-run", action="store_true", help="list runs, train nothing")
     fg.add_argument("--quiet", action="store_true", help="no per-run progress bars")
+    fg.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                    help="train N runs at a time, each in its own process (default 1)")
     fg.set_defaults(func=_cmd_figures)
     return p
 

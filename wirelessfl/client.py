@@ -236,6 +236,9 @@ class Carry:
 
     ``ctx`` holds the per-client tensors the update's loss and gradient correction use
     (:meth:`LocalSGD.context`); the batched engine stacks it along the client dimension.
+    ``batch_dims`` is the number of leading client dimensions of every tensor (0 for one
+    client, 1 on the batched engine): a rule that reduces over a whole client's model (a
+    norm) reduces over the other dimensions.
     """
 
     start: Params
@@ -248,6 +251,7 @@ class Carry:
     ctx: dict[str, Params] = field(default_factory=dict)
     buffers: Params = field(default_factory=dict)
     seed: int = 0
+    batch_dims: int = 0
 
 
 class ClientUpdate(ABC):

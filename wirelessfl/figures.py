@@ -53,7 +53,7 @@ SCALES = ("quick", "paper")
 KINDS = ("curves", "sweep", "table", "gains", "time_curves", "final")
 _LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
            "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
-           "sim_time_s": "simulated latency [s]"}
+           "sim_time_s": "simulated latency [s]", "sim_time_min": "simulated run time [min]"}
 
 
 @dataclass(frozen=True)
@@ -183,12 +183,17 @@ def missing_runs(figures: list[Figure], root: Path) -> list[RunSpec]:
 
 
 def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
-            log: Callable[[str], None] = print) -> None:
-    """Train (or resume) every run in ``runs``.
+            log: Callable[[str], None] = print, jobs: int = 1) -> None:
+    """Train (or resume) every run in ``runs``, ``jobs`` of them at a time.
 
     A run whose data cannot be loaded (e.g. CIFAR-10 without ``--data-dir``) is skipped
-    with its one-line reason; its figure is then reported as incomplete.
+    with its one-line reason; its figure is then reported as incomplete. With ``jobs`` > 1
+    each run trains in its own process (PyTorch threads split among them); every run is
+    seeded by its config alone, so the numbers are those of ``jobs = 1``.
     """
+    if jobs > 1 and len(runs) > 1:
+        _execute_parallel(runs, root, jobs, log)
+        return
     from wirelessfl.multitask import is_multitask, resolve_multitask, run_multitask
     from wirelessfl.runner import prepare, run
 
@@ -213,6 +218,31 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
         run(exp, folder, resume=RunRecord(folder).exists(), quiet=quiet)
 
 
+def _run_in_process(run: RunSpec, root: Path, threads: int, index: str) -> str:
+    """One run in a worker process; returns its log lines."""
+    import torch
+
+    torch.set_num_threads(threads)
+    lines: list[str] = []
+    execute([run], root, quiet=True, log=lines.append)
+    return "\n".join(line.replace("[1/1]", index) for line in lines)
+
+
+def _execute_parallel(runs: list[RunSpec], root: Path, jobs: int,
+                      log: Callable[[str], None]) -> None:
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    jobs = min(jobs, len(runs))
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_run_in_process, r, root, threads, f"[{i}/{len(runs)}]")
+                   for i, r in enumerate(runs, 1)]
+        for fut in as_completed(futures):
+            log(fut.result())
+
+
 # --------------------------------------------------------------------------- metrics
 
 
@@ -224,6 +254,9 @@ def _value(row: dict[str, Any], key: str) -> float:
     """A row's ``key``; the §6.6 MB fall back to exact MB when the model has no convention."""
     if key == "uplink_mb_paper_per_client" and key not in row:
         key = "uplink_mb_per_client"
+    if key == "sim_time_min":
+        v = row.get("sim_time_s")
+        return float("nan") if v is None else float(v) / 60
     v = row.get(key)
     return float("nan") if v is None else float(v)
 
@@ -324,26 +357,32 @@ def _targets_csv(fig: Figure, root: Path, out: Path) -> Path:
 
 
 def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
-    """``metric`` to reach ``target`` against the sweep values, one line per series."""
-    metric, target = fig.spec["metric"], fig.spec["target"]
-    f, ax, panels = _panels(fig, 1)
+    """``metric`` (one or a list, a column each) to reach ``target`` against the sweep values."""
+    metrics, target = _as_list(fig.spec["metric"]), fig.spec["target"]
+    f, ax, panels = _panels(fig, len(metrics))
     label = _sweep_label(fig)
     table, lines = [], {}
     for (panel, series, value), runs in _groups(fig).items():
-        reached, count = _over_seeds(root, runs, target, metric)
-        mean = float(reached.mean()) if reached.size else float("nan")
-        table.append({"panel": panel, "series": series, label: _show(value),
-                      f"{metric}_to_{target:g}_mean": mean,
-                      "std": float(reached.std()) if reached.size else float("nan"),
-                      "reached": count})
-        lines.setdefault((panel, series), []).append((value, mean))
-    for (panel, series), pts in lines.items():
-        a = ax[panels.index(panel)][0]
+        row: dict[str, Any] = {"panel": panel, "series": series, label: _show(value)}
+        for metric in metrics:
+            reached, count = _over_seeds(root, runs, target, metric)
+            mean = float(reached.mean()) if reached.size else float("nan")
+            row.update({f"{metric}_to_{target:g}_mean": mean,
+                        f"{metric}_std": float(reached.std()) if reached.size else float("nan"),
+                        "reached": count})
+            lines.setdefault((panel, series, metric), []).append((value, mean))
+        table.append(row)
+    for (panel, series, metric), pts in lines.items():
+        a = ax[panels.index(panel)][metrics.index(metric)]
         a.plot([_show(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
         a.set(xlabel=label, ylabel=f"{_LABELS.get(metric, metric)} to {100 * target:g}%",
               title=panel)
         a.grid(alpha=0.3)
     return _finish(fig, f, ax, out, table)
+
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
 def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
@@ -359,43 +398,62 @@ def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
 
 
 def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
-    """``metric`` to each target, mean over seeds, with the paper's numbers beside ours."""
-    metric = fig.spec["metric"]
+    """``metric`` (one or a list) to each target, mean ± std over seeds, beside the paper's.
+
+    ``targets`` is a list, or per panel a list (e.g. 75% on CIFAR-10, 50% on CIFAR-100);
+    ``reference`` gives per panel and target the paper's columns, or per panel, target and
+    metric when the table has several metrics.
+    """
+    metrics = _as_list(fig.spec["metric"])
     groups = _groups(fig)
     columns = list(dict.fromkeys((s, v) for _, s, v in groups))
     paper = fig.spec.get("reference", {})
     rows = []
     for panel in dict.fromkeys(p for p, _, _ in groups):
-        for target in fig.spec["targets"]:
-            row: dict[str, Any] = {"setting": panel, "target": f"{100 * target:g}%"}
-            ref = (paper.get(panel) or {}).get(target) or [None] * len(columns)
-            for (series, value), theirs in zip(columns, ref):
-                reached, count = _over_seeds(root, groups[(panel, series, value)], target, metric)
-                col = _label(fig, series, value)
-                row[col] = round(float(reached.mean()), 2) if reached.size else None
-                row[f"{col} reached"] = count
-                row[f"{col} paper"] = theirs
-            rows.append(row)
+        targets = fig.spec["targets"]
+        for target in (targets.get(panel, []) if isinstance(targets, dict) else targets):
+            for metric in metrics:
+                row: dict[str, Any] = {"setting": panel, "target": f"{100 * target:g}%",
+                                       "quantity": _LABELS.get(metric, metric)}
+                ref = (paper.get(panel) or {}).get(target)
+                ref = ref.get(metric) if isinstance(ref, dict) else ref
+                for (series, value), theirs in zip(columns, ref or [None] * len(columns)):
+                    reached, count = _over_seeds(root, groups[(panel, series, value)], target,
+                                                 metric)
+                    col = _label(fig, series, value)
+                    row[col] = round(float(reached.mean()), 2) if reached.size else None
+                    row[f"{col} std"] = round(float(reached.std()), 2) if reached.size else None
+                    row[f"{col} reached"] = count
+                    row[f"{col} paper"] = theirs
+                rows.append(row)
     md = out / f"{fig.name}.md"
-    md.write_text(_markdown(fig, rows, columns))
+    md.write_text(_markdown(fig, rows, columns, len(metrics) > 1))
     return [_write_csv(out / f"{fig.name}.csv", rows), md]
 
 
-def _markdown(fig: Figure, rows: list[dict[str, Any]], columns: list[tuple[str, Any]]) -> str:
+def _markdown(fig: Figure, rows: list[dict[str, Any]], columns: list[tuple[str, Any]],
+              quantity: bool = False) -> str:
     labels = [_label(fig, s, v) for s, v in columns]
-    head = "| setting | target | " + " | ".join(labels) + " |\n"
-    head += "|---|---|" + "---|" * len(labels) + "\n"
+    q = " quantity |" if quantity else ""
+    head = f"| setting | target |{q} " + " | ".join(labels) + " |\n"
+    head += "|---|---|" + ("---|" if quantity else "") + "---|" * len(labels) + "\n"
     body = ""
     for r in rows:
         cells = []
         for c in labels:
-            ours = "not reached" if r[c] is None else f"{r[c]:.2f}"
-            theirs = "" if r[f"{c} paper"] is None else f" (paper {r[f'{c} paper']:.2f})"
+            ours = ("not reached" if r[c] is None else
+                    f"{r[c]:.2f}" + (f" ± {r[f'{c} std']:.2f}" if r[f"{c} std"] else ""))
+            ref = r[f"{c} paper"]
+            theirs = ("" if ref is None else
+                      f" (paper {ref:.2f})" if isinstance(ref, (int, float)) else f" (paper {ref})")
             cells.append(f"{ours} [{r[f'{c} reached']}]{theirs}")
-        body += f"| {r['setting']} | {r['target']} | " + " | ".join(cells) + " |\n"
-    note = (f"\n{fig.spec.get('metric')} at the first round reaching the target, mean over the "
+        qcell = f" {r['quantity']} |" if quantity else ""
+        body += f"| {r['setting']} | {r['target']} |{qcell} " + " | ".join(cells) + " |\n"
+    what = ", ".join(_LABELS.get(m, m) for m in _as_list(fig.spec.get("metric")))
+    note = (f"\n{what} at the first evaluation reaching the target: mean ± std over the "
             "seeds that reached it [reached/seeds]; the paper's value in brackets.\n")
-    return f"# {fig.title}\n\n{head}{body}{note}"
+    extra = fig.spec.get("note")
+    return f"# {fig.title}\n\n{head}{body}{note}" + (f"\n{extra}\n" if extra else "")
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -648,11 +706,11 @@ def render(figures: list[Figure], root: Path) -> list[Path]:
 
 def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
                extra: list[str] | None = None, quiet: bool = False,
-               log: Callable[[str], None] = print) -> list[Path]:
-    """Run what is missing, then render; returns the written files."""
+               log: Callable[[str], None] = print, jobs: int = 1) -> list[Path]:
+    """Run what is missing (``jobs`` runs at a time), then render; returns the written files."""
     figures = load_figures(paper, scale, only, extra)
     todo = missing_runs(figures, root)
     log(f"{paper} ({scale}): {len(todo)} of {len({r.key for f in figures for r in f.runs})} "
         f"runs to do; report folder {root}")
-    execute(todo, root, quiet=quiet, log=log)
+    execute(todo, root, quiet=quiet, log=log, jobs=jobs)
     return render(figures, root)

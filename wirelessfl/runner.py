@@ -101,7 +101,8 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
                           clients=np.arange(len(client_indices))), seeds=seeds)
     algo_cls = registry.get(cfg.algorithm.name)[1]
     algorithm = algo_cls(env, cfg.algorithm.hparams)
-    return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network))
+    d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
+    return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network, d))
 
 
 def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,

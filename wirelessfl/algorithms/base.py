@@ -180,14 +180,15 @@ class FederatedAlgorithm(ABC):
 
     def train_clients(self, starts: Sequence[Params], clients: Sequence[int], t: int,
                       stage: int = 0, states: Mapping[int, Any] | None = None,
-                      broadcast: Any = None, buffers: Params | None = None
-                      ) -> list[ClientResult]:
+                      broadcast: Any = None, buffers: Params | None = None,
+                      update: ClientUpdate | None = None) -> list[ClientResult]:
         """Run local training for ``clients``, client k starting from ``starts[k]``.
 
         ``stage`` separates several local phases within round ``t`` (HIST's edge rounds) so
         each gets its own mini-batch order; ``states`` are the clients' persistent states and
         ``broadcast`` what the server sends to all of them with the model; ``buffers`` the
-        global model's buffers each client starts from.
+        global model's buffers each client starts from; ``update`` a local rule other than
+        the algorithm's own (with its own ``hp``).
         """
         env, states = self.env, states or {}
         tasks = [ClientTask(client=int(u), params=p, indices=env.client_indices[u],
@@ -195,7 +196,9 @@ class FederatedAlgorithm(ABC):
                             state=states.get(int(u)), broadcast=broadcast, lr=self.client_lr(t),
                             buffers=buffers or None)
                  for u, p in zip(clients, starts)]
-        return env.executor.run(self.update, env.train, tasks, env.local)
+        if update is None:
+            return env.executor.run(self.update, env.train, tasks, env.local)
+        return env.executor.run(update, env.train, tasks, update.hp)
 
 
 def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int, dict]]:

@@ -17,8 +17,13 @@ samples S clients and, among them, S̃ tracked ones (``tracked``, S/2 by default
 sets y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i), so y = mean_i y_i always (§2.3). y_i and v_i live in
 the client store (CPU). Uplink per client 1 + S̃/S vectors, downlink 2 (LocalAdam 1 and 1).
 
-Stated departures: y_i and y start at zero (§7 item 1; the ``warm_start`` option is not
-implemented), and the norm-normalised analysis variant of β₂ = 0 is not implemented.
+Options: ``warm_start`` (§7 item 1; default off, y_i = y = 0): before round 1 every client
+takes one minibatch gradient at x^(1) (its Δ for FA-NT), y_i is set to it and y to their mean;
+this exchange happens once and is not timed. ``normaliser: norm`` is the analysis variant of
+§2.5, Δ = m / (‖√v̂‖ + ε) with one scalar per client (so ‖Δ‖ ≤ 1 at β₂ = 0); the default
+``elementwise`` is Algorithm 1. ``adam: library`` (LocalAdam only, §7 item 3) replaces the
+local rule by a library Adam: bias-corrected, no running maximum, m and v re-created every
+round (nothing stored per client).
 """
 
 from __future__ import annotations
@@ -35,9 +40,12 @@ from wirelessfl import client_store
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import FLModel, Params
 
 CORRECTIONS = ("pre", "post", "none")
+NORMALISERS = ("elementwise", "norm")
+ADAMS = ("algorithm1", "library")
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,12 @@ class FAdamGCHParams(FedAvgHParams):
         S̃, tracked clients per round (None: half the round's clients, at least one).
     state_dtype : str
         dtype of the stored y_i and v_i.
+    warm_start : bool
+        y_i^(1) from one minibatch gradient at x^(1) instead of 0 (§7 item 1).
+    normaliser : str
+        ``elementwise`` (Algorithm 1) or ``norm`` (Δ = m / (‖√v̂‖ + ε), §2.5).
+    adam : str
+        ``algorithm1`` or, for LocalAdam, ``library`` (bias-corrected Adam, §7 item 3).
     """
 
     weighting: str = "uniform"
@@ -62,6 +76,9 @@ class FAdamGCHParams(FedAvgHParams):
     eps: float = 1e-8
     tracked: int | None = None
     state_dtype: str = "float32"
+    warm_start: bool = False
+    normaliser: str = "elementwise"
+    adam: str = "algorithm1"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,6 +93,17 @@ class FAdamGCHParams(FedAvgHParams):
         if self.tracked is not None:
             as_int("tracked", self.tracked, lo=0, hi=10**6)
         client_store.store({}, self.state_dtype)
+        if self.normaliser not in NORMALISERS:
+            raise ValueError(f"`normaliser` must be one of {', '.join(NORMALISERS)}, got "
+                             f"{self.normaliser!r}")
+        if self.adam not in ADAMS:
+            raise ValueError(f"`adam` must be one of {', '.join(ADAMS)}, got {self.adam!r}")
+        if self.adam == "library" and (self.correction != "none" or self.warm_start
+                                       or self.normaliser != "elementwise"):
+            raise ConfigError("`adam: library` is LocalAdam's option (§7 item 3): use it with "
+                              "correction none, without warm_start and the norm normaliser")
+        if self.warm_start and self.correction == "none":
+            raise ConfigError("`warm_start` initialises y_i; LocalAdam (correction none) has no y")
 
 
 @dataclass(frozen=True)
@@ -101,10 +129,10 @@ class TrackedAdam(LocalSGD):
 
     def __init__(self, model: FLModel, hp: LocalHParams, correction: str = "pre",
                  betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8,
-                 state_dtype: str = "float32") -> None:
+                 state_dtype: str = "float32", normaliser: str = "elementwise") -> None:
         super().__init__(model, hp)
         self.correction, self.betas, self.eps = correction, betas, eps
-        self.state_dtype = state_dtype
+        self.state_dtype, self.normaliser = state_dtype, normaliser
 
     def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
         state, sent = task.state or {}, task.broadcast or {}
@@ -134,8 +162,10 @@ class TrackedAdam(LocalSGD):
         v = {k: torch.addcmul(b2 * opt["v"][k], g, g, value=1 - b2) for k, g in gh.items()}
         vhat = {k: torch.maximum(opt["vhat"][k], v[k]) for k in v}
         delta = {}
+        norm = self._root_norm(vhat, carry.batch_dims) if self.normaliser == "norm" else None
         for k in m:
-            den = vhat[k].sqrt().add_(self.eps)
+            den = (vhat[k].sqrt() if norm is None else
+                   norm.reshape(*norm.shape, *[1] * (m[k].dim() - carry.batch_dims))).add(self.eps)
             delta[k] = torch.where(den > 0, m[k] / den.clamp_min(1e-38), torch.zeros_like(m[k]))
         step = ({k: d + ctx["c"][k] for k, d in delta.items()} if self.correction == "post"
                 else delta)
@@ -146,6 +176,11 @@ class TrackedAdam(LocalSGD):
         carry.step += 1
         carry.loss_sum += loss
         return carry
+
+    @staticmethod
+    def _root_norm(vhat: Params, batch_dims: int) -> torch.Tensor:
+        """‖√v̂‖ over each client's whole model: one scalar per client (§2.5 analysis variant)."""
+        return sum(v.flatten(batch_dims).sum(-1) for v in vhat.values()).sqrt()
 
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
         res = super().client_final(task, carry)
@@ -169,8 +204,33 @@ class FAdamGC(FedAvg):
     def __init__(self, env: Environment, hp: FAdamGCHParams = FAdamGCHParams()) -> None:
         super().__init__(env, hp)
         self.hp: FAdamGCHParams = hp
-        self.update = TrackedAdam(env.model, env.local, hp.correction, hp.betas, hp.eps,
-                                  hp.state_dtype)
+        if hp.adam == "library":
+            self.update = LocalSGD(env.model, dataclasses.replace(
+                env.local, optimizer="adam", betas=hp.betas, eps=max(hp.eps, 1e-38)))
+        else:
+            self.update = TrackedAdam(env.model, env.local, hp.correction, hp.betas, hp.eps,
+                                      hp.state_dtype, hp.normaliser)
+
+    def warm_start(self, state: ServerState) -> ServerState:
+        """§7 item 1 option: every client's y_i^(1) from one minibatch at x^(1), y = mean.
+
+        Each client takes one step of its rule from x^(1) with its own batch order (stage 1
+        of round 0); only the tracked quantity is kept (the raw gradient for FAdamGC, the
+        first Δ for FA-NT), not the moments.
+        """
+        clients = np.arange(self.env.num_clients)
+        rule = TrackedAdam(self.env.model, dataclasses.replace(self.env.local, steps=1),
+                           self.hp.correction, self.hp.betas, self.hp.eps, self.hp.state_dtype,
+                           self.hp.normaliser)
+        results = self.train_clients([state.params] * len(clients), clients, 0, stage=1,
+                                     broadcast={"tracked": set(clients.tolist())},
+                                     buffers=state.buffers, update=rule)
+        zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        states = {r.client: {"y": r.state["y"]} for r in results if r.state}
+        ys = [client_store.load(s["y"], zeros) for s in states.values()]
+        y = {k: sum(t[k] for t in ys) / self.env.num_clients for k in zeros}
+        return dataclasses.replace(state, client_states={**state.client_states, **states},
+                                   opt_state={**(state.opt_state or {}), "y": y})
 
     def _tracked(self, clients: np.ndarray, t: int) -> set[int]:
         """S̃: a uniform sample without replacement of the round's clients (§7 item 14)."""
@@ -182,6 +242,8 @@ class FAdamGC(FedAvg):
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
         hp = self.hp
+        if hp.warm_start and state.round == 0 and "y" not in (state.opt_state or {}):
+            state = self.warm_start(state)
         opt = dict(state.opt_state or {})
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
         y = opt.pop("y", None) or zeros

@@ -7,6 +7,10 @@ Supported names (see :data:`DATASETS`):
   ``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``);
 - ``cifar10`` and ``cifar100``: the python pickles (``cifar-10-batches-py/``,
   ``cifar-100-python/``) in ``data_dir``;
+- ``tinyimagenet``: the standard ``tiny-imagenet-200/`` folder in ``data_dir`` (``wnids.txt``,
+  ``train/<wnid>/images/*.JPEG``, ``val/images/*.JPEG`` with ``val/val_annotations.txt``);
+  200 classes of 64×64 RGB images, the labelled ``val`` split serving as the test set (the
+  ``test`` images carry no labels), as in FAdamGC's image experiments (``fadamgc.md`` §4.1);
 - ``synthetic``: Synthetic(α, β) of Li et al., "Federated Optimization in Heterogeneous
   Networks" (FedProx, MLSys 2020) as packaged by LEAF. It needs no files and comes with a
   natural per-client split.
@@ -40,6 +44,7 @@ NORMALIZATIONS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "mnist": ((0.1307,), (0.3081,)),
     "fashion_mnist": ((0.2861,), (0.3530,)),
     "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+    "tinyimagenet": ((0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)),
 }
 
 _AUTO_NORMALIZATION = {
@@ -47,6 +52,7 @@ _AUTO_NORMALIZATION = {
     "mnist": "mnist",  # FedAST §4.4 [code]
     "cifar10": "half3",  # HIST §6.1, FedAST §4.4
     "cifar100": "cifar100",  # FedAST §4.4 [code]
+    "tinyimagenet": "tinyimagenet",  # the training set's channel statistics [default]
 }
 
 
@@ -255,6 +261,70 @@ def _load_cifar_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
     return (*read(train_files), *read([test_file]))
 
 
+TINY_FOLDER = "tiny-imagenet-200"
+
+
+def _read_rgb64(path: Path) -> np.ndarray:
+    """One Tiny ImageNet JPEG as a (3, 64, 64) uint8 array (grayscale images are expanded)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            if im.size != (64, 64):
+                raise DataFileError(f"{path}: a Tiny ImageNet image must be 64×64, got "
+                                    f"{im.size[0]}×{im.size[1]}")
+            return np.asarray(im.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        if isinstance(exc, DataFileError):
+            raise
+        raise DataFileError(f"{path}: not a readable image ({type(exc).__name__}); the "
+                            f"{TINY_FOLDER} download is damaged") from None
+
+
+@lru_cache(maxsize=1)
+def _load_tiny_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
+    """Tiny ImageNet's train and val splits as uint8 arrays, labels by ``wnids.txt`` order."""
+    from channels.validation import check_memory
+
+    candidates = [data_dir / TINY_FOLDER, data_dir] if data_dir is not None else []
+    root = next((c for c in candidates if (c / "wnids.txt").is_file()), None)
+    if root is None:
+        raise DataNotFoundError(
+            f"dataset 'tinyimagenet': folder {TINY_FOLDER}/ (with wnids.txt, train/, val/) not "
+            f"found{' in ' + str(data_dir) if data_dir else ''}; pass --data-dir pointing at "
+            f"the folder that holds {TINY_FOLDER}/ (the standard tiny-imagenet-200.zip, unzipped)")
+    wnids = [w.strip() for w in (root / "wnids.txt").read_text().splitlines() if w.strip()]
+    if not 0 < len(wnids) <= 200 or len(set(wnids)) != len(wnids) or any("/" in w or w.startswith(".")
+                                                         for w in wnids):
+        raise DataFileError(f"{root / 'wnids.txt'}: expected one distinct class id per line "
+                            "(at most 200)")
+    label = {w: i for i, w in enumerate(wnids)}
+    train = [(f, label[w]) for w in wnids
+             for f in sorted((root / "train" / w / "images").glob("*.JPEG"))]
+    ann = root / "val" / "val_annotations.txt"
+    if not ann.is_file():
+        raise DataNotFoundError(f"dataset 'tinyimagenet': {ann} not found; the val split "
+                                "(the test set here) needs its annotations")
+    val = []
+    for line in ann.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) < 2 or parts[1] not in label or "/" in parts[0]:
+            raise DataFileError(f"{ann}: line {line[:60]!r} is not 'file<TAB>wnid ...' with a "
+                                "class of wnids.txt")
+        val.append((root / "val" / "images" / parts[0], label[parts[1]]))
+    if not train or not val:
+        raise DataFileError(f"{root}: no training images under train/<wnid>/images/ or no "
+                            "val annotations")
+    check_memory(3 * 64 * 64 * 5.0 * (len(train) + len(val)), "Tiny ImageNet in memory",
+                 "raise WIRELESSFL_MAX_BYTES or use a machine with more memory")
+
+    def read(items: list[tuple[Path, int]]) -> tuple[np.ndarray, np.ndarray]:
+        return (np.stack([_read_rgb64(f) for f, _ in items]),
+                np.array([y for _, y in items], dtype=np.int64))
+
+    return (*read(train), *read(val))
+
+
 def _to_dataset(x: np.ndarray, y: np.ndarray, num_classes: int,
                 mean_std: tuple[tuple[float, ...], tuple[float, ...]] | None) -> ArrayDataset:
     xt = torch.from_numpy(x.astype(np.float32)).div_(255.0)
@@ -426,8 +496,10 @@ def shakespeare(folder: Path | None, num_clients: int, rng: np.random.Generator)
 
 # --------------------------------------------------------------------------- registry
 
-DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "synthetic", "shakespeare")
-_NUM_CLASSES = {"fashion_mnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
+DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic",
+            "shakespeare")
+_NUM_CLASSES = {"fashion_mnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100,
+                "tinyimagenet": 200}
 
 
 def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization: str = "auto",
@@ -463,7 +535,8 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
             raise ValueError("dataset 'shakespeare' needs `rng` and `num_clients`")
         return shakespeare(folder, num_clients, rng)
     mean_std = _resolve_normalization(name, normalization)
-    loader = _load_idx_raw if name in ("mnist", "fashion_mnist") else _load_cifar_raw
+    loader = (_load_idx_raw if name in ("mnist", "fashion_mnist") else
+              _load_tiny_raw if name == "tinyimagenet" else _load_cifar_raw)
     x_tr, y_tr, x_te, y_te = loader(name, folder)
     k = _NUM_CLASSES[name]
     for x, y, split in ((x_tr, y_tr, "train"), (x_te, y_te, "test")):
