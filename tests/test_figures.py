@@ -164,3 +164,16 @@ def test_final_figures_sweep_points_and_draw_reference_lines(tmp_path, monkeypat
     curves = list(csv.DictReader(open(report / "per_task.csv")))
     assert {r["task"] for r in curves} == {"synthetic_linear-0", "synthetic_linear-1"}
     assert {"accuracy_mean", "loss_mean"} <= set(curves[0])
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_run_locked_by_another_process_is_skipped_and_the_rest_go_on(toy, jobs):
+    figs = load_figures("toy", "quick", only=["tab"])
+    locked = run_folder(toy, figs[0].runs[0])
+    lines = []
+    with RunRecord(locked).writing({"name": "x"}, 0, "cpu", resume=False):   # another writer
+        regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lines.append, jobs=jobs)
+    assert any("skipped" in ln and "another run" in ln for ln in lines)
+    assert [r.key for r in missing_runs(figs, toy)] == [figs[0].runs[0].key]
+    assert "tab: runs missing" in (toy / "README.md").read_text()
+    assert not (toy / "tab.md").exists()   # an incomplete figure is not drawn

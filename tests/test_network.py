@@ -77,3 +77,61 @@ def test_resnet18_vectors_at_100_mbps_give_the_per_round_costs_implied_by_table2
     report = RoundReport(uplink_params=1.5 * 610, downlink_params=2 * 610, train_loss=0.0,
                          clients={})
     assert small.round_seconds(report, np.random.default_rng(0)) == pytest.approx(3.5 * 32 * d / 1e8)
+
+
+@pytest.mark.parametrize("link", [
+    {"model": "tdma", "snr_db": 10.0, "step_seconds": 0.01},
+    {"model": "aircomp", "step_seconds": 0.02},
+    {"model": "fixed", "rate_mbps": 20.0},
+])
+def test_a_run_retimed_under_a_link_is_the_run_trained_under_it(tmp_path, link):
+    """Training never reads the link's streams: re-timing a finished run under another link
+    gives exactly the times of a run trained under that link (rows every 2 rounds)."""
+    base = {**RAW, "rounds": 5, "eval_every": 2, "algorithm": {"name": "scaffold"}}
+    net = {"model": "fixed", "params_per_vector": 12345}
+    runner.run(runner.prepare(resolve({**base, "name": "f", "network": net})), tmp_path / "f",
+               quiet=True)
+    runner.run(runner.prepare(resolve({**base, "name": "l", "network": {**net, **link}})),
+               tmp_path / "l", quiet=True)
+    trained = RunRecord(tmp_path / "l").rows()
+    assert [r["round"] for r in trained] == [0, 2, 4, 5]
+    retimed = runner.retime_run(tmp_path / "f", [f"network.{k}={v}" for k, v in link.items()])
+    assert retimed[0]["sim_time_s"] == 0.0   # the initial model
+    assert [r["sim_time_s"] for r in retimed[1:]] == [r["sim_time_s"] for r in trained[1:]]
+    assert [r["test_accuracy"] for r in retimed] == [r["test_accuracy"] for r in trained]
+
+
+def test_retime_cli_refuses_training_keys_and_existing_files(tmp_path, capsys):
+    from wirelessfl.cli import main
+
+    run = tmp_path / "r"
+    runner.run(runner.prepare(resolve({**RAW, "name": "r", "algorithm": {"name": "fedavg"}})),
+               run, quiet=True)
+    assert main(["retime", str(run), "--set", "network.model=aircomp",
+                 "--out", str(tmp_path / "t.csv")]) == 0
+    lines = (tmp_path / "t.csv").read_text().splitlines()
+    assert lines[0] == "round,test_accuracy,sim_time_s" and len(lines) == 4
+    capsys.readouterr()
+    for argv in (["--set", "local.lr=1"], ["--set", "network.params_per_vector=5"], [],
+                 ["--set", "network.model=tdma", "--out", str(tmp_path / "t.csv")],
+                 ["--set", "network.model=carrier_pigeon"]):
+        assert main(["retime", str(run), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("wirelessfl: error:") and len(err.strip().splitlines()) == 1
+    assert main(["retime", str(tmp_path), "--set", "network.model=tdma"]) == 2
+
+
+def test_round_costs_between_rows_survive_a_resume(tmp_path, interrupt_after):
+    """A checkpoint between two evaluations carries the costs of the rounds since the last
+    row, so a resumed run logs the same round_costs as an uninterrupted one."""
+    raw = {**RAW, "name": "c", "rounds": 5, "eval_every": 3, "checkpoint_every": 1,
+           "algorithm": {"name": "fedavg"}, "network": {"model": "fixed"}}
+    runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    exp = interrupt_after(runner.prepare(resolve(raw)), 4)   # checkpoint at round 4, row at 3
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(exp, tmp_path / "cut", quiet=True)
+    runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+    full, cut = (RunRecord(tmp_path / f).rows() for f in ("full", "cut"))
+    assert [len(r.get("round_costs", [])) for r in full] == [0, 3, 2]
+    assert [r["round_costs"] for r in cut[1:]] == [r["round_costs"] for r in full[1:]]
+    assert [r["sim_time_s"] for r in cut[1:]] == [r["sim_time_s"] for r in full[1:]]

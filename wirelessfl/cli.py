@@ -128,6 +128,37 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_retime(args: argparse.Namespace) -> int:
+    import csv
+    import io
+
+    from wirelessfl.runner import retime_run
+
+    if not args.set:
+        raise ConfigError("give the link to re-time under, e.g. --set network.model=tdma")
+    out = Path(args.out) if args.out else None
+    if out is not None and (out.exists() or out.is_symlink()):
+        raise ConfigError(f"--out {out} exists; give a new file name (nothing is overwritten)")
+    if out is not None and not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: folder {out.parent} does not exist")
+    rows = retime_run(args.run, args.set)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["round", "test_accuracy", "sim_time_s"])
+    w.writeheader()
+    w.writerows(rows)
+    if out is None:
+        sys.stdout.write(buf.getvalue())
+    else:
+        with open(out, "x") as fh:  # exclusive: never replaces a file
+            fh.write(buf.getvalue())
+        print(out)
+    last = rows[-1]
+    told = ("no simulated time" if last["sim_time_s"] is None else
+            f"{last['sim_time_s']:.1f} s simulated at round {last['round']}")
+    print(f"re-timed {len(rows)} rows ({', '.join(args.set)}): {told}", file=sys.stderr)
+    return 0
+
+
 def _cmd_masks(args: argparse.Namespace) -> int:
     import json
 
@@ -222,7 +253,7 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from wirelessfl.figures import load_figures, missing_runs, regenerate
+    from wirelessfl.figures import load_figures, missing_runs, regenerate, series_label
 
     out = Path(args.out or Path("reports") / args.paper / args.scale)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
@@ -238,6 +269,11 @@ def _cmd_figures(args: argparse.Namespace) -> int:
             left = len({r.key for r in fig.runs} & todo)
             print(f"{fig.name:10s} {fig.spec['kind']:7s} {len(fig.runs):3d} runs, {left} to do  "
                   f"{fig.spec.get('title', '')}")
+            if not args.quiet:  # every run: where it goes, what it is
+                for r in fig.runs:
+                    what = " · ".join(x for x in (r.panel, series_label(fig, r.series, r.value),
+                                                  f"seed {r.seed}") if x)
+                    print(f"    {'to do' if r.key in todo else 'done ':5s}  runs/{r.key}  {what}")
         return 0
     try:
         written = regenerate(args.paper, args.scale, out, only=args.only, extra=extra,
@@ -304,6 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--out", help="PNG path")
     pl.set_defaults(func=_cmd_plot)
+    rt = sub.add_parser("retime", help="a run's simulated time under another link model")
+    rt.add_argument("run", metavar="RUN_DIR", help="a round-based run folder")
+    rt.add_argument("--set", action="append", default=[], metavar="network.KEY=VALUE",
+                    help="the new link, e.g. --set network.model=tdma --set network.snr_db=10")
+    rt.add_argument("--out", help="CSV file to create (default: print the CSV)")
+    rt.set_defaults(func=_cmd_retime)
     m = sub.add_parser("masks", help="latency-optimal HIST mask sizes for a drawn scenario")
     m.add_argument("--cells", type=_positive, default=4, help="N (default 4)")
     m.add_argument("--clients-per-cell", type=_positive, default=15, help="n (default 15)")
@@ -336,8 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--scale", choices=["quick", "paper"], default="quick")
     fg.add_argument("--only", action="append", metavar="NAME", help="figure/table (repeatable)")
     fg.add_argument("--out", help="report folder (default reports/<paper>/<scale>)")
-    fg.add_argument("--data-dir", help="folder with dataset files (CIFAR-10, MNIST)")
-    fg.add_argument("--dry-run", action="store_true", help="list runs, train nothing")
+    fg.add_argument("--data-dir", help="folder with dataset files (CIFAR-10/100, MNIST, Tiny ImageNet)")
+    fg.add_argument("--dry-run", action="store_true",
+                    help="list every run (with --quiet: a line per figure), train nothing")
     fg.add_argument("--quiet", action="store_true", help="no per-run progress bars")
     fg.add_argument("--jobs", type=_positive, default=1, metavar="N",
                     help="train N runs at a time, each in its own process (default 1)")
@@ -361,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nwirelessfl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into e.g. `head`, which has closed: not an error
+        sys.stdout = None  # nothing more to flush at exit
+        return 0
     except (ValueError, OSError, TrainingDiverged, SolverUnavailableError, MemoryError) as exc:
         text = str(exc).strip()
         msg = text.splitlines()[0] if text else type(exc).__name__

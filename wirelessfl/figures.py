@@ -44,6 +44,7 @@ import matplotlib
 import numpy as np
 
 from wirelessfl.config import ConfigError, apply_overrides, presets_dir, resolve, to_dict
+from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.records import RunRecord, first_reaching
 
 matplotlib.use("Agg")
@@ -186,8 +187,9 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
             log: Callable[[str], None] = print, jobs: int = 1) -> None:
     """Train (or resume) every run in ``runs``, ``jobs`` of them at a time.
 
-    A run whose data cannot be loaded (e.g. CIFAR-10 without ``--data-dir``) is skipped
-    with its one-line reason; its figure is then reported as incomplete. With ``jobs`` > 1
+    A run whose data cannot be loaded (e.g. CIFAR-10 without ``--data-dir``), whose folder
+    another process is writing, or that diverges is skipped with its one-line reason (the
+    other runs go on); its figure is then reported as incomplete. With ``jobs`` > 1
     each run trains in its own process (PyTorch threads split among them); every run is
     seeded by its config alone, so the numbers are those of ``jobs = 1``.
     """
@@ -215,7 +217,10 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
         except ValueError as exc:
             log(f"  skipped: {str(exc).splitlines()[0]}")
             continue
-        run(exp, folder, resume=RunRecord(folder).exists(), quiet=quiet)
+        try:
+            run(exp, folder, resume=RunRecord(folder).exists(), quiet=quiet)
+        except (RunFolderError, TrainingDiverged) as exc:  # e.g. locked by another process
+            log(f"  skipped: {str(exc).splitlines()[0]}")
 
 
 def _run_in_process(run: RunSpec, root: Path, threads: int, index: str) -> str:
@@ -298,7 +303,8 @@ def _sweep_label(fig: Figure, default: str = "") -> str:
     return sweep.get("label") or sweep.get("key") or default
 
 
-def _label(fig: Figure, series: str, value: Any) -> str:
+def series_label(fig: Figure, series: str, value: Any) -> str:
+    """A series' name in legends and tables, with its sweep value (``FAdamGC S~=5``)."""
     return series if value is None else f"{series} {_sweep_label(fig)}={_show(value)}"
 
 
@@ -310,6 +316,12 @@ def _panels(fig: Figure, ncols: int) -> tuple[plt.Figure, np.ndarray, list[str]]
     f, ax = plt.subplots(len(panels), ncols, figsize=(5.0 * ncols, 3.8 * len(panels)),
                          squeeze=False)
     return f, ax, panels
+
+
+def _nanmean(values: list[float]) -> float:
+    """Mean of the finite values; NaN (without numpy's warning) when there are none."""
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan
 
 
 def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
@@ -325,7 +337,7 @@ def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
             x = np.nanmean([[_value(row, key) if row["round"] else 0.0 for row in r[:n]]
                             for r in rows], axis=0)
             a = ax[panels.index(panel)][c]
-            line, = a.plot(x, acc.mean(0), label=_label(fig, series, value))
+            line, = a.plot(x, acc.mean(0), label=series_label(fig, series, value))
             if len(rows) > 1:
                 a.fill_between(x, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
             a.set(xlabel=_LABELS.get(key, key), ylabel="test accuracy", title=panel)
@@ -333,8 +345,8 @@ def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
         table += [{"panel": panel, "series": series, "sweep": _show(value), "round": rows[0][i]["round"],
                    "accuracy_mean": acc[:, i].mean(), "accuracy_min": acc[:, i].min(),
                    "accuracy_max": acc[:, i].max(), "seeds": len(rows),
-                   **{k: float(np.nanmean([_value(r[i], k) for r in rows])) for k in xs
-                      if k != "round"}} for i in range(n)]
+                   **{k: _nanmean([_value(r[i], k) if r[i]["round"] else 0.0 for r in rows])
+                      for k in xs if k != "round"}} for i in range(n)]
     return [*_finish(fig, f, ax, out, table), _targets_csv(fig, root, out)]
 
 
@@ -374,7 +386,10 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
         table.append(row)
     for (panel, series, metric), pts in lines.items():
         a = ax[panels.index(panel)][metrics.index(metric)]
-        a.plot([_show(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
+        if len(pts) == 1 and pts[0][0] is None:  # a series not swept: a reference line
+            a.axhline(pts[0][1], ls="--", color="0.4", label=series)
+        else:
+            a.plot([_show(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
         a.set(xlabel=label, ylabel=f"{_LABELS.get(metric, metric)} to {100 * target:g}%",
               title=panel)
         a.grid(alpha=0.3)
@@ -420,7 +435,7 @@ def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
                 for (series, value), theirs in zip(columns, ref or [None] * len(columns)):
                     reached, count = _over_seeds(root, groups[(panel, series, value)], target,
                                                  metric)
-                    col = _label(fig, series, value)
+                    col = series_label(fig, series, value)
                     row[col] = round(float(reached.mean()), 2) if reached.size else None
                     row[f"{col} std"] = round(float(reached.std()), 2) if reached.size else None
                     row[f"{col} reached"] = count
@@ -433,7 +448,7 @@ def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
 
 def _markdown(fig: Figure, rows: list[dict[str, Any]], columns: list[tuple[str, Any]],
               quantity: bool = False) -> str:
-    labels = [_label(fig, s, v) for s, v in columns]
+    labels = [series_label(fig, s, v) for s, v in columns]
     q = " quantity |" if quantity else ""
     head = f"| setting | target |{q} " + " | ".join(labels) + " |\n"
     head += "|---|---|" + ("---|" if quantity else "") + "---|" * len(labels) + "\n"

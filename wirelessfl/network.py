@@ -92,6 +92,44 @@ class NetworkConfig:
             as_int("params_per_vector", self.params_per_vector, lo=1, hi=10**13)
 
 
+@dataclass(frozen=True)
+class RoundCost:
+    """What a link model needs of one round: enough to time it again under another model.
+
+    Payloads are per participating client, in parameters as timed (already scaled by
+    ``params_per_vector``); ``max_steps`` the most local steps any client took; ``clients``
+    how many took part (the channels ``tdma`` draws).
+    """
+
+    uplink: float
+    downlink: float
+    max_steps: float
+    clients: int
+
+    @classmethod
+    def from_report(cls, report: Any, scale: float = 1.0) -> RoundCost:
+        """The cost of a :class:`~wirelessfl.algorithms.base.RoundReport` (payloads × scale)."""
+        steps = [float(c.get("steps", 0)) for c in report.clients.values()] or [0.0]
+        up = report.uplink_params
+        down = up if report.downlink_params is None else report.downlink_params
+        return cls(float(up) * scale, float(down) * scale, max(steps), len(steps))
+
+    def as_list(self) -> list[float]:
+        """``[uplink, downlink, max_steps, clients]``, as logged in a run's metrics rows."""
+        return [self.uplink, self.downlink, self.max_steps, self.clients]
+
+    @classmethod
+    def from_list(cls, values: Any) -> RoundCost:
+        """The inverse of :meth:`as_list` (checked: a damaged row raises ValueError)."""
+        if not isinstance(values, (list, tuple)) or len(values) != 4:
+            raise ValueError(f"a round cost is [uplink, downlink, max_steps, clients], got "
+                             f"{str(values)[:60]}")
+        up = as_float("uplink", values[0], lo=0, hi=1e15)
+        down = as_float("downlink", values[1], lo=0, hi=1e15)
+        steps = as_float("max_steps", values[2], lo=0, hi=1e12)
+        return cls(up, down, steps, as_int("clients", values[3], lo=1, hi=10**9))
+
+
 class LinkModel:
     """Round duration from a round's report under one :class:`NetworkConfig`."""
 
@@ -100,22 +138,55 @@ class LinkModel:
         self.scale = (1.0 if cfg.params_per_vector is None or not num_params
                       else cfg.params_per_vector / num_params)
 
+    def cost(self, report: Any) -> RoundCost:
+        """The round's :class:`RoundCost` with this model's ``params_per_vector`` scaling."""
+        return RoundCost.from_report(report, self.scale)
+
     def round_seconds(self, report: Any, rng: np.random.Generator) -> float | None:
         """Seconds of the round ``report`` describes (None for ``none``)."""
+        return self.seconds(self.cost(report), rng)
+
+    def seconds(self, cost: RoundCost, rng: np.random.Generator) -> float | None:
+        """Seconds of a round of cost ``cost`` (None for ``none``)."""
         cfg = self.cfg
         if cfg.model == "none":
             return None
-        steps = np.array([float(c.get("steps", 0)) for c in report.clients.values()] or [0.0])
-        compute = steps * cfg.step_seconds
-        up = report.uplink_params * cfg.bits_per_param * self.scale
-        down = (report.downlink_params if report.downlink_params is not None
-                else report.uplink_params) * cfg.bits_per_param * self.scale
-        if cfg.model == "fixed":
+        compute = cost.max_steps * cfg.step_seconds  # the slowest client's compute
+        up = cost.uplink * cfg.bits_per_param
+        down = cost.downlink * cfg.bits_per_param
+        if cfg.model == "fixed":  # every client has the same payloads and its own link
             rate = cfg.rate_mbps * 1e6
-            return float((down / rate + compute + up / rate).max())
+            return float(down / rate + compute + up / rate)
         if cfg.model == "tdma":
-            h = simo_rayleigh((), len(steps), cfg.antennas, rng)
+            h = simo_rayleigh((), cost.clients, cfg.antennas, rng)
             rates = tdma_rate(h, db_to_lin(cfg.snr_db), cfg.bandwidth_hz)
-            return float(compute.max() + (up / rates).sum())
-        entries = report.uplink_params * self.scale  # aircomp, eq. (34)
-        return float(compute.max() + entries * SYMBOL_S * SUBCARRIER_HZ / cfg.bandwidth_hz)
+            return float(compute + (up / rates).sum())
+        # aircomp, eq. (34): one symbol per uploaded entry, all clients at once
+        return float(compute + cost.uplink * SYMBOL_S * SUBCARRIER_HZ / cfg.bandwidth_hz)
+
+
+def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[float | None]:
+    """Simulated time at each metrics row of a finished run, under another link model.
+
+    ``rows`` are a round-based run's metrics rows, each with the ``round_costs`` of the
+    rounds since the previous row (payloads as the run timed them: its ``params_per_vector``
+    stays); ``seeds`` the run's :class:`~wirelessfl.rng.Seeds`; ``link`` the new model. Round
+    t draws its channels from the same ``("network", t)`` stream a live run uses, so a run
+    re-timed under a link model reports exactly the times a run trained under it would
+    (training never reads the link's streams).
+    """
+    if link.cfg.model == "none":
+        return [None] * len(rows)
+    total, out = 0.0, []
+    for row in rows:
+        costs = row.get("round_costs")
+        if row["round"] > 0 and not isinstance(costs, list):
+            raise ValueError(f"row of round {row['round']} has no round_costs: the run predates "
+                             "per-round costs; train it again to re-time it")
+        first = row["round"] - len(costs or [])
+        for i, values in enumerate(costs or []):
+            seconds = link.seconds(RoundCost.from_list(values),
+                                   seeds.generator("network", first + i + 1))
+            total += seconds
+        out.append(total)
+    return out

@@ -30,7 +30,7 @@ from wirelessfl.data import (
 from wirelessfl.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
-from wirelessfl.network import LinkModel
+from wirelessfl.network import LinkModel, RoundCost
 from wirelessfl.population import Static
 from wirelessfl.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.rng import Seeds
@@ -209,6 +209,7 @@ class RoundsJob(Job):
         self.state = exp.initial_state()
         self.uplink, self.sim_time = 0.0, None
         self.totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
+        self.costs: list[list[float]] = []  # RoundCost of the rounds since the last row
 
     def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
         self.state = _restore(ckpt, self.exp)
@@ -219,6 +220,12 @@ class RoundsJob(Job):
         self.exp.algorithm.schedule_origin = origin  # a restarted lr schedule resumes as it was
         self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
         self.totals = dict(ckpt.get("totals", {}))
+        costs = ckpt.get("round_costs", [])
+        if not isinstance(costs, list) or not all(isinstance(c, list) and len(c) == 4
+                                                  for c in costs):
+            raise RunFolderError("--resume: the checkpoint's round costs are damaged; start the "
+                                 "run again with another --out")
+        self.costs = costs
 
     def progress(self) -> float:  # noqa: D102
         return self.state.round
@@ -244,6 +251,8 @@ class RoundsJob(Job):
             t = self.state.round
             check_finite(self.state.params, f"{cfg.name}, round {t}")
             self.uplink += report.uplink_params
+            cost = exp.link.cost(report) if exp.link is not None else RoundCost.from_report(report)
+            self.costs.append(cost.as_list())  # what re-timing the run needs
             latency = report.latency_s
             if latency is None and exp.link is not None:
                 latency = exp.link.round_seconds(report, exp.seeds.generator("network", t))
@@ -254,13 +263,16 @@ class RoundsJob(Job):
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
                 out.row({**row, **self.totals, "train_loss": report.train_loss,
-                         **dict(report.extra)}, progress=t, note=f"acc={row['test_accuracy']:.3f}")
+                         **dict(report.extra), "round_costs": self.costs},
+                        progress=t, note=f"acc={row['test_accuracy']:.3f}")
+                self.costs = []
                 done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
             else:
                 out.tick(t)
             if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
                 out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
-                                "schedule_origin": exp.algorithm.schedule_origin})
+                                "schedule_origin": exp.algorithm.schedule_origin,
+                                "round_costs": self.costs})
 
     def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
         return summarize(self.cfg, rows, wall)
@@ -277,3 +289,37 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
     rounds is :func:`wirelessfl.runloop.execute`, shared with every kind of run.
     """
     return execute(RunRecord(out), RoundsJob(exp), resume=resume, quiet=quiet)
+
+
+def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]:
+    """A finished (or running) round-based run's rows, timed under another link model.
+
+    ``overrides`` set ``network.*`` keys only (e.g. ``network.model=tdma``,
+    ``network.snr_db=10``); training does not depend on the link, so the run's accuracy at
+    each round stands and only ``sim_time_s`` changes (:func:`wirelessfl.network.retime`).
+    The payloads are those the run timed (its ``params_per_vector`` cannot change).
+    """
+    from wirelessfl.config import apply_overrides
+    from wirelessfl.network import retime
+
+    record = RunRecord(folder)
+    if not (Path(folder) / "config.yaml").is_file():
+        raise RunFolderError(f"{folder} holds no run (no config.yaml); pass a run folder")
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    bad = [k for k in keys if not k.startswith("network.") and k != "network"]
+    if bad:
+        raise ConfigError(f"--set {bad[0]}: re-timing changes only network.* keys (the link), "
+                          "not training; train a new run for other changes")
+    if any(k in ("network", "network.params_per_vector") for k in keys):
+        raise ConfigError("--set network / network.params_per_vector: the payloads are the "
+                          "run's; set network.<key> one at a time (model, rate_mbps, snr_db, ...)")
+    raw = record.config()
+    if "tasks" in raw or "algorithm" not in raw:
+        raise ConfigError(f"{folder} is not a round-based run; only those can be re-timed")
+    cfg = resolve(apply_overrides(raw, overrides))
+    rows = record.rows()
+    if not rows:
+        raise RunFolderError(f"{folder} has no metrics rows yet")
+    times = retime(rows, LinkModel(cfg.network), Seeds(cfg.seed))
+    return [{"round": r["round"], "test_accuracy": r["test_accuracy"], "sim_time_s": t}
+            for r, t in zip(rows, times)]

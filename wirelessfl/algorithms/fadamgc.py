@@ -166,7 +166,10 @@ class TrackedAdam(LocalSGD):
         for k in m:
             den = (vhat[k].sqrt() if norm is None else
                    norm.reshape(*norm.shape, *[1] * (m[k].dim() - carry.batch_dims))).add(self.eps)
-            delta[k] = torch.where(den > 0, m[k] / den.clamp_min(1e-38), torch.zeros_like(m[k]))
+            if self.eps > 0:  # den >= ε > 0
+                delta[k] = m[k] / den
+            else:  # ε = 0 (§2.5): a coordinate with v̂ = 0 has m = 0 and does not move
+                delta[k] = torch.where(den > 0, m[k] / den.clamp_min(1e-38), torch.zeros_like(m[k]))
         step = ({k: d + ctx["c"][k] for k, d in delta.items()} if self.correction == "post"
                 else delta)
         tracked = delta if self.correction == "post" else grads  # what y_i averages

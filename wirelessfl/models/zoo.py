@@ -263,7 +263,7 @@ def _resnet_forward(model: nn.Module, stem_norm: nn.Module, x: torch.Tensor, fea
         x = random_crop_flip(x)
     x = F.relu(stem_norm(model.conv1(x)))
     x = model.layer4(model.layer3(model.layer2(model.layer1(x))))
-    z = F.adaptive_avg_pool2d(x, 1).flatten(1)
+    z = x.mean(dim=(-2, -1))   # global average pool (vmap has no adaptive_avg_pool2d rule)
     return (model.fc(z), z) if features else model.fc(z)
 
 
