@@ -112,7 +112,10 @@ def _rule_experiment(model: str, algo: dict, engine: str, device: str):
 
 
 def rules(models: list[str], device: str, rounds: int) -> list[dict]:
-    """Seconds per round of each local rule, loop and batched, and the ratio to FedAvg batched."""
+    """Seconds per round of each local rule, loop and batched, and the ratio to FedAvg batched.
+
+    Median over ``rounds`` timed rounds after one untimed warm-up round.
+    """
     rows = []
     for model in models:
         base = None
@@ -121,6 +124,7 @@ def rules(models: list[str], device: str, rounds: int) -> list[dict]:
             for engine in ("loop", "batched"):
                 exp = _rule_experiment(model, algo, engine, device)
                 state, times = exp.initial_state(), []
+                state, _ = exp.algorithm.apply(state)  # warm-up round, not timed
                 for _ in range(rounds):
                     _sync(exp.device)
                     t = time.perf_counter()
