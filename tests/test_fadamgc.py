@@ -198,7 +198,8 @@ def test_library_local_adam_is_fedavg_with_a_bias_corrected_local_adam():
 
 @pytest.mark.parametrize("algo", [{"name": "fadamgc", "adam": "library"},
                                   {"name": "local_adam", "warm_start": True},
-                                  {"name": "fadamgc", "normaliser": "l1"}])
+                                  {"name": "fadamgc", "normaliser": "l1"},
+                                  {"name": "fadamgc", "clients_per_round": 4, "tracked": 5}])
 def test_inconsistent_options_are_refused(algo):
-    with pytest.raises(ValueError, match="library|warm_start|normaliser"):
+    with pytest.raises(ValueError, match="library|warm_start|normaliser|tracked"):
         resolve({**RAW, "algorithm": algo})

@@ -9,6 +9,7 @@ beams), ``figures`` (regenerate a paper's figures and tables). Bad input prints 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -261,6 +262,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                           "holds the dataset files")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a folder for the report")
+    cores = os.cpu_count() or 1
+    if args.jobs > cores:
+        raise ConfigError(f"--jobs {args.jobs}: this machine has {cores} cores; each job is a "
+                          f"process with its own data and model, use at most {cores}")
     extra = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
     if args.dry_run:
         figures = load_figures(args.paper, args.scale, args.only, extra)

@@ -193,6 +193,11 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
     each run trains in its own process (PyTorch threads split among them); every run is
     seeded by its config alone, so the numbers are those of ``jobs = 1``.
     """
+    import os
+
+    from channels.validation import as_int
+
+    as_int("jobs", jobs, lo=1, hi=os.cpu_count() or 1)
     if jobs > 1 and len(runs) > 1:
         _execute_parallel(runs, root, jobs, log)
         return

@@ -302,6 +302,9 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     from wirelessfl.config import apply_overrides
     from wirelessfl.network import retime
 
+    if not isinstance(overrides, (list, tuple)) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides must be a list of 'network.KEY=VALUE' strings, e.g. "
+                          "['network.model=tdma']")
     record = RunRecord(folder)
     if not (Path(folder) / "config.yaml").is_file():
         raise RunFolderError(f"{folder} holds no run (no config.yaml); pass a run folder")

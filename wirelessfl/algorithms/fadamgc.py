@@ -92,6 +92,10 @@ class FAdamGCHParams(FedAvgHParams):
         as_float("eps", self.eps, lo=0, hi=1)
         if self.tracked is not None:
             as_int("tracked", self.tracked, lo=0, hi=10**6)
+            if self.clients_per_round is not None and self.tracked > self.clients_per_round:
+                raise ConfigError(f"`tracked` S~ = {self.tracked} > clients_per_round S = "
+                                  f"{self.clients_per_round}: S~ is a subset of the round's "
+                                  "clients; lower tracked")
         client_store.store({}, self.state_dtype)
         if self.normaliser not in NORMALISERS:
             raise ValueError(f"`normaliser` must be one of {', '.join(NORMALISERS)}, got "
