@@ -140,3 +140,41 @@ def test_tinyimagenet_bad_folders_are_one_line_errors(tmp_path):
     (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn99\n")
     with pytest.raises(DataFileError, match="wnids.txt"):
         load_dataset("tinyimagenet", data_dir=tmp_path)
+
+
+def _svhn_mat(path, rng, n, labels=None):
+    import scipy.io
+
+    y = rng.integers(1, 11, n) if labels is None else np.asarray(labels)
+    scipy.io.savemat(path, {"X": rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8),
+                            "y": y.reshape(-1, 1).astype(np.uint8)})
+
+
+def test_svhn_mat_files(tmp_path):
+    import scipy.io
+
+    rng = np.random.default_rng(3)
+    (tmp_path / "svhn").mkdir()
+    _svhn_mat(tmp_path / "svhn" / "train_32x32.mat", rng, 6, labels=[10, 1, 2, 3, 9, 10])
+    _svhn_mat(tmp_path / "svhn" / "test_32x32.mat", rng, 4)
+    splits = load_dataset("svhn", data_dir=tmp_path)
+    assert splits.train.x.shape == (6, 3, 32, 32) and len(splits.test) == 4
+    assert splits.train.y.tolist() == [0, 1, 2, 3, 9, 0]   # label 10 is the digit 0
+    raw = scipy.io.loadmat(tmp_path / "svhn" / "train_32x32.mat")["X"]
+    # image 1, green channel, pixel (row 5, col 7), normalised with §4.1's statistics
+    expected = (raw[5, 7, 1, 1] / 255 - 0.4438) / 0.2010
+    assert splits.train.x[1, 1, 5, 7].item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_svhn_bad_files_are_one_line_errors(tmp_path):
+    with pytest.raises(DataNotFoundError, match="--data-dir"):
+        load_dataset("svhn", data_dir=tmp_path)
+    rng = np.random.default_rng(4)
+    _svhn_mat(tmp_path / "test_32x32.mat", rng, 3)
+    (tmp_path / "train_32x32.mat").write_bytes(b"not a matlab file at all" * 10)
+    with pytest.raises(ValueError, match="not an SVHN .mat file") as exc:
+        load_dataset("svhn", data_dir=tmp_path)
+    assert "\n" not in str(exc.value)
+    _svhn_mat(tmp_path / "train_32x32.mat", rng, 3, labels=[1, 11, 2])
+    with pytest.raises(ValueError, match="digits 1..10"):
+        load_dataset("svhn", data_dir=tmp_path)

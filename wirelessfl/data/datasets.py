@@ -11,6 +11,10 @@ Supported names (see :data:`DATASETS`):
   ``train/<wnid>/images/*.JPEG``, ``val/images/*.JPEG`` with ``val/val_annotations.txt``);
   200 classes of 64×64 RGB images, the labelled ``val`` split serving as the test set (the
   ``test`` images carry no labels), as in FAdamGC's image experiments (``fadamgc.md`` §4.1);
+- ``svhn``: the standard ``train_32x32.mat`` / ``test_32x32.mat`` (MATLAB v5, read with
+  :func:`scipy.io.loadmat`, data only) in ``data_dir`` or ``data_dir/svhn``; label 10 is the
+  digit 0 (stored as class 0), normalised with the dynamic-clients paper's statistics
+  (``dynamic_clients.md`` §4.1); the ``extra`` split is not used;
 - ``synthetic``: Synthetic(α, β) of Li et al., "Federated Optimization in Heterogeneous
   Networks" (FedProx, MLSys 2020) as packaged by LEAF. It needs no files and comes with a
   natural per-client split.
@@ -45,6 +49,7 @@ NORMALIZATIONS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "fashion_mnist": ((0.2861,), (0.3530,)),
     "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
     "tinyimagenet": ((0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)),
+    "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
 }
 
 _AUTO_NORMALIZATION = {
@@ -53,6 +58,7 @@ _AUTO_NORMALIZATION = {
     "cifar10": "half3",  # HIST §6.1, FedAST §4.4
     "cifar100": "cifar100",  # FedAST §4.4 [code]
     "tinyimagenet": "tinyimagenet",  # the training set's channel statistics [default]
+    "svhn": "svhn",  # dynamic_clients.md §4.1 [code]
 }
 
 
@@ -259,6 +265,47 @@ def _load_cifar_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
         return np.concatenate(xs).reshape(-1, 3, 32, 32), np.concatenate(ys)
 
     return (*read(train_files), *read([test_file]))
+
+
+SVHN_FILES = ("train_32x32.mat", "test_32x32.mat")
+
+
+@lru_cache(maxsize=1)
+def _load_svhn_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
+    """SVHN's cropped-digit ``.mat`` files: X (32, 32, 3, n) uint8, y (n, 1) in 1..10."""
+    import scipy.io
+
+    from channels.validation import check_memory
+
+    candidates = [data_dir, data_dir / "svhn"] if data_dir is not None else []
+    root = next((c for c in candidates if all((c / f).is_file() for f in SVHN_FILES)), None)
+    if root is None:
+        raise DataNotFoundError(
+            f"dataset 'svhn': {' and '.join(SVHN_FILES)} not found"
+            f"{' in ' + str(data_dir) if data_dir else ''}; pass --data-dir pointing at the "
+            "folder that holds them (the 'Format 2: cropped digits' files)")
+
+    def read(path: Path) -> tuple[np.ndarray, np.ndarray]:
+        check_memory(5.0 * path.stat().st_size, f"SVHN file {path.name} in memory",
+                     "raise WIRELESSFL_MAX_BYTES or use a machine with more memory")
+        try:
+            mat = scipy.io.loadmat(path, variable_names=["X", "y"])
+        except (ValueError, TypeError, OSError, NotImplementedError) as exc:
+            raise DataFileError(f"{path} is not an SVHN .mat file ({type(exc).__name__}: "
+                                f"{str(exc)[:80]}); re-download it") from None
+        x, y = mat.get("X"), mat.get("y")
+        if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray) or x.dtype != np.uint8 \
+                or x.shape[:3] != (32, 32, 3) or x.ndim != 4 or y.size != x.shape[3] \
+                or y.dtype.kind not in "iuf":
+            raise DataFileError(f"{path}: expected uint8 X of shape (32, 32, 3, n) and n labels "
+                                "y; the file is damaged")
+        y = y.reshape(-1)
+        if not np.all((y >= 1) & (y <= 10) & (y == np.round(y))):
+            raise DataFileError(f"{path}: labels must be the digits 1..10 (10 for 0)")
+        return (np.ascontiguousarray(x.transpose(3, 2, 0, 1)),   # (n, 3, 32, 32)
+                (y.astype(np.int64) % 10))
+
+    return (*read(root / SVHN_FILES[0]), *read(root / SVHN_FILES[1]))
 
 
 TINY_FOLDER = "tiny-imagenet-200"
@@ -497,9 +544,9 @@ def shakespeare(folder: Path | None, num_clients: int, rng: np.random.Generator)
 # --------------------------------------------------------------------------- registry
 
 DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic",
-            "shakespeare")
+            "shakespeare", "svhn")
 _NUM_CLASSES = {"fashion_mnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100,
-                "tinyimagenet": 200}
+                "tinyimagenet": 200, "svhn": 10}
 
 
 def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization: str = "auto",
@@ -536,7 +583,8 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
         return shakespeare(folder, num_clients, rng)
     mean_std = _resolve_normalization(name, normalization)
     loader = (_load_idx_raw if name in ("mnist", "fashion_mnist") else
-              _load_tiny_raw if name == "tinyimagenet" else _load_cifar_raw)
+              _load_tiny_raw if name == "tinyimagenet" else
+              _load_svhn_raw if name == "svhn" else _load_cifar_raw)
     x_tr, y_tr, x_te, y_te = loader(name, folder)
     k = _NUM_CLASSES[name]
     for x, y, split in ((x_tr, y_tr, "train"), (x_te, y_te, "test")):

@@ -19,6 +19,7 @@ from wirelessfl.models.zoo import (
     Linear,
     ResNet18,
     ResNet18BN,
+    SVHNEfficient,
 )
 
 MODELS: dict[str, type[FLModel]] = {
@@ -31,6 +32,7 @@ MODELS: dict[str, type[FLModel]] = {
     "resnet18": ResNet18,
     "resnet18_bn": ResNet18BN,
     "linear": Linear,
+    "svhn_cnn": SVHNEfficient,
 }
 
 
@@ -43,7 +45,8 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    needs_image = name in ("lenet5", "cifar_cnn", "feddyn_cnn", "resnet18", "resnet18_bn")
+    needs_image = name in ("lenet5", "cifar_cnn", "feddyn_cnn", "resnet18", "resnet18_bn",
+                           "svhn_cnn")
     if needs_image and len(sample_shape) != 3:
         raise ValueError(f"model {name!r} needs image inputs (C, H, W), got samples of shape "
                          f"{tuple(sample_shape)}; use 'fcnn', 'mlp' or 'linear' for this dataset")
@@ -93,4 +96,4 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
 
 __all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
            "build_model", "FCNN", "MLP", "CharLSTM", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18",
-           "ResNet18BN"]
+           "ResNet18BN", "SVHNEfficient"]

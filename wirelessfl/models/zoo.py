@@ -257,6 +257,39 @@ class _Block(nn.Module):
         return F.relu(n2(self.conv2(out)) + self.shortcut(x))
 
 
+class SVHNEfficient(FLModel):
+    """The dynamic-clients paper's SVHN CNN (``dynamic_clients.md`` §4.1, [CODE]).
+
+    [conv 32, BN, ReLU, conv 32, BN, ReLU, max-pool] → [conv 64, BN, ReLU, conv 64, BN, ReLU,
+    max-pool] → [conv 128, BN, ReLU, max-pool] → fc1 2048 → 256, ReLU, dropout 0.4 → fc2 256 →
+    classes; 3×3 convolutions with padding 1. MOON's features are ReLU(fc1) (before dropout).
+    BatchNorm statistics are buffers, trained per client and averaged by the server.
+    """
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int,
+                 dropout: float = 0.4) -> None:
+        super().__init__()
+        c, h, w = sample_shape
+        widths = ((c, 32), (32, 32), (32, 64), (64, 64), (64, 128))
+        for i, (cin, cout) in enumerate(widths, 1):
+            setattr(self, f"conv{i}", layers.Conv2d(cin, cout, 3, 1, 1))
+            setattr(self, f"bn{i}", nn.BatchNorm2d(cout))
+        self.fc1 = layers.Linear(128 * (h // 8) * (w // 8), 256)
+        self.fc2 = layers.Linear(256, num_classes)
+        self.dropout = dropout
+
+    def _conv(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(x)))
+
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+        x = F.max_pool2d(self._conv(2, self._conv(1, x)), 2)
+        x = F.max_pool2d(self._conv(4, self._conv(3, x)), 2)
+        x = F.max_pool2d(self._conv(5, x), 2).flatten(1)
+        z = F.relu(self.fc1(x))
+        out = self.fc2(dropout(z, self.dropout, self.training))
+        return (out, z) if features else out
+
+
 def _resnet_forward(model: nn.Module, stem_norm: nn.Module, x: torch.Tensor, features: bool):
     """The CIFAR ResNet-18 pass shared by :class:`ResNet18` and :class:`ResNet18BN`."""
     if model.augment and model.training:
