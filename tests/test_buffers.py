@@ -126,7 +126,13 @@ def test_resnet18_with_batchnorm_trains_batched():
 
 
 def test_svhn_cnn_has_the_papers_shape_and_trains_batched_as_in_the_loop():
-    """dynamic_clients.md §4.1 SVHNEfficient: five 3×3 conv+BN layers, fc 2048 → 256 → 10."""
+    """dynamic_clients.md §4.1 SVHNEfficient: five 3×3 conv+BN layers, fc 2048 → 256 → 10.
+
+    Max-pooling routes each gradient to its window's argmax, and two near-equal entries can
+    swap under the batched kernels' rounding (with average pooling the engines agree to
+    2e-6). So after one step the layers behind the last pooling (fc1, fc2) and every
+    BatchNorm statistic (forward only) agree to rounding; the conv layers to 10%.
+    """
     model = build_model("svhn_cnn", (3, 32, 32), 10, seed=0, dropout=0.4)
     assert model.fc1.in_features == 2048 and model.fc1.out_features == 256
     assert sum(v.numel() for v in model.params().values()) == 667_178
@@ -135,15 +141,20 @@ def test_svhn_cnn_has_the_papers_shape_and_trains_batched_as_in_the_loop():
     assert out.shape == (3, 10) and z.shape == (3, 256) and bool((z >= 0).all())
     from wirelessfl.data.datasets import ArrayDataset
 
-    data = ArrayDataset(torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)), 10)
-    hp = LocalHParams(lr=0.05, batch_size=4, steps=2)
+    g = torch.Generator().manual_seed(0)
+    data = ArrayDataset(torch.randn(16, 3, 32, 32, generator=g),
+                        torch.randint(0, 10, (16,), generator=g), 10)
+    hp = LocalHParams(lr=0.05, batch_size=4, steps=1)
     tasks = [ClientTask(c, model.params(), np.arange(8 * c, 8 * c + 8), seed=c,
                         buffers=model.buffers_state()) for c in range(2)]
     loop = LoopExecutor().run(LocalSGD(model, hp), data, tasks, hp)
     batched = BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp)
     for a, b in zip(loop, batched):   # dropout included: each client's own mask stream
-        torch.testing.assert_close(a.buffers["bn3.running_var"], b.buffers["bn3.running_var"],
-                                   rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(a.delta["fc2.weight"], b.delta["fc2.weight"],
-                                   rtol=1e-3, atol=1e-5)
-        assert not torch.equal(a.delta["fc2.weight"], torch.zeros_like(a.delta["fc2.weight"]))
+        for k in a.buffers:
+            torch.testing.assert_close(a.buffers[k], b.buffers[k], rtol=1e-4, atol=1e-6)
+        for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"):
+            torch.testing.assert_close(a.delta[k], b.delta[k], rtol=1e-3, atol=1e-6)
+        assert float(a.delta["fc2.weight"].abs().max()) > 1e-4
+        diff = sum(float((a.delta[k] - b.delta[k]).square().sum()) for k in a.delta) ** 0.5
+        norm = sum(float(a.delta[k].square().sum()) for k in a.delta) ** 0.5
+        assert diff < 0.1 * norm

@@ -43,6 +43,7 @@ from wirelessfl.configtypes import (
 from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.errors import ConfigError, check_config_size, short
 from wirelessfl.network import NetworkConfig
+from wirelessfl.population import PopulationConfig
 
 PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
               "dirichlet_per_client", "two_group", "natural")
@@ -150,6 +151,9 @@ class RunConfig:
         Client executor: ``loop``, ``batched`` or ``auto`` (:func:`wirelessfl.runner.make_executor`).
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.network`).
+    population : PopulationConfig
+        Which clients are present in each round: static, or sessions of arriving and
+        departing clients (:mod:`wirelessfl.population`).
     data, model, local, algorithm
         The sections.
     """
@@ -165,6 +169,7 @@ class RunConfig:
     device: str = "auto"
     engine: str = "auto"
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    population: PopulationConfig = field(default_factory=PopulationConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     local: LocalHParams = field(default_factory=LocalHParams)

@@ -1,10 +1,20 @@
 """Client populations: which clients exist (are available) in each round.
 
 FedAvg and HIST use a static population. The dynamic-clients paper
-(``specs/dynamic_clients.md`` §4.2) alternates two groups A, B by session: at each
-transition all active clients leave and the other group arrives. Algorithms ask
-``population.active(round)`` and sample among those; an arrival hook (the
-similarity-weighted initial model) runs when :meth:`Population.session` changes.
+(``specs/dynamic_clients.md`` §1, §4.2) works in *sessions*: maximal runs of rounds with an
+unchanged client set. Its experiments alternate two groups A, B (at each transition all
+active clients leave and the other group arrives); any list of join/leave events is a
+population too (§7 item 9), each change of the active set starting a new session.
+Algorithms ask ``population.active(round)`` and sample among those (all of them by
+default: full participation); the runner calls the algorithm's session-start hook
+(:meth:`~wirelessfl.algorithms.base.FederatedAlgorithm.start_session`) at the first round of
+every session after the first, and marks each metrics row with its session.
+
+Configured by the run's ``population`` section (:class:`PopulationConfig`):
+``{kind: static}`` (default), ``{kind: alternating, groups: 2, rounds_per_session: T}``
+(clients split into ``groups`` equal blocks by index, A = the first block, as
+:class:`~wirelessfl.data.partition.TwoGroupOverlap` numbers them) or ``{kind: events,
+events: [{round: 0, join: [...]}, {round: 50, leave: [...], join: [...]}, ...]}``.
 
 Examples
 --------
@@ -16,9 +26,73 @@ Examples
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from channels.validation import as_int
+
+KINDS = ("static", "alternating", "events")
+
+
+@dataclass(frozen=True)
+class PopulationConfig:
+    """The run's ``population`` section (see the module docstring).
+
+    Attributes
+    ----------
+    kind : str
+        ``static``, ``alternating`` or ``events``.
+    groups : int
+        Groups that take turns (``alternating``; 2 in the paper).
+    rounds_per_session : int or None
+        T, rounds per session (``alternating``; required there).
+    events : tuple of mapping
+        ``{round, join, leave}`` entries (``events``), the first at round 0.
+    """
+
+    kind: str = "static"
+    groups: int = 2
+    rounds_per_session: int | None = None
+    events: tuple[dict, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"`kind` must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        as_int("groups", self.groups, lo=1, hi=10**6)
+        if self.kind == "alternating" and self.groups < 2:
+            raise ValueError("`groups` must be >= 2 for kind alternating (a session starts when "
+                             "the client set changes)")
+        if self.kind == "alternating" and self.rounds_per_session is None:
+            raise ValueError("`rounds_per_session` is needed for kind alternating (the paper's "
+                             "T, e.g. 50)")
+        if self.rounds_per_session is not None:
+            as_int("rounds_per_session", self.rounds_per_session, lo=1, hi=10**7)
+        if self.kind == "events" and not self.events:
+            raise ValueError("kind events needs `events`, e.g. [{round: 0, join: [0, 1]}]")
+        if self.kind != "events" and self.events:
+            raise ValueError(f"`events` are for kind events, not {self.kind}")
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the active set can change (sessions are marked in the records)."""
+        return self.kind != "static"
+
+
+def make_population(cfg: PopulationConfig, num_clients: int) -> Population:
+    """The :class:`Population` of ``cfg`` over clients ``0..num_clients-1`` (checked)."""
+    if cfg.kind == "static":
+        return Static(clients=np.arange(num_clients))
+    if cfg.kind == "alternating":
+        if num_clients % cfg.groups:
+            raise ValueError(f"population.groups = {cfg.groups} does not divide the "
+                             f"{num_clients} clients into equal groups; change data.num_clients "
+                             "or population.groups")
+        return AlternatingGroups(groups=np.arange(num_clients).reshape(cfg.groups, -1).tolist(),
+                                 rounds_per_session=cfg.rounds_per_session)
+    return EventSessions(events=cfg.events, num_clients=num_clients)
 
 
 class Population(ABC):
@@ -66,3 +140,64 @@ class AlternatingGroups(Population):
 
     def active(self, t: int) -> np.ndarray:  # noqa: D102
         return np.sort(np.asarray(self.groups[self.session(t) % len(self.groups)], dtype=np.int64))
+
+
+class EventSessions(Population):
+    """Clients join and leave at given rounds; each change of the active set opens a session.
+
+    ``events`` are ``{round, join, leave}`` mappings in increasing round order, the first at
+    round 0 (who is there at the start). A client that leaves at round r trains last in round
+    r − 1; one that joins at r trains from round r (§1's rules at round granularity).
+
+    Examples
+    --------
+    >>> p = EventSessions(events=[{"round": 0, "join": [0, 1]}, {"round": 2, "join": [2]},
+    ...                           {"round": 3, "leave": [0, 1]}], num_clients=3)
+    >>> [(p.session(t), p.active(t).tolist()) for t in range(4)]
+    [(0, [0, 1]), (0, [0, 1]), (1, [0, 1, 2]), (2, [2])]
+    """
+
+    def __init__(self, *, events: Sequence[Mapping[str, Any]], num_clients: int) -> None:
+        as_int("num_clients", num_clients, lo=1, hi=10**9)
+        if not isinstance(events, (list, tuple)) or not events:
+            raise ValueError("population.events must be a non-empty list of {round, join, leave}")
+        starts, sets, active, last = [], [], set(), -1
+        for i, ev in enumerate(events):
+            where = f"population.events[{i}]"
+            if not isinstance(ev, Mapping) or not set(ev) <= {"round", "join", "leave"} \
+                    or "round" not in ev:
+                raise ValueError(f"{where} must be a mapping with round and join and/or leave")
+            t = as_int(f"{where}.round", ev["round"], lo=0, hi=10**9)
+            if (i == 0 and t != 0) or t <= last:
+                raise ValueError(f"{where}.round = {t}: the first event is at round 0 and rounds "
+                                 "increase strictly")
+            join, leave = (self._ids(ev.get(k, []), num_clients, f"{where}.{k}")
+                           for k in ("join", "leave"))
+            if join & active or leave - active:
+                raise ValueError(f"{where}: clients {sorted(join & active or leave - active)[:5]} "
+                                 "join while present or leave while absent")
+            active = (active | join) - leave
+            if not active or not (join or leave):
+                raise ValueError(f"{where} leaves no client active or changes nothing")
+            starts.append(t)
+            sets.append(np.array(sorted(active), dtype=np.int64))
+            last = t
+        self.starts, self.sets = np.array(starts), tuple(sets)
+
+    @staticmethod
+    def _ids(values: Any, n: int, where: str) -> set[int]:
+        if not isinstance(values, (list, tuple)):
+            raise ValueError(f"{where} must be a list of client ids")
+        ids = {as_int(where, v, lo=0, hi=n - 1) for v in values}
+        if len(ids) != len(values):
+            raise ValueError(f"{where} names a client twice")
+        return ids
+
+    def session(self, t: int) -> int:  # noqa: D102
+        return int(np.searchsorted(self.starts, t, side="right") - 1)
+
+    def active(self, t: int) -> np.ndarray:  # noqa: D102
+        return self.sets[self.session(t)]
+
+    def __repr__(self) -> str:
+        return f"EventSessions(starts={self.starts.tolist()})"

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from wirelessfl import registry
@@ -31,7 +30,7 @@ from wirelessfl.datasplit import make_partitioner, partition_data  # noqa: F401 
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.network import LinkModel, RoundCost
-from wirelessfl.population import Static
+from wirelessfl.population import make_population
 from wirelessfl.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.rng import Seeds
 from wirelessfl.runloop import Job, Output, execute
@@ -97,8 +96,9 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
-                      executor=make_executor(cfg.engine, device), population=Static(
-                          clients=np.arange(len(client_indices))), seeds=seeds)
+                      executor=make_executor(cfg.engine, device),
+                      population=make_population(cfg.population, len(client_indices)),
+                      seeds=seeds)
     algo_cls = registry.get(cfg.algorithm.name)[1]
     algorithm = algo_cls(env, cfg.algorithm.hparams)
     d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
@@ -242,11 +242,16 @@ class RoundsJob(Job):
     def advance(self, out: Output) -> None:  # noqa: D102
         exp, cfg = self.exp, self.cfg
         if self.state.round == 0 and not out.record.rows():
-            out.row(_evaluate_row(exp, self.state, 0.0, None if self.sim_time is None else 0.0))
+            row0 = _evaluate_row(exp, self.state, 0.0, None if self.sim_time is None else 0.0)
+            out.row({**row0, "session": 0} if cfg.population.dynamic else row0)
         # a resumed run that had already stopped at its target does not train on
         done = cfg.stop_at_target and first_reaching(out.record.rows(),
                                                      cfg.target_accuracy) is not None
+        population = exp.algorithm.env.population
         while self.state.round < cfg.rounds and not done:
+            t0 = self.state.round
+            if t0 > 0 and population.session(t0) != population.session(t0 - 1):
+                self.state = exp.algorithm.start_session(self.state, t0)
             self.state, report = exp.algorithm.apply(self.state)
             t = self.state.round
             check_finite(self.state.params, f"{cfg.name}, round {t}")
@@ -262,6 +267,8 @@ class RoundsJob(Job):
                 self.totals[k] = self.totals.get(k, 0.0) + v
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
+                if cfg.population.dynamic:  # the session the round's clients trained in
+                    row["session"] = population.session(t - 1)
                 out.row({**row, **self.totals, "train_loss": report.train_loss,
                          **dict(report.extra), "round_costs": self.costs},
                         progress=t, note=f"acc={row['test_accuracy']:.3f}")

@@ -168,6 +168,24 @@ class FederatedAlgorithm(ABC):
             return None
         return scheduled_lr(self.env.local, t - self.schedule_origin)
 
+    def start_session(self, state: ServerState, t: int) -> ServerState:
+        """Round ``t`` opens a new session (``dynamic_clients.md`` §2.7, §4.3).
+
+        The learning-rate schedule restarts and the algorithm's state is reset: the server
+        optimiser's (SCAFFOLD's c, FedACG's m, FedAdam's moments) and every client's
+        (c_i, v_i, y_i) [default: per-client states too]. The model and its buffers are kept
+        (an initial-model rule replaces them separately). A rule whose client state must
+        persist across sessions (MOON's previous local models) keeps it by overriding
+        :meth:`session_client_states`.
+        """
+        self.restart_schedule(t)
+        return ServerState(state.params, state.round, None, self.session_client_states(state),
+                           state.buffers)
+
+    def session_client_states(self, state: ServerState) -> Mapping[int, Any]:
+        """Client states kept at a session start (none by default)."""
+        return {}
+
     def init(self, params: Params) -> ServerState:
         """Initial server state around the initial model (and the model's own buffers)."""
         device = next(iter(params.values())).device if params else None

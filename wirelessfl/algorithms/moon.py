@@ -86,3 +86,6 @@ class MOON(FedAvg):
     def __init__(self, env: Environment, hp: MOONHParams = MOONHParams()) -> None:
         super().__init__(env, hp)
         self.update = ContrastiveSGD(env.model, env.local, hp.mu, hp.tau, hp.state_dtype)
+
+    def session_client_states(self, state):  # noqa: D102
+        return state.client_states  # z_prev persists across rounds and sessions (§2.7)

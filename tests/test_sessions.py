@@ -1,0 +1,117 @@
+"""Sessions of arriving and departing clients (dynamic_clients.md §1, §2.7, §4.2, §7 item 9)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import wirelessfl.runner as runner
+from wirelessfl.cli import main
+from wirelessfl.config import resolve, to_dict
+from wirelessfl.population import EventSessions
+from wirelessfl.records import RunRecord
+
+RAW = {"name": "s", "seed": 3, "rounds": 6,
+       "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 30},
+       "model": {"name": "fcnn", "options": {"hidden": 8, "dropout": 0.2}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 2, "schedule": "poly",
+                 "schedule_rounds": 3},
+       "algorithm": {"name": "scaffold"},
+       "population": {"kind": "alternating", "rounds_per_session": 2}}
+
+
+def _rows(folder):
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(folder).rows()]
+
+
+def test_only_the_sessions_clients_train_and_rows_carry_the_session(tmp_path):
+    exp = runner.prepare(resolve(RAW))
+    state = exp.initial_state()
+    for t in range(4):
+        if t == 2:
+            state = exp.algorithm.start_session(state, t)
+        state, report = exp.algorithm.apply(state)
+        assert sorted(report.clients) == ([0, 1, 2] if t < 2 else [3, 4, 5])  # full participation
+    runner.run(runner.prepare(resolve(RAW)), tmp_path / "r", quiet=True)
+    assert [r["session"] for r in RunRecord(tmp_path / "r").rows()] == [0, 0, 0, 1, 1, 2, 2]
+
+
+def test_a_session_start_resets_the_algorithm_state_and_restarts_the_schedule():
+    exp = runner.prepare(resolve(RAW))
+    state = exp.initial_state()
+    for _ in range(2):
+        state, _ = exp.algorithm.apply(state)
+    assert state.opt_state is not None and state.client_states     # SCAFFOLD's c and c_i
+    assert exp.algorithm.client_lr(2) < RAW["local"]["lr"]
+    fresh = exp.algorithm.start_session(state, 2)
+    assert fresh.opt_state is None and dict(fresh.client_states) == {}
+    assert fresh.params is state.params and fresh.round == 2      # the model is kept
+    assert exp.algorithm.client_lr(2) == RAW["local"]["lr"]       # poly restarted (§4.3)
+    moon = runner.prepare(resolve({**RAW, "algorithm": {"name": "moon"}}))
+    s = moon.initial_state()
+    s, _ = moon.algorithm.apply(s)
+    assert set(moon.algorithm.start_session(s, 2).client_states) == {0, 1, 2}  # z_prev persists
+
+
+def test_one_event_session_is_the_static_run_exactly(tmp_path):
+    static = {**RAW, "population": {"kind": "static"}}
+    events = {**RAW, "population": {"kind": "events",
+                                    "events": [{"round": 0, "join": list(range(6))}]}}
+    runner.run(runner.prepare(resolve(static)), tmp_path / "a", quiet=True)
+    runner.run(runner.prepare(resolve(events)), tmp_path / "b", quiet=True)
+    a, b = _rows(tmp_path / "a"), _rows(tmp_path / "b")
+    assert [{k: v for k, v in r.items() if k != "session"} for r in b] == a
+
+
+@pytest.mark.parametrize("after", [2, 3])   # at a session boundary and inside a session
+def test_resume_mid_session_gives_the_uninterrupted_numbers(tmp_path, interrupt_after, after):
+    raw = {**RAW, "population": {"kind": "events", "events": [
+        {"round": 0, "join": [0, 1, 2]}, {"round": 2, "join": [3]},
+        {"round": 4, "leave": [0, 1], "join": [4, 5]}]}}
+    runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    exp = interrupt_after(runner.prepare(resolve(raw)), after)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(exp, tmp_path / "cut", quiet=True)
+    runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+    assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
+    assert [r["session"] for r in _rows(tmp_path / "full")] == [0, 0, 0, 1, 1, 2, 2]
+
+
+def test_event_sessions_follow_the_joins_and_leaves():
+    p = EventSessions(events=[{"round": 0, "join": [0, 1]}, {"round": 3, "join": [2]},
+                              {"round": 5, "leave": [0]}], num_clients=3)
+    assert [p.session(t) for t in range(7)] == [0, 0, 0, 1, 1, 2, 2]
+    assert p.active(4).tolist() == [0, 1, 2] and p.active(6).tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("population", [
+    {"kind": "events", "events": [{"round": 1, "join": [0]}]},                  # not at 0
+    {"kind": "events", "events": [{"round": 0, "join": [0]}, {"round": 0, "join": [1]}]},
+    {"kind": "events", "events": [{"round": 0, "join": [0]}, {"round": 2, "leave": [1]}]},
+    {"kind": "events", "events": [{"round": 0, "join": [0]}, {"round": 2, "leave": [0]}]},
+    {"kind": "events", "events": [{"round": 0, "join": [0, 0]}]},
+    {"kind": "events", "events": [{"round": 0, "join": [99]}]},
+    {"kind": "events", "events": [{"round": 0, "join": [0], "when": 3}]},
+    {"kind": "events", "events": []},
+    {"kind": "alternating"},                                                    # no T
+    {"kind": "alternating", "rounds_per_session": 2, "groups": 4},              # 6 clients
+    {"kind": "alternating", "rounds_per_session": 2, "groups": 1},
+    {"kind": "weekly"},
+])
+def test_bad_populations_are_one_line_errors(tmp_path, capsys, population):
+    with pytest.raises(ValueError) as exc:
+        runner.prepare(resolve({**RAW, "population": population}))
+    assert "\n" not in str(exc.value)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(json.dumps({**RAW, "population": population}))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_population_config_round_trips():
+    cfg = resolve({**RAW, "population": {"kind": "events", "events": [
+        {"round": 0, "join": [0, 1]}, {"round": 2, "leave": [1]}]}})
+    assert resolve(to_dict(cfg)) == cfg
+    assert isinstance(cfg.population.events, tuple)
+    assert np.array_equal(runner.prepare(cfg).algorithm.env.population.active(3), [0])
