@@ -60,7 +60,35 @@ def test_one_event_session_is_the_static_run_exactly(tmp_path):
     runner.run(runner.prepare(resolve(static)), tmp_path / "a", quiet=True)
     runner.run(runner.prepare(resolve(events)), tmp_path / "b", quiet=True)
     a, b = _rows(tmp_path / "a"), _rows(tmp_path / "b")
-    assert [{k: v for k, v in r.items() if k != "session"} for r in b] == a
+    assert [{k: v for k, v in r.items() if k not in ("session", "active_accuracy")}
+            for r in b] == a
+    # every label is active: the active-label accuracy is the test accuracy
+    assert [r["active_accuracy"] for r in b] == [r["test_accuracy"] for r in a]
+
+
+def test_active_accuracy_is_measured_on_the_active_groups_labels(fmnist, tmp_path):
+    """§4.3: accuracy on the test samples of the active label set (A: 0-4, B: 5-9)."""
+    import torch
+
+    from wirelessfl.client import evaluate
+    from wirelessfl.records import load_plain
+
+    raw = {"name": "ab", "seed": 0, "rounds": 3,
+           "data": {"dataset": "fashion_mnist", "partition": "two_group", "num_clients": 4},
+           "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 32, "steps": 5},
+           "population": {"kind": "alternating", "rounds_per_session": 2}}
+    exp = runner.prepare(resolve(raw))
+    runner.run(exp, tmp_path / "r", quiet=True)
+    rows = RunRecord(tmp_path / "r").rows()
+    assert [r["session"] for r in rows] == [0, 0, 0, 1]
+    params = load_plain(tmp_path / "r" / "checkpoint.pt", "checkpoint")["params"]
+    test = exp.splits.test
+    keep = test.y >= 5                                   # group B holds labels 5-9
+    sub = type(test)(test.x[keep], test.y[keep], test.num_classes)
+    assert rows[-1]["active_accuracy"] == evaluate(exp.model, params, sub)[0]
+    assert rows[-1]["active_accuracy"] != rows[-1]["test_accuracy"]
+    held = np.concatenate([exp.algorithm.env.client_indices[c] for c in (2, 3)])
+    assert torch.equal(torch.unique(exp.splits.train.y[held]), torch.arange(5, 10))
 
 
 @pytest.mark.parametrize("after", [2, 3])   # at a session boundary and inside a session

@@ -210,6 +210,7 @@ class RoundsJob(Job):
         self.uplink, self.sim_time = 0.0, None
         self.totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
         self.costs: list[list[float]] = []  # RoundCost of the rounds since the last row
+        self._active_tests: dict[int, Any] = {}  # session -> its active labels' test samples
 
     def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
         self.state = _restore(ckpt, self.exp)
@@ -243,7 +244,7 @@ class RoundsJob(Job):
         exp, cfg = self.exp, self.cfg
         if self.state.round == 0 and not out.record.rows():
             row0 = _evaluate_row(exp, self.state, 0.0, None if self.sim_time is None else 0.0)
-            out.row({**row0, "session": 0} if cfg.population.dynamic else row0)
+            out.row({**row0, **self._session_metrics(0)} if cfg.population.dynamic else row0)
         # a resumed run that had already stopped at its target does not train on
         done = cfg.stop_at_target and first_reaching(out.record.rows(),
                                                      cfg.target_accuracy) is not None
@@ -268,7 +269,7 @@ class RoundsJob(Job):
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
                 if cfg.population.dynamic:  # the session the round's clients trained in
-                    row["session"] = population.session(t - 1)
+                    row.update(self._session_metrics(t - 1))
                 out.row({**row, **self.totals, "train_loss": report.train_loss,
                          **dict(report.extra), "round_costs": self.costs},
                         progress=t, note=f"acc={row['test_accuracy']:.3f}")
@@ -280,6 +281,28 @@ class RoundsJob(Job):
                 out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
                                 "schedule_origin": exp.algorithm.schedule_origin,
                                 "round_costs": self.costs})
+
+    def _session_metrics(self, t: int) -> dict[str, Any]:
+        """The session of round ``t`` and the accuracy on its active label set (§4.3).
+
+        The active label set is every label held by a client present in round ``t``; the
+        metric is the test accuracy on the test samples of those labels.
+        """
+        exp = self.exp
+        env = exp.algorithm.env
+        s = env.population.session(t)
+        if s not in self._active_tests:
+            clients = env.population.active(t)
+            train_y = env.train.y.cpu()
+            labels = torch.unique(torch.cat([train_y[torch.as_tensor(env.client_indices[c])]
+                                             for c in clients]))
+            test = exp.splits.test
+            keep = torch.isin(test.y, labels)
+            self._active_tests = {s: type(test)(test.x[keep], test.y[keep], test.num_classes)}
+        test = self._active_tests[s]
+        acc = (evaluate(exp.model, self.state.params, test, device=exp.device,
+                        buffers=self.state.buffers)[0] if len(test) else float("nan"))
+        return {"session": s, "active_accuracy": acc}
 
     def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
         return summarize(self.cfg, rows, wall)
