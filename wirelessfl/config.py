@@ -42,6 +42,7 @@ from wirelessfl.configtypes import (
 )
 from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.errors import ConfigError, check_config_size, short
+from wirelessfl.initial_model import InitialModelConfig
 from wirelessfl.network import NetworkConfig
 from wirelessfl.population import PopulationConfig
 
@@ -154,6 +155,8 @@ class RunConfig:
     population : PopulationConfig
         Which clients are present in each round: static, or sessions of arriving and
         departing clients (:mod:`wirelessfl.population`).
+    initial_model : InitialModelConfig
+        The model each new session starts from (:mod:`wirelessfl.sessions`).
     data, model, local, algorithm
         The sections.
     """
@@ -170,6 +173,7 @@ class RunConfig:
     engine: str = "auto"
     network: NetworkConfig = field(default_factory=NetworkConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
+    initial_model: InitialModelConfig = field(default_factory=InitialModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     local: LocalHParams = field(default_factory=LocalHParams)
@@ -189,6 +193,9 @@ class RunConfig:
             raise ConfigError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
         if self.stop_at_target and self.target_accuracy is None:
             raise ConfigError("stop_at_target needs target_accuracy")
+        if self.initial_model.rule != "none" and not self.population.dynamic:
+            raise ConfigError("initial_model.rule needs sessions: set population.kind to "
+                              "alternating or events")
 
 
 # --------------------------------------------------------------------------- typed building

@@ -159,3 +159,67 @@ class SessionStore:
                              "fingerprints; store each session's fingerprint with its model")
         alpha = similarity_weights(current_fp, self.fingerprints, scale, similarity, literal_eq5)
         return blend(self.models, alpha), alpha
+
+
+RULES = ("none", "previous", "average", "recovery", "proposed", "random_pilot")
+
+
+@dataclass(frozen=True)
+class InitialModelConfig:
+    """The run's ``initial_model`` section: the model each new session starts from.
+
+    Attributes
+    ----------
+    rule : str
+        ``none`` (default: train on across sessions, nothing replaced), ``previous`` (the
+        paper's baseline: continue, but from w_rand at session P), ``average`` (mean of the stored post-pilot
+        session models), ``recovery`` (the random initial model), ``proposed`` (Algorithm 1,
+        eq. 5) or ``random_pilot`` (Table 14's ablation: fingerprints from the random model).
+    pilot_sessions : int
+        P (1 in the paper). Every rule restarts from the random initial model at session P
+        (§2.6 line 8, [CODE]); construction starts at session P + 1.
+    fingerprint_rounds : int
+        V (1).
+    fingerprint_steps, fingerprint_batch : int
+        Local steps and batch of a fingerprint round (5 and 128, [CODE]); the learning rate
+        is half the session's initial rate, constant.
+    scale : float
+        R (10).
+    similarity : str
+        ``two_norm`` (default) or ``inner_product`` (§2.4).
+    literal_eq5 : bool
+        Raw full-vector distance of eq. (5) instead of the code's per-layer normalised one.
+    history : int or None
+        Keep only the last H post-pilot sessions (None: all).
+    """
+
+    rule: str = "none"
+    pilot_sessions: int = 1
+    fingerprint_rounds: int = 1
+    fingerprint_steps: int = 5
+    fingerprint_batch: int = 128
+    scale: float = 10.0
+    similarity: str = "two_norm"
+    literal_eq5: bool = False
+    history: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"`rule` must be one of {', '.join(RULES)}, got {self.rule!r}")
+        as_int("pilot_sessions", self.pilot_sessions, lo=0, hi=10**6)
+        if self.fingerprinted and self.pilot_sessions < 1:
+            raise ValueError(f"rule {self.rule} needs pilot_sessions >= 1 (the pilot model)")
+        as_int("fingerprint_rounds", self.fingerprint_rounds, lo=1, hi=10**4)
+        as_int("fingerprint_steps", self.fingerprint_steps, lo=1, hi=10**6)
+        as_int("fingerprint_batch", self.fingerprint_batch, lo=1, hi=10**6)
+        as_float("scale", self.scale, lo=0, hi=1e6)
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(f"`similarity` must be one of {', '.join(SIMILARITIES)}, got "
+                             f"{self.similarity!r}")
+        if self.history is not None:
+            as_int("history", self.history, lo=1, hi=10**6)
+
+    @property
+    def fingerprinted(self) -> bool:
+        """Whether the rule runs fingerprint rounds (the proposed method and its ablation)."""
+        return self.rule in ("proposed", "random_pilot")

@@ -211,6 +211,12 @@ class RoundsJob(Job):
         self.totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
         self.costs: list[list[float]] = []  # RoundCost of the rounds since the last row
         self._active_tests: dict[int, Any] = {}  # session -> its active labels' test samples
+        self.starts = None
+        if cfg.population.dynamic:
+            from wirelessfl.sessions import SessionStarts
+
+            self.starts = SessionStarts(cfg.initial_model, exp.algorithm, cfg.algorithm,
+                                        self.state)
 
     def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
         self.state = _restore(ckpt, self.exp)
@@ -227,6 +233,8 @@ class RoundsJob(Job):
             raise RunFolderError("--resume: the checkpoint's round costs are damaged; start the "
                                  "run again with another --out")
         self.costs = costs
+        if self.starts is not None:
+            self.starts.load_state_dict(ckpt.get("sessions"))
 
     def progress(self) -> float:  # noqa: D102
         return self.state.round
@@ -252,7 +260,7 @@ class RoundsJob(Job):
         while self.state.round < cfg.rounds and not done:
             t0 = self.state.round
             if t0 > 0 and population.session(t0) != population.session(t0 - 1):
-                self.state = exp.algorithm.start_session(self.state, t0)
+                self.state = self.starts(self.state, t0, population.session(t0))
             self.state, report = exp.algorithm.apply(self.state)
             t = self.state.round
             check_finite(self.state.params, f"{cfg.name}, round {t}")
@@ -270,6 +278,9 @@ class RoundsJob(Job):
                 row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
                 if cfg.population.dynamic:  # the session the round's clients trained in
                     row.update(self._session_metrics(t - 1))
+                    if self.starts.last_weights is not None:  # eq. (5)'s α of this session
+                        row["init_weights"] = self.starts.last_weights
+                        self.starts.last_weights = None
                 out.row({**row, **self.totals, "train_loss": report.train_loss,
                          **dict(report.extra), "round_costs": self.costs},
                         progress=t, note=f"acc={row['test_accuracy']:.3f}")
@@ -280,7 +291,8 @@ class RoundsJob(Job):
             if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
                 out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
                                 "schedule_origin": exp.algorithm.schedule_origin,
-                                "round_costs": self.costs})
+                                "round_costs": self.costs,
+                                **({"sessions": self.starts.state_dict()} if self.starts else {})})
 
     def _session_metrics(self, t: int) -> dict[str, Any]:
         """The session of round ``t`` and the accuracy on its active label set (§4.3).
