@@ -207,7 +207,7 @@ def test_single_task_run_stops_at_its_target(tmp_path):
 ALL_RULES = [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.2}, {"name": "scaffold"},
              {"name": "moon", "mu": 1.0}, {"name": "fedacg", "beta": 0.1, "lam": 0.5},
              {"name": "fedavg_m"}, {"name": "scaffold_m"}, {"name": "fedadam", "server_lr": 0.01},
-             {"name": "fedams", "server_lr": 0.01}]
+             {"name": "fedams", "server_lr": 0.01}, {"name": "continuous", "kl_coefficient": 1.0}]
 
 
 @pytest.mark.parametrize("algorithm", ALL_RULES, ids=lambda a: a["name"])
@@ -286,3 +286,36 @@ def test_a_restarted_schedule_survives_a_resume(tmp_path):
     job = runner.RoundsJob(again)
     job.restore(RunRecord(tmp_path / "r").load_checkpoint())
     assert again.algorithm.schedule_origin == 2
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_continuous_with_no_distillation_is_fedavg(engine):
+    """dynamic_clients.md §3 item 3 with λ_KL = 0: FedAvg-style training, bit for bit."""
+    _close(_rounds(_exp({"name": "continuous", "kl_coefficient": 0.0}, engine)),
+           _rounds(_exp({"name": "fedavg"}, engine)), rtol=0, atol=0)
+
+
+def test_continuous_loss_is_ce_plus_batchmean_kl_to_the_sessions_initial_model():
+    import torch.nn.functional as F
+    from torch.func import functional_call
+
+    exp = _exp({"name": "continuous", "kl_coefficient": 0.7})
+    s0 = exp.initial_state()
+    s1, _ = exp.algorithm.apply(s0)
+    assert all(torch.equal(s1.opt_state["teacher"][k], s0.params[k]) for k in s0.params)
+    s2, _ = exp.algorithm.apply(s1)   # the teacher stays for the session
+    assert all(torch.equal(s2.opt_state["teacher"][k], s0.params[k]) for k in s0.params)
+    fresh = exp.algorithm.start_session(s2, 2)   # a new session: its start is the teacher
+    s3, _ = exp.algorithm.apply(fresh)
+    assert all(torch.equal(s3.opt_state["teacher"][k], s2.params[k]) for k in s2.params)
+    x, y = exp.splits.train.x[:10], exp.splits.train.y[:10]
+    rule = exp.algorithm.update
+    w = torch.full((10,), 0.1)
+    loss, data = rule.objective(s3.params, {}, s3.params, x, y, w, {"teacher": s0.params})
+    out = functional_call(exp.model, s3.params, (x,))
+    teacher = functional_call(exp.model, s0.params, (x,))
+    expected = F.cross_entropy(out, y) + 0.7 * F.kl_div(F.log_softmax(out, -1),
+                                                        F.softmax(teacher, -1),
+                                                        reduction="batchmean")
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(data, F.cross_entropy(out, y))

@@ -30,6 +30,7 @@ ENTRIES: dict[str, tuple[str, str, str, str]] = {
     "fedprox": ("rounds", _A + "fedprox", "FedProxHParams", "FedProx"),
     "fedacg": ("rounds", _A + "fedacg", "FedACGHParams", "FedACG"),
     "moon": ("rounds", _A + "moon", "MOONHParams", "MOON"),
+    "continuous": ("rounds", _A + "continuous", "ContinuousHParams", "Continuous"),
     "scaffold": ("rounds", _A + "scaffold", "SCAFFOLDHParams", "SCAFFOLD"),
     "scaffold_m": ("rounds", _A + "scaffold", "SCAFFOLDMHParams", "SCAFFOLD"),
     "fedavg_m": ("rounds", _A + "scaffold", "FedAvgMHParams", "SCAFFOLD"),
