@@ -67,10 +67,13 @@ class LocalHParams:
     eps : float
         Adam's ε.
     schedule : str
-        Client learning rate over rounds: ``constant`` or ``poly`` (γ_t = γ (1 − t/T)^p,
-        restarted on demand, e.g. at each session of ``dynamic_clients.md``).
+        Client learning rate over rounds: ``constant`` or ``poly`` (γ_t = (γ − γ_min)(1 −
+        t/T)^p + γ_min, restarted on demand, e.g. at each session of ``dynamic_clients.md``
+        §4.3).
     schedule_power, schedule_rounds : float, int
         p and T of ``poly`` (T is required for it).
+    schedule_floor : float
+        ρ = γ_min / γ of ``poly`` (0: decay to zero; ``lr_poly.json``'s second value).
     """
 
     lr: float = 0.01
@@ -86,6 +89,7 @@ class LocalHParams:
     schedule: str = "constant"
     schedule_power: float = 0.9
     schedule_rounds: int | None = None
+    schedule_floor: float = 0.0
 
     def __post_init__(self) -> None:
         as_float("lr", self.lr, lo=0, hi=1e6, lo_open=True)
@@ -107,6 +111,7 @@ class LocalHParams:
             raise ValueError("`schedule_rounds` (T of the poly schedule) must be set for poly")
         if self.schedule_rounds is not None:
             as_int("schedule_rounds", self.schedule_rounds, lo=1, hi=10**8)
+        as_float("schedule_floor", self.schedule_floor, lo=0, hi=1)
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
 
@@ -140,11 +145,18 @@ def scheduled_lr(hp: LocalHParams, rounds_since_restart: int) -> float:
     >>> hp = LocalHParams(lr=0.1, schedule="poly", schedule_power=1.0, schedule_rounds=10)
     >>> [round(scheduled_lr(hp, t), 3) for t in (0, 5, 10, 20)]
     [0.1, 0.05, 0.0, 0.0]
+    >>> floor = LocalHParams(lr=0.1, schedule="poly", schedule_power=1.0, schedule_rounds=10,
+    ...                      schedule_floor=0.3)
+    >>> [round(scheduled_lr(floor, t), 3) for t in (0, 5, 10)]
+    [0.1, 0.065, 0.03]
     """
     if hp.schedule == "constant":
         return hp.lr
     frac = min(max(rounds_since_restart, 0), hp.schedule_rounds) / hp.schedule_rounds
-    return hp.lr * (1.0 - frac) ** hp.schedule_power
+    if hp.schedule_floor == 0:
+        return hp.lr * (1.0 - frac) ** hp.schedule_power
+    low = hp.schedule_floor * hp.lr
+    return (hp.lr - low) * (1.0 - frac) ** hp.schedule_power + low
 
 
 def task_lr(task: ClientTask, hp: LocalHParams) -> float:
