@@ -32,6 +32,11 @@ from wirelessfl.models.base import Params
 SIMILARITIES = ("two_norm", "inner_product")
 
 
+def cpu_copy(tree: Params) -> Params:
+    """A detached CPU copy of ``tree`` (what the session store keeps; dtypes unchanged)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in tree.items()}
+
+
 def pilot_model(finals: Sequence[Params]) -> Params:
     """Eq. (3): w_Pilot = (1/P) Σ_s w_s^last over the P pilot sessions' final models."""
     if not finals:
@@ -130,9 +135,9 @@ class SessionStore:
 
     def add(self, final: Params, fp: Params | None = None) -> None:
         """Store a session's final model (and its fingerprint, for the proposed method)."""
-        self.models.append({k: v.detach().to("cpu", copy=True) for k, v in final.items()})
+        self.models.append(cpu_copy(final))
         if fp is not None:
-            self.fingerprints.append({k: v.detach().to("cpu", copy=True) for k, v in fp.items()})
+            self.fingerprints.append(cpu_copy(fp))
         if self.history is not None and len(self.models) > self.history:
             del self.models[0]
             if len(self.fingerprints) > self.history:

@@ -32,6 +32,7 @@ from wirelessfl.client import LocalSGD
 from wirelessfl.initial_model import (
     InitialModelConfig,
     SessionStore,
+    cpu_copy,
     fingerprint,
     pilot_model,
 )
@@ -40,17 +41,13 @@ from wirelessfl.population import Static
 from wirelessfl.rng import Seeds
 
 
-def _cpu(tree: Params) -> Params:
-    return {k: v.detach().to("cpu", copy=True) for k, v in tree.items()}
-
-
 class SessionStarts:
     """The initial-model rule of a run (see the module docstring)."""
 
     def __init__(self, cfg: InitialModelConfig, algorithm: FederatedAlgorithm,
                  algorithm_cfg: Any, w_rand: ServerState) -> None:
         self.cfg, self.algorithm, self.algorithm_cfg = cfg, algorithm, algorithm_cfg
-        self.w_rand = {**_cpu(w_rand.params), **_cpu(w_rand.buffers)}
+        self.w_rand = cpu_copy({**w_rand.params, **w_rand.buffers})
         self.pilot_finals: list[Params] = []
         self.w_pilot: Params | None = None
         self.store = SessionStore(cfg.history)
@@ -81,14 +78,14 @@ class SessionStarts:
         cfg, P = self.cfg, self.cfg.pilot_sessions
         if cfg.rule == "none":
             return self.algorithm.start_session(state, t)
-        final = {**_cpu(state.params), **_cpu(state.buffers)}
+        final = {**state.params, **state.buffers}  # the finished session's model
         finished = session - 1
         if cfg.fingerprinted and finished < P:
-            self.pilot_finals.append(final)
+            self.pilot_finals.append(cpu_copy(final))
             if len(self.pilot_finals) == P:  # eq. (3); the pilot models are dropped
                 self.w_pilot, self.pilot_finals = pilot_model(self.pilot_finals), []
         elif finished >= P and cfg.rule in ("average", "proposed", "random_pilot"):
-            self.store.add(final, self.current_fp)
+            self.store.add(final, self.current_fp)  # copies to the CPU
         state = self.algorithm.start_session(state, t)
         if cfg.fingerprinted and session >= P:
             start = self.w_rand if cfg.rule == "random_pilot" else self.w_pilot
