@@ -17,8 +17,8 @@ RAW = {"seed": 4, "rounds": 2,
        "local": {"lr": 0.05, "batch_size": 10, "steps": 4, "momentum": 0.5}}
 
 
-def _exp(algorithm, engine="batched"):
-    return prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm}))
+def _exp(algorithm, engine="batched", **extra):
+    return prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm, **extra}))
 
 
 def _rounds(exp, n=2):
@@ -268,8 +268,24 @@ def test_moon_contrastive_term_changes_the_round():
 
 
 def test_moon_refuses_a_model_without_features():
+    from wirelessfl.algorithms.moon import ContrastiveSGD
+    from wirelessfl.client import LocalHParams
+    from wirelessfl.models import build_model
+
+    model = build_model("feddyn_cnn", (1, 28, 28), 10, seed=0)
     with pytest.raises(ValueError, match="MOON needs a model with features"):
-        prepare(resolve({**RAW, "model": {"name": "linear"}, "algorithm": {"name": "moon"}}))
+        ContrastiveSGD(model, LocalHParams(), mu=1.0, tau=0.5)
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_moon_on_the_linear_model_contrasts_logits(engine):
+    """The dynamic-clients paper's MNIST/FMNIST MOON: the linear model's features are its logits."""
+    lin = {"model": {"name": "linear"}}
+    moon = _rounds(_exp({"name": "moon", "mu": 0.0}, engine, **lin), 2)
+    _close(moon, _rounds(_exp({"name": "fedavg"}, engine, **lin), 2), rtol=1e-6, atol=1e-7)
+    a = _rounds(_exp({"name": "moon", "mu": 5.0}, engine, **lin), 2)
+    with pytest.raises(AssertionError):
+        _close(a, moon, rtol=1e-4, atol=1e-5)
 
 
 def test_a_restarted_schedule_survives_a_resume(tmp_path):

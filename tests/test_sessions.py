@@ -105,6 +105,17 @@ def test_resume_mid_session_gives_the_uninterrupted_numbers(tmp_path, interrupt_
     assert [r["session"] for r in _rows(tmp_path / "full")] == [0, 0, 0, 1, 1, 2, 2]
 
 
+def test_an_order_sends_groups_in_its_sequence():
+    from wirelessfl.population import AlternatingGroups
+
+    p = AlternatingGroups(groups=((0,), (1,), (2,)), rounds_per_session=2, order=(0, 1, 0, 2))
+    assert [int(p.active(t)[0]) for t in range(10)] == [0, 0, 1, 1, 0, 0, 2, 2, 0, 0]
+    assert [p.session(t) for t in range(5)] == [0, 0, 1, 1, 2]
+    cfg = resolve({**RAW, "population": {"kind": "alternating", "groups": 3,
+                                         "rounds_per_session": 1, "order": [0, 1, 0, 2]}})
+    assert resolve(to_dict(cfg)) == cfg
+
+
 def test_event_sessions_follow_the_joins_and_leaves():
     p = EventSessions(events=[{"round": 0, "join": [0, 1]}, {"round": 3, "join": [2]},
                               {"round": 5, "leave": [0]}], num_clients=3)
@@ -125,6 +136,9 @@ def test_event_sessions_follow_the_joins_and_leaves():
     {"kind": "alternating", "rounds_per_session": 2, "groups": 4},              # 6 clients
     {"kind": "alternating", "rounds_per_session": 2, "groups": 1},
     {"kind": "weekly"},
+    {"kind": "alternating", "rounds_per_session": 2, "order": [0, 0, 1]},        # no change
+    {"kind": "alternating", "rounds_per_session": 2, "order": [0, 2]},           # 2 groups
+    {"kind": "events", "events": [{"round": 0, "join": [0]}], "order": [0, 1]},
 ])
 def test_bad_populations_are_one_line_errors(tmp_path, capsys, population):
     with pytest.raises(ValueError) as exc:

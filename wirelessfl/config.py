@@ -47,7 +47,8 @@ from wirelessfl.network import NetworkConfig
 from wirelessfl.population import PopulationConfig
 
 PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
-              "dirichlet_per_client", "two_group", "natural")
+              "dirichlet_per_client", "two_group", "two_shard", "half", "partial_overlap",
+              "distinct", "natural")
 
 
 __all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "RunConfig", "resolve",
@@ -81,6 +82,12 @@ class DataConfig:
         Allow FedAST's sample reuse (dirichlet_per_client).
     overlap : float
         Label overlap of the two groups (two_group).
+    share_overlap : bool
+        two_group: a label both groups hold gives its samples to both (the reference code,
+        ``dynamic_clients.md`` §7 item 21; default) or splits them half and half (False).
+    unseen_labels : int
+        two_group: labels held out of A and B and brought by a third group C with B's
+        labels (Table 12; 0 = none).
     synthetic_alpha, synthetic_beta : float
         Synthetic(α, β) heterogeneity.
     """
@@ -96,6 +103,8 @@ class DataConfig:
     min_size: int = 10
     reuse: bool = False
     overlap: float = 0.0
+    share_overlap: bool = True
+    unseen_labels: int = 0
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
 
@@ -110,7 +119,8 @@ class DataConfig:
                 samples_per_client=(self.samples_per_client, 1, 10**7),
                 shards_per_client=(self.shards_per_client, 1, 10**6),
                 alpha=(self.alpha, 0, 1e6, "open"), min_size=(self.min_size, 0, 10**7),
-                overlap=(self.overlap, 0, 1), synthetic_alpha=(self.synthetic_alpha, 0, 1e3),
+                overlap=(self.overlap, 0, 1), unseen_labels=(self.unseen_labels, 0, 10**6),
+                synthetic_alpha=(self.synthetic_alpha, 0, 1e3),
                 synthetic_beta=(self.synthetic_beta, 0, 1e3))
 
 

@@ -11,10 +11,12 @@ import numpy as np
 from wirelessfl.config import ConfigError, RunConfig
 from wirelessfl.data import (
     IID,
+    LABEL_SET_KINDS,
     CellIIDShards,
     DatasetSplits,
     DirichletOverClients,
     DirichletPerClient,
+    LabelSets,
     Partitioner,
     Shards,
     TwoGroupOverlap,
@@ -45,8 +47,16 @@ def make_partitioner(cfg: RunConfig, num_classes: int) -> Partitioner:
         return DirichletPerClient(num_clients=d.num_clients, alpha=d.alpha,
                                   samples_per_client=d.samples_per_client, reuse=d.reuse)
     if d.partition == "two_group":
-        return TwoGroupOverlap(clients_per_group=d.num_clients // 2, num_classes=num_classes,
-                               overlap=d.overlap, alpha=d.alpha)
+        groups = 3 if d.unseen_labels else 2
+        if d.num_clients % groups:
+            raise ConfigError(f"data.partition two_group needs data.num_clients divisible by "
+                              f"{groups} (equal groups{', C for the unseen labels' * (groups == 3)}"
+                              f"), got {d.num_clients}")
+        return TwoGroupOverlap(clients_per_group=d.num_clients // groups,
+                               num_classes=num_classes, overlap=d.overlap, alpha=d.alpha,
+                               share_overlap=d.share_overlap, unseen_labels=d.unseen_labels)
+    if d.partition in LABEL_SET_KINDS:
+        return LabelSets(kind=d.partition, num_clients=d.num_clients, num_classes=num_classes)
     raise ConfigError(f"data.partition {d.partition!r} is not a partitioner")
 
 

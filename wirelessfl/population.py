@@ -51,12 +51,17 @@ class PopulationConfig:
         T, rounds per session (``alternating``; required there).
     events : tuple of mapping
         ``{round, join, leave}`` entries (``events``), the first at round 0.
+    order : tuple of int
+        ``alternating``: the group of each session, repeated when the run is longer (empty:
+        0, 1, ..., groups-1, 0, ...); e.g. ``[0, 1, 0, 1, 0, 2]`` brings a third group in
+        for the last of six sessions (Table 12's unseen labels).
     """
 
     kind: str = "static"
     groups: int = 2
     rounds_per_session: int | None = None
     events: tuple[dict, ...] = ()
+    order: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,6 +79,15 @@ class PopulationConfig:
             raise ValueError("kind events needs `events`, e.g. [{round: 0, join: [0, 1]}]")
         if self.kind != "events" and self.events:
             raise ValueError(f"`events` are for kind events, not {self.kind}")
+        if self.order and self.kind != "alternating":
+            raise ValueError(f"`order` is for kind alternating, not {self.kind}")
+        for i, g in enumerate(self.order):
+            as_int(f"order[{i}]", g, lo=0, hi=self.groups - 1)
+        if any(a == b for a, b in zip(self.order, self.order[1:])):
+            raise ValueError(f"`order` {list(self.order)} repeats a group in consecutive "
+                             "sessions; a session starts only when the client set changes")
+        if len(set(self.order)) == 1:
+            raise ValueError("`order` needs at least two groups")
 
     @property
     def dynamic(self) -> bool:
@@ -91,7 +105,8 @@ def make_population(cfg: PopulationConfig, num_clients: int) -> Population:
                              f"{num_clients} clients into equal groups; change data.num_clients "
                              "or population.groups")
         return AlternatingGroups(groups=np.arange(num_clients).reshape(cfg.groups, -1).tolist(),
-                                 rounds_per_session=cfg.rounds_per_session)
+                                 rounds_per_session=cfg.rounds_per_session,
+                                 order=cfg.order or None)
     return EventSessions(events=cfg.events, num_clients=num_clients)
 
 
@@ -127,19 +142,22 @@ class Static(Population):
 
 
 class AlternatingGroups(Population):
-    """Groups take turns, ``rounds_per_session`` rounds each: A, B, A, B, ..."""
+    """Groups take turns, ``rounds_per_session`` rounds each: A, B, A, B, ... (or ``order``)."""
 
-    def __init__(self, *, groups: Sequence[Sequence[int]], rounds_per_session: int) -> None:
+    def __init__(self, *, groups: Sequence[Sequence[int]], rounds_per_session: int,
+                 order: Sequence[int] | None = None) -> None:
         if len(groups) < 1 or rounds_per_session < 1:
             raise ValueError("need >= 1 group and `rounds_per_session` >= 1")
         self.groups = tuple(tuple(int(u) for u in g) for g in groups)
         self.rounds_per_session = int(rounds_per_session)
+        self.order = tuple(int(g) for g in (order or range(len(self.groups))))
 
     def session(self, t: int) -> int:  # noqa: D102
         return t // self.rounds_per_session
 
     def active(self, t: int) -> np.ndarray:  # noqa: D102
-        return np.sort(np.asarray(self.groups[self.session(t) % len(self.groups)], dtype=np.int64))
+        group = self.groups[self.order[self.session(t) % len(self.order)]]
+        return np.sort(np.asarray(group, dtype=np.int64))
 
 
 class EventSessions(Population):

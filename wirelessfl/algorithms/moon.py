@@ -52,8 +52,8 @@ class ContrastiveSGD(LocalSGD):
     def __init__(self, model: FLModel, hp: LocalHParams, mu: float, tau: float,
                  state_dtype: str = "float32") -> None:
         if "features" not in inspect.signature(model.forward).parameters:
-            raise ValueError(f"MOON needs a model with features (fcnn, mlp, lenet5, svhn_cnn, "
-                             f"resnet18, resnet18_bn); {type(model).__name__} has none")
+            raise ValueError(f"MOON needs a model with features (linear, fcnn, mlp, lenet5, "
+                             f"svhn_cnn, resnet18, resnet18_bn); {type(model).__name__} has none")
         super().__init__(model, hp)
         self.mu, self.tau, self.state_dtype = mu, tau, state_dtype
 

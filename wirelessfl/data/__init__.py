@@ -12,12 +12,15 @@ from wirelessfl.data.datasets import (
 )
 from wirelessfl.data.partition import (
     IID,
+    LABEL_SET_KINDS,
     CellIIDShards,
     DirichletOverClients,
     DirichletPerClient,
+    LabelSets,
     Partitioner,
     Shards,
     TwoGroupOverlap,
+    label_sets,
     two_group_labels,
 )
 
@@ -25,4 +28,5 @@ __all__ = [
     "DATASETS", "NORMALIZATIONS", "ArrayDataset", "DataNotFoundError", "DatasetSplits",
     "load_dataset", "read_idx", "synthetic", "IID", "CellIIDShards", "DirichletOverClients",
     "DirichletPerClient", "Partitioner", "Shards", "TwoGroupOverlap", "two_group_labels",
+    "LABEL_SET_KINDS", "LabelSets", "label_sets",
 ]

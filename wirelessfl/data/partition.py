@@ -13,7 +13,9 @@ reuse only where an option asks for it by name), never loops without bound, and 
 - :class:`DirichletPerClient` — per client, label distribution ~ Dir(α) over classes and a fixed
   sample count (FedAST ``specs/fedast.md`` §4.5, dynamic clients §4.2);
 - :class:`TwoGroupOverlap` — two client groups A, B with overlapping label sets
-  (``specs/dynamic_clients.md`` §4.2).
+  (``specs/dynamic_clients.md`` §4.2);
+- :class:`LabelSets` — Two-Shard, Half, Partial-Overlap, Distinct (the same paper's
+  Tables 8-11).
 """
 
 from __future__ import annotations
@@ -381,19 +383,36 @@ class TwoGroupOverlap(Partitioner):
     """Two client groups with overlapping label sets (``specs/dynamic_clients.md`` §4.2).
 
     Clients ``0..G-1`` form group A and ``G..2G-1`` group B; their label sets come from
-    :func:`two_group_labels`. Within a group each client gets an equal share of the group's
-    samples: IID when ``alpha`` is None, else label shares ~ Dir(α) over the group's labels.
+    :func:`two_group_labels`. Within a group each client gets an equal quota of the group's
+    samples (the remainder spread round-robin) with label shares ~ Dir(α) over the group's
+    labels, drawn from per-label pools without replacement (IID when ``alpha`` is None).
+    The reference draws each sample's label from the client's shares (up to 3|L|+5 tries);
+    drawing the per-label counts by largest remainder gives the same shares in expectation
+    **[default]**.
 
-    Deviation: the authors' code gives the samples of a shared label to *both* groups. Here
-    they are split half and half by default, so all sets are disjoint; ``share_overlap=True``
-    reproduces the code (the same samples then appear in A and B).
+    As in the authors' code (§7 item 21), the samples of a label shared by A and B go to
+    *both* groups (the same samples then appear in A and in B; ``share_overlap=True``,
+    the default); ``share_overlap=False`` splits them half and half, so all sets are disjoint.
+
+    ``unseen_labels`` = u > 0 sets up Table 12 (unseen labels appear only in the final
+    session) **[default, the paper gives no construction]**: A and B split the first L − u
+    labels as above, and a third group C (clients ``2G..3G-1``) holds B's labels and the u
+    held-out ones; the population then brings C in for the last session
+    (``population.order``, e.g. ``[0, 1, 0, 1, 0, 2]``).
     """
 
     def __init__(self, *, clients_per_group: int, num_classes: int, overlap: float = 0.0,
-                 alpha: float | None = None, share_overlap: bool = False) -> None:
+                 alpha: float | None = None, share_overlap: bool = True,
+                 unseen_labels: int = 0) -> None:
         self.clients_per_group = _positive_int("clients_per_group", clients_per_group)
         self.num_classes = _positive_int("num_classes", num_classes)
-        self.label_sets = two_group_labels(num_classes, overlap)
+        if not 0 <= unseen_labels <= num_classes - 2 or int(unseen_labels) != unseen_labels:
+            raise ValueError(f"`unseen_labels` must be an integer in [0, {num_classes - 2}] (A and "
+                             f"B need a label each), got {unseen_labels!r}")
+        self.unseen_labels = int(unseen_labels)
+        a, b = two_group_labels(num_classes - self.unseen_labels, overlap)
+        held_out = np.arange(num_classes - self.unseen_labels, num_classes)
+        self.label_sets = (a, b) + ((np.concatenate([b, held_out]),) if self.unseen_labels else ())
         self.overlap = float(overlap)
         if alpha is not None and not alpha > 0:
             raise ValueError(f"`alpha` must be > 0 or None, got {alpha!r}")
@@ -402,18 +421,18 @@ class TwoGroupOverlap(Partitioner):
 
     @property
     def num_clients(self) -> int:  # noqa: D102
-        return 2 * self.clients_per_group
+        return len(self.label_sets) * self.clients_per_group
 
-    def _group_indices(self, labels: np.ndarray, rng: np.random.Generator):
-        a_set, b_set = self.label_sets
-        in_a, in_b = np.isin(labels, a_set), np.isin(labels, b_set)
-        shared = np.flatnonzero(in_a & in_b)
-        if self.share_overlap:
-            return np.flatnonzero(in_a), np.flatnonzero(in_b)
-        shared = rng.permutation(shared)
-        half = len(shared) // 2
-        return (np.sort(np.concatenate([np.flatnonzero(in_a & ~in_b), shared[:half]])),
-                np.sort(np.concatenate([np.flatnonzero(in_b & ~in_a), shared[half:]])))
+    def _group_indices(self, labels: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        """Each group's samples: a shared label's samples to every group holding it, or split."""
+        groups: list[list[np.ndarray]] = [[] for _ in self.label_sets]
+        for c in np.unique(np.concatenate(self.label_sets)):
+            holders = [g for g, ls in enumerate(self.label_sets) if c in ls]
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            parts = [idx] * len(holders) if self.share_overlap else np.array_split(idx, len(holders))
+            for g, part in zip(holders, parts):
+                groups[g].append(part)
+        return [np.sort(np.concatenate(g)) if g else np.zeros(0, np.int64) for g in groups]
 
     def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
         labels = _labels_iv(labels)
@@ -432,3 +451,105 @@ class TwoGroupOverlap(Partitioner):
             props = rng.dirichlet(np.full(len(label_set), self.alpha), size=g)
             out.extend(pools.draw(p, int(q), reuse=False) for p, q in zip(props, quotas))
         return tuple(out)
+
+
+#: The alternative label distributions of the dynamic-clients paper (Appendix A.2, Tables 8-11).
+LABEL_SET_KINDS = ("two_shard", "half", "partial_overlap", "distinct")
+
+
+def label_sets(kind: str, num_clients: int, num_classes: int,
+               rng: np.random.Generator) -> list[np.ndarray]:
+    """Each client's labels under an alternative distribution (``dynamic_clients.md`` §4.2).
+
+    - ``two_shard``: labels in U = min(L, 10) units (a label, or for L = 100 a batch of 10
+      consecutive labels); each unit is cut into 2N/U shards and each client gets 2 shards
+      of different units, at random (the paper: 10 clients, 2 shards per label);
+    - ``half``: the first N/2 clients hold the first ⌊L/2⌋ labels, the rest the others;
+    - ``partial_overlap``: the halves hold 60% of the labels each, overlapping in 20%
+      (L = 10: 0-5 and 4-9);
+    - ``distinct``: the labels cut into N consecutive blocks, one per client (N ≤ L).
+
+    Examples
+    --------
+    >>> [s.tolist() for s in label_sets("partial_overlap", 2, 10, np.random.default_rng(0))]
+    [[0, 1, 2, 3, 4, 5], [4, 5, 6, 7, 8, 9]]
+    """
+    n, L = num_clients, num_classes
+    half = n // 2
+    if kind in ("half", "partial_overlap") and n < 2:
+        raise ValueError(f"{kind} needs at least 2 clients (two halves), got {n}")
+    if kind == "half":
+        return [np.arange(L // 2) if k < half else np.arange(L // 2, L) for k in range(n)]
+    if kind == "partial_overlap":
+        width = int(round(0.6 * L))
+        return [np.arange(width) if k < half else np.arange(L - width, L) for k in range(n)]
+    if kind == "distinct":
+        if n > L:
+            raise ValueError(f"distinct labels: {n} clients > {L} labels; use at most {L} clients")
+        return list(np.array_split(np.arange(L), n))
+    if kind == "two_shard":
+        units = min(L, 10)
+        if L % units or (2 * n) % units:
+            raise ValueError(f"two_shard: {n} clients x 2 shards must split evenly over {units} "
+                             f"label units ({L} labels); use a multiple of {units // 2 or 1} clients")
+        slots = np.repeat(np.arange(units), 2 * n // units)
+        pairs = _distinct_pairs(rng.permutation(slots), rng)
+        per_unit = L // units
+        return [np.sort(np.concatenate([np.arange(u * per_unit, (u + 1) * per_unit) for u in p]))
+                for p in pairs]
+    raise ValueError(f"unknown label distribution {kind!r}; choose one of {', '.join(LABEL_SET_KINDS)}")
+
+
+def _distinct_pairs(slots: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``slots`` as rows of 2 with different entries.
+
+    A pair (a, a) swaps its second a with the first entry of a random pair without a.
+    """
+    pairs = slots.reshape(-1, 2).copy()
+    for i in np.flatnonzero(pairs[:, 0] == pairs[:, 1]):
+        a = pairs[i, 0]
+        if pairs[i, 1] != a:  # mended by an earlier swap
+            continue
+        j = next((j for j in rng.permutation(len(pairs)) if a not in pairs[j]), None)
+        if j is None:
+            raise ValueError("two_shard: cannot give every client 2 different label units")
+        pairs[i, 1], pairs[j, 0] = pairs[j, 0], a
+    return pairs
+
+
+class LabelSets(Partitioner):
+    """Clients with given label sets; each label's samples split equally among its holders.
+
+    The alternative distributions of Tables 8-11 (:func:`label_sets`): every client holds
+    its labels, each label's samples shuffled and cut into equal parts, one per client
+    holding it. The two halves of the clients (by index) take turns as groups A and B
+    (§7 item 17).
+    """
+
+    def __init__(self, *, kind: str, num_clients: int, num_classes: int) -> None:
+        if kind not in LABEL_SET_KINDS:
+            raise ValueError(f"unknown label distribution {kind!r}; choose one of "
+                             f"{', '.join(LABEL_SET_KINDS)}")
+        self.kind = kind
+        self._num_clients = _positive_int("num_clients", num_clients)
+        self.num_classes = _positive_int("num_classes", num_classes)
+        label_sets(kind, self._num_clients, self.num_classes, np.random.default_rng(0))  # checks
+
+    @property
+    def num_clients(self) -> int:  # noqa: D102
+        return self._num_clients
+
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+        labels = _labels_iv(labels)
+        sets = label_sets(self.kind, self._num_clients, self.num_classes, rng)
+        parts: list[list[np.ndarray]] = [[] for _ in sets]
+        for c in range(self.num_classes):
+            holders = [k for k, ls in enumerate(sets) if c in ls]
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            for k, piece in zip(holders, np.array_split(idx, len(holders)) if holders else ()):
+                parts[k].append(piece)
+        out = tuple(np.sort(np.concatenate(p)) for p in parts)
+        empty = [k for k, p in enumerate(out) if len(p) == 0]
+        if empty:
+            raise ValueError(f"{self.kind}: clients {empty[:5]} get no samples; use fewer clients")
+        return out

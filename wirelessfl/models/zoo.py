@@ -62,14 +62,21 @@ def _flat(sample_shape: tuple[int, ...]) -> int:
 
 
 class Linear(FLModel):
-    """Multinomial logistic regression; nothing to partition."""
+    """Multinomial logistic regression; nothing to partition.
+
+    It has no hidden layer, so its MOON representation (``features=True``) is its output,
+    the logits **[default]**: the dynamic-clients paper runs MOON on its MNIST/FMNIST
+    linear model (``specs/dynamic_clients.md`` Table 5) without saying which vector it
+    contrasts.
+    """
 
     def __init__(self, sample_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
         self.fc = layers.Linear(_flat(sample_shape), num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return self.fc(x.flatten(1))
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+        out = self.fc(x.flatten(1))
+        return (out, out) if features else out
 
 
 class FCNN(FLModel):
