@@ -158,3 +158,60 @@ def test_svhn_cnn_has_the_papers_shape_and_trains_batched_as_in_the_loop():
         diff = sum(float((a.delta[k] - b.delta[k]).square().sum()) for k in a.delta) ** 0.5
         norm = sum(float(a.delta[k].square().sum()) for k in a.delta) ** 0.5
         assert diff < 0.1 * norm
+
+
+def _torchvision_layout(model):
+    """A state dict as torchvision/timm name a ResNet (shortcut = downsample, with a fc)."""
+    sd = {k.replace(".shortcut.", ".downsample."): v.clone() for k, v in model.state_dict().items()
+          if not k.startswith(("proj", "fc."))}
+    return {**sd, "fc.weight": torch.zeros(1000, 512), "fc.bias": torch.zeros(1000)}
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
+def test_resnet_projection_loads_a_local_backbone_and_only_the_backbone(tmp_path, suffix):
+    """dynamic_clients.md §4.1: ResNet-18 backbone (pretrained when a file is given), head 512→512→256."""
+    from safetensors.torch import save_file
+
+    source = build_model("resnet_proj", (3, 32, 32), 10, seed=1)
+    file = tmp_path / f"r18{suffix}"
+    sd = _torchvision_layout(source)
+    save_file(sd, str(file)) if suffix == ".safetensors" else torch.save(sd, file)
+    fresh = build_model("resnet_proj", (3, 32, 32), 10, seed=2)
+    warm = build_model("resnet_proj", (3, 32, 32), 10, seed=2, pretrained=str(file))
+    for k, v in warm.state_dict().items():
+        if k.startswith(("proj", "fc.")):   # the head stays as initialised
+            torch.testing.assert_close(v, fresh.state_dict()[k])
+        else:
+            torch.testing.assert_close(v, source.state_dict()[k])
+    out, z = warm(torch.randn(2, 3, 32, 32), features=True)
+    assert out.shape == (2, 10) and z.shape == (2, 256)
+    assert sum(p.numel() for p in warm.parameters()) == 11_573_066
+
+
+def test_resnet_projection_refuses_bad_weight_files(tmp_path):
+    import pickle
+
+    from safetensors.torch import save_file
+
+    r18 = build_model("resnet_proj", (3, 32, 32), 10, seed=0)
+    sd = _torchvision_layout(r18)
+    cases = {"missing.safetensors": {k: v for k, v in sd.items() if k != "layer4.1.bn2.weight"},
+             "shape.safetensors": {**sd, "conv1.weight": torch.zeros(64, 3, 3, 3)}}
+    for name, d in cases.items():
+        save_file(d, str(tmp_path / name))
+    (tmp_path / "junk.safetensors").write_bytes(b"not weights")
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("code ran",))
+
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps({"conv1.weight": Evil()}))
+    msgs = {"missing.safetensors": "lacks layer4.1.bn2.weight", "shape.safetensors": "has shape",
+            "junk.safetensors": "cannot read", "evil.pt": "cannot read", "none.pt": "no file"}
+    for name, match in msgs.items():
+        with pytest.raises(ValueError, match=match):
+            build_model("resnet_proj", (3, 32, 32), 10, seed=0, pretrained=str(tmp_path / name))
+    with pytest.raises(ValueError, match="depth"):
+        build_model("resnet_proj", (3, 32, 32), 10, seed=0, depth=20)
+    with pytest.raises(ValueError, match="path of a local weights file"):
+        build_model("resnet_proj", (3, 32, 32), 10, seed=0, pretrained=3)

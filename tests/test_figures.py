@@ -177,3 +177,81 @@ def test_a_run_locked_by_another_process_is_skipped_and_the_rest_go_on(toy, jobs
     assert [r.key for r in missing_runs(figs, toy)] == [figs[0].runs[0].key]
     assert "tab: runs missing" in (toy / "README.md").read_text()
     assert not (toy / "tab.md").exists()   # an incomplete figure is not drawn
+
+
+SESSIONS_TOY = {
+    "base": {"rounds": 10, "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
+             "model": {"name": "fcnn", "options": {"hidden": 8}},
+             "local": {"lr": 0.05, "batch_size": 10, "steps": 2, "schedule": "poly",
+                       "schedule_rounds": 2},
+             "population": {"kind": "alternating", "rounds_per_session": 2},
+             "initial_model": {"rule": "proposed", "pilot_sessions": 1}},
+    "scales": {"quick": {"seeds": [0, 1], "overrides": {}}, "paper": {"seeds": [0], "overrides": {}}},
+    "figures": {
+        "tab": {"kind": "transitions", "transitions": [1, 2], "window": 2, "method": "Proposed",
+                "panels": [{"A": {}}, {"FedAvg": {"algorithm": {"name": "fedavg"}},
+                                       "FedProx": {"algorithm": {"name": "fedprox", "mu": 0.5}}}],
+                "series": {"Proposed": {}, "Continuous": {"algorithm": {"name": "continuous"},
+                                                          "initial_model.rule": "previous"},
+                           "Previous": {"initial_model.rule": "previous"}},
+                "reference": {"A FedAvg": [1, 2, 3, 4, 5, 6]}},
+        "curves": {"kind": "curves", "x": "round", "y": "active_accuracy",
+                   "panels": {"A FedAvg": {"algorithm": {"name": "fedavg"}}},
+                   "series": {"Proposed": {}, "Previous": {"initial_model.rule": "previous"}}},
+    },
+}
+
+
+def test_transition_tables_average_the_first_rounds_of_each_session(tmp_path, monkeypatch):
+    """dynamic_clients.md §4.3: transition k = session P+1+k, mean of its first rounds, over seeds."""
+    from wirelessfl.figures import panel_grid, session_starts, transition_accuracy
+
+    root = tmp_path / "experiments"
+    (root / "dyn").mkdir(parents=True)
+    (root / "dyn" / "figures.yaml").write_text(yaml.safe_dump(SESSIONS_TOY, sort_keys=False))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    figs = {f.name: f for f in load_figures("dyn", "quick")}
+    runs = figs["tab"].runs
+    # Continuous overrides the row's algorithm section, so it is one run set for both rows
+    assert len({r.key for r in runs if r.series == "Continuous"}) == 2
+    assert len({r.key for r in runs}) == 10
+    assert list(panel_grid(SESSIONS_TOY["figures"]["tab"]["panels"])) == ["A FedAvg", "A FedProx"]
+    out = tmp_path / "report"
+    regenerate("dyn", "quick", out, quiet=True, log=lambda _: None)
+    table = {r["setting"]: r for r in csv.DictReader(open(out / "tab.csv"))}
+    for panel in ("A FedAvg", "A FedProx"):
+        for k in (1, 2):
+            mine = [r for r in runs if r.panel == panel and r.series == "Proposed"]
+            vals = []
+            for r in mine:
+                rows = RunRecord(run_folder(out, r)).rows()
+                s = 1 + 1 + k  # P = 1
+                acc = [x["active_accuracy"] for x in rows if x["round"] in (2 * s + 1, 2 * s + 2)]
+                assert transition_accuracy(rows, s, 2) == pytest.approx(sum(acc) / 2)
+                vals.append(100 * sum(acc) / 2)
+            assert float(table[panel][f"Proposed T{k}"]) == pytest.approx(sum(vals) / 2, abs=0.01)
+    assert table["A FedAvg"]["Previous T2 paper"] == "6"
+    assert (table["A FedAvg"]["Continuous T1"], table["A FedAvg"]["Continuous T2"]) == \
+        (table["A FedProx"]["Continuous T1"], table["A FedProx"]["Continuous T2"])
+    md = (out / "tab.md").read_text()
+    assert "| A FedAvg |" in md and "(6)" in md and "- T2: Proposed ≥ Continuous in" in md
+    rows = RunRecord(run_folder(out, runs[0])).rows()
+    assert [rows[i]["round"] for i in session_starts(rows)] == [3, 5, 7, 9]
+    assert (out / "curves.png").is_file()
+    curve = list(csv.DictReader(open(out / "curves.csv")))
+    assert {c["session"] for c in curve} == {"0", "1", "2", "3", "4"}
+
+
+def test_dynamic_clients_figures_resolve_at_both_scales():
+    quick = {f.name: f for f in load_figures("dynamic", "quick")}
+    assert set(quick) == {"table3", "table12", "table13", "table14", "fig2"}
+    t3 = quick["table3"]
+    assert len({r.panel for r in t3.runs}) == 12  # 2 overlaps x 6 algorithm rows
+    assert all(r.raw["data"]["dataset"] == "fashion_mnist" for f in quick.values() for r in f.runs)
+    scaffold = next(r for r in t3.runs if r.panel.endswith("SCAFFOLD") and r.series == "Continuous")
+    assert scaffold.raw["algorithm"] == {"name": "continuous"} and scaffold.raw["local"]["lr"] == 0.03
+    # fig2's runs are table3's
+    assert {r.key for r in quick["fig2"].runs} <= {r.key for r in t3.runs}
+    paper = {f.name for f in load_figures("dynamic", "paper")}
+    assert {"table1", "table3", "table4", "table5", "table6", "table8", "table9", "table10",
+            "table11", "table12", "table13", "table13_cifar100", "table14", "fig2"} == paper

@@ -11,11 +11,14 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
   - ``sweep``: a metric at the first round reaching ``target`` against the sweep values;
   - ``table``: that metric per ``targets`` row and series × sweep column, beside the
     paper's numbers under ``reference``;
+  - ``transitions`` (dynamic clients): accuracy over the first rounds after each session
+    transition, a row per panel and a column per transition and series;
   - multi-task runs (FedAST): ``gains`` (time to target per series, and the gain of
     ``method`` over ``baseline``), ``time_curves`` (accuracy or loss against simulated
     time) and ``final`` (final accuracy, loss or time to target against the sweep values);
 
-  its ``panels`` and ``series`` (label → dotted overrides), an optional ``sweep``
+  its ``panels`` (label → dotted overrides, or a list of such mappings meaning their
+  product, :func:`panel_grid`) and ``series`` (label → dotted overrides), an optional ``sweep``
   (``key``, ``label``, ``values``, or ``label`` and ``points``: value → overrides; a series
   that sets a swept key itself is not swept: a reference line) and per-scale entries
   (``quick:``/``paper:``) that replace any of these keys (their ``overrides`` are added);
@@ -51,7 +54,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SCALES = ("quick", "paper")
-KINDS = ("curves", "sweep", "table", "gains", "time_curves", "final")
+KINDS = ("curves", "sweep", "table", "transitions", "gains", "time_curves", "final")
 _LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
            "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
            "sim_time_s": "simulated latency [s]", "sim_time_min": "simulated run time [min]"}
@@ -130,7 +133,7 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
         points = sweep_points(spec.get("sweep"))
         base = apply_overrides(doc["base"], _pairs(overrides) + list(extra or ()))
         runs = []
-        for panel, p_over in (spec.get("panels") or {"": {}}).items():
+        for panel, p_over in panel_grid(spec.get("panels")).items():
             for series, s_over in spec["series"].items():
                 s_over = s_over or {}
                 # a series that sets a swept key itself is a fixed reference line
@@ -142,6 +145,31 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                         runs.append(RunSpec(panel, series, value, seed, raw))
         out.append(Figure(name, spec, tuple(runs), scale))
     return out
+
+
+def panel_grid(panels: dict[str, Any] | list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """A figure's panels: a mapping name → overrides, or a list of them meaning their product.
+
+    In a product a panel is named by its parts' names joined by spaces and takes their
+    overrides in order (e.g. dataset × overlap × α × algorithm, the rows of a table); a
+    list of such lists is the union of their products.
+
+    Examples
+    --------
+    >>> list(panel_grid([{"FMNIST": {"a": 1}}, {"o=0": {"b": 0}, "o=0.2": {"b": 0.2}}]).items())
+    [('FMNIST o=0', {'a': 1, 'b': 0}), ('FMNIST o=0.2', {'a': 1, 'b': 0.2})]
+    """
+    if not panels:
+        return {"": {}}
+    if isinstance(panels, dict):
+        return {name: dict(over or {}) for name, over in panels.items()}
+    if all(isinstance(part, list) for part in panels):  # a union of products
+        return {name: over for part in panels for name, over in panel_grid(part).items()}
+    grid: dict[str, dict[str, Any]] = {"": {}}
+    for part in panels:
+        grid = {f"{name} {n}".strip(): {**over, **(o or {})}
+                for name, over in grid.items() for n, o in part.items()}
+    return grid
 
 
 def sweep_points(sweep: dict[str, Any] | None) -> list[tuple[Any, dict[str, Any]]]:
@@ -330,14 +358,20 @@ def _nanmean(values: list[float]) -> float:
 
 
 def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
-    """Mean test accuracy over seeds (band: min to max) against each ``x``."""
+    """Mean accuracy over seeds (band: min to max) against each ``x``.
+
+    ``y``: ``test_accuracy`` (default) or ``active_accuracy`` (dynamic clients: the test
+    samples of the active label set); runs with sessions get their session boundaries as
+    dotted vertical lines (Fig. 2 of the dynamic-clients paper).
+    """
     xs = fig.spec["x"] if isinstance(fig.spec["x"], list) else [fig.spec["x"]]
+    y = fig.spec.get("y", "test_accuracy")
     f, ax, panels = _panels(fig, len(xs))
     table = []
     for (panel, series, value), runs in _groups(fig).items():
         rows = [_rows(root, r) for r in runs]
         n = min(len(r) for r in rows)
-        acc = np.array([[row["test_accuracy"] for row in r[:n]] for r in rows])
+        acc = np.array([[row[y] for row in r[:n]] for r in rows])
         for c, key in enumerate(xs):
             x = np.nanmean([[_value(row, key) if row["round"] else 0.0 for row in r[:n]]
                             for r in rows], axis=0)
@@ -345,14 +379,106 @@ def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
             line, = a.plot(x, acc.mean(0), label=series_label(fig, series, value))
             if len(rows) > 1:
                 a.fill_between(x, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
-            a.set(xlabel=_LABELS.get(key, key), ylabel="test accuracy", title=panel)
+            for i in session_starts(rows[0][:n]):  # the session's first round starts at x[i-1]
+                a.axvline(x[i - 1], color="0.5", lw=0.6, ls=":")
+            a.set(xlabel=_LABELS.get(key, key), ylabel=y.replace("_", " "), title=panel)
             a.grid(alpha=0.3)
         table += [{"panel": panel, "series": series, "sweep": _show(value), "round": rows[0][i]["round"],
+                   **({"session": rows[0][i]["session"]} if "session" in rows[0][i] else {}),
                    "accuracy_mean": acc[:, i].mean(), "accuracy_min": acc[:, i].min(),
                    "accuracy_max": acc[:, i].max(), "seeds": len(rows),
                    **{k: _nanmean([_value(r[i], k) if r[i]["round"] else 0.0 for r in rows])
                       for k in xs if k != "round"}} for i in range(n)]
     return [*_finish(fig, f, ax, out, table), _targets_csv(fig, root, out)]
+
+
+def session_starts(rows: list[dict[str, Any]]) -> list[int]:
+    """Indices of the rows that open a new session (none for a run without sessions)."""
+    return [i for i in range(1, len(rows)) if rows[i].get("session") != rows[i - 1].get("session")
+            and rows[i - 1]["round"] > 0]
+
+
+def transition_accuracy(rows: list[dict[str, Any]], session: int, window: int = 10) -> float:
+    """Mean active-label accuracy over the first ``window`` rounds of ``session`` (§4.3).
+
+    A row at round t carries the session its clients trained in (round t − 1's); NaN when
+    the run has no such session.
+    """
+    mine = [r for r in rows if r["round"] > 0 and r.get("session") == session]
+    if not mine:
+        return math.nan
+    first = mine[0]["round"]
+    return float(np.mean([r["active_accuracy"] for r in mine if r["round"] < first + window]))
+
+
+def render_transitions(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Dynamic clients' tables: accuracy after each session transition, beside the paper's.
+
+    A row per panel (and sweep value), a column per transition k (``transitions``, default
+    1, 2, 3) and series; a cell is the mean over seeds (± sample std) of
+    :func:`transition_accuracy` at session P + 1 + k (``dynamic_clients.md`` §4.3, P the
+    run's pilot sessions). ``reference``: per panel the paper's cells in the same column
+    order (per sweep value when swept). With ``method`` the note counts, per transition,
+    the rows where it is ≥ each other series and where it is best.
+    """
+    ks, window = fig.spec.get("transitions", [1, 2, 3]), fig.spec.get("window", 10)
+    groups = _groups(fig)
+    series = list(dict.fromkeys(s for _, s, _ in groups))
+    keys = list(dict.fromkeys((p, v) for p, _, v in groups))
+    pilot = {r.key: _canonical(r.raw)["initial_model"]["pilot_sessions"] for r in fig.runs}
+    rows, cells = [], {}
+    for panel, value in keys:
+        ref = (fig.spec.get("reference") or {}).get(panel)
+        ref = ref.get(value) if isinstance(ref, dict) else ref
+        ref = iter(ref or ())
+        row: dict[str, Any] = {"setting": panel, _sweep_label(fig, "sweep"): _show(value)}
+        for k in ks:
+            for name in series:
+                runs = groups.get((panel, name, value), [])
+                vals = np.array([transition_accuracy(_rows(root, r), pilot[r.key] + 1 + k, window)
+                                 for r in runs]) * 100
+                mean = float(np.mean(vals)) if vals.size else math.nan
+                std = float(np.std(vals, ddof=1)) if vals.size > 1 else math.nan
+                cells[(panel, value, k, name)] = mean
+                row.update({f"{name} T{k}": round(mean, 2), f"{name} T{k} std": round(std, 2),
+                            f"{name} T{k} paper": next(ref, None)})
+        rows.append(row)
+    md = out / f"{fig.name}.md"
+    md.write_text(_transitions_markdown(fig, rows, keys, ks, series, cells))
+    return [_write_csv(out / f"{fig.name}.csv", rows), md]
+
+
+def _transitions_markdown(fig: Figure, rows: list[dict[str, Any]], keys: list, ks: list[int],
+                          series: list[str], cells: dict) -> str:
+    swept = any(v is not None for _, v in keys)
+    label = _sweep_label(fig, "sweep")
+    cols = [f"{name} T{k}" for k in ks for name in series]
+    head = "| setting |" + (f" {label} |" if swept else "") + " | ".join(cols) + " |\n"
+    head += "|---|" + ("---|" if swept else "") + "---|" * len(cols) + "\n"
+    body = ""
+    for r in rows:
+        out = []
+        for c in cols:
+            mean, std, ref = r[c], r[f"{c} std"], r[f"{c} paper"]
+            text = "—" if math.isnan(mean) else f"{mean:.2f}" + (
+                "" if math.isnan(std) else f" ± {std:.2f}")
+            out.append(text + ("" if ref is None else f" ({ref})"))
+        body += f"| {r['setting']} |" + (f" {r[label]} |" if swept else "") + " | ".join(out) + " |\n"
+    note = (f"\nT{{k}}: mean active-label test accuracy (%) over the first {fig.spec.get('window', 10)} "
+            "rounds of session P + 1 + k, mean ± sample std over seeds; the paper's value in "
+            "brackets.\n")
+    method = fig.spec.get("method")
+    if method in series:
+        for k in ks:
+            at = {name: [cells[(p, v, k, name)] for p, v in keys] for name in series}
+            n = sum(not math.isnan(x) for x in at[method])
+            wins = [f"≥ {o} in {sum(a >= b for a, b in zip(at[method], at[o]))}/{n}"
+                    for o in series if o != method]
+            best = sum(all(at[method][i] >= at[o][i] for o in series) for i in range(len(keys)))
+            note += f"\n- T{k}: {method} " + ", ".join(wins) + f"; best in {best}/{n} rows."
+        note += "\n"
+    extra = fig.spec.get("note")
+    return f"# {fig.title}\n\n{head}{body}{note}" + (f"\n{extra}\n" if extra else "")
 
 
 def _targets_csv(fig: Figure, root: Path, out: Path) -> Path:
@@ -704,6 +830,7 @@ def run_tasks(run: RunSpec) -> tuple[Any, ...]:
 
 
 RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,
+             "transitions": render_transitions,
              "gains": render_gains, "time_curves": render_time_curves, "final": render_final}
 
 

@@ -74,6 +74,15 @@ class Experiment:
         return self.algorithm.init(self.model.to(self.device).params())
 
 
+def model_options(cfg: RunConfig) -> dict[str, Any]:
+    """The model's options; a relative ``pretrained`` weights file is looked up in ``data.data_dir``."""
+    options = dict(cfg.model.options)
+    weights = options.get("pretrained")
+    if isinstance(weights, str) and cfg.data.data_dir and not Path(weights).expanduser().is_absolute():
+        options["pretrained"] = str(Path(cfg.data.data_dir).expanduser() / weights)
+    return options
+
+
 def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     """Load data, partition it, build model, client engine and algorithm.
 
@@ -90,7 +99,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
                           samples_per_client=d.samples_per_client)
     client_indices = partition_data(cfg, splits, seeds)
     model = build_model(cfg.model.name, splits.train.sample_shape, splits.train.num_classes,
-                        seed=seeds.int_seed("init"), **cfg.model.options).to(device)
+                        seed=seeds.int_seed("init"), **model_options(cfg)).to(device)
     train = splits.train
     if device.type != "cpu":
         train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)

@@ -19,6 +19,7 @@ from wirelessfl.models.zoo import (
     Linear,
     ResNet18,
     ResNet18BN,
+    ResNetProjection,
     SVHNEfficient,
 )
 
@@ -33,6 +34,7 @@ MODELS: dict[str, type[FLModel]] = {
     "resnet18_bn": ResNet18BN,
     "linear": Linear,
     "svhn_cnn": SVHNEfficient,
+    "resnet_proj": ResNetProjection,
 }
 
 
@@ -46,7 +48,7 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     needs_image = name in ("lenet5", "cifar_cnn", "feddyn_cnn", "resnet18", "resnet18_bn",
-                           "svhn_cnn")
+                           "svhn_cnn", "resnet_proj")
     if needs_image and len(sample_shape) != 3:
         raise ValueError(f"model {name!r} needs image inputs (C, H, W), got samples of shape "
                          f"{tuple(sample_shape)}; use 'fcnn', 'mlp' or 'linear' for this dataset")
@@ -62,7 +64,10 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
                  "choose smaller model options (e.g. model.options.hidden)")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return MODELS[name](tuple(sample_shape), num_classes, **options)
+        model = MODELS[name](tuple(sample_shape), num_classes, **options)
+    if options.get("pretrained"):
+        model.load_backbone(options["pretrained"])
+    return model
 
 
 def _check_options(name: str, options: dict[str, Any]) -> None:
@@ -79,7 +84,11 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
                              f"{', '.join(known) or 'none'}")
         default = params[key].default
         where = f"model.options.{key}"
-        if isinstance(default, bool):
+        if key == "pretrained":
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{where} must be the path of a local weights file, got "
+                                 f"{short(value)}")
+        elif isinstance(default, bool):
             if not isinstance(value, bool):
                 raise ValueError(f"{where} must be true or false, got {short(value)}")
         elif isinstance(default, int):
@@ -96,4 +105,4 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
 
 __all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
            "build_model", "FCNN", "MLP", "CharLSTM", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18",
-           "ResNet18BN", "SVHNEfficient"]
+           "ResNet18BN", "ResNetProjection", "SVHNEfficient"]

@@ -366,3 +366,86 @@ class ResNet18BN(FLModel):
 
     def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
         return _resnet_forward(self, self.bn1, x, features)
+
+
+class ResNetProjection(FLModel):
+    """The dynamic-clients paper's CIFAR / Tiny ImageNet model (``dynamic_clients.md`` §4.1).
+
+    An ImageNet ResNet-18 (``depth=18``) or ResNet-34 (``depth=34``) backbone with
+    BatchNorm (7×7 stride-2 stem, 3×3 max-pool, basic blocks, global average pool to 512,
+    no classifier; inputs are not upscaled), a projection head 512 → 512 → ReLU → 256 and a
+    classifier 256 → classes. MOON's representation is the 256-d projection.
+
+    ``pretrained``: a local file of ImageNet backbone weights in the torchvision / timm
+    layout (``conv1.weight``, ``bn1.*``, ``layer1.0.conv1.weight``, ...,
+    ``layerK.0.downsample.*``; a ``fc.*`` classifier is ignored), a ``.safetensors`` file
+    or a PyTorch state dict read with ``weights_only=True``; nothing is downloaded. The
+    paper uses pretrained backbones (§7 item 19); without a file the backbone is random,
+    and the run's resolved config records which (``model.options.pretrained``).
+    ``augment`` applies :func:`random_crop_flip` (RandomCrop with padding 4, HFlip).
+    """
+
+    DEPTHS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, depth: int = 18,
+                 pretrained: str | None = None, augment: bool = False) -> None:
+        super().__init__()
+        if depth not in self.DEPTHS:
+            raise ValueError(f"depth must be 18 or 34, got {depth!r}")
+        self.augment, self.pretrained = augment, pretrained
+        self.conv1 = layers.Conv2d(sample_shape[0], 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        cin = 64
+        for stage, (cout, blocks) in enumerate(zip((64, 128, 256, 512), self.DEPTHS[depth]), 1):
+            stride = 1 if stage == 1 else 2
+            setattr(self, f"layer{stage}", nn.Sequential(*(
+                _Block(cin if b == 0 else cout, cout, stride if b == 0 else 1, 1, "bn")
+                for b in range(blocks))))
+            cin = cout
+        self.proj1 = layers.Linear(512, 512)
+        self.proj2 = layers.Linear(512, 256)
+        self.fc = layers.Linear(256, num_classes)
+
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+        if self.augment and self.training:
+            x = random_crop_flip(x)
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.max_pool2d(x, 3, 2, 1)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        z = self.proj2(F.relu(self.proj1(x.mean(dim=(-2, -1)))))
+        return (self.fc(z), z) if features else self.fc(z)
+
+    def load_backbone(self, path: str) -> None:
+        """Copy ImageNet backbone weights from ``path`` (checked: every backbone tensor)."""
+        from pathlib import Path
+
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise ValueError(f"model.options.pretrained: no file {str(file)[:120]}; give a local "
+                             ".safetensors or .pt file of ResNet backbone weights")
+        try:
+            if file.suffix == ".safetensors":
+                from safetensors.torch import load_file
+
+                theirs = load_file(str(file))
+            else:
+                theirs = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is one message
+            raise ValueError(f"model.options.pretrained: cannot read {file.name} as weights "
+                             f"({type(exc).__name__})") from None
+        if not isinstance(theirs, dict):
+            raise ValueError(f"model.options.pretrained: {file.name} holds no state dict")
+        theirs = {k.removeprefix("module.").replace(".downsample.", ".shortcut."): v
+                  for k, v in theirs.items() if isinstance(v, torch.Tensor)}
+        mine = {k: v for k, v in self.state_dict().items()
+                if not k.startswith(("proj", "fc."))}
+        for key, value in mine.items():
+            if key not in theirs:
+                raise ValueError(f"model.options.pretrained: {file.name} lacks {key} (expected "
+                                 "a torchvision/timm ResNet-{18,34} state dict of the same depth)")
+            if theirs[key].shape != value.shape:
+                raise ValueError(f"model.options.pretrained: {key} has shape "
+                                 f"{tuple(theirs[key].shape)} in {file.name}, the model needs "
+                                 f"{tuple(value.shape)}")
+        self.load_state_dict({**self.state_dict(), **{k: theirs[k].to(v.dtype)
+                                                       for k, v in mine.items()}})
