@@ -67,11 +67,27 @@ def test_methods_against_the_sdr_bound():
     assert fast.min_gain.mean() >= 0.99 * sca.min_gain.mean()
 
 
+@pytest.mark.parametrize("m,n", [(4, 8), (10, 15), (3, 20)])
+def test_fast_between_its_start_and_the_sdr_bound_and_certified_gaps(m, n):
+    """fast never below its start nor above the SDR bound; certified: gap = bound - g >= 0."""
+    h = _h((6,), n, m, seed=m * n)
+    cert = bf.solve(h, "certified", seed=5)
+    fast = bf.solve(h, seed=5)
+    assert (fast.min_gain >= fast.start_gain).all()
+    assert (fast.min_gain <= cert.upper_bound).all()
+    assert (cert.gap >= 0).all() and np.allclose(cert.gap, cert.upper_bound - cert.min_gain)
+    assert (cert.min_gain >= fast.min_gain).all()  # fast's starts plus the SDR solution's
+    sdr = bf.solve(h, "sdr")
+    np.testing.assert_allclose(cert.upper_bound, sdr.upper_bound * (1 + bf.SDR_RTOL), rtol=1e-5)
+    assert fast.gap is None
+
+
 def test_batched_fast_equals_per_instance_and_is_seeded():
     h = _h((2, 3), 6, 4, seed=4)
     batched = bf.solve(h, "fast")
     single = bf.solve(h[1, 2], "fast")
     np.testing.assert_allclose(batched.min_gain[1, 2], single.min_gain)
+    np.testing.assert_allclose(batched.a[1, 2], single.a)
     np.testing.assert_array_equal(bf.solve(h).a, batched.a)
     assert batched.a.shape == (2, 3, 4) and batched.iterations.shape == (2, 3)
 

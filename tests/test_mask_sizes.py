@@ -83,6 +83,25 @@ def test_batched_equals_loop():
         assert batched.latency[idx] == single.latency
 
 
+def test_scalar_path_equals_the_batched_path_and_highs_including_ties():
+    """One instance of <= 64 cells takes the plain-Python path: same sizes as the batched solver."""
+    rng = np.random.default_rng(7)
+    for t in range(3000):
+        n = int(rng.integers(1, mask_sizes.SCALAR_CELLS + 1))
+        c = [rng.uniform(1e-3, 2e-3, n), rng.integers(1, 4, n).astype(float),   # many ties
+             np.where(rng.random(n) < 0.3, 0.0, rng.uniform(0, 1, n)),
+             10.0 ** rng.uniform(-6, 6, n)][t % 4]
+        total = int(rng.integers(0, 40 * n + 1))
+        cap = np.maximum(rng.integers(0, 3 * total // n + 3, n), -(-total // n))
+        single = mask_sizes.solve(c, total, cap)
+        batched = mask_sizes.solve(np.stack([c, c]), total, cap)  # two rows: the NumPy path
+        np.testing.assert_array_equal(single.sizes, batched.sizes[0])
+        assert single.latency == batched.latency[0]
+        if t % 60 == 0:
+            h = mask_sizes.solve(c, total, cap, backend="highs")
+            np.testing.assert_allclose(single.latency, h.latency, rtol=1e-9, atol=1e-12)
+
+
 def test_zero_latency_cells_and_zero_total():
     r = mask_sizes.solve([0.0, 1.0, 2.0], 5, 4)
     assert r.latency == pytest.approx(1.0) and r.sizes.sum() == 5 and r.sizes[0] == 4
