@@ -3,6 +3,7 @@
 import pickle
 
 import numpy as np
+import torch
 import pytest
 
 from wirelessfl.config import apply_overrides, resolve
@@ -75,3 +76,33 @@ def test_paper_scale_dry_run_lists_every_run(tmp_path, capsys):
     assert len(runs) == sum(len(f.runs) for f in figs)
     assert "CIFAR-10 · FAdamGC · seed 3" in "\n".join(runs)
     assert not (tmp_path / "report").exists()   # a dry run writes nothing
+
+
+def test_dynamic_cifar10_run_loads_the_pretrained_backbone_from_the_data_dir(tmp_path):
+    """Table 1's CIFAR-10 runs: ResNet-18 + projection head, ImageNet backbone weights from
+    --data-dir (here hand-made), sessions with the proposed initial model; shortened to
+    sessions of 1 round, 2 clients per group, 1 step of batch 8."""
+    from safetensors.torch import save_file
+
+    from wirelessfl.models import build_model
+
+    _cifar10_folder(tmp_path, np.random.default_rng(0), per_batch=200, test=50)
+    donor = build_model("resnet_proj", (3, 32, 32), 10, seed=9)
+    save_file({k.replace(".shortcut.", ".downsample."): v for k, v in donor.state_dict().items()
+               if not k.startswith(("proj", "fc."))}, str(tmp_path / "resnet18_imagenet.safetensors"))
+    table1, = load_figures("dynamic", "paper", only=["table1"])
+    spec = next(r for r in table1.runs if (r.panel, r.series, r.seed)
+                == ("CIFAR-10 o=0.0 α=0.3 FedACG", "Proposed", 0))
+    assert spec.raw["model"]["options"]["pretrained"] == "resnet18_imagenet.safetensors"
+    raw = apply_overrides(spec.raw, [f"data.data_dir={tmp_path}", "rounds=4", "local.steps=1",
+                                     "local.batch_size=8", "data.num_clients=4",
+                                     "population.rounds_per_session=1", "local.schedule_rounds=1",
+                                     "engine=loop"])
+    exp = prepare(resolve(raw))
+    start = exp.initial_state()
+    torch.testing.assert_close(start.params["layer4.1.conv2.weight"],
+                               donor.state_dict()["layer4.1.conv2.weight"])
+    run(exp, tmp_path / "run", quiet=True)
+    rows = RunRecord(tmp_path / "run").rows()
+    assert [r["session"] for r in rows[1:]] == [0, 1, 2, 3]
+    assert "init_weights" in rows[3] and all(np.isfinite(r["active_accuracy"]) for r in rows)
