@@ -3,8 +3,8 @@
 import pickle
 
 import numpy as np
-import torch
 import pytest
+import torch
 
 from wirelessfl.config import apply_overrides, resolve
 from wirelessfl.figures import load_figures
