@@ -453,7 +453,7 @@ def _transitions_markdown(fig: Figure, rows: list[dict[str, Any]], keys: list, k
     swept = any(v is not None for _, v in keys)
     label = _sweep_label(fig, "sweep")
     cols = [f"{name} T{k}" for k in ks for name in series]
-    head = "| setting |" + (f" {label} |" if swept else "") + " | ".join(cols) + " |\n"
+    head = "| setting |" + (f" {label} |" if swept else "") + " " + " | ".join(cols) + " |\n"
     head += "|---|" + ("---|" if swept else "") + "---|" * len(cols) + "\n"
     body = ""
     for r in rows:
@@ -463,12 +463,13 @@ def _transitions_markdown(fig: Figure, rows: list[dict[str, Any]], keys: list, k
             text = "—" if math.isnan(mean) else f"{mean:.2f}" + (
                 "" if math.isnan(std) else f" ± {std:.2f}")
             out.append(text + ("" if ref is None else f" ({ref})"))
-        body += f"| {r['setting']} |" + (f" {r[label]} |" if swept else "") + " | ".join(out) + " |\n"
+        body += (f"| {r['setting']} |" + (f" {r[label]} |" if swept else "") + " "
+                 + " | ".join(out) + " |\n")
     note = (f"\nT{{k}}: mean active-label test accuracy (%) over the first {fig.spec.get('window', 10)} "
             "rounds of session P + 1 + k, mean ± sample std over seeds; the paper's value in "
             "brackets.\n")
     method = fig.spec.get("method")
-    if method in series:
+    if method in series and len(series) > 1:
         for k in ks:
             at = {name: [cells[(p, v, k, name)] for p, v in keys] for name in series}
             n = sum(not math.isnan(x) for x in at[method])
