@@ -357,6 +357,22 @@ class DirichletPerClient(Partitioner):
         return tuple(pools.draw(p, self.samples_per_client, reuse=self.reuse) for p in props)
 
 
+def deal_labels(labels: np.ndarray, sets: Sequence[np.ndarray], rng: np.random.Generator, *,
+                share: bool = False) -> list[np.ndarray]:
+    """Each label's samples (shuffled) to the holders of that label among ``sets``.
+
+    Every holder gets all of them (``share``) or an equal part (``np.array_split``).
+    """
+    parts: list[list[np.ndarray]] = [[] for _ in sets]
+    for c in np.unique(np.concatenate(sets)):
+        holders = [k for k, held in enumerate(sets) if c in held]
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for k, piece in zip(holders, [idx] * len(holders) if share
+                            else np.array_split(idx, len(holders))):
+            parts[k].append(piece)
+    return [np.sort(np.concatenate(p)) if p else np.zeros(0, np.int64) for p in parts]
+
+
 def two_group_labels(num_classes: int, overlap: float) -> tuple[np.ndarray, np.ndarray]:
     """Label sets of groups A and B (``specs/dynamic_clients.md`` §4.2).
 
@@ -423,24 +439,14 @@ class TwoGroupOverlap(Partitioner):
     def num_clients(self) -> int:  # noqa: D102
         return len(self.label_sets) * self.clients_per_group
 
-    def _group_indices(self, labels: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
-        """Each group's samples: a shared label's samples to every group holding it, or split."""
-        groups: list[list[np.ndarray]] = [[] for _ in self.label_sets]
-        for c in np.unique(np.concatenate(self.label_sets)):
-            holders = [g for g, ls in enumerate(self.label_sets) if c in ls]
-            idx = rng.permutation(np.flatnonzero(labels == c))
-            parts = [idx] * len(holders) if self.share_overlap else np.array_split(idx, len(holders))
-            for g, part in zip(holders, parts):
-                groups[g].append(part)
-        return [np.sort(np.concatenate(g)) if g else np.zeros(0, np.int64) for g in groups]
-
     def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
         labels = _labels_iv(labels)
         if labels.max(initial=0) >= self.num_classes:
             raise ValueError(f"labels reach {labels.max()} but `num_classes`={self.num_classes}")
         out: list[np.ndarray] = []
         g = self.clients_per_group
-        for idx, label_set in zip(self._group_indices(labels, rng), self.label_sets):
+        groups = deal_labels(labels, self.label_sets, rng, share=self.share_overlap)
+        for idx, label_set in zip(groups, self.label_sets):
             if len(idx) < g:
                 raise ValueError(f"TwoGroupOverlap: a group has {len(idx)} samples for {g} clients")
             quotas = np.full(g, len(idx) // g) + (np.arange(g) < len(idx) % g)
@@ -541,14 +547,8 @@ class LabelSets(Partitioner):
 
     def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
         labels = _labels_iv(labels)
-        sets = label_sets(self.kind, self._num_clients, self.num_classes, rng)
-        parts: list[list[np.ndarray]] = [[] for _ in sets]
-        for c in range(self.num_classes):
-            holders = [k for k, ls in enumerate(sets) if c in ls]
-            idx = rng.permutation(np.flatnonzero(labels == c))
-            for k, piece in zip(holders, np.array_split(idx, len(holders)) if holders else ()):
-                parts[k].append(piece)
-        out = tuple(np.sort(np.concatenate(p)) for p in parts)
+        out = tuple(deal_labels(labels, label_sets(self.kind, self._num_clients,
+                                                   self.num_classes, rng), rng))
         empty = [k for k, p in enumerate(out) if len(p) == 0]
         if empty:
             raise ValueError(f"{self.kind}: clients {empty[:5]} get no samples; use fewer clients")
