@@ -89,7 +89,8 @@ def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
         c = np.asarray(unit_latency, dtype=float)
     except (TypeError, ValueError):
         raise ValueError("`unit_latency` must be an array of numbers") from None
-    check_memory(200.0 * c.size, f"mask sizes of {c.size} cells", "solve fewer instances at a time")
+    if c.size > 10**5:  # smaller batches need under 20 MB
+        check_memory(200.0 * c.size, f"mask sizes of {c.size} cells", "solve fewer instances at a time")
     if c.ndim < 1 or c.shape[-1] < 1:
         raise ValueError(f"`unit_latency` must have shape (..., N) with N >= 1, got {c.shape}")
     if not (c.min() >= 0 and c.max() < np.inf):  # NaN fails both
@@ -101,15 +102,19 @@ def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
     if overflow:
         raise ValueError("`unit_latency` x `total` overflows float64 (latencies near 1e308); "
                          "express the latencies in a larger unit")
-    uf = np.asarray(total if cap is None else cap, dtype=float)
-    if not (uf.min() >= 0 and uf.max() < np.inf and (np.floor(uf) == uf).all()):
-        raise ValueError(f"`cap` must be non-negative integers, got {cap!r}")
-    try:
-        u = np.empty(c.shape, np.int64)
-        u[...] = uf
-    except ValueError:
-        raise ValueError(f"`cap` of shape {uf.shape} does not broadcast to `unit_latency`'s "
-                         f"shape {c.shape}") from None
+    cap = total if cap is None else cap
+    if isinstance(cap, (int, np.integer)) and not isinstance(cap, bool) and cap >= 0:
+        u = np.full(c.shape, min(int(cap), MAX_TOTAL), np.int64)  # the common scalar cap
+    else:
+        uf = np.asarray(cap, dtype=float)
+        if not (uf.min() >= 0 and uf.max() < np.inf and (np.floor(uf) == uf).all()):
+            raise ValueError(f"`cap` must be non-negative integers, got {cap!r}")
+        try:
+            u = np.empty(c.shape, np.int64)
+            u[...] = uf
+        except ValueError:
+            raise ValueError(f"`cap` of shape {uf.shape} does not broadcast to `unit_latency`'s "
+                             f"shape {c.shape}") from None
     room = u.sum(-1)
     if room.min() < total:
         raise ValueError(f"infeasible: the caps allow at most {int(room.min())} units in total "
@@ -276,9 +281,146 @@ def _solve_one(c: list[float], total: int, u: list[int]) -> list[int]:
     return d
 
 
+def _solve_one_kernel(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """:func:`_solve_one` over arrays, compiled by Numba when it is installed (``[fast]``).
+
+    The same floating-point operations in the same order, so the same sizes; its own array
+    heap pops the same
+    values (τ* is a value, whatever the order of ties).
+    """
+    n = c.shape[0]
+    eps = 2.220446049250313e-16
+    inv = np.zeros(n)
+    slope = 0.0
+    for j in range(n):
+        if c[j] > 0:
+            inv[j] = 1.0 / c[j]
+        slope += inv[j]
+    order = np.argsort(c * u, kind="mergesort")
+    below, x, prev, found = 0.0, 0.0, 0.0, False
+    for i in range(n):
+        j = order[i]
+        b = c[j] * u[j]
+        if below + slope * b >= total:
+            x = max((total - below) / slope, prev) if slope > 0 else b
+            found = True
+            break
+        below, slope, prev = below + u[j], slope - inv[j], b
+    if not found:
+        x = prev
+    x *= 1 - (16 + 4 * n) * eps
+    k = np.empty(n, np.int64)
+    for j in range(n):
+        k[j] = u[j] if c[j] == 0 else max(min(u[j], np.floor(x * inv[j])), 0)
+    rank = total - k.sum()
+    tau = 0.0
+    if rank <= 0:
+        for j in range(n):
+            tau = max(tau, c[j] * k[j])
+    else:  # a binary heap of (next marginal c_j (k_j + 1), j)
+        val, cell, size = np.empty(n), np.empty(n, np.int64), 0
+        for j in range(n):
+            if k[j] < u[j]:
+                val[size], cell[size] = c[j] * (k[j] + 1), j
+                i, size = size, size + 1
+                while i > 0 and val[(i - 1) // 2] > val[i]:
+                    p = (i - 1) // 2
+                    val[i], val[p], cell[i], cell[p] = val[p], val[i], cell[p], cell[i]
+                    i = p
+        for _ in range(rank):
+            tau, j = val[0], cell[0]
+            k[j] += 1
+            if k[j] < u[j]:  # replace the root by the cell's next marginal
+                val[0] = c[j] * (k[j] + 1)
+            else:
+                size -= 1
+                val[0], cell[0] = val[size], cell[size]
+            i = 0
+            while True:  # sift down
+                a, b, low = 2 * i + 1, 2 * i + 2, i
+                if a < size and val[a] < val[low]:
+                    low = a
+                if b < size and val[b] < val[low]:
+                    low = b
+                if low == i:
+                    break
+                val[i], val[low], cell[i], cell[low] = val[low], val[i], cell[low], cell[i]
+                i = low
+    t = tau * (1.0 + 8 * eps)
+    ubar = np.empty(n, np.int64)
+    for j in range(n):
+        ubar[j] = u[j] if c[j] == 0 else max(min(u[j], np.floor(t / c[j])), 0)
+    full, left, m, found = 0, n, 0, False
+    for cap in np.sort(ubar):
+        if full + cap * left >= total:
+            m = max(cap if left == 0 else -((full - total) // left), 0)
+            found = True
+            break
+        full, left = full + cap, left - 1
+    if not found:
+        m = ubar.max()
+    d = np.minimum(ubar, m)
+    surplus = d.sum() - total
+    if surplus > 0:
+        key = np.where(d == m, -c, np.inf)
+        back = np.argsort(key, kind="mergesort")
+        for i in range(surplus):
+            d[back[i]] -= 1
+    return d
+
+
+try:  # a compiled single-instance path when Numba is there (optional extra [fast])
+    import numba as _numba
+
+    _solve_one_kernel = _numba.njit(cache=True)(_solve_one_kernel)
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - the plain-Python path serves
+    HAVE_NUMBA = False
+
+
+def _quick(unit_latency: ArrayLike, total: object, cap: object, backend: str,
+           offset: object) -> tuple[np.ndarray, float] | None:
+    """The common single call, compiled; None sends anything else to the general path.
+
+    One float64 instance of ≤ 64 cells, an integer cap, no offsets, every value clean: the
+    general path's checks and messages serve every other input.
+    """
+    if not (HAVE_NUMBA and backend == "exact" and type(unit_latency) is np.ndarray
+            and unit_latency.dtype == np.float64 and unit_latency.ndim == 1
+            and 0 < unit_latency.size <= SCALAR_CELLS and type(total) is int
+            and type(cap) is int and type(offset) in (int, float) and offset == 0
+            and 0 <= total <= MAX_TOTAL and 0 <= cap <= MAX_TOTAL
+            and cap * unit_latency.size >= total):
+        return None
+    ok, sizes, latency = _quick_kernel(unit_latency, total, cap)
+    return (sizes, np.float64(latency)) if ok else None
+
+
+def _quick_kernel(c: np.ndarray, total: int, cap: int):  # pragma: no cover - compiled below
+    """Values clean (finite, ≥ 0, no overflow)? Then the sizes and their latency, in one call."""
+    hi = 0.0
+    for v in c:
+        if not (v >= 0 and v < np.inf):  # NaN fails too
+            return False, np.zeros(0, np.int64), 0.0
+        hi = max(hi, v)
+    if not hi * max(total, cap, 1) < np.inf:
+        return False, np.zeros(0, np.int64), 0.0
+    sizes = _solve_one_kernel(c, total, np.full(c.size, cap, np.int64))
+    latency = 0.0
+    for j in range(c.size):
+        latency = max(latency, c[j] * sizes[j])
+    return True, sizes, latency
+
+
+if HAVE_NUMBA:
+    _quick_kernel = _numba.njit(cache=True)(_quick_kernel)
+
+
 def _solve_exact(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Both stages on a (B, N) view of the batch."""
     if c.ndim == 1 and c.size <= SCALAR_CELLS and not s.any():
+        if HAVE_NUMBA:
+            return _solve_one_kernel(c, total, u)
         return np.array(_solve_one(c.tolist(), total, u.tolist()), np.int64)
     c2, u2, s2 = (x.reshape(-1, c.shape[-1]) for x in (c, u, s))
     with np.errstate(divide="ignore", invalid="ignore"):  # c_j = 0 cells, by design
@@ -382,6 +524,10 @@ def solve(unit_latency: ArrayLike, total: int, cap: ArrayLike | None = None, *,
         Gurobi or its licence is missing (backend ``"gurobi"``).
     """
     start = time.perf_counter()
+    quick = _quick(unit_latency, total, cap, backend, offset)
+    if quick is not None:
+        sizes, latency = quick
+        return MaskSizeResult(sizes, latency, backend, time.perf_counter() - start)
     c, total, u = _solve_iv(unit_latency, total, cap, backend)
     try:
         s = np.broadcast_to(as_finite("offset", offset, lo=0), c.shape).astype(float)

@@ -84,7 +84,8 @@ def test_batched_equals_loop():
 
 
 def test_scalar_path_equals_the_batched_path_and_highs_including_ties():
-    """One instance of <= 64 cells takes the plain-Python path: same sizes as the batched solver."""
+    """One instance of <= 64 cells takes the compiled (Numba) or plain-Python path: the same
+    sizes as the batched solver, ties included."""
     rng = np.random.default_rng(7)
     for t in range(3000):
         n = int(rng.integers(1, mask_sizes.SCALAR_CELLS + 1))
@@ -96,6 +97,11 @@ def test_scalar_path_equals_the_batched_path_and_highs_including_ties():
         single = mask_sizes.solve(c, total, cap)
         batched = mask_sizes.solve(np.stack([c, c]), total, cap)  # two rows: the NumPy path
         np.testing.assert_array_equal(single.sizes, batched.sizes[0])
+        python = mask_sizes._solve_one(c.tolist(), total, cap.tolist())  # without Numba
+        np.testing.assert_array_equal(python, batched.sizes[0])
+        top = int(cap.max())  # a scalar cap: the quick single-call path
+        quick = mask_sizes.solve(c, total, top)
+        np.testing.assert_array_equal(quick.sizes, mask_sizes.solve(np.stack([c, c]), total, top).sizes[0])
         assert single.latency == batched.latency[0]
         if t % 60 == 0:
             h = mask_sizes.solve(c, total, cap, backend="highs")
