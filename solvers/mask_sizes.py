@@ -8,7 +8,9 @@ where c_j is cell j's latency per unit of mask (its full-model edge-round latenc
 :mod:`solvers.latency`), D the units to split (parameters d, or hidden units K) and U_j the
 cap from (19c). Backends:
 
-- ``"exact"`` (default): batched combinatorial solver, O(N log N), no loop at all.
+- ``"exact"`` (default): batched combinatorial solver, O(N log N), no loop at all; one
+  instance of ≤ 64 cells takes the same algorithm compiled by Numba (extra ``[fast]``;
+  plain Python without it), about 10 µs a call.
   Stage 1 finds the optimal τ* — the D-th smallest of the marginal latencies {c_j k :
   1 ≤ k ≤ U_j}, which greedy marginal allocation attains — as an order statistic of the
   ≤ ~2N marginals between two continuous water-filling levels. Stage 2 breaks ties as the
@@ -220,7 +222,7 @@ def _tie_break(c: np.ndarray, total: int, u: np.ndarray, tau: np.ndarray,
     return d - (at_level & (rank < surplus))
 
 
-#: Up to this many cells one instance takes :func:`_solve_one` (plain Python, no NumPy calls).
+#: Up to this many cells one instance takes the single-instance path (compiled or plain Python).
 SCALAR_CELLS = 64
 
 
@@ -231,7 +233,8 @@ def _solve_one(c: list[float], total: int, u: list[int]) -> list[int]:
     continuous water level brackets τ* from below, a heap merge of the cells' next marginal
     latencies c_j·(k_j + 1) pops the remaining ``rank`` ≲ N units (τ* is the last popped),
     and stage 2 water-fills the caps ū_j = min(U_j, ⌊τ*/c_j⌋). A NumPy call costs about a
-    microsecond whatever its size, so at small N this is ~5× faster than the batched path.
+    microsecond whatever its size, so at small N this beats the batched path; Numba's
+    compiled copy (:func:`_solve_one_kernel`) is used instead when installed.
     """
     import heapq
     import math
