@@ -157,3 +157,17 @@ def test_population_config_round_trips():
     assert resolve(to_dict(cfg)) == cfg
     assert isinstance(cfg.population.events, tuple)
     assert np.array_equal(runner.prepare(cfg).algorithm.env.population.active(3), [0])
+
+
+@pytest.mark.parametrize("data,population,match", [
+    ({"partition": "two_group", "num_clients": 6, "unseen_labels": 1},
+     {"kind": "alternating", "rounds_per_session": 2}, "population.groups=3"),
+    ({"partition": "two_group", "num_clients": 6}, {"kind": "alternating", "rounds_per_session": 2,
+                                                    "groups": 3}, "population.groups=2"),
+    ({"unseen_labels": 2}, {"kind": "alternating", "rounds_per_session": 2}, "two_group"),
+])
+def test_groups_of_the_partition_and_the_population_must_agree(data, population, match):
+    from wirelessfl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        resolve({**RAW, "data": {**RAW["data"], **data}, "population": population})

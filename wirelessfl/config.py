@@ -206,6 +206,14 @@ class RunConfig:
         if self.initial_model.rule != "none" and not self.population.dynamic:
             raise ConfigError("initial_model.rule needs sessions: set population.kind to "
                               "alternating or events")
+        groups = 3 if self.data.unseen_labels else 2
+        if (self.data.partition == "two_group" and self.population.kind == "alternating"
+                and self.population.groups != groups):
+            raise ConfigError(f"data.partition two_group makes {groups} client groups but "
+                              f"population.groups is {self.population.groups}; set "
+                              f"population.groups={groups} so that each session is one group")
+        if self.data.unseen_labels and self.data.partition != "two_group":
+            raise ConfigError("data.unseen_labels is for data.partition two_group")
 
 
 # --------------------------------------------------------------------------- typed building
