@@ -107,3 +107,31 @@ def test_hist_round_with_the_batched_engine_equals_the_loop():
         states.append(state.params)
     for k in states[0]:
         torch.testing.assert_close(states[0][k], states[1][k], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "scaffold"},
+                                       {"name": "moon", "mu": 1.0}])
+def test_chunked_batched_groups_give_the_numbers_of_one_group(algorithm):
+    """max_batch splits a round's stacked group into chunks (GPU memory): same results."""
+    from wirelessfl.config import resolve
+    from wirelessfl.runner import prepare
+
+    raw = {"seed": 2, "rounds": 2, "engine": "batched", "algorithm": algorithm,
+           "data": {"dataset": "synthetic", "num_clients": 7, "samples_per_client": 30},
+           "model": {"name": "fcnn", "options": {"hidden": 12, "dropout": 0.3}},
+           "local": {"lr": 0.05, "batch_size": 8, "steps": 3}}
+    finals = []
+    for max_batch in (None, 3, 1):
+        exp = prepare(resolve({**raw, "max_batch": max_batch}))
+        state = exp.initial_state()
+        for _ in range(2):
+            state, _ = exp.algorithm.apply(state)
+        finals.append(state.params)
+    for other in finals[1:]:
+        for k in finals[0]:
+            torch.testing.assert_close(other[k], finals[0][k], rtol=1e-6, atol=1e-7)
+
+
+def test_max_batch_is_checked():
+    with pytest.raises(ValueError, match="max_batch"):
+        BatchedExecutor(max_batch=0)

@@ -72,16 +72,23 @@ class BatchedExecutor(Executor):
     ----------
     device : torch.device or str
         Where the stacked computation runs.
+    max_batch : int or None
+        At most this many clients stacked at once: a group is trained in chunks (to fit a
+        device's memory); None = the whole group. Each client's computation is its own, so
+        chunks give the numbers of one group.
     """
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu", max_batch: int | None = None) -> None:
+        if max_batch is not None and (int(max_batch) != max_batch or max_batch < 1):
+            raise ValueError(f"max_batch must be an integer >= 1 or None, got {max_batch!r}")
         self.device = torch.device(device)
+        self.max_batch = max_batch
         self._loop = LoopExecutor(device)
         if self.device.type == "cpu":
             retain_freed_memory()
 
     def __repr__(self) -> str:
-        return f"BatchedExecutor(device='{self.device}')"
+        return f"BatchedExecutor(device='{self.device}', max_batch={self.max_batch})"
 
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
             hp: LocalHParams) -> list[ClientResult]:
@@ -92,9 +99,12 @@ class BatchedExecutor(Executor):
         for i, t in enumerate(tasks):
             groups.setdefault(_signature(t, hp), []).append(i)
         out: list[ClientResult | None] = [None] * len(tasks)
+        size = self.max_batch or len(tasks) or 1
         for members in groups.values():
-            for i, r in zip(members, self._run_group(update, data, [tasks[i] for i in members], hp)):
-                out[i] = r
+            for lo in range(0, len(members), size):
+                chunk = members[lo:lo + size]
+                for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk], hp)):
+                    out[i] = r
         return out  # type: ignore[return-value]
 
     def _run_group(self, update: LocalSGD, data: ArrayDataset, tasks: list[ClientTask],

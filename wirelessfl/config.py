@@ -160,6 +160,9 @@ class RunConfig:
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
         Client executor: ``loop``, ``batched`` or ``auto`` (:func:`wirelessfl.runner.make_executor`).
+    max_batch : int or None
+        Batched engine: at most this many clients stacked at once (a round's group is split
+        into chunks, e.g. to fit a GPU's memory); None = all of them. Same numbers either way.
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.network`).
     population : PopulationConfig
@@ -181,6 +184,7 @@ class RunConfig:
     checkpoint_every: int = 1
     device: str = "auto"
     engine: str = "auto"
+    max_batch: int | None = None
     network: NetworkConfig = field(default_factory=NetworkConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
     initial_model: InitialModelConfig = field(default_factory=InitialModelConfig)
@@ -194,7 +198,8 @@ class RunConfig:
         check_name(self.name)
         checked("", seed=(self.seed, 0, 2**63 - 1), rounds=(self.rounds, 1, 10**7),
                 eval_every=(self.eval_every, 1, 10**7),
-                checkpoint_every=(self.checkpoint_every, 1, 10**7))
+                checkpoint_every=(self.checkpoint_every, 1, 10**7),
+                max_batch=(self.max_batch, 1, 10**6))
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
         if self.engine not in ("loop", "batched", "auto"):

@@ -45,7 +45,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make_executor(engine: str, device: torch.device) -> Executor:
+def make_executor(engine: str, device: torch.device, max_batch: int | None = None) -> Executor:
     """The client engine: ``loop``, ``batched``, or ``auto``.
 
     ``auto`` is the batched engine, on every device: on 2 CPU cores it measured 1.9× the loop
@@ -53,7 +53,7 @@ def make_executor(engine: str, device: torch.device) -> Executor:
     linear model; it runs updates it cannot stack (subclassed steps) through the loop itself.
     """
     if engine in ("batched", "auto"):
-        return BatchedExecutor(device)
+        return BatchedExecutor(device, max_batch=max_batch)
     return LoopExecutor(device)
 
 
@@ -105,7 +105,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
-                      executor=make_executor(cfg.engine, device),
+                      executor=make_executor(cfg.engine, device, cfg.max_batch),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds)
     algo_cls = registry.get(cfg.algorithm.name)[1]
