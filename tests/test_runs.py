@@ -94,3 +94,20 @@ def test_cli_refuses_to_overwrite_a_run(tmp_path, capsys):
     assert main(["run", "quickstart", "--out", str(out), "--quiet", "--set", "rounds=1"]) == 0
     assert main(["run", "quickstart", "--out", str(out), "--quiet", "--set", "rounds=1"]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_deterministic_runs_are_repeatable_and_restore_the_flags(tmp_path):
+    import torch
+
+    from wirelessfl.cli import main
+    from wirelessfl.records import RunRecord
+
+    rows = []
+    for k in range(2):
+        assert main(["run", "quickstart", "--set", "rounds=2", "--deterministic", "--quiet",
+                     "--out", str(tmp_path / f"d{k}")]) == 0
+        rows.append([(r["round"], r["test_accuracy"], r["test_loss"])
+                     for r in RunRecord(tmp_path / f"d{k}").rows()])
+        assert RunRecord(tmp_path / f"d{k}").config()["deterministic"] is True
+    assert rows[0] == rows[1]
+    assert not torch.are_deterministic_algorithms_enabled()

@@ -45,7 +45,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"engine={args.engine}")
     raw = apply_overrides(raw, overrides)
     if is_multitask(raw):
+        if args.deterministic:
+            raise ConfigError("--deterministic is for round-based runs, not multi-task ones")
         return _run_multitask(raw, args)
+    if args.deterministic:
+        raw = apply_overrides(raw, ["deterministic=true"])
     cfg = resolve(raw)
     out = _out_dir(args, cfg.name)
     exp = prepare(cfg)
@@ -342,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="run folder (default runs/<name>-<time>)")
     r.add_argument("--device", choices=["cpu", "cuda", "auto"])
     r.add_argument("--engine", choices=["loop", "batched", "auto"])
+    r.add_argument("--deterministic", action="store_true",
+                   help="PyTorch deterministic algorithms (an op without one stops the run)")
     r.add_argument("--resume", action="store_true", help="continue the run in --out")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--checkpoint-every", type=_finite(0.0), default=60.0, metavar="SECONDS",

@@ -160,6 +160,9 @@ class RunConfig:
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
         Client executor: ``loop``, ``batched`` or ``auto`` (:func:`wirelessfl.runner.make_executor`).
+    deterministic : bool
+        Run with PyTorch's deterministic algorithms (:func:`wirelessfl.runner.deterministic_mode`;
+        CLI ``--deterministic``).
     max_batch : int or None
         Batched engine: at most this many clients stacked at once (a round's group is split
         into chunks, e.g. to fit a GPU's memory); None = all of them. Same numbers either way.
@@ -185,6 +188,7 @@ class RunConfig:
     device: str = "auto"
     engine: str = "auto"
     max_batch: int | None = None
+    deterministic: bool = False
     network: NetworkConfig = field(default_factory=NetworkConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
     initial_model: InitialModelConfig = field(default_factory=InitialModelConfig)

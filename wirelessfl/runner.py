@@ -11,6 +11,7 @@ time themselves are timed by the run's network model (:mod:`wirelessfl.network`)
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,7 +340,40 @@ def run(exp: Experiment, out: str | Path, *, resume: bool = False,
     first round leaves nothing behind (Ctrl-C keeps it, resumable). The loop around the
     rounds is :func:`wirelessfl.runloop.execute`, shared with every kind of run.
     """
-    return execute(RunRecord(out), RoundsJob(exp), resume=resume, quiet=quiet)
+    with deterministic_mode(exp.config.deterministic):
+        return execute(RunRecord(out), RoundsJob(exp), resume=resume, quiet=quiet)
+
+
+@contextlib.contextmanager
+def deterministic_mode(on: bool):
+    """PyTorch's deterministic algorithms for the duration of a run (``deterministic: true``).
+
+    Sets ``torch.use_deterministic_algorithms``, cuDNN's deterministic flag (benchmark off)
+    and, on CUDA, ``CUBLAS_WORKSPACE_CONFIG``; an op without a deterministic kernel stops
+    the run with a ``ValueError`` naming it. The previous settings come back afterwards.
+    """
+    if not on:
+        yield
+        return
+    import os
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    except RuntimeError as exc:
+        if "deterministic" not in str(exc):
+            raise
+        raise ValueError(f"deterministic: {str(exc).splitlines()[0][:200]} (run without "
+                         "deterministic, or on another device)") from None
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:3]
+        if before[3] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
 def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]:
