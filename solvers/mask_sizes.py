@@ -10,7 +10,7 @@ cap from (19c). Backends:
 
 - ``"exact"`` (default): batched combinatorial solver, O(N log N), no loop at all; one
   instance of ≤ 64 cells takes the same algorithm compiled by Numba (extra ``[fast]``;
-  plain Python without it), about 10 µs a call.
+  the batched path without it), about 10 µs a call.
   Stage 1 finds the optimal τ* — the D-th smallest of the marginal latencies {c_j k :
   1 ≤ k ≤ U_j}, which greedy marginal allocation attains — as an order statistic of the
   ≤ ~2N marginals between two continuous water-filling levels. Stage 2 breaks ties as the
@@ -222,74 +222,20 @@ def _tie_break(c: np.ndarray, total: int, u: np.ndarray, tau: np.ndarray,
     return d - (at_level & (rank < surplus))
 
 
-#: Up to this many cells one instance takes the single-instance path (compiled or plain Python).
+#: Up to this many cells one instance takes the compiled single-instance path (with Numba).
 SCALAR_CELLS = 64
 
 
-def _solve_one(c: list[float], total: int, u: list[int]) -> list[int]:
-    """Both stages for one instance without offsets, in plain Python (N ≤ :data:`SCALAR_CELLS`).
-
-    The same algorithm as the batched path, so the same optimum and tie-break: the
-    continuous water level brackets τ* from below, a heap merge of the cells' next marginal
-    latencies c_j·(k_j + 1) pops the remaining ``rank`` ≲ N units (τ* is the last popped),
-    and stage 2 water-fills the caps ū_j = min(U_j, ⌊τ*/c_j⌋). A NumPy call costs about a
-    microsecond whatever its size, so at small N this beats the batched path; Numba's
-    compiled copy (:func:`_solve_one_kernel`) is used instead when installed.
-    """
-    import heapq
-    import math
-
-    n = len(c)
-    inv = [1.0 / cj if cj > 0 else 0.0 for cj in c]
-    # stage 1: Σ_j min(U_j, x/c_j) = D on the segment of the sorted breaks c_j·U_j
-    order = sorted(range(n), key=lambda j: c[j] * u[j])
-    below, slope, x, prev = 0.0, sum(inv), 0.0, 0.0
-    for j in order:
-        b = c[j] * u[j]
-        if below + slope * b >= total:
-            x = max((total - below) / slope, prev) if slope > 0 else b
-            break
-        below, slope, prev = below + u[j], slope - inv[j], b
-    else:
-        x = prev
-    x *= 1 - (16 + 4 * n) * _EPS
-    k = [u[j] if c[j] == 0 else max(min(u[j], math.floor(x * inv[j])), 0) for j in range(n)]
-    rank = total - sum(k)
-    if rank <= 0:
-        tau = max(c[j] * k[j] for j in range(n))
-    else:
-        heap = [(c[j] * (k[j] + 1), j) for j in range(n) if k[j] < u[j]]
-        heapq.heapify(heap)
-        for _ in range(rank):
-            tau, j = heapq.heappop(heap)
-            k[j] += 1
-            if k[j] < u[j]:
-                heapq.heappush(heap, (c[j] * (k[j] + 1), j))
-    # stage 2: caps under τ*, the smallest level m with Σ_j min(ū_j, m) ≥ D
-    t = tau * (1.0 + 8 * _EPS)
-    ubar = [u[j] if c[j] == 0 else max(min(u[j], math.floor(t / c[j])), 0) for j in range(n)]
-    full, left, m = 0, n, 0
-    for cap in sorted(ubar):
-        if full + cap * left >= total:
-            m = max(cap if left == 0 else -((full - total) // left), 0)
-            break
-        full, left = full + cap, left - 1
-    else:
-        m = max(ubar)
-    d = [min(cap, m) for cap in ubar]
-    surplus = sum(d) - total
-    if surplus > 0:  # the slowest cells at level m give one unit back each; ties by index
-        for j in sorted((j for j in range(n) if d[j] == m), key=lambda j: -c[j])[:surplus]:
-            d[j] -= 1
-    return d
-
-
 def _solve_one_kernel(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:  # pragma: no cover
-    """:func:`_solve_one` over arrays, compiled by Numba when it is installed (``[fast]``).
+    """Both stages for one instance without offsets (N ≤ :data:`SCALAR_CELLS`), for Numba.
 
-    The same floating-point operations in the same order, so the same sizes; its own array
-    heap pops the same
-    values (τ* is a value, whatever the order of ties).
+    The batched path's algorithm, so the same optimum and tie-break: the continuous water
+    level brackets τ* from below, an array heap of the cells' next marginal latencies
+    c_j·(k_j + 1) pops the remaining ``rank`` ≲ N units (τ* is the last popped, a value
+    whatever the order of ties), and stage 2 water-fills the caps ū_j = min(U_j, ⌊τ*/c_j⌋).
+    A NumPy call costs about a microsecond whatever its size, so a compiled single-instance
+    path is what makes one call fast; without Numba (extra ``[fast]``) the batched path
+    serves.
     """
     n = c.shape[0]
     eps = 2.220446049250313e-16
@@ -377,7 +323,7 @@ try:  # a compiled single-instance path when Numba is there (optional extra [fas
 
     _solve_one_kernel = _numba.njit(cache=True)(_solve_one_kernel)
     HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - the plain-Python path serves
+except ImportError:  # pragma: no cover - the batched path serves
     HAVE_NUMBA = False
 
 
@@ -421,10 +367,8 @@ if HAVE_NUMBA:
 
 def _solve_exact(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Both stages on a (B, N) view of the batch."""
-    if c.ndim == 1 and c.size <= SCALAR_CELLS and not s.any():
-        if HAVE_NUMBA:
-            return _solve_one_kernel(c, total, u)
-        return np.array(_solve_one(c.tolist(), total, u.tolist()), np.int64)
+    if HAVE_NUMBA and c.ndim == 1 and c.size <= SCALAR_CELLS and not s.any():
+        return _solve_one_kernel(c, total, u)
     c2, u2, s2 = (x.reshape(-1, c.shape[-1]) for x in (c, u, s))
     with np.errstate(divide="ignore", invalid="ignore"):  # c_j = 0 cells, by design
         if (s2 == 0).all():
