@@ -11,6 +11,10 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
   - ``sweep``: a metric at the first round reaching ``target`` against the sweep values;
   - ``table``: that metric per ``targets`` row and series × sweep column, beside the
     paper's numbers under ``reference``;
+  - ``final_accuracy``: final test accuracy (the mean of the last ``last`` evaluations,
+    ``specs/rafed.md`` §4) per series × panel, mean ± std over seeds, with optional
+    ``also`` columns (logged extras such as ``param_fraction``, ``gamma_star``); against
+    the sweep values when there is a sweep;
   - ``transitions`` (dynamic clients): accuracy over the first rounds after each session
     transition, a row per panel and a column per transition and series;
   - multi-task runs (FedAST): ``gains`` (time to target per series, and the gain of
@@ -54,7 +58,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SCALES = ("quick", "paper")
-KINDS = ("curves", "sweep", "table", "transitions", "gains", "time_curves", "final")
+KINDS = ("curves", "sweep", "table", "transitions", "gains", "time_curves", "final",
+         "final_accuracy")
 _LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
            "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
            "sim_time_s": "simulated latency [s]", "sim_time_min": "simulated run time [min]"}
@@ -823,6 +828,83 @@ def render_final(fig: Figure, root: Path, out: Path) -> list[Path]:
     return _finish(fig, f, ax, out, table)
 
 
+def final_accuracy(rows: list[dict[str, Any]], last: int) -> float:
+    """Mean test accuracy over a run's last ``last`` evaluations (round 0 excluded)."""
+    acc = [r["test_accuracy"] for r in rows if r["round"]][-last:]
+    return float(np.mean(acc)) if acc else math.nan
+
+
+def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Final accuracy per series (rows) and panel × sweep value (columns), mean ± std over seeds.
+
+    The PNG has one axis per panel: bars per series, or lines against the sweep values (a
+    series that is not swept is a dashed reference line). ``also`` adds the mean over
+    seeds of other row keys at the last evaluation (e.g. the realised parameter fraction).
+    """
+    last, also = int(fig.spec.get("last", 10)), _as_list(fig.spec.get("also", []))
+    groups = _groups(fig)
+    table = []
+    for (panel, series, value), runs in groups.items():
+        rows = [_rows(root, r) for r in runs]
+        finals = np.array([final_accuracy(r, last) for r in rows])
+        table.append({"panel": panel, "series": series, _sweep_label(fig, "sweep"): _show(value),
+                      "final_accuracy_mean": float(finals.mean()),
+                      "final_accuracy_std": float(finals.std(ddof=1)) if len(finals) > 1 else 0.0,
+                      "seeds": len(finals),
+                      **{k: _nanmean([_value(r[-1], k) for r in rows]) for k in also}})
+    f, ax, panels = _panels(fig, 1)
+    lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row, (panel, series, value) in zip(table, groups):
+        lines.setdefault((panel, series), []).append({**row, "value": value})
+    for (panel, series), pts in lines.items():
+        a = ax[panels.index(panel)][0]
+        if pts[0]["value"] is None and fig.spec.get("sweep"):
+            a.axhline(pts[0]["final_accuracy_mean"], ls="--", color="0.4", label=series)
+        elif fig.spec.get("sweep"):
+            a.errorbar([_show(p["value"]) for p in pts], [p["final_accuracy_mean"] for p in pts],
+                       yerr=[p["final_accuracy_std"] for p in pts], marker="o", capsize=3,
+                       label=series)
+        else:
+            x = [s for (p, s) in lines if p == panel].index(series)
+            a.bar(x, pts[0]["final_accuracy_mean"], yerr=pts[0]["final_accuracy_std"],
+                  capsize=3, label=series)
+        a.set(xlabel=_sweep_label(fig, "method"), ylabel=f"final accuracy (last {last} evals)",
+              title=panel)
+        a.grid(alpha=0.3)
+    if not fig.spec.get("sweep"):
+        for i, panel in enumerate(panels):
+            names = [s for (p, s) in lines if p == panel]
+            ax[i][0].set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+            lo = min(lines[(panel, s)][0]["final_accuracy_mean"] for s in names)
+            ax[i][0].set_ylim(max(0.0, lo - 0.1), None)
+    paths = _finish(fig, f, ax, out, table)
+    md = out / f"{fig.name}.md"
+    md.write_text(_final_markdown(fig, table, last))
+    return [*paths, md]
+
+
+def _final_markdown(fig: Figure, table: list[dict[str, Any]], last: int) -> str:
+    """Series as rows, panel (× sweep value) as columns: accuracy in % mean ± std."""
+    label = _sweep_label(fig, "sweep")
+    cols = list(dict.fromkeys((r["panel"], r[label]) for r in table))
+    names = [f"{p} {label}={v}".strip() if v else p for p, v in cols]
+    cells = {(r["series"], r["panel"], r[label]): r for r in table}
+    out = f"# {fig.title}\n\n| method | " + " | ".join(names) + " |\n"
+    out += "|---|" + "---|" * len(cols) + "\n"
+    for series in dict.fromkeys(r["series"] for r in table):
+        row = []
+        for p, v in cols:
+            r = cells.get((series, p, v)) or cells.get((series, p, ""))
+            row.append("" if r is None else
+                       f"{100 * r['final_accuracy_mean']:.2f} ± {100 * r['final_accuracy_std']:.2f}"
+                       + "".join(f"; {k} {r[k]:.3g}" for k in _as_list(fig.spec.get("also", []))))
+        out += f"| {series} | " + " | ".join(row) + " |\n"
+    note = (f"\nFinal test accuracy [%]: the mean of each run's last {last} evaluations, "
+            "mean ± sample std over seeds.\n")
+    extra = fig.spec.get("note")
+    return out + note + (f"\n{extra}\n" if extra else "")
+
+
 def run_tasks(run: RunSpec) -> tuple[Any, ...]:
     """The tasks (:class:`~wirelessfl.tasks.TaskConfig`) of a multi-task run."""
     from wirelessfl.multitask import resolve_multitask
@@ -832,7 +914,8 @@ def run_tasks(run: RunSpec) -> tuple[Any, ...]:
 
 RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,
              "transitions": render_transitions,
-             "gains": render_gains, "time_curves": render_time_curves, "final": render_final}
+             "gains": render_gains, "time_curves": render_time_curves, "final": render_final,
+             "final_accuracy": render_final_accuracy}
 
 
 def render(figures: list[Figure], root: Path) -> list[Path]:

@@ -32,11 +32,18 @@ from wirelessfl.models.base import Params, UnitGroup
 Selection = Mapping[str, torch.Tensor]
 
 
-def _expand(units: torch.Tensor, width: int) -> torch.Tensor:
-    """Entry indices of ``units`` when each unit owns ``width`` consecutive entries."""
-    if width == 1:
-        return units
-    return (units[:, None] * width + torch.arange(width, device=units.device)).reshape(-1)
+def _expand(units: torch.Tensor, width: int, blocks: int = 1, size: int = 0) -> torch.Tensor:
+    """Entry indices of ``units`` when each unit owns ``width`` consecutive entries.
+
+    With ``blocks`` > 1 the dimension stacks that many blocks of ``size`` units (an LSTM's
+    gates): unit j owns the same entries in every block.
+    """
+    if width > 1:
+        units = (units[:, None] * width + torch.arange(width, device=units.device)).reshape(-1)
+    if blocks > 1:
+        offsets = torch.arange(blocks, device=units.device) * (size * width)
+        units = (offsets[:, None] + units[None, :]).reshape(-1)
+    return units
 
 
 class Submodel:
@@ -65,7 +72,8 @@ class Submodel:
                 raise ValueError(f"unit indices of {name!r} must lie in [0, {group.size})")
             for s in group.slices:
                 device = like[s.param].device
-                self.dims.setdefault(s.param, {})[s.dim] = _expand(units.to(device), s.width)
+                self.dims.setdefault(s.param, {})[s.dim] = _expand(units.to(device), s.width,
+                                                                   s.blocks, group.size)
         self._index = {p: self._index_tuple(d) for p, d in self.dims.items()}
 
     @staticmethod

@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike
 from channels.rates import BANDWIDTH_HZ, tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
+from channels.validation import as_float
 from solvers.latency import full_model_latency_aircomp, full_model_latency_oma
 
 
@@ -37,6 +38,22 @@ class Resources:
     cpu_hz: np.ndarray
     rate_bps: np.ndarray
     snr: np.ndarray
+
+
+def check_scenario(snr_db: tuple[float, float],
+                   cpu_ghz: tuple[tuple[float, float], tuple[float, float]]) -> None:
+    """Check a scenario's per-half SNRs and CPU ranges; ``ValueError`` if they are unusable.
+
+    ``snr_db`` must be two finite dB values (|x| ≤ 200), ``cpu_ghz`` two (low, high) ranges
+    of positive GHz (≤ 1000) with low ≤ high.
+    """
+    snr = np.asarray(snr_db, dtype=float)
+    if snr.shape != (2,) or not np.isfinite(snr).all() or np.abs(snr).max() > 200:
+        raise ValueError(f"snr_db must be two finite numbers of dB (|x| <= 200), got {snr_db}")
+    for lo_hi in cpu_ghz:
+        lo = as_float("cpu_ghz", lo_hi[0], lo=0, hi=1e3, lo_open=True)
+        if not lo <= as_float("cpu_ghz", lo_hi[1], lo=0, hi=1e3, lo_open=True):
+            raise ValueError(f"cpu_ghz ranges must be (low, high) with low <= high, got {lo_hi}")
 
 
 def by_half(num_cells: int, first: ArrayLike, rest: ArrayLike) -> np.ndarray:

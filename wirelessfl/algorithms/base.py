@@ -19,8 +19,10 @@ How each paper plugs in:
   ``ServerState.client_states`` (per-client persistent state) and the server's in ``opt_state``.
 - **Dynamic clients** (``specs/dynamic_clients.md``): a :class:`~wirelessfl.population.Population`
   with sessions; on a session change the initial-model builder overwrites ``state.params``.
-- **RA-Fed / RAM-Fed** (``specs/rafed.md``): per-client selections (:class:`~wirelessfl.submodel.Submodel`)
-  and a coverage-weighted aggregation; RAM-Fed's memory is ``opt_state``.
+- **RA-Fed / RAM-Fed** (``specs/rafed.md``): per-client selections (:class:`~wirelessfl.submodel.Submodel`,
+  drawn by a :mod:`~wirelessfl.masks` policy) and a coverage-weighted aggregation
+  (:mod:`wirelessfl.algorithms.rafed`); RAM-Fed's per-client memories are
+  ``client_states`` (the off-device store), Σ_n u_n is ``opt_state``.
 """
 
 from __future__ import annotations
@@ -204,16 +206,18 @@ class FederatedAlgorithm(ABC):
 
         ``stage`` separates several local phases within round ``t`` (HIST's edge rounds) so
         each gets its own mini-batch order; ``states`` are the clients' persistent states and
-        ``broadcast`` what the server sends to all of them with the model; ``buffers`` the
+        ``broadcast`` what the server sends to all of them with the model (a list: one per
+        client, e.g. RA-Fed's masks); ``buffers`` the
         global model's buffers each client starts from; ``update`` a local rule other than
         the algorithm's own (with its own ``hp``).
         """
         env, states = self.env, states or {}
+        each = broadcast if isinstance(broadcast, list) else [broadcast] * len(starts)
         tasks = [ClientTask(client=int(u), params=p, indices=env.client_indices[u],
                             seed=env.seeds.int_seed("local", t, stage, int(u)),
-                            state=states.get(int(u)), broadcast=broadcast, lr=self.client_lr(t),
+                            state=states.get(int(u)), broadcast=b, lr=self.client_lr(t),
                             buffers=buffers or None)
-                 for u, p in zip(clients, starts)]
+                 for u, p, b in zip(clients, starts, each)]
         if update is None:
             return env.executor.run(self.update, env.train, tasks, env.local)
         return env.executor.run(update, env.train, tasks, update.hp)

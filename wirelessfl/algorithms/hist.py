@@ -42,7 +42,7 @@ from wirelessfl.algorithms.hfedavg import HFedAvg, HFedAvgHParams
 from wirelessfl.client import steps_per_call
 from wirelessfl.models.base import Params
 from wirelessfl.submodel import Submodel, random_disjoint_selections
-from wirelessfl.wireless import by_half, draw_cpu, draw_resources, unit_latency
+from wirelessfl.wireless import by_half, check_scenario, draw_cpu, draw_resources, unit_latency
 
 MASK_SIZES = ("uniform", "optimised")
 AGGREGATIONS = ("oma", "aircomp")
@@ -120,18 +120,12 @@ class HISTHParams(HFedAvgHParams):
                              f"{AGGREGATIONS}")
         if self.bias_mode not in BIAS_MODES:
             raise ValueError(f"bias_mode must be one of {BIAS_MODES}, got {self.bias_mode!r}")
-        snr = np.asarray(self.snr_db, dtype=float)
-        if snr.shape != (2,) or not np.isfinite(snr).all() or np.abs(snr).max() > 200:
-            raise ValueError(f"snr_db must be two finite numbers of dB (|x| <= 200), got {self.snr_db}")
+        check_scenario(self.snr_db, self.cpu_ghz)
         as_int("antennas", self.antennas, lo=1, hi=4096)
         as_float("eps_th", self.eps_th, lo=0, hi=1e6, lo_open=True)
         if self.beamforming not in BEAMFORMING_METHODS:
             raise ValueError(f"beamforming must be one of {', '.join(BEAMFORMING_METHODS)}, got "
                              f"{self.beamforming!r}")
-        for lo_hi in self.cpu_ghz:
-            lo = as_float("cpu_ghz", lo_hi[0], lo=0, hi=1e3, lo_open=True)
-            if not lo <= as_float("cpu_ghz", lo_hi[1], lo=0, hi=1e3, lo_open=True):
-                raise ValueError(f"cpu_ghz ranges must be (low, high) with low <= high, got {lo_hi}")
 
 
 class HIST(HFedAvg):

@@ -37,15 +37,22 @@ class UnitSlice:
     width : int
         Entries per unit along ``dim``: 1 for a neuron; H·W when the next layer reads a
         flattened conv channel.
+    blocks : int
+        Blocks of the group's size stacked along ``dim``, each holding one slot per unit:
+        4 for an LSTM's gate rows (i, f, g, o), so hidden unit j owns rows j, H + j, 2H + j
+        and 3H + j (``specs/rafed.md`` §2.1.1: the same index in every gate block).
     """
 
     param: str
     dim: int
     width: int = 1
+    blocks: int = 1
 
     def __post_init__(self) -> None:
         if self.dim not in (0, 1):
             raise ValueError(f"UnitSlice.dim must be 0 or 1, got {self.dim}")
+        if self.width < 1 or self.blocks < 1:
+            raise ValueError("UnitSlice.width and .blocks must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -60,18 +67,21 @@ class UnitGroup:
         Number of units K in the layer.
     slices : tuple of UnitSlice
         Every parameter slice a unit owns.
+    multiple : int
+        A submodel keeps a multiple of this many units (2 for channels under GroupNorm(2)).
     """
 
     name: str
     size: int
     slices: tuple[UnitSlice, ...]
+    multiple: int = 1
 
     def params_per_unit(self, shapes: dict[str, torch.Size]) -> int:
         """Parameters one unit owns (q in ``specs/hist.md`` §4.3)."""
         total = 0
         for s in self.slices:
             shape = shapes[s.param]
-            total += s.width * int(torch.Size(shape).numel()) // int(shape[s.dim])
+            total += s.blocks * s.width * int(torch.Size(shape).numel()) // int(shape[s.dim])
         return total
 
 

@@ -177,7 +177,9 @@ class CifarCNN(FLModel):
         self.fc1 = layers.Linear(64 * (h // 8) * (w // 8), 500)
         self.fc2 = layers.Linear(500, num_classes)
         self.dropout = dropout
-        self.unit_groups = (linear_group("fc1", 500, "fc2"),)
+        self.unit_groups = (linear_group("conv1", 16, "conv2"), linear_group("conv2", 32, "conv3"),
+                            linear_group("conv3", 64, "fc1", width=(h // 8) * (w // 8)),
+                            linear_group("fc1", 500, "fc2"))
         self.hist_groups = ("fc1",)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
@@ -202,7 +204,10 @@ class FedDynCNN(FLModel):
         self.fc1 = layers.Linear(64 * ((h - 4) // 2 - 4) // 2 * (((w - 4) // 2 - 4) // 2), 384)
         self.fc2 = layers.Linear(384, 192)
         self.fc3 = layers.Linear(192, num_classes)
-        self.unit_groups = (linear_group("fc1", 384, "fc2"), linear_group("fc2", 192, "fc3"))
+        h2, w2 = ((h - 4) // 2 - 4) // 2, ((w - 4) // 2 - 4) // 2
+        self.unit_groups = (linear_group("conv1", 64, "conv2"),
+                            linear_group("conv2", 64, "fc1", width=h2 * w2),
+                            linear_group("fc1", 384, "fc2"), linear_group("fc2", 192, "fc3"))
         self.hist_groups = ("fc1",)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
@@ -227,11 +232,16 @@ class CharLSTM(FLModel):
         self.ih = layers.Linear(embed, 4 * hidden)
         self.hh = layers.Linear(hidden, 4 * hidden)
         self.fc = layers.Linear(hidden, num_classes)
-        self.hidden = hidden
+        gate = (UnitSlice("ih.weight", 0, blocks=4), UnitSlice("ih.bias", 0, blocks=4),
+                UnitSlice("hh.weight", 0, blocks=4), UnitSlice("hh.bias", 0, blocks=4))
+        # a hidden unit owns its row in every gate block and its column of hh and fc
+        self.unit_groups = (UnitGroup("hidden", hidden, (*gate, UnitSlice("hh.weight", 1),
+                                                         UnitSlice("fc.weight", 1))),)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         gates_x = self.ih(self.embed(x.long()))
-        h = gates_x.new_zeros(gates_x.shape[0], self.hidden)
+        # the width comes from the (possibly sliced) recurrent weights
+        h = gates_x.new_zeros(gates_x.shape[0], self.hh.weight.shape[-1])
         c = torch.zeros_like(h)
         for t in range(gates_x.shape[1]):
             i, f, g, o = (gates_x[:, t] + self.hh(h)).chunk(4, -1)
@@ -330,7 +340,8 @@ class ResNet18(FLModel):
                 p = f"layer{stage}.{b}"
                 groups.append(UnitGroup(f"{p}.inner", cout, (
                     UnitSlice(f"{p}.conv1.weight", 0), UnitSlice(f"{p}.gn1.weight", 0),
-                    UnitSlice(f"{p}.gn1.bias", 0), UnitSlice(f"{p}.conv2.weight", 1))))
+                    UnitSlice(f"{p}.gn1.bias", 0), UnitSlice(f"{p}.conv2.weight", 1)),
+                    multiple=gn_groups))
             stages.append(nn.Sequential(*blocks))
             cin = cout
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
