@@ -265,3 +265,26 @@ def test_resume_equals_uninterrupted(tmp_path, interrupt_after, algorithm):
     assert rows(tmp_path / "cut") == rows(tmp_path / "full")
     assert "gamma_star" in rows(tmp_path / "full")[-1]
     assert json.loads((tmp_path / "full" / "summary.json").read_text())["rounds"] == 4
+
+
+def test_ramfed_round_by_hand_on_covered_and_uncovered_coordinates():
+    """θ_{q+1} = θ_q − γ (ū + Σ_n m_n ⊙ (Δ_n − u_n) ⊘ max(Γ, 1)), memories refreshed (§2.3)."""
+    exp = _exp("ramfed", ratios=[0.5, 0.25])
+    algo, lr, n = exp.algorithm, 0.05, 6
+    s1, _ = algo.apply(exp.initial_state())
+    clients = np.arange(n)
+    subs = algo._selections(1, clients, algo.base_ratio, s1.params)
+    starts, casts = algo._starts(s1.params, subs, algo.base_ratio)
+    results = algo.train_clients(starts, clients, 1, broadcast=casts)
+    zero = {k: torch.zeros_like(v) for k, v in s1.params.items()}
+    masks = [s.mask(s1.params) for s in subs]
+    deltas = [s.scatter(zero, {k: v / lr for k, v in r.delta.items()}) for s, r in zip(subs, results)]
+    mem = [s1.client_states[c] for c in clients]
+    s2, _ = algo.apply(s1)
+    for k in s1.params:
+        cov = sum(m[k] for m in masks)
+        corr = sum(m[k] * (d[k] - u[k]) for m, d, u in zip(masks, deltas, mem)) / cov.clamp(min=1)
+        v = sum(u[k] for u in mem) / n + corr
+        torch.testing.assert_close(s2.params[k], s1.params[k] - lr * v, rtol=1e-5, atol=1e-6)
+        for c, m, d, u in zip(clients, masks, deltas, mem):  # u_n ← u_n + m ⊙ (Δ − u_n)
+            torch.testing.assert_close(s2.client_states[c][k], u[k] + m[k] * (d[k] - u[k]))

@@ -90,6 +90,10 @@ class DataConfig:
         labels (Table 12; 0 = none).
     synthetic_alpha, synthetic_beta : float
         Synthetic(α, β) heterogeneity.
+    tokenizer : str or None
+        Text datasets: a local tokenizer folder (relative names from ``data_dir``).
+    max_length : int
+        Text datasets: tokens per sample (truncated, right-padded).
     """
 
     dataset: str = "synthetic"
@@ -107,6 +111,8 @@ class DataConfig:
     unseen_labels: int = 0
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
+    tokenizer: str | None = None
+    max_length: int = 128
 
     def __post_init__(self) -> None:
         if self.normalization not in ("auto", "none", *NORMALIZATIONS):
@@ -121,7 +127,8 @@ class DataConfig:
                 alpha=(self.alpha, 0, 1e6, "open"), min_size=(self.min_size, 0, 10**7),
                 overlap=(self.overlap, 0, 1), unseen_labels=(self.unseen_labels, 0, 10**6),
                 synthetic_alpha=(self.synthetic_alpha, 0, 1e3),
-                synthetic_beta=(self.synthetic_beta, 0, 1e3))
+                synthetic_beta=(self.synthetic_beta, 0, 1e3),
+                max_length=(self.max_length, 2, 8192))
 
 
 @dataclass(frozen=True)

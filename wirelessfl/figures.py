@@ -22,7 +22,8 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
     time) and ``final`` (final accuracy, loss or time to target against the sweep values);
 
   its ``panels`` (label → dotted overrides, or a list of such mappings meaning their
-  product, :func:`panel_grid`) and ``series`` (label → dotted overrides), an optional ``sweep``
+  product, :func:`panel_grid`) and ``series`` (label → dotted overrides, with an optional
+  ``by_panel: {panel: overrides}`` for settings that differ per panel), an optional ``sweep``
   (``key``, ``label``, ``values``, or ``label`` and ``points``: value → overrides; a series
   that sets a swept key itself is not swept: a reference line) and per-scale entries
   (``quick:``/``paper:``) that replace any of these keys (their ``overrides`` are added);
@@ -140,7 +141,7 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
         runs = []
         for panel, p_over in panel_grid(spec.get("panels")).items():
             for series, s_over in spec["series"].items():
-                s_over = s_over or {}
+                s_over = _series_overrides(s_over, panel)
                 # a series that sets a swept key itself is a fixed reference line
                 for value, v_over in [(None, {})] if _sets_swept(s_over, points) else points:
                     for seed in seeds:
@@ -150,6 +151,17 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                         runs.append(RunSpec(panel, series, value, seed, raw))
         out.append(Figure(name, spec, tuple(runs), scale))
     return out
+
+
+def _series_overrides(over: dict[str, Any] | None, panel: str) -> dict[str, Any]:
+    """A series' overrides in ``panel``: its own, then those of its ``by_panel`` entry for it.
+
+    ``by_panel`` gives per-panel settings of one series (e.g. a method's learning rates per
+    dataset, FAdamGC's Table 5).
+    """
+    over = dict(over or {})
+    per_panel = over.pop("by_panel", None) or {}
+    return {**over, **per_panel.get(panel, {})}
 
 
 def panel_grid(panels: dict[str, Any] | list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:

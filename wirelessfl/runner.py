@@ -76,11 +76,12 @@ class Experiment:
 
 
 def model_options(cfg: RunConfig) -> dict[str, Any]:
-    """The model's options; a relative ``pretrained`` weights file is looked up in ``data.data_dir``."""
+    """The model's options; a relative ``pretrained`` file or ``model_dir`` is found in ``data.data_dir``."""
     options = dict(cfg.model.options)
-    weights = options.get("pretrained")
-    if isinstance(weights, str) and cfg.data.data_dir and not Path(weights).expanduser().is_absolute():
-        options["pretrained"] = str(Path(cfg.data.data_dir).expanduser() / weights)
+    for key in ("pretrained", "model_dir"):
+        path = options.get(key)
+        if isinstance(path, str) and cfg.data.data_dir and not Path(path).expanduser().is_absolute():
+            options[key] = str(Path(cfg.data.data_dir).expanduser() / path)
     return options
 
 
@@ -97,10 +98,18 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     splits = load_dataset(d.dataset, data_dir=d.data_dir, normalization=d.normalization,
                           rng=seeds.generator("data"), num_clients=d.num_clients,
                           synthetic_alpha=d.synthetic_alpha, synthetic_beta=d.synthetic_beta,
-                          samples_per_client=d.samples_per_client)
+                          samples_per_client=d.samples_per_client, tokenizer=d.tokenizer,
+                          max_length=d.max_length)
     client_indices = partition_data(cfg, splits, seeds)
     model = build_model(cfg.model.name, splits.train.sample_shape, splits.train.num_classes,
                         seed=seeds.int_seed("init"), **model_options(cfg)).to(device)
+    vocab = getattr(model, "vocab_size", None)
+    if vocab is not None:  # token-id models: the tokenizer's ids must fit the embedding
+        top = int(max(splits.train.x.max(), splits.test.x.max()))
+        if top >= vocab:
+            raise ConfigError(f"the tokenizer gives token ids up to {top} but model "
+                              f"{cfg.model.name!r} has a vocabulary of {vocab}: use the model's "
+                              "own tokenizer or raise its vocabulary size")
     train = splits.train
     if device.type != "cpu":
         train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)

@@ -177,7 +177,8 @@ def build_tasks(tasks: tuple[TaskConfig, ...], num_clients: int, seeds: Seeds,
                                   rng=task_seeds.generator("data"), num_clients=num_clients,
                                   synthetic_alpha=data.synthetic_alpha,
                                   synthetic_beta=data.synthetic_beta,
-                                  samples_per_client=data.samples_per_client)
+                                  samples_per_client=data.samples_per_client,
+                                  tokenizer=data.tokenizer, max_length=data.max_length)
             cfg = RunConfig(data=data)
             indices = tuple(partition_data(cfg, splits, task_seeds))
             if test_samples is not None and test_samples < len(splits.test):

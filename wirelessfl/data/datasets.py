@@ -554,7 +554,8 @@ _NUM_CLASSES = {"fashion_mnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100
 def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization: str = "auto",
                  rng: np.random.Generator | None = None, num_clients: int | None = None,
                  synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
-                 samples_per_client: int | None = None) -> DatasetSplits:
+                 samples_per_client: int | None = None, tokenizer: str | None = None,
+                 max_length: int = 128) -> DatasetSplits:
     """Load a dataset by registry name.
 
     Parameters
@@ -568,9 +569,15 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
         :data:`NORMALIZATIONS`. Ignored for ``synthetic``.
     rng, num_clients, synthetic_alpha, synthetic_beta, samples_per_client
         Used by ``synthetic`` and ``shakespeare`` (see :func:`synthetic`, :func:`shakespeare`).
+    tokenizer, max_length
+        Text datasets (:mod:`wirelessfl.data.text`): the local tokenizer folder and tokens
+        per sample.
     """
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    from wirelessfl.data import text
+
+    if name not in DATASETS + text.TEXT_DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of "
+                         f"{', '.join(DATASETS + text.TEXT_DATASETS)}")
     folder = Path(data_dir).expanduser().resolve() if data_dir is not None else None
     if folder is not None and not folder.is_dir():
         raise DataNotFoundError(f"--data-dir {data_dir} is not a folder")
@@ -579,6 +586,8 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
             raise ValueError("dataset 'synthetic' needs `rng` and `num_clients`")
         return synthetic(synthetic_alpha, synthetic_beta, num_clients, rng,
                          samples_per_client=samples_per_client)
+    if name in text.TEXT_DATASETS:
+        return text.load_text(name, folder, tokenizer, max_length)
     if name == "shakespeare":
         if rng is None or num_clients is None:
             raise ValueError("dataset 'shakespeare' needs `rng` and `num_clients`")

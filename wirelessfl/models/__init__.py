@@ -9,6 +9,7 @@ import torch
 
 from channels.validation import as_float, as_int, check_memory, short
 from wirelessfl.models.base import FLModel, Params, UnitGroup, UnitSlice, linear_group
+from wirelessfl.models.text import FastText, GPT2LoRA, gpt2_size
 from wirelessfl.models.zoo import (
     FCNN,
     MLP,
@@ -35,7 +36,13 @@ MODELS: dict[str, type[FLModel]] = {
     "linear": Linear,
     "svhn_cnn": SVHNEfficient,
     "resnet_proj": ResNetProjection,
+    "fasttext": FastText,
+    "gpt2_lora": GPT2LoRA,
 }
+
+#: GPT2Config fields a ``gpt2_lora`` ``config`` option may set (a small model for tests).
+GPT2_CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner",
+                    "eos_token_id", "bos_token_id", "resid_pdrop", "embd_pdrop", "attn_pdrop")
 
 
 def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, seed: int,
@@ -53,14 +60,18 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
         raise ValueError(f"model {name!r} needs image inputs (C, H, W), got samples of shape "
                          f"{tuple(sample_shape)}; use 'fcnn', 'mlp' or 'linear' for this dataset")
     _check_options(name, options)
-    try:
-        with torch.device("meta"):  # sizes only: nothing is allocated
-            size = sum(p.numel() for p in MODELS[name](tuple(sample_shape), num_classes,
-                                                       **options).parameters())
-    except (TypeError, RuntimeError, ValueError) as exc:
-        raise ValueError(f"model {name!r}: options {short(options)} do not fit inputs of shape "
-                         f"{tuple(sample_shape)}: {str(exc).splitlines()[0][:100]}") from None
-    check_memory(4.0 * size * 16, f"model {name!r} with {size:,} parameters",
+    if name == "gpt2_lora":   # sized from its config (its frozen base is one copy)
+        size = gpt2_size(options.get("config"), options.get("model_dir"))
+    else:
+        try:
+            with torch.device("meta"):  # sizes only: nothing is allocated
+                size = sum(p.numel() for p in MODELS[name](tuple(sample_shape), num_classes,
+                                                           **options).parameters())
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise ValueError(f"model {name!r}: options {short(options)} do not fit inputs of "
+                             f"shape {tuple(sample_shape)}: {str(exc).splitlines()[0][:100]}") from None
+    copies = 2 if name == "gpt2_lora" else 16  # a frozen base is never stacked per client
+    check_memory(4.0 * size * copies, f"model {name!r} with {size:,} parameters",
                  "choose smaller model options (e.g. model.options.hidden)")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -84,10 +95,21 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
                              f"{', '.join(known) or 'none'}")
         default = params[key].default
         where = f"model.options.{key}"
-        if key == "pretrained":
+        if key in ("pretrained", "model_dir"):
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{where} must be the path of a local weights file, got "
-                                 f"{short(value)}")
+                raise ValueError(f"{where} must be the path of a local weights file or "
+                                 f"folder, got {short(value)}")
+        elif key == "config":
+            if not isinstance(value, dict) or not value:
+                raise ValueError(f"{where} must be a mapping of GPT2Config fields, got {short(value)}")
+            for k, v in value.items():
+                if k not in GPT2_CONFIG_KEYS:
+                    raise ValueError(f"{where}.{str(k)[:40]} is not allowed; use "
+                                     f"{', '.join(GPT2_CONFIG_KEYS)}")
+                if k.endswith("pdrop"):
+                    as_float(f"{where}.{k}", v, lo=0, hi=1, hi_open=True)
+                else:
+                    as_int(f"{where}.{k}", v, lo=0 if k.endswith("token_id") else 1, hi=10**6)
         elif isinstance(default, bool):
             if not isinstance(value, bool):
                 raise ValueError(f"{where} must be true or false, got {short(value)}")
@@ -105,4 +127,4 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
 
 __all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
            "build_model", "FCNN", "MLP", "CharLSTM", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18",
-           "ResNet18BN", "ResNetProjection", "SVHNEfficient"]
+           "ResNet18BN", "ResNetProjection", "SVHNEfficient", "FastText", "GPT2LoRA"]

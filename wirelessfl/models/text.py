@@ -1,0 +1,144 @@
+"""Text models: GPT-2 with LoRA (FAdamGC's language tasks) and FastText (AG News).
+
+Inputs are token ids stored as floats with padding marked −1 (:mod:`wirelessfl.data.text`).
+
+- :class:`GPT2LoRA` (``fadamgc.md`` §4.2): Hugging Face ``GPT2ForSequenceClassification``
+  from a local model folder (``model_dir``: ``config.json`` and ``model.safetensors``; nothing
+  is downloaded, and only safetensors weights are read, so no file can run code) or, for
+  tests and smoke runs, built from ``config`` (a dict of ``GPT2Config`` fields) with random
+  weights. ``peft`` puts LoRA (r = 16, α = 32, dropout 0.05 by default) on ``c_attn``,
+  ``attn.c_proj``, ``mlp.c_fc`` and ``mlp.c_proj`` of every block and keeps the
+  classification head (``score``) trainable; pad = EOS. Everything else is frozen
+  (``requires_grad=False``), so :meth:`~wirelessfl.models.base.FLModel.params` — what clients
+  train, send, correct and what the cost model counts — holds only the adapters and the head.
+  Attention is the eager implementation: it runs under ``vmap`` (the batched engine).
+- :class:`FastText` (``dynamic_clients.md`` §4.1): a 300-d embedding averaged over the
+  non-pad tokens, then linear → classes; the vocabulary is BERT-base-uncased's 30,522 by default.
+
+Both need the ``[text]`` extra (``transformers``, ``peft``) only for GPT-2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from wirelessfl.models import layers
+from wirelessfl.models.base import FLModel
+
+LORA_TARGETS = ("c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+
+
+def gpt2_size(config: dict[str, Any] | None, model_dir: str | None) -> int:
+    """Parameters of a GPT-2 before it is built: from ``config`` or the folder's config.json."""
+    if model_dir is not None:
+        try:
+            config = json.loads((Path(model_dir).expanduser() / "config.json").read_text())
+        except (OSError, ValueError):
+            return 0  # the constructor says what is missing
+    c = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, **(config or {})}
+    e = int(c["n_embd"])
+    inner = int(c.get("n_inner") or 4 * e)
+    block = 4 * e * e + 2 * e * inner + 9 * e + inner
+    return int(c["n_layer"]) * block + (int(c["vocab_size"]) + int(c["n_positions"])) * e
+
+
+def _ids(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids (padding → 0) and the attention mask from the stored floats."""
+    mask = x >= 0
+    return torch.where(mask, x, torch.zeros_like(x)).long(), mask
+
+
+class FastText(FLModel):
+    """Mean of 300-d token embeddings over non-pad tokens, then linear (AG News, §4.1)."""
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int, vocab: int = 30522,
+                 dim: int = 300) -> None:
+        super().__init__()
+        if len(sample_shape) != 1:
+            raise ValueError(f"fasttext reads token-id sequences, got samples of shape {sample_shape}")
+        self.embed = nn.Embedding(vocab, dim)
+        self.fc = layers.Linear(dim, num_classes)
+        self.vocab_size = vocab
+
+    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+        ids, mask = _ids(x)
+        w = mask.to(self.fc.weight.dtype)
+        z = (self.embed(ids) * w.unsqueeze(-1)).sum(-2) / w.sum(-1, keepdim=True).clamp(min=1)
+        out = self.fc(z)
+        return (out, z) if features else out
+
+
+class GPT2LoRA(FLModel):
+    """GPT-2 for sequence classification with LoRA adapters (module docstring).
+
+    Parameters
+    ----------
+    model_dir : str or None
+        Local Hugging Face GPT-2 folder (absolute, or relative to ``--data-dir`` through the
+        runner). Its ``model.safetensors`` is loaded; the head is new.
+    config : dict or None
+        ``GPT2Config`` fields for a randomly initialised model (e.g. a tiny one in tests).
+    r, alpha, lora_dropout : LoRA rank, scaling α and dropout (16, 32, 0.05: §4.2 [D]).
+    """
+
+    def __init__(self, sample_shape: tuple[int, ...], num_classes: int,
+                 model_dir: str | None = None, config: dict[str, Any] | None = None,
+                 r: int = 16, alpha: int = 32, lora_dropout: float = 0.05) -> None:
+        super().__init__()
+        try:
+            from peft import LoraConfig, get_peft_model
+            from transformers import GPT2Config, GPT2ForSequenceClassification
+        except ImportError:
+            raise ValueError("model gpt2_lora needs Hugging Face transformers and peft: "
+                             "pip install 'wirelessfl[text]'") from None
+        if len(sample_shape) != 1:
+            raise ValueError(f"gpt2_lora reads token-id sequences, got samples of shape {sample_shape}")
+        if (model_dir is None) == (config is None):
+            raise ValueError("gpt2_lora needs exactly one of model_dir (a local GPT-2 folder) "
+                             "and config (GPT2Config fields for a random model)")
+        if model_dir is not None:
+            path = Path(model_dir).expanduser()
+            if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+                raise ValueError(f"model_dir {path} must hold config.json and model.safetensors "
+                                 "(a local GPT-2; .bin weights are not read)")
+            cfg = GPT2Config.from_pretrained(str(path), local_files_only=True)
+        else:
+            cfg = GPT2Config(**{"bos_token_id": config.get("eos_token_id"), **config})
+        cfg.num_labels = num_classes
+        if cfg.eos_token_id is None or not 0 <= cfg.eos_token_id < cfg.vocab_size:
+            raise ValueError(f"gpt2_lora: eos_token_id {cfg.eos_token_id} must lie in the "
+                             f"vocabulary [0, {cfg.vocab_size}) (it is the pad token)")
+        cfg.pad_token_id = cfg.eos_token_id
+        cfg._attn_implementation = "eager"   # the SDPA mask path does not run under vmap
+        if model_dir is not None:
+            net = GPT2ForSequenceClassification.from_pretrained(
+                str(path), config=cfg, local_files_only=True, use_safetensors=True)
+        else:
+            net = GPT2ForSequenceClassification(cfg)
+        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=lora_dropout, fan_in_fan_out=True,
+                          target_modules=list(LORA_TARGETS), modules_to_save=["score"],
+                          task_type="SEQ_CLS")
+        self.net = get_peft_model(net, lora)
+        self.pad_id = cfg.pad_token_id
+        self.lora_rank = r
+        self.vocab_size = cfg.vocab_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        ids, mask = _ids(x)
+        ids = torch.where(mask, ids, torch.full_like(ids, self.pad_id))
+        return self.net(input_ids=ids, attention_mask=mask.long()).logits
+
+    def lora_parameter_count(self) -> int:
+        """R · Σ (d_in + d_out) over the adapted projections, plus the head: the LoRA formula."""
+        total = 0
+        for name, module in self.net.named_modules():
+            if name.endswith(LORA_TARGETS) and hasattr(module, "base_layer"):
+                w = module.base_layer.weight  # GPT-2's Conv1D: (d_in, d_out)
+                total += self.lora_rank * (w.shape[0] + w.shape[1])
+        head = self.net.base_model.model.score.modules_to_save["default"]
+        return total + sum(p.numel() for p in head.parameters())
