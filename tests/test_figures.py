@@ -253,5 +253,17 @@ def test_dynamic_clients_figures_resolve_at_both_scales():
     # fig2's runs are table3's
     assert {r.key for r in quick["fig2"].runs} <= {r.key for r in t3.runs}
     paper = {f.name for f in load_figures("dynamic", "paper")}
-    assert {"table1", "table3", "table4", "table5", "table6", "table8", "table9", "table10",
+    assert {"table1", "table2", "table3", "table4", "table5", "table6", "table8", "table9", "table10",
             "table11", "table12", "table13", "table13_cifar100", "table14", "fig2"} == paper
+
+
+def test_run_keys_are_stable_when_options_are_added():
+    """A run's key is the hash of its resolved config; options added later (text datasets'
+    tokenizer and max_length) stay out of it at their defaults, so earlier runs are found."""
+    from wirelessfl.figures import RunSpec
+
+    raw = {"seed": 1, "rounds": 3, "data": {"dataset": "synthetic", "num_clients": 4},
+           "algorithm": {"name": "fedavg"}}
+    assert RunSpec("", "", None, 0, raw).key == "f30d95eda09b"
+    text = {**raw, "data": {**raw["data"], "max_length": 64}}
+    assert RunSpec("", "", None, 0, text).key != "f30d95eda09b"

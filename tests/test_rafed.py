@@ -115,6 +115,13 @@ def test_baseline_settings_differ_from_rafed_where_they_should():
     _close(pre, het)
 
 
+def test_unit_coverage_is_logged_and_guaranteed_by_the_coverage_aware_policy():
+    _, (rep,) = _rounds(_exp("rafed", ratios=[0.25], policy="coverage_aware", gamma_min=1), 1)
+    assert rep.extra["unit_coverage_min"] >= 1
+    _, (rnd,) = _rounds(_exp("rafed", ratios=[0.25], policy="prefix"), 1)
+    assert rnd.extra["unit_coverage_min"] == 0 and rnd.extra["covered_fraction"] < 1
+
+
 def test_coverage_aware_guarantees_gamma_min():
     g = build_model("mlp", (1, 28, 28), 10, seed=0).unit_groups
     ratios = [1 / 16] * 40 + [1 / 8] * 10

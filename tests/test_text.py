@@ -173,7 +173,6 @@ def test_lora_trainable_count_is_the_formula_and_the_base_is_frozen():
     assert frozen and sum(p.numel() for p in frozen) > 5 * (lora + head)
 
 
-@pytest.mark.slow
 def test_gpt2_small_lora_ratio_is_190_percent():
     """The real architecture from its config: 2,359,296 adapter weights, 1.90 % (§4.2)."""
     m = build_model("gpt2_lora", (16,), 2, seed=0,

@@ -78,9 +78,22 @@ class RunSpec:
 
     @property
     def key(self) -> str:
-        """Hash of the resolved config (without its name): equal configs share a run."""
-        text = json.dumps({**_canonical({**self.raw, "name": "run"}), "name": ""}, sort_keys=True)
+        """Hash of the resolved config (without its name): equal configs share a run.
+
+        Settings added after runs were made (:data:`LATER_DEFAULTS`) enter the hash only when
+        they differ from their defaults, so a new option leaves existing runs' keys alone.
+        """
+        config = _canonical({**self.raw, "name": "run"})
+        for section, defaults in LATER_DEFAULTS.items():
+            for k, v in defaults.items():
+                if config.get(section, {}).get(k, v) == v:
+                    config.get(section, {}).pop(k, None)
+        text = json.dumps({**config, "name": ""}, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+#: Config fields added after figure runs existed, with their defaults (text datasets).
+LATER_DEFAULTS: dict[str, dict[str, Any]] = {"data": {"tokenizer": None, "max_length": 128}}
 
 
 def _canonical(raw: dict[str, Any]) -> dict[str, Any]:

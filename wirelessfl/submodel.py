@@ -61,6 +61,7 @@ class Submodel:
 
     def __init__(self, groups: Sequence[UnitGroup], selection: Selection, like: Params) -> None:
         by_name = {g.name: g for g in groups}
+        self.selection = {name: torch.as_tensor(u, dtype=torch.long) for name, u in selection.items()}
         self.dims: dict[str, dict[int, torch.Tensor]] = {}
         for name, units in selection.items():
             if name not in by_name:

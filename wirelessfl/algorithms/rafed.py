@@ -344,7 +344,7 @@ class RAFed(FederatedAlgorithm):
         new_params, opt_state, states, cov = self._aggregate(state, subs, results, weights, lr)
         loss, diag = client_diagnostics(results)
         sizes = np.array([s.num_params(params) for s in subs], float)
-        extra = _coverage_log(cov, params, subs, d) | {
+        extra = _coverage_log(cov, params, subs, d, self.groups) | {
             "param_fraction": float(sizes.mean() / d) if len(sizes) else 0.0,
             "neuron_ratio": float(ratios.mean()) if len(ratios) else 0.0,
             "clients_trained": len(results)}
@@ -467,8 +467,17 @@ def _sliced(result: ClientResult, sub: Submodel) -> ClientResult:
     return replace(result, delta=sub.slice(result.delta))
 
 
-def _coverage_log(cov: Params, params: Params, subs: list[Submodel], d: int) -> dict[str, Any]:
-    """Γ_q statistics, |S_q|/d and the mean submodel-noise ratio ŵ₁² (§2.1.3)."""
+def _coverage_log(cov: Params, params: Params, subs: list[Submodel], d: int,
+                  groups: tuple[UnitGroup, ...]) -> dict[str, Any]:
+    """Γ_q statistics, |S_q|/d and the mean submodel-noise ratio ŵ₁² (§2.1.3).
+
+    ``coverage_min`` is over covered coordinates; ``unit_coverage_min`` over the units of
+    every prunable layer (what ``coverage_aware`` guarantees: a weight between two pruned
+    layers is covered only by a client holding both of its units, so coordinate coverage
+    can stay below Γ_min when clients hold few units).
+    """
+    units = [torch.bincount(torch.cat([s.selection[g.name] for s in subs]), minlength=g.size)
+             for g in groups] if subs else []
     flat = torch.cat([c.reshape(-1) for c in cov.values()])
     covered = flat > 0
     norm = sum(float(v.pow(2).sum()) for v in params.values())
@@ -477,6 +486,7 @@ def _coverage_log(cov: Params, params: Params, subs: list[Submodel], d: int) -> 
         kept = sum(float(v.pow(2).sum()) for v in sub.slice(params).values())
         noise_ratios.append(1.0 - kept / norm if norm > 0 else 0.0)
     return {"coverage_min": float(flat[covered].min()) if covered.any() else 0.0,
+            "unit_coverage_min": int(min(int(u.min()) for u in units)) if units else 0,
             "coverage_mean": float(flat[covered].mean()) if covered.any() else 0.0,
             "covered_fraction": float(covered.sum()) / d,
             "noise_ratio": float(np.mean(noise_ratios)) if noise_ratios else 0.0}
