@@ -378,16 +378,14 @@ class RAFed(FederatedAlgorithm):
         per_param = (self.steps[clients] * hp.cycles_per_step / self.cpu_hz[clients] / d
                      + 32.0 / rate)             # seconds per parameter of the submodel
         full = per_param * d
-        if hp.resources == "deadline":
+        if hp.resources == "deadline":  # the largest level whose submodel meets the deadline
             deadline = hp.deadline_s if hp.deadline_s is not None else \
                 float(np.quantile(full, hp.deadline_quantile)) if len(full) else 0.0
-            fits = np.array([[full[i] * self.fractions[r] <= deadline * (1 + 1e-12)
-                              for r in self.levels] for i in range(len(clients))])
-            ratios = np.array([max((r for r, ok in zip(self.levels, row) if ok), default=0.0)
-                               for row in fits])
-        seconds = np.array([full[i] * self.fractions[r] if r > 0 else 0.0
-                            for i, r in enumerate(ratios)])
-        return ratios, seconds
+            levels = np.array(self.levels)
+            fits = full[:, None] * np.array([self.fractions[r] for r in self.levels]) \
+                <= deadline * (1 + 1e-12)
+            ratios = np.where(fits, levels, 0.0).max(axis=1, initial=0.0)
+        return ratios, full * np.array([self.fractions.get(r, 0.0) for r in ratios])
 
     def _selections(self, t: int, clients: np.ndarray, ratios: np.ndarray,
                     params: Params) -> list[Submodel]:
