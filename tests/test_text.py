@@ -168,6 +168,8 @@ def test_lora_trainable_count_is_the_formula_and_the_base_is_frozen():
     lora = 2 * 4 * ((32 + 96) + (32 + 32) + (32 + 128) + (128 + 32))  # 2 blocks
     head = 32 * 3
     assert sum(v.numel() for v in params.values()) == lora + head == m.lora_parameter_count()
+    from wirelessfl.runner import make_executor
+    assert type(make_executor("auto", torch.device("cpu"), model=m)).__name__ == "LoopExecutor"
     assert all("lora_" in k or "score" in k for k in params)
     frozen = [p for n, p in m.named_parameters() if not p.requires_grad]
     assert frozen and sum(p.numel() for p in frozen) > 5 * (lora + head)
@@ -216,16 +218,18 @@ def test_tiny_gpt2_lora_learns_a_separable_task_with_fadamgc(text_dir):
     from wirelessfl.client import evaluate
 
     exp = _text_run(text_dir, {"name": "fadamgc", "clients_per_round": 4, "server_lr": 1.0},
-                    rounds=6)
+                    rounds=8)
     state = exp.initial_state()
-    for _ in range(6):
+    for _ in range(8):
         state, _ = exp.algorithm.apply(state)
     acc = evaluate(exp.model, state.params, exp.splits.test)[0]
-    assert acc > 0.9  # chance is 0.5; 6 one-epoch rounds of 4 clients
+    assert acc > 0.9  # chance is 0.5; 8 one-epoch rounds of 4 clients (0.97 measured)
 
 
 def test_lora_loop_equals_batched(text_dir):
-    """Without dropout (GPT-2's draws come from torch's generator, not the client streams)."""
+    """Without dropout (GPT-2's draws come from torch's generator, not the client streams).
+
+    ``engine: auto`` picks the loop for GPT-2 on a CPU; the batched engine must agree."""
     still = {"config": {**TINY, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
              "r": 4, "lora_dropout": 0.0}
     a = _text_run(text_dir, {"name": "fedavg"}, engine="loop",

@@ -46,13 +46,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make_executor(engine: str, device: torch.device, max_batch: int | None = None) -> Executor:
+def make_executor(engine: str, device: torch.device, max_batch: int | None = None,
+                  model: FLModel | None = None) -> Executor:
     """The client engine: ``loop``, ``batched``, or ``auto``.
 
-    ``auto`` is the batched engine, on every device: on 2 CPU cores it measured 1.9× the loop
-    for the FCNN, 1.6× for LeNet-5 (``benchmarks/engine.py``) and 5.6× for the quickstart's
-    linear model; it runs updates it cannot stack (subclassed steps) through the loop itself.
+    ``auto`` is the batched engine: on 2 CPU cores it measured 1.9× the loop for the FCNN,
+    1.6× for LeNet-5 (``benchmarks/engine.py``) and 5.6× for the quickstart's linear model;
+    it runs updates it cannot stack (subclassed steps) through the loop itself. The
+    exception is a model that sets ``loop_on_cpu`` (GPT-2 + LoRA: stacked attention measured
+    0.35–0.78× the loop on 2 CPU cores, ``benchmarks/lora.py``), which ``auto`` runs on the
+    loop on a CPU.
     """
+    if engine == "auto" and device.type == "cpu" and getattr(model, "loop_on_cpu", False):
+        return LoopExecutor(device)
     if engine in ("batched", "auto"):
         return BatchedExecutor(device, max_batch=max_batch)
     return LoopExecutor(device)
@@ -115,7 +121,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
-                      executor=make_executor(cfg.engine, device, cfg.max_batch),
+                      executor=make_executor(cfg.engine, device, cfg.max_batch, model),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds)
     algo_cls = registry.get(cfg.algorithm.name)[1]
