@@ -2,6 +2,7 @@
 
     python benchmarks/engine.py --json [--device cpu|cuda] [--rounds 2]
     python benchmarks/engine.py --rules --json     # local rules: FedProx, SCAFFOLD, MOON vs FedAvg
+    python benchmarks/engine.py --resnet --device cuda --json   # ResNet-18, 100 clients, S = 10
 
 Workloads (``specs/hist.md`` §6): FCNN and LeNet-5, 60 clients (shards), H = 20, batch 50,
 E = 5, as HIST with N = 4 (uniform masks) and as HFedAvg. For each backend (``loop``,
@@ -10,6 +11,12 @@ achieved GFLOP/s of the client steps (FLOPs of one round counted with
 ``torch.utils.flop_counter``), that rate as a share of the same machine's dense matmul rate
 (``torch.mm`` on 2048 × 2048, float32), and the share of a round (one test evaluation
 included) spent outside client steps (masking, aggregation, solvers, channels, evaluation).
+On a GPU each backend also reports its peak memory (``torch.cuda.max_memory_allocated``).
+
+``--resnet``: the CIFAR ResNet-18 with GroupNorm on 3 × 32 × 32 inputs (random images: speed
+does not depend on them), 100 clients of 500 samples, S = 10 per round, K = 10 steps of batch
+64 (FedAvg), loop against batched (``--max-batch`` splits the stacked group into chunks),
+with the same FLOP/s accounting as a share of the dense matmul rate.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import pickle
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -79,11 +88,33 @@ def round_flops(model: str, algo: dict, device: str) -> float:
     return float(counter.get_total_flops())
 
 
-def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int) -> dict:
-    exp = _experiment(model, algo, engine, device)
+def _resnet_experiment(engine: str, device: str, max_batch: int | None = None):
+    """CIFAR ResNet-18 (GroupNorm), 100 clients, S = 10, K = 10 steps of batch 64."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp()) / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name, n in [(f"data_batch_{k}", 10000) for k in range(1, 6)] + [("test_batch", 1000)]:
+        with open(folder / name, "wb") as fh:
+            pickle.dump({b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                         b"labels": rng.integers(0, 10, n).tolist()}, fh)
+    return prepare(resolve({
+        "seed": 0, "device": device, "engine": engine, "max_batch": max_batch,
+        "data": {"dataset": "cifar10", "data_dir": str(folder.parent), "partition": "iid",
+                 "num_clients": 100},
+        "model": {"name": "resnet18"}, "local": {"lr": 0.01, "batch_size": 64, "steps": 10},
+        "algorithm": {"name": "fedavg", "clients_per_round": 10}}))
+
+
+def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int,
+                exp=None) -> dict:
+    exp = exp or _experiment(model, algo, engine, device)
     timed = _Timed(exp.algorithm.env.executor, exp.device)
     exp.algorithm.env = dataclasses.replace(exp.algorithm.env, executor=timed)
     state, total, client = exp.initial_state(), [], []
+    if exp.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(exp.device)
     for _ in range(rounds):
         before = timed.seconds
         _sync(exp.device)
@@ -94,8 +125,28 @@ def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int) -
         total.append(time.perf_counter() - t)
         client.append(timed.seconds - before)
     i = int(np.argsort(total)[len(total) // 2])
-    return {"seconds_per_round": total[i], "client_seconds": client[i],
-            "outside_client_share": 1 - client[i] / total[i]}
+    out = {"seconds_per_round": total[i], "client_seconds": client[i],
+           "outside_client_share": 1 - client[i] / total[i]}
+    if exp.device.type == "cuda":
+        out["peak_gib"] = torch.cuda.max_memory_allocated(exp.device) / 2**30
+    return out
+
+
+def resnet(device: str, rounds: int, max_batch: int | None) -> dict:
+    """ResNet-18, 100 clients, S = 10: loop against batched, FLOP/s against the matmul rate."""
+    with FlopCounterMode(display=False) as counter:
+        _resnet_experiment("loop", device).algorithm.apply(
+            _resnet_experiment("loop", device).initial_state())
+    flops = float(counter.get_total_flops())
+    mm = matmul_gflops(torch.device(device))
+    row = {"workload": "ResNet-18 GN, 100 clients, S=10, K=10, B=64", "gflop_per_round": flops / 1e9,
+           "matmul_gflops": mm, "max_batch": max_batch}
+    for engine in ("loop", "batched"):
+        r = time_rounds("", {}, engine, device, rounds, exp=_resnet_experiment(engine, device, max_batch))
+        gflops = flops / r["client_seconds"] / 1e9
+        row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
+    row["batched_speedup"] = row["loop"]["seconds_per_round"] / row["batched"]["seconds_per_round"]
+    return row
 
 
 RULES = {"FedAvg": {"name": "fedavg"}, "FedProx": {"name": "fedprox", "mu": 0.01},
@@ -148,8 +199,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--rules", action="store_true", help="local rules (FedAvg, FedProx, SCAFFOLD)")
+    p.add_argument("--resnet", action="store_true", help="ResNet-18, 100 clients, S = 10")
+    p.add_argument("--max-batch", type=int, default=None, help="--resnet: clients per stacked chunk")
     args = p.parse_args()
     device = torch.device(args.device)
+    if args.resnet:
+        out = {"device": str(device), "threads": torch.get_num_threads(),
+               "resnet": resnet(args.device, args.rounds, args.max_batch)}
+        print(json.dumps(out, indent=None if args.json else 2))
+        return
     if args.rules:
         out = {"device": str(device), "threads": torch.get_num_threads(),
                "rules": rules(args.models, args.device, args.rounds)}

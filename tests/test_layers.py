@@ -84,3 +84,20 @@ def test_dropout_keeps_the_expected_fraction_and_scale():
     x = torch.ones(3, requires_grad=True)
     F.relu(dropout(x, 0.5, True)).sum().backward()
     assert set(x.grad.tolist()) <= {0.0, 2.0}
+
+
+def test_group_norm_matches_torch_and_runs_under_vmap():
+    from torch.func import vmap
+
+    from wirelessfl.models.layers import GroupNorm
+
+    g = GroupNorm(2, 8)
+    torch.nn.init.normal_(g.weight)
+    torch.nn.init.normal_(g.bias)
+    x = torch.randn(3, 8, 5, 5)
+    ref = torch.nn.functional.group_norm(x, 2, g.weight, g.bias, g.eps)
+    torch.testing.assert_close(g(x), ref, rtol=1e-5, atol=1e-5)
+    stacked = vmap(g)(torch.stack([x, 2 * x]))   # the engine stacks clients like this
+    torch.testing.assert_close(stacked[1], torch.nn.functional.group_norm(2 * x, 2, g.weight,
+                                                                          g.bias, g.eps),
+                               rtol=1e-5, atol=1e-5)

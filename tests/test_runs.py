@@ -111,3 +111,20 @@ def test_deterministic_runs_are_repeatable_and_restore_the_flags(tmp_path):
         assert RunRecord(tmp_path / f"d{k}").config()["deterministic"] is True
     assert rows[0] == rows[1]
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_cuda_run_matches_cpu(tmp_path, engine):
+    """--device cuda: the same run as on the CPU, to float tolerance (skipped without a GPU)."""
+    import torch
+
+    states = []
+    for device in ("cpu", "cuda"):
+        exp = runner.prepare(resolve({**RAW, "device": device, "engine": engine}))
+        state = exp.initial_state()
+        for _ in range(2):
+            state, _ = exp.algorithm.apply(state)
+        states.append({k: v.cpu() for k, v in state.params.items()})
+    for k in states[0]:
+        torch.testing.assert_close(states[0][k], states[1][k], rtol=1e-4, atol=1e-5)

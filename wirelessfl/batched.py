@@ -127,19 +127,25 @@ class BatchedExecutor(Executor):
             with torch.random.fork_rng(devices=devices, device_type=self.device.type):
                 torch.manual_seed(tasks[0].seed)
                 update.model.train()
-                for s in range(int(steps.max(initial=0))):
-                    x, y, w = self._batch(data, tasks, schedules, s)
+                batches = self._schedule(data, tasks, schedules)  # one upload per round
+                active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
+                                               device=self.device)
+                all_keys = torch.stack([step_keys([t.seed for t in tasks], s, torch.device("cpu"))
+                                        for s in range(len(batches))]).to(self.device) \
+                    if batches else None
+                for s, (idx, w) in enumerate(batches):
+                    x, y = data.x[idx].to(self.device), data.y[idx].to(self.device)
                     finishing = s >= steps.min()  # some client's schedule has ended
                     # BatchNorm updates buffers in place: keep a copy only when it is needed
                     old_buffers = ({k: v.clone() for k, v in carry.buffers.items()}
                                    if finishing else {})
-                    keys = step_keys([t.seed for t in tasks], s, self.device)
+                    keys = all_keys[s]
                     grads, losses = self._gradients(update, carry, x, y, w, keys)
                     old = carry.params
                     old_opt = {k: v for k, v in carry.opt.items() if isinstance(v, dict)}
                     carry = update.descend(carry, grads, 0.0)
                     if finishing:  # finished clients keep params, buffers, moments
-                        active = torch.as_tensor(steps > s, device=self.device)
+                        active = active_steps[s]
                         carry.params = _keep_inactive(active, carry.params, old)
                         carry.buffers = _keep_inactive(active, carry.buffers, old_buffers)
                         for name, before in old_opt.items():
@@ -158,20 +164,29 @@ class BatchedExecutor(Executor):
                     seed=t.seed))
                 for c, t in enumerate(tasks)]
 
-    def _batch(self, data: ArrayDataset, tasks: list[ClientTask], schedules: list[list],
-               s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step s of every client, padded to the largest batch: x, y and loss weights w."""
-        width = max((len(sch[s]) for sch in schedules if s < len(sch)), default=1)
-        index = np.zeros((len(tasks), width), np.int64)
-        weight = np.zeros((len(tasks), width), np.float32)
+    def _schedule(self, data: ArrayDataset, tasks: list[ClientTask],
+                  schedules: list[list]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every step's sample indices and loss weights, padded per step to its largest batch.
+
+        Built on the host and moved to the devices in one transfer each (the indices to the
+        dataset's, the weights to the compute device), then viewed per step: the step loop
+        itself sends nothing to the device.
+        """
+        n_steps = max((len(sch) for sch in schedules), default=0)
+        widths = [max((len(sch[s]) for sch in schedules if s < len(sch)), default=1)
+                  for s in range(n_steps)]
+        offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+        index = np.zeros((len(tasks), int(offsets[-1])), np.int64)
+        weight = np.zeros((len(tasks), int(offsets[-1])), np.float32)
         for c, (t, sch) in enumerate(zip(tasks, schedules)):
-            if s < len(sch):
-                pos = sch[s]
-                index[c, :len(pos)] = t.indices[pos]
-                weight[c, :len(pos)] = 1.0 / len(pos)
+            for s, pos in enumerate(sch):
+                lo = offsets[s]
+                index[c, lo:lo + len(pos)] = t.indices[pos]
+                weight[c, lo:lo + len(pos)] = 1.0 / len(pos)
         idx = torch.as_tensor(index, device=data.x.device)
-        return (data.x[idx].to(self.device), data.y[idx].to(self.device),
-                torch.as_tensor(weight, device=self.device))
+        w = torch.as_tensor(weight, device=self.device)
+        return [(idx[:, offsets[s]:offsets[s + 1]], w[:, offsets[s]:offsets[s + 1]])
+                for s in range(n_steps)]
 
     @staticmethod
     def _gradients(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,

@@ -291,13 +291,75 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                                                   f"seed {r.seed}") if x)
                     print(f"    {'to do' if r.key in todo else 'done ':5s}  runs/{r.key}  {what}")
         return 0
+    ray = _ray_options(args)
     try:
         written = regenerate(args.paper, args.scale, out, only=args.only, extra=extra,
                              quiet=args.quiet, log=lambda m: print(m, flush=True),
-                             jobs=args.jobs)
+                             jobs=args.jobs, ray=ray)
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished runs are kept in {out}/runs and the next "
               "`wirelessfl figures` call resumes", file=sys.stderr)
+        return 130
+    print("\n".join(str(p) for p in written))
+    return 0
+
+
+def _ray_options(args: argparse.Namespace):
+    """The Ray options of ``--executor ray`` (None for the local executor); checks the flags."""
+    from wirelessfl.distributed import RayOptions
+
+    ray_flags = [f for f in ("address", "gpus_per_run", "cpus_per_run", "retries")
+                 if getattr(args, f) is not None]
+    if args.executor != "ray":
+        if ray_flags:
+            raise ConfigError(f"--{ray_flags[0].replace('_', '-')} is a Ray option: add "
+                              "--executor ray")
+        return None
+    if args.jobs != 1:
+        raise ConfigError("--jobs is the local executor's; with --executor ray each run is a "
+                          "task sized by --cpus-per-run / --gpus-per-run")
+    return RayOptions(address=args.address,
+                      cpus_per_run=1.0 if args.cpus_per_run is None else args.cpus_per_run,
+                      gpus_per_run=0.0 if args.gpus_per_run is None else args.gpus_per_run,
+                      retries=3 if args.retries is None else args.retries)
+
+
+def _add_executor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                   help="train N runs at a time, each in its own process (default 1)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local processes (default) or one Ray task per run")
+    p.add_argument("--address", help="Ray: 'auto' or HOST:PORT of a running cluster "
+                                     "(default: start a local instance)")
+    p.add_argument("--cpus-per-run", type=_finite(positive=True), help="Ray: CPUs per run (1)")
+    p.add_argument("--gpus-per-run", type=_finite(0.0), help="Ray: GPUs per run (0)")
+    p.add_argument("--retries", type=_natural, help="Ray: retries of a failed run (3)")
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from wirelessfl.figures import sweep
+
+    out = Path(args.out or Path("reports") / "sweeps" / Path(args.config).stem)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder for the sweep")
+    cores = os.cpu_count() or 1
+    if args.jobs > cores:
+        raise ConfigError(f"--jobs {args.jobs}: this machine has {cores} cores; use at most {cores}")
+    ray = _ray_options(args)
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds {args.seeds[:40]!r}: give integers separated by commas") from None
+    if not seeds or min(seeds) < 0 or len(seeds) > 1000:
+        raise ConfigError("--seeds: 1 to 1000 integers >= 0")
+    extra = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
+    try:
+        written = sweep(args.config, args.grid or [], seeds, out, extra=extra + (args.set or []),
+                        quiet=args.quiet, log=lambda m: print(m, flush=True), jobs=args.jobs,
+                        ray=ray)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished runs are kept in {out}/runs and the next "
+              "`wirelessfl sweep` call resumes", file=sys.stderr)
         return 130
     print("\n".join(str(p) for p in written))
     return 0
@@ -402,9 +464,19 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--dry-run", action="store_true",
                     help="list every run (with --quiet: a line per figure), train nothing")
     fg.add_argument("--quiet", action="store_true", help="no per-run progress bars")
-    fg.add_argument("--jobs", type=_positive, default=1, metavar="N",
-                    help="train N runs at a time, each in its own process (default 1)")
+    _add_executor_args(fg)
     fg.set_defaults(func=_cmd_figures)
+    sw = sub.add_parser("sweep", help="train a config over a grid of settings and seeds")
+    sw.add_argument("config", help="preset name or path to a YAML file")
+    sw.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                    help="a swept key and its values (repeatable: the product)")
+    sw.add_argument("--seeds", default="0", help="seeds, comma-separated (default 0)")
+    sw.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fixed override")
+    sw.add_argument("--out", help="sweep folder (default reports/sweeps/<config>)")
+    sw.add_argument("--data-dir", help="folder with dataset files")
+    sw.add_argument("--quiet", action="store_true", help="no per-run progress bars")
+    _add_executor_args(sw)
+    sw.set_defaults(func=_cmd_sweep)
     return p
 
 

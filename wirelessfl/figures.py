@@ -114,8 +114,9 @@ class Figure:
 
     @property
     def title(self) -> str:
-        """The figure's title, with the scale its runs use."""
-        return f"{self.spec.get('title', self.name)} [{self.scale} scale]"
+        """The figure's title, with the scale its runs use (a user's sweep has none)."""
+        scale = f" [{self.scale} scale]" if self.scale else ""
+        return f"{self.spec.get('title', self.name)}{scale}"
 
 
 def load_figures(paper: str, scale: str, only: list[str] | None = None,
@@ -242,16 +243,23 @@ def missing_runs(figures: list[Figure], root: Path) -> list[RunSpec]:
 
 
 def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
-            log: Callable[[str], None] = print, jobs: int = 1) -> None:
+            log: Callable[[str], None] = print, jobs: int = 1, ray: Any = None) -> None:
     """Train (or resume) every run in ``runs``, ``jobs`` of them at a time.
 
     A run whose data cannot be loaded (e.g. CIFAR-10 without ``--data-dir``), whose folder
     another process is writing, or that diverges is skipped with its one-line reason (the
     other runs go on); its figure is then reported as incomplete. With ``jobs`` > 1
     each run trains in its own process (PyTorch threads split among them); every run is
-    seeded by its config alone, so the numbers are those of ``jobs = 1``.
+    seeded by its config alone, so the numbers are those of ``jobs = 1``. With ``ray`` (a
+    :class:`~wirelessfl.distributed.RayOptions`) every run is a Ray task instead.
     """
     import os
+
+    if ray is not None:
+        from wirelessfl.distributed import execute_ray
+
+        execute_ray(runs, root, ray, log=log, quiet=quiet)
+        return
 
     from channels.validation import as_int
 
@@ -962,11 +970,58 @@ def render(figures: list[Figure], root: Path) -> list[Path]:
 
 def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
                extra: list[str] | None = None, quiet: bool = False,
-               log: Callable[[str], None] = print, jobs: int = 1) -> list[Path]:
-    """Run what is missing (``jobs`` runs at a time), then render; returns the written files."""
+               log: Callable[[str], None] = print, jobs: int = 1,
+               ray: Any = None) -> list[Path]:
+    """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files."""
     figures = load_figures(paper, scale, only, extra)
     todo = missing_runs(figures, root)
     log(f"{paper} ({scale}): {len(todo)} of {len({r.key for f in figures for r in f.runs})} "
         f"runs to do; report folder {root}")
-    execute(todo, root, quiet=quiet, log=log, jobs=jobs)
+    execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray)
     return render(figures, root)
+
+
+def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
+          extra: list[str] | None = None, quiet: bool = False,
+          log: Callable[[str], None] = print, jobs: int = 1, ray: Any = None) -> list[Path]:
+    """A user's sweep: every combination of ``grid`` (``key=v1,v2``) × ``seeds`` of ``config``.
+
+    Runs go to ``root/runs`` under their config hashes (finished ones reused, interrupted
+    ones resumed, on the local or the Ray executor); ``sweep.md``/``.csv``/``.png`` give the
+    final accuracy (the last evaluation) per grid point, mean ± std over the seeds.
+    """
+    import itertools
+
+    import yaml
+
+    from wirelessfl.config import load_raw
+
+    axes = []
+    for item in grid:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise ConfigError(f"--grid {item!r}: write KEY=V1,V2,... (e.g. local.lr=0.01,0.03)")
+        try:
+            axes.append([(key.strip(), yaml.safe_load(v)) for v in values.split(",")])
+        except yaml.YAMLError:
+            raise ConfigError(f"--grid {item!r}: a value is not a YAML scalar") from None
+    if not axes:
+        raise ConfigError("give at least one --grid KEY=V1,V2,...")
+    points = list(itertools.product(*axes))
+    if len(points) * len(seeds) > 10_000:
+        raise ConfigError(f"the sweep has {len(points) * len(seeds)} runs; at most 10000")
+    base = apply_overrides(load_raw(config), list(extra or ()))
+    runs = []
+    for point in points:
+        label = ", ".join(f"{k}={_show(v)}" for k, v in point)
+        for seed in seeds:
+            raw = apply_overrides(base, _pairs({**dict(point), "seed": seed}))
+            _canonical(raw)  # fail before any training
+            runs.append(RunSpec("final accuracy", label, None, seed, raw))
+    fig = Figure("sweep", {"kind": "final_accuracy", "last": 1,
+                           "title": f"sweep of {config} over {', '.join(a[0][0] for a in axes)}"},
+                 tuple(runs), scale="")
+    todo = missing_runs([fig], root)
+    log(f"sweep: {len(todo)} of {len({r.key for r in runs})} runs to do; folder {root}")
+    execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray)
+    return render([fig], root)

@@ -120,3 +120,24 @@ class Conv2d(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         return _Conv2dFn.apply(x, self.weight, self.bias, self.stride, self.padding)
+
+
+class GroupNorm(nn.GroupNorm):
+    """``nn.GroupNorm`` written with reshapes and reductions, so it runs under ``vmap``.
+
+    PyTorch's CPU group-norm kernel asks for the input's memory format, which ``vmap`` cannot
+    answer for stacked clients; this form computes the same statistics (biased variance,
+    ``eps`` inside the root) from the tensor's values. The channel count comes from the
+    weight it is given, so sliced submodels (RA-Fed) normalise their own channels.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        b, c = x.shape[0], x.shape[1]
+        g = x.reshape(b, self.num_groups, -1)
+        mean = g.mean(-1, keepdim=True)
+        var = (g - mean).pow(2).mean(-1, keepdim=True)
+        y = ((g - mean) / torch.sqrt(var + self.eps)).reshape(x.shape)
+        if self.affine:
+            shape = (1, c) + (1,) * (x.dim() - 2)
+            y = y * self.weight.reshape(shape) + self.bias.reshape(shape)
+        return y

@@ -252,7 +252,7 @@ class CharLSTM(FLModel):
 
 def _norm(kind: str, channels: int, groups: int) -> nn.Module:
     """GroupNorm(groups) (``gn``) or BatchNorm (``bn``) over ``channels``."""
-    return nn.GroupNorm(groups, channels) if kind == "gn" else nn.BatchNorm2d(channels)
+    return layers.GroupNorm(groups, channels) if kind == "gn" else nn.BatchNorm2d(channels)
 
 
 class _Block(nn.Module):
@@ -332,7 +332,7 @@ class ResNet18(FLModel):
         super().__init__()
         self.augment = augment
         self.conv1 = layers.Conv2d(sample_shape[0], 64, 3, 1, 1, bias=False)
-        self.gn1 = nn.GroupNorm(gn_groups, 64)
+        self.gn1 = layers.GroupNorm(gn_groups, 64)
         stages, groups, cin = [], [], 64
         for stage, (cout, stride) in enumerate(((64, 1), (128, 2), (256, 2), (512, 2)), 1):
             blocks = [_Block(cin, cout, stride, gn_groups), _Block(cout, cout, 1, gn_groups)]
