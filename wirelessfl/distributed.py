@@ -87,6 +87,11 @@ def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
             "num_cpus": os.cpu_count() or 1}
         ray.init(include_dashboard=False, log_to_driver=False, **kw)
     try:
+        have = ray.cluster_resources()
+        for what, need in (("CPU", options.cpus_per_run), ("GPU", options.gpus_per_run)):
+            if need > have.get(what, 0.0):  # the task could never be scheduled
+                raise ValueError(f"each run asks for {need:g} {what}s but the Ray cluster has "
+                                 f"{have.get(what, 0.0):g}: lower --{what.lower()}s-per-run")
         task = ray.remote(_task).options(num_cpus=options.cpus_per_run,
                                          num_gpus=options.gpus_per_run,
                                          max_retries=options.retries, retry_exceptions=True)
