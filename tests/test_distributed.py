@@ -34,7 +34,7 @@ figures:
     panels: {{a: {{}}}}
     series:
       FedAvg: {{}}
-      FedProx: {{algorithm: {{name: fedprox, mu: 0.1}}}}
+      FedProx (w/o decay): {{algorithm: {{name: fedprox, mu: 0.1}}}}
 """
 
 

@@ -85,7 +85,7 @@ def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
     if started:
         kw: dict[str, Any] = {"address": options.address} if options.address else {
             "num_cpus": os.cpu_count() or 1}
-        ray.init(include_dashboard=False, log_to_driver=False, **kw)
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kw)
     try:
         have = ray.cluster_resources()
         for what, need in (("CPU", options.cpus_per_run), ("GPU", options.gpus_per_run)):

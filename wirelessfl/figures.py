@@ -273,7 +273,9 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
     for i, r in enumerate(runs, 1):
         folder = run_folder(root, r)
         value = "" if r.value is None else f" {r.value}"
-        name = f"{r.series}{value} {r.panel} s{r.seed}".strip()
+        # a run's name is its label, made folder-safe (a series may be called "w/o ...")
+        name = " ".join(f"{r.series}{value} {r.panel} s{r.seed}".replace("/", "-")
+                        .replace("\\", "-").split()).lstrip(".-")[:128]
         log(f"[{i}/{len(runs)}] {name} -> {folder}")
         if is_multitask(r.raw):
             try:
@@ -282,9 +284,8 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
             except ValueError as exc:
                 log(f"  skipped: {str(exc).splitlines()[0]}")
             continue
-        cfg = resolve({**r.raw, "name": name})
         try:
-            exp = prepare(cfg)
+            exp = prepare(resolve({**r.raw, "name": name}))
         except ValueError as exc:
             log(f"  skipped: {str(exc).splitlines()[0]}")
             continue
