@@ -292,13 +292,18 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                     print(f"    {'to do' if r.key in todo else 'done ':5s}  runs/{r.key}  {what}")
         return 0
     ray = _ray_options(args)
+    return _report(out, "figures", lambda: regenerate(
+        args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
+        log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray))
+
+
+def _report(out: Path, command: str, produce: Callable[[], list[Path]]) -> int:
+    """Train and render with ``produce``, print what it wrote; Ctrl-C keeps finished runs."""
     try:
-        written = regenerate(args.paper, args.scale, out, only=args.only, extra=extra,
-                             quiet=args.quiet, log=lambda m: print(m, flush=True),
-                             jobs=args.jobs, ray=ray)
+        written = produce()
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished runs are kept in {out}/runs and the next "
-              "`wirelessfl figures` call resumes", file=sys.stderr)
+              f"`wirelessfl {command}` call resumes", file=sys.stderr)
         return 130
     print("\n".join(str(p) for p in written))
     return 0
@@ -353,16 +358,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if not seeds or min(seeds) < 0 or len(seeds) > 1000:
         raise ConfigError("--seeds: 1 to 1000 integers >= 0")
     extra = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
-    try:
-        written = sweep(args.config, args.grid or [], seeds, out, extra=extra + (args.set or []),
-                        quiet=args.quiet, log=lambda m: print(m, flush=True), jobs=args.jobs,
-                        ray=ray)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished runs are kept in {out}/runs and the next "
-              "`wirelessfl sweep` call resumes", file=sys.stderr)
-        return 130
-    print("\n".join(str(p) for p in written))
-    return 0
+    return _report(out, "sweep", lambda: sweep(
+        args.config, args.grid or [], seeds, out, extra=extra + (args.set or []),
+        quiet=args.quiet, log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray))
 
 
 def _positive(text: str) -> int:
