@@ -131,7 +131,7 @@ def ratio_for_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size
     """The smallest neuron ratio whose submodel holds at least ``fraction`` of the parameters.
 
     For the abstract's "50% parameters" setting (§2.1.2, §7 item 12): a neuron ratio of
-    about 0.71 for a CNN, about 0.56 for the 784-200-200-10 MLP (whose first layer, next to
+    about 0.71 for a CNN, about 0.545 for the 784-200-200-10 MLP (whose first layer, next to
     the input, scales with r alone). Bisection over r; the fraction is monotone in r.
     """
     if not 0 < fraction <= 1:
