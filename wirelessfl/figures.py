@@ -974,10 +974,16 @@ def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = N
                log: Callable[[str], None] = print, jobs: int = 1,
                ray: Any = None) -> list[Path]:
     """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files."""
-    figures = load_figures(paper, scale, only, extra)
+    return _complete(load_figures(paper, scale, only, extra), root, f"{paper} ({scale})",
+                     quiet=quiet, log=log, jobs=jobs, ray=ray)
+
+
+def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
+              log: Callable[[str], None], jobs: int, ray: Any) -> list[Path]:
+    """Train the figures' missing runs (each once), then render them under ``root``."""
     todo = missing_runs(figures, root)
-    log(f"{paper} ({scale}): {len(todo)} of {len({r.key for f in figures for r in f.runs})} "
-        f"runs to do; report folder {root}")
+    log(f"{what}: {len(todo)} of {len({r.key for f in figures for r in f.runs})} runs to do; "
+        f"report folder {root}")
     execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray)
     return render(figures, root)
 
@@ -1022,7 +1028,4 @@ def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
     fig = Figure("sweep", {"kind": "final_accuracy", "last": 1,
                            "title": f"sweep of {config} over {', '.join(a[0][0] for a in axes)}"},
                  tuple(runs), scale="")
-    todo = missing_runs([fig], root)
-    log(f"sweep: {len(todo)} of {len({r.key for r in runs})} runs to do; folder {root}")
-    execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray)
-    return render([fig], root)
+    return _complete([fig], root, "sweep", quiet=quiet, log=log, jobs=jobs, ray=ray)

@@ -112,18 +112,12 @@ def parameter_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size
     Which units does not matter, only how many: a weight between two prunable layers keeps
     about r² of its entries, one next to the input or output layer about r.
     """
-    kept = {name: torch.ones(s) for name, s in shapes.items()}
-    for g in groups:
-        frac = kept_units(g, ratio) / g.size
-        for s in g.slices:
-            view = [1] * len(shapes[s.param])
-            view[s.dim] = -1
-            n = shapes[s.param][s.dim]
-            line = torch.zeros(n)
-            line[:round(frac * n)] = 1.0
-            kept[s.param] = kept[s.param] * line.view(view)
+    from wirelessfl.submodel import Submodel
+
+    like = {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
+    prefix = {g.name: torch.arange(kept_units(g, ratio)) for g in groups}
     total = sum(int(torch.Size(s).numel()) for s in shapes.values())
-    return float(sum(v.sum() for v in kept.values())) / total
+    return Submodel(groups, prefix, like).num_params(like) / total
 
 
 def ratio_for_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size],

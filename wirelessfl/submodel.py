@@ -63,12 +63,11 @@ class Submodel:
         by_name = {g.name: g for g in groups}
         self.selection = {name: torch.as_tensor(u, dtype=torch.long) for name, u in selection.items()}
         self.dims: dict[str, dict[int, torch.Tensor]] = {}
-        for name, units in selection.items():
+        for name, units in self.selection.items():
             if name not in by_name:
                 raise ValueError(f"selection names unit group {name!r}; the model has "
                                  f"{sorted(by_name)}")
             group = by_name[name]
-            units = torch.as_tensor(units, dtype=torch.long)
             if units.numel() and (units.min() < 0 or units.max() >= group.size):
                 raise ValueError(f"unit indices of {name!r} must lie in [0, {group.size})")
             for s in group.slices:

@@ -241,6 +241,8 @@ class SubmodelSGD(LocalSGD):
         super().__init__(model, hp)
         self.groups, self.scaler, self.levels = groups, scaler, levels
         self.consumers = {s.param for g in groups for s in g.slices if s.dim == 1}
+        #: units each level keeps, per group (FjORD's per-step widths)
+        self.kept = {g.name: [kept_units(g, r) for r in levels] for g in groups} if levels else {}
 
     def context(self, task):  # noqa: D102
         return task.broadcast or {}
@@ -264,7 +266,7 @@ class SubmodelSGD(LocalSGD):
         pick = torch.clamp((u * allowed).floor(), max=allowed - 1).long()
         out = dict(params)
         for g in self.groups:
-            keep = torch.tensor([kept_units(g, r) for r in self.levels], device=allowed.device)
+            keep = torch.tensor(self.kept[g.name], device=allowed.device)
             for s in g.slices:
                 v = out[s.param]
                 units = v.shape[s.dim] // (s.width * s.blocks)
@@ -343,8 +345,9 @@ class RAFed(FederatedAlgorithm):
                    if hp.weighting == "samples" else np.ones(len(results)))
         new_params, opt_state, states, cov = self._aggregate(state, subs, results, weights, lr)
         loss, diag = client_diagnostics(results)
-        sizes = np.array([s.num_params(params) for s in subs], float)
-        extra = _coverage_log(cov, params, subs, d, self.groups) | {
+        sliced = [s.slice(params) for s in subs]   # each client's θ_q ⊙ m, for sizes and ŵ₁²
+        sizes = np.array([num_params(p) for p in sliced], float)
+        extra = _coverage_log(cov, params, sliced, subs, d, self.groups) | {
             "param_fraction": float(sizes.mean() / d) if len(sizes) else 0.0,
             "neuron_ratio": float(ratios.mean()) if len(ratios) else 0.0,
             "clients_trained": len(results)}
@@ -428,7 +431,7 @@ class RAFed(FederatedAlgorithm):
         if hp.memory:  # Σ_n u_n (float32, CPU) and this round's change of it
             usum = opt.get("usum") or {k: torch.zeros(v.shape) for k, v in params.items()}
             dsum = {k: torch.zeros(v.shape) for k, v in params.items()}
-            zero = client_store.STORE_DTYPES[hp.memory_dtype]
+            dtype = client_store.STORE_DTYPES[hp.memory_dtype]
         for sub, res, w in zip(subs, results, weights):
             mem = states.get(res.client) if hp.memory else None
             new_mem = {}
@@ -437,7 +440,7 @@ class RAFed(FederatedAlgorithm):
                 part = res.delta[k]
                 if hp.memory:  # Δ = D/γ against u_n on the coordinates just trained
                     stored = (mem[k].clone() if mem is not None
-                              else torch.zeros(params[k].shape, dtype=zero))
+                              else torch.zeros(params[k].shape, dtype=dtype))
                     old = stored[idx].float()    # (a view where idx is basic: used first)
                     fresh = (part / lr).to("cpu", torch.float32)
                     acc[k][idx] += w * (fresh - old).to(acc[k].device)
@@ -465,8 +468,8 @@ def _sliced(result: ClientResult, sub: Submodel) -> ClientResult:
     return replace(result, delta=sub.slice(result.delta))
 
 
-def _coverage_log(cov: Params, params: Params, subs: list[Submodel], d: int,
-                  groups: tuple[UnitGroup, ...]) -> dict[str, Any]:
+def _coverage_log(cov: Params, params: Params, sliced: list[Params], subs: list[Submodel],
+                  d: int, groups: tuple[UnitGroup, ...]) -> dict[str, Any]:
     """Γ_q statistics, |S_q|/d and the mean submodel-noise ratio ŵ₁² (§2.1.3).
 
     ``coverage_min`` is over covered coordinates; ``unit_coverage_min`` over the units of
@@ -479,10 +482,8 @@ def _coverage_log(cov: Params, params: Params, subs: list[Submodel], d: int,
     flat = torch.cat([c.reshape(-1) for c in cov.values()])
     covered = flat > 0
     norm = sum(float(v.pow(2).sum()) for v in params.values())
-    noise_ratios = []
-    for sub in subs:
-        kept = sum(float(v.pow(2).sum()) for v in sub.slice(params).values())
-        noise_ratios.append(1.0 - kept / norm if norm > 0 else 0.0)
+    noise_ratios = [1.0 - sum(float(v.pow(2).sum()) for v in p.values()) / norm if norm > 0
+                    else 0.0 for p in sliced]
     return {"coverage_min": float(flat[covered].min()) if covered.any() else 0.0,
             "unit_coverage_min": int(min(int(u.min()) for u in units)) if units else 0,
             "coverage_mean": float(flat[covered].mean()) if covered.any() else 0.0,
