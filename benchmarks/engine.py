@@ -17,6 +17,9 @@ On a GPU each backend also reports its peak memory (``torch.cuda.max_memory_allo
 does not depend on them), 100 clients of 500 samples, S = 10 per round, K = 10 steps of batch
 64 (FedAvg), loop against batched (``--max-batch`` splits the stacked group into chunks),
 with the same FLOP/s accounting as a share of the dense matmul rate.
+
+``--placement host`` keeps the datasets in pinned host memory (each batch gathered there and
+sent with an asynchronous copy) instead of on the device: the cost of data that does not fit.
 """
 
 from __future__ import annotations
@@ -72,10 +75,11 @@ class _Timed:
         return out
 
 
-def _experiment(model: str, algo: dict, engine: str, device: str):
+def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto"):
     return prepare(resolve({
         "seed": 0, "device": device, "engine": engine,
-        "data": {"dataset": "fashion_mnist", "partition": "shards", "num_clients": 60},
+        "data": {"dataset": "fashion_mnist", "partition": "shards", "num_clients": 60,
+                 "placement": placement},
         "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": 20},
         "algorithm": {"name": "hist", "edge_rounds": 5, **algo}}))
 
@@ -88,7 +92,8 @@ def round_flops(model: str, algo: dict, device: str) -> float:
     return float(counter.get_total_flops())
 
 
-def _resnet_experiment(engine: str, device: str, max_batch: int | None = None):
+def _resnet_experiment(engine: str, device: str, max_batch: int | None = None,
+                       placement: str = "auto"):
     """CIFAR ResNet-18 (GroupNorm), 100 clients, S = 10, K = 10 steps of batch 64."""
     import tempfile
 
@@ -102,14 +107,14 @@ def _resnet_experiment(engine: str, device: str, max_batch: int | None = None):
     return prepare(resolve({
         "seed": 0, "device": device, "engine": engine, "max_batch": max_batch,
         "data": {"dataset": "cifar10", "data_dir": str(folder.parent), "partition": "iid",
-                 "num_clients": 100},
+                 "num_clients": 100, "placement": placement},
         "model": {"name": "resnet18"}, "local": {"lr": 0.01, "batch_size": 64, "steps": 10},
         "algorithm": {"name": "fedavg", "clients_per_round": 10}}))
 
 
 def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int,
-                exp=None) -> dict:
-    exp = exp or _experiment(model, algo, engine, device)
+                exp=None, placement: str = "auto") -> dict:
+    exp = exp or _experiment(model, algo, engine, device, placement)
     timed = _Timed(exp.algorithm.env.executor, exp.device)
     exp.algorithm.env = dataclasses.replace(exp.algorithm.env, executor=timed)
     state, total, client = exp.initial_state(), [], []
@@ -132,7 +137,7 @@ def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int,
     return out
 
 
-def resnet(device: str, rounds: int, max_batch: int | None) -> dict:
+def resnet(device: str, rounds: int, max_batch: int | None, placement: str = "auto") -> dict:
     """ResNet-18, 100 clients, S = 10: loop against batched, FLOP/s against the matmul rate."""
     with FlopCounterMode(display=False) as counter:
         _resnet_experiment("loop", device).algorithm.apply(
@@ -140,9 +145,10 @@ def resnet(device: str, rounds: int, max_batch: int | None) -> dict:
     flops = float(counter.get_total_flops())
     mm = matmul_gflops(torch.device(device))
     row = {"workload": "ResNet-18 GN, 100 clients, S=10, K=10, B=64", "gflop_per_round": flops / 1e9,
-           "matmul_gflops": mm, "max_batch": max_batch}
+           "matmul_gflops": mm, "max_batch": max_batch, "placement": placement}
     for engine in ("loop", "batched"):
-        r = time_rounds("", {}, engine, device, rounds, exp=_resnet_experiment(engine, device, max_batch))
+        r = time_rounds("", {}, engine, device, rounds,
+                        exp=_resnet_experiment(engine, device, max_batch, placement))
         gflops = flops / r["client_seconds"] / 1e9
         row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
     row["batched_speedup"] = row["loop"]["seconds_per_round"] / row["batched"]["seconds_per_round"]
@@ -201,11 +207,13 @@ def main() -> None:
     p.add_argument("--rules", action="store_true", help="local rules (FedAvg, FedProx, SCAFFOLD)")
     p.add_argument("--resnet", action="store_true", help="ResNet-18, 100 clients, S = 10")
     p.add_argument("--max-batch", type=int, default=None, help="--resnet: clients per stacked chunk")
+    p.add_argument("--placement", choices=("auto", "device", "host"), default="auto",
+                   help="GPU: datasets on the device, or pinned on the host (data.placement)")
     args = p.parse_args()
     device = torch.device(args.device)
     if args.resnet:
         out = {"device": str(device), "threads": torch.get_num_threads(),
-               "resnet": resnet(args.device, args.rounds, args.max_batch)}
+               "resnet": resnet(args.device, args.rounds, args.max_batch, args.placement)}
         print(json.dumps(out, indent=None if args.json else 2))
         return
     if args.rules:
@@ -220,14 +228,15 @@ def main() -> None:
             flops = round_flops(model, algo, args.device)
             row = {"model": model, "workload": label, "gflop_per_round": flops / 1e9}
             for engine in ("loop", "batched"):
-                r = time_rounds(model, algo, engine, args.device, args.rounds)
+                r = time_rounds(model, algo, engine, args.device, args.rounds,
+                                placement=args.placement)
                 gflops = flops / r["client_seconds"] / 1e9
                 row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
             row["batched_speedup"] = (row["loop"]["seconds_per_round"]
                                       / row["batched"]["seconds_per_round"])
             rows.append(row)
     out = {"device": str(device), "threads": torch.get_num_threads(), "matmul_gflops": mm,
-           "workloads": rows}
+           "placement": args.placement, "workloads": rows}
     print(json.dumps(out, indent=None if args.json else 2))
 
 

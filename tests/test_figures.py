@@ -1,6 +1,7 @@
 """Figure regeneration: runs shared and reused, outputs consistent with the run records."""
 
 import csv
+import dataclasses
 import math
 
 import pytest
@@ -267,3 +268,18 @@ def test_run_keys_are_stable_when_options_are_added():
     assert RunSpec("", "", None, 0, raw).key == "f30d95eda09b"
     text = {**raw, "data": {**raw["data"], "max_length": 64}}
     assert RunSpec("", "", None, 0, text).key != "f30d95eda09b"
+    placed = {**raw, "data": {**raw["data"], "placement": "auto"}}
+    assert RunSpec("", "", None, 0, placed).key == "f30d95eda09b"
+
+
+def test_multitask_data_seeds_are_stable_when_options_are_added():
+    """A task's partition seed hashes its data config; options added later (tokenizer,
+    max_length, placement) stay out of it, so a task draws the same clients as before
+    they existed (the value is the one the code gave before the text options were added)."""
+    from wirelessfl.config import DataConfig
+    from wirelessfl.tasks import _data_key
+
+    data = DataConfig(dataset="fashion_mnist", partition="iid", num_clients=100)
+    assert _data_key(data) == 3762195437
+    assert _data_key(dataclasses.replace(data, placement="host")) == 3762195437
+    assert _data_key(dataclasses.replace(data, max_length=64)) != 3762195437

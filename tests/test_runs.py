@@ -128,3 +128,47 @@ def test_cuda_run_matches_cpu(tmp_path, engine):
         states.append({k: v.cpu() for k, v in state.params.items()})
     for k in states[0]:
         torch.testing.assert_close(states[0][k], states[1][k], rtol=1e-4, atol=1e-5)
+
+
+def test_data_placement_on_the_cpu_and_batches_of_any_index_shape():
+    """data.placement is checked; on the CPU every placement leaves the data where it is;
+    ``batch`` gives x[index], y[index] for slices and for (clients, batch) index tensors."""
+    import torch
+
+    from wirelessfl.config import ConfigError, DataConfig
+    from wirelessfl.data import ArrayDataset
+
+    ds = ArrayDataset(torch.arange(60.0).reshape(10, 2, 3), torch.arange(10) % 3, 3)
+    for placement in ("auto", "device", "host"):
+        assert ds.placed("cpu", placement) is ds
+    with pytest.raises(ValueError, match="placement must be one of"):
+        ds.placed("cpu", "gpu")
+    with pytest.raises(ConfigError, match="data.placement"):
+        DataConfig(placement="disk")
+    index = torch.tensor([[0, 3, 3], [9, 1, 2]])
+    x, y = ds.batch(index, "cpu")
+    assert x.shape == (2, 3, 2, 3) and torch.equal(x, ds.x[index]) and torch.equal(y, ds.y[index])
+    x, y = ds.batch(slice(4, 7), "cpu")
+    assert torch.equal(x, ds.x[4:7]) and torch.equal(y, ds.y[4:7])
+    assert ds.nbytes == 60 * 4 + 10 * 8
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_cuda_data_pinned_on_the_host_gives_the_numbers_of_data_on_the_device(engine):
+    """data.placement host (pinned memory, asynchronous batch copies) = placement device."""
+    import torch
+
+    states = []
+    for placement in ("device", "host"):
+        raw = {**RAW, "device": "cuda", "engine": engine,
+               "data": {**RAW["data"], "placement": placement}}
+        exp = runner.prepare(resolve(raw))
+        assert exp.algorithm.env.train.x.is_pinned() == (placement == "host")
+        assert exp.splits.test.x.is_cuda == (placement == "device")
+        state = exp.initial_state()
+        for _ in range(2):
+            state, _ = exp.algorithm.apply(state)
+        states.append({k: v.cpu() for k, v in state.params.items()})
+    for k in states[0]:
+        assert torch.equal(states[0][k], states[1][k]), k

@@ -134,7 +134,7 @@ class BatchedExecutor(Executor):
                                         for s in range(len(batches))]).to(self.device) \
                     if batches else None
                 for s, (idx, w) in enumerate(batches):
-                    x, y = data.x[idx].to(self.device), data.y[idx].to(self.device)
+                    x, y = data.batch(idx, self.device)
                     finishing = s >= steps.min()  # some client's schedule has ended
                     # BatchNorm updates buffers in place: keep a copy only when it is needed
                     old_buffers = ({k: v.clone() for k, v in carry.buffers.items()}

@@ -445,8 +445,7 @@ class LoopExecutor(Executor):
                 stage = "client_step"
                 for pos in schedule:
                     b = idx[torch.as_tensor(pos, device=idx.device)]
-                    carry = update.client_step(carry, data.x[b].to(self.device),
-                                               data.y[b].to(self.device))
+                    carry = update.client_step(carry, *data.batch(b, self.device))
                 stage = "client_final"
                 return update.client_final(task, carry)
         except Exception as exc:
@@ -464,17 +463,18 @@ def evaluate(model: FLModel, params: Params, data: ArrayDataset, *, batch_size: 
              buffers: Params | None = None) -> tuple[float, float]:
     """Test accuracy in [0, 1] and mean cross-entropy of ``params`` on ``data`` (eval mode).
 
-    ``buffers`` (BatchNorm running statistics) default to the module's own.
+    ``buffers`` (BatchNorm running statistics) default to the module's own. The sums stay on
+    the device (the loss in float64) and are read once, after the last batch.
     """
     params = {**params, **(buffers or {})}
     was_training = model.training
     model.eval()
-    correct, loss_sum = 0, 0.0
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     for i in range(0, len(data), batch_size):
-        x = data.x[i:i + batch_size].to(device)
-        y = data.y[i:i + batch_size].to(device)
+        x, y = data.batch(slice(i, i + batch_size), device)
         out = functional_call(model, params, (x,))
-        loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
-        correct += int((out.argmax(1) == y).sum())
+        loss_sum += F.cross_entropy(out, y, reduction="sum").double()
+        correct += (out.argmax(1) == y).sum()
     model.train(was_training)
-    return correct / len(data), loss_sum / len(data)
+    return int(correct) / len(data), float(loss_sum) / len(data)

@@ -40,7 +40,7 @@ from wirelessfl.configtypes import (
     check_name,
     checked,
 )
-from wirelessfl.data.datasets import NORMALIZATIONS
+from wirelessfl.data.datasets import NORMALIZATIONS, PLACEMENTS
 from wirelessfl.errors import ConfigError, check_config_size, short
 from wirelessfl.initial_model import InitialModelConfig
 from wirelessfl.network import NetworkConfig
@@ -51,8 +51,26 @@ PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
               "distinct", "natural")
 
 
+#: Fields added after runs were made, with their defaults: run keys (figures) and data seeds
+#: (multi-task runs) leave them out while they hold these values, so that existing runs keep
+#: their keys and their numbers.
+LATER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"tokenizer": None, "max_length": 128, "placement": "auto"}}
+
+
+def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (a resolved config as a mapping) without the :data:`LATER_DEFAULTS` it holds."""
+    out = dict(raw)
+    for section, defaults in LATER_DEFAULTS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items()
+                            if not (k in defaults and v == defaults[k])}
+    return out
+
+
 __all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "RunConfig", "resolve",
-           "to_dict", "apply_overrides", "load_raw", "list_presets", "check_name", "checked"]
+           "to_dict", "apply_overrides", "load_raw", "list_presets", "check_name", "checked",
+           "LATER_DEFAULTS", "without_later_defaults"]
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -94,6 +112,13 @@ class DataConfig:
         Text datasets: a local tokenizer folder (relative names from ``data_dir``).
     max_length : int
         Text datasets: tokens per sample (truncated, right-padded).
+    placement : str
+        Where the training and test sets live when runs compute on a GPU
+        (:meth:`wirelessfl.data.ArrayDataset.placed`): ``device`` (copied once), ``host``
+        (pinned host memory; each batch is gathered into a pinned buffer and sent
+        asynchronously) or ``auto`` (default: on the device when the training set takes at
+        most half of the device's free memory, else pinned on the host). Same numbers
+        either way; ignored on the CPU.
     """
 
     dataset: str = "synthetic"
@@ -113,8 +138,12 @@ class DataConfig:
     synthetic_beta: float = 1.0
     tokenizer: str | None = None
     max_length: int = 128
+    placement: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"data.placement must be one of {', '.join(PLACEMENTS)}, "
+                              f"got {short(self.placement)}")
         if self.normalization not in ("auto", "none", *NORMALIZATIONS):
             raise ConfigError(f"data.normalization must be auto, none or one of "
                               f"{', '.join(NORMALIZATIONS)}, got {short(self.normalization)}")

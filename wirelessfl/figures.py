@@ -51,7 +51,14 @@ from typing import Any
 import matplotlib
 import numpy as np
 
-from wirelessfl.config import ConfigError, apply_overrides, presets_dir, resolve, to_dict
+from wirelessfl.config import (
+    ConfigError,
+    apply_overrides,
+    presets_dir,
+    resolve,
+    to_dict,
+    without_later_defaults,
+)
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.records import RunRecord, first_reaching
 
@@ -80,20 +87,13 @@ class RunSpec:
     def key(self) -> str:
         """Hash of the resolved config (without its name): equal configs share a run.
 
-        Settings added after runs were made (:data:`LATER_DEFAULTS`) enter the hash only when
-        they differ from their defaults, so a new option leaves existing runs' keys alone.
+        Settings added after runs were made (:data:`wirelessfl.config.LATER_DEFAULTS`) enter
+        the hash only when they differ from their defaults, so a new option leaves existing
+        runs' keys alone.
         """
-        config = _canonical({**self.raw, "name": "run"})
-        for section, defaults in LATER_DEFAULTS.items():
-            for k, v in defaults.items():
-                if config.get(section, {}).get(k, v) == v:
-                    config.get(section, {}).pop(k, None)
+        config = without_later_defaults(_canonical({**self.raw, "name": "run"}))
         text = json.dumps({**config, "name": ""}, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-
-#: Config fields added after figure runs existed, with their defaults (text datasets).
-LATER_DEFAULTS: dict[str, dict[str, Any]] = {"data": {"tokenizer": None, "max_length": 128}}
 
 
 def _canonical(raw: dict[str, Any]) -> dict[str, Any]:

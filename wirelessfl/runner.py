@@ -12,6 +12,7 @@ time themselves are timed by the run's network model (:mod:`wirelessfl.network`)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,9 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
             raise ConfigError(f"the tokenizer gives token ids up to {top} but model "
                               f"{cfg.model.name!r} has a vocabulary of {vocab}: use the model's "
                               "own tokenizer or raise its vocabulary size")
+    splits = dataclasses.replace(splits, train=splits.train.placed(device, d.placement),
+                                 test=splits.test.placed(device, d.placement))
     train = splits.train
-    if device.type != "cpu":
-        train = type(train)(train.x.to(device), train.y.to(device), train.num_classes)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=make_executor(cfg.engine, device, cfg.max_batch, model),
@@ -334,7 +335,7 @@ class RoundsJob(Job):
             labels = torch.unique(torch.cat([train_y[torch.as_tensor(env.client_indices[c])]
                                              for c in clients]))
             test = exp.splits.test
-            keep = torch.isin(test.y, labels)
+            keep = torch.isin(test.y, labels.to(test.y.device))
             self._active_tests = {s: type(test)(test.x[keep], test.y[keep], test.num_classes)}
         test = self._active_tests[s]
         acc = (evaluate(exp.model, self.state.params, test, device=exp.device,

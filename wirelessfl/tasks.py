@@ -20,7 +20,15 @@ import numpy as np
 import torch
 
 from wirelessfl.client import ClientResult, ClientTask, Executor, LocalHParams, LocalSGD, evaluate
-from wirelessfl.config import ConfigError, DataConfig, ModelConfig, RunConfig, check_name, checked
+from wirelessfl.config import (
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    RunConfig,
+    check_name,
+    checked,
+    without_later_defaults,
+)
 from wirelessfl.data import DatasetSplits, load_dataset
 from wirelessfl.datasplit import partition_data
 from wirelessfl.models import FLModel, Params, build_model
@@ -153,7 +161,13 @@ class TaskEnv:
 
 
 def _data_key(data: DataConfig) -> int:
-    blob = json.dumps(dataclasses.asdict(data), sort_keys=True).encode()
+    """Seed key of a task's data: its config less later defaults and placement.
+
+    Placement changes where the samples live, not which they are.
+    """
+    fields = without_later_defaults({"data": dataclasses.asdict(data)})["data"]
+    fields.pop("placement", None)
+    blob = json.dumps(fields, sort_keys=True).encode()
     return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
 
 
@@ -186,6 +200,10 @@ def build_tasks(tasks: tuple[TaskConfig, ...], num_clients: int, seeds: Seeds,
                     len(splits.test), test_samples, replace=False)))
                 splits = dataclasses.replace(splits, test=type(splits.test)(
                     splits.test.x[keep], splits.test.y[keep], splits.test.num_classes))
+            # tasks on the same data share one placed copy (the first such task's placement)
+            splits = dataclasses.replace(
+                splits, train=splits.train.placed(device, data.placement),
+                test=splits.test.placed(device, data.placement))
             cache[key] = splits, indices
         splits, indices = cache[key]
         if len(indices) != num_clients:
@@ -194,9 +212,6 @@ def build_tasks(tasks: tuple[TaskConfig, ...], num_clients: int, seeds: Seeds,
         model = build_model(t.model.name, splits.train.sample_shape, splits.train.num_classes,
                             seed=seeds.int_seed("init", m), **t.model.options).to(device)
         local = t.sync_local if sync and t.sync_local is not None else t.local
-        if device.type != "cpu":
-            splits = dataclasses.replace(splits, train=type(splits.train)(
-                splits.train.x.to(device), splits.train.y.to(device), splits.train.num_classes))
         out.append(TaskEnv(m, t, splits, indices, model, model.params(), LocalSGD(model, local),
                            local, device))
     return out

@@ -3,6 +3,7 @@
 from wirelessfl.data.datasets import (
     DATASETS,
     NORMALIZATIONS,
+    PLACEMENTS,
     ArrayDataset,
     DataNotFoundError,
     DatasetSplits,
@@ -25,7 +26,7 @@ from wirelessfl.data.partition import (
 )
 
 __all__ = [
-    "DATASETS", "NORMALIZATIONS", "ArrayDataset", "DataNotFoundError", "DatasetSplits",
+    "DATASETS", "NORMALIZATIONS", "PLACEMENTS", "ArrayDataset", "DataNotFoundError", "DatasetSplits",
     "load_dataset", "read_idx", "synthetic", "IID", "CellIIDShards", "DirichletOverClients",
     "DirichletPerClient", "Partitioner", "Shards", "TwoGroupOverlap", "two_group_labels",
     "LABEL_SET_KINDS", "LabelSets", "label_sets",

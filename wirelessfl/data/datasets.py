@@ -39,6 +39,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+#: Where a dataset lives during a GPU run (:meth:`ArrayDataset.placed`).
+PLACEMENTS = ("auto", "device", "host")
+
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
 #: Named (mean, std) per channel.
@@ -117,12 +120,67 @@ class ArrayDataset:
 
     def labels(self) -> np.ndarray:
         """Labels as a NumPy array, shape (n,), int64."""
-        return self.y.numpy()
+        return self.y.cpu().numpy()
 
     def subset(self, indices: np.ndarray) -> ArrayDataset:
         """The samples at ``indices`` (a copy)."""
         idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))
         return ArrayDataset(self.x[idx], self.y[idx], self.num_classes)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the samples and labels take, in bytes."""
+        return sum(t.numel() * t.element_size() for t in (self.x, self.y))
+
+    def placed(self, device: torch.device | str, placement: str = "auto") -> ArrayDataset:
+        """The dataset where a run on ``device`` reads it (``DataConfig.placement``).
+
+        ``device`` copies it to the device once; ``host`` keeps it in pinned (page-locked)
+        host memory, so that :meth:`batch` sends each batch with an asynchronous copy;
+        ``auto`` [default] puts it on the device when it takes at most half of the device's
+        free memory and pins it on the host otherwise. On the CPU the dataset is returned
+        as it is.
+        """
+        device = torch.device(device)
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, "
+                             f"got {placement!r}")
+        if device.type != "cuda":
+            return self
+        if placement == "auto":
+            free, _ = torch.cuda.mem_get_info(device)
+            placement = "device" if self.nbytes <= free // 2 else "host"
+        if placement == "device":
+            return ArrayDataset(self.x.to(device), self.y.to(device), self.num_classes)
+        x, y = self.x.cpu(), self.y.cpu()
+        return ArrayDataset(x if x.is_pinned() else x.pin_memory(),
+                            y if y.is_pinned() else y.pin_memory(), self.num_classes)
+
+    def batch(self, index: torch.Tensor | slice,
+              device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and labels at ``index``, on ``device``.
+
+        Shapes ``index.shape + sample_shape`` and ``index.shape``. ``index`` is a slice or an
+        integer tensor on the dataset's device. A dataset in pinned host memory is gathered
+        into pinned staging buffers (PyTorch's caching host allocator keeps a buffer until
+        its copy has completed) and sent with non-blocking copies, so the host does not wait
+        for the transfer.
+        """
+        if isinstance(index, slice):
+            x, y = self.x[index], self.y[index]  # a slice of pinned memory stays pinned
+        elif self.x.is_pinned():
+            flat = index.reshape(-1)
+            x = torch.empty((flat.numel(), *self.sample_shape), dtype=self.x.dtype,
+                            pin_memory=True)
+            y = torch.empty(flat.numel(), dtype=self.y.dtype, pin_memory=True)
+            torch.index_select(self.x, 0, flat, out=x)
+            torch.index_select(self.y, 0, flat, out=y)
+            x, y = x.view(*index.shape, *self.sample_shape), y.view(index.shape)
+        else:
+            x, y = self.x[index], self.y[index]
+        blocking = not x.is_pinned()
+        return (x.to(device, non_blocking=not blocking),
+                y.to(device, non_blocking=not blocking))
 
 
 @dataclass(frozen=True, eq=False)
