@@ -143,6 +143,8 @@ def test_data_placement_on_the_cpu_and_batches_of_any_index_shape():
         assert ds.placed("cpu", placement) is ds
     with pytest.raises(ValueError, match="placement must be one of"):
         ds.placed("cpu", "gpu")
+    with pytest.raises(ValueError, match="device must be"):
+        ds.placed("tpu9", "auto")
     with pytest.raises(ConfigError, match="data.placement"):
         DataConfig(placement="disk")
     index = torch.tensor([[0, 3, 3], [9, 1, 2]])

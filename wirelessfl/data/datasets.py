@@ -141,10 +141,14 @@ class ArrayDataset:
         free memory and pins it on the host otherwise. On the CPU the dataset is returned
         as it is.
         """
-        device = torch.device(device)
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, "
                              f"got {placement!r}")
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device must be a torch device such as cpu or cuda:0, "
+                             f"got {str(device)[:40]!r}") from None
         if device.type != "cuda":
             return self
         if placement == "auto":
