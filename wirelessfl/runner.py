@@ -12,7 +12,6 @@ time themselves are timed by the run's network model (:mod:`wirelessfl.network`)
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,8 +116,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
             raise ConfigError(f"the tokenizer gives token ids up to {top} but model "
                               f"{cfg.model.name!r} has a vocabulary of {vocab}: use the model's "
                               "own tokenizer or raise its vocabulary size")
-    splits = dataclasses.replace(splits, train=splits.train.placed(device, d.placement),
-                                 test=splits.test.placed(device, d.placement))
+    splits = splits.placed(device, d.placement)
     train = splits.train
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),

@@ -201,9 +201,7 @@ def build_tasks(tasks: tuple[TaskConfig, ...], num_clients: int, seeds: Seeds,
                 splits = dataclasses.replace(splits, test=type(splits.test)(
                     splits.test.x[keep], splits.test.y[keep], splits.test.num_classes))
             # tasks on the same data share one placed copy (the first such task's placement)
-            splits = dataclasses.replace(
-                splits, train=splits.train.placed(device, data.placement),
-                test=splits.test.placed(device, data.placement))
+            splits = splits.placed(device, data.placement)
             cache[key] = splits, indices
         splits, indices = cache[key]
         if len(indices) != num_clients:

@@ -27,6 +27,7 @@ any named entry of :data:`NORMALIZATIONS` or ``"none"`` can be asked for instead
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import pickle
@@ -205,6 +206,11 @@ class DatasetSplits:
     train: ArrayDataset
     test: ArrayDataset
     natural_partition: tuple[np.ndarray, ...] | None = None
+
+    def placed(self, device: torch.device | str, placement: str = "auto") -> DatasetSplits:
+        """Train and test sets placed for a run on ``device`` (:meth:`ArrayDataset.placed`)."""
+        return dataclasses.replace(self, train=self.train.placed(device, placement),
+                                   test=self.test.placed(device, placement))
 
 
 # --------------------------------------------------------------------------- file formats
