@@ -126,3 +126,10 @@ def test_sweep_over_a_grid_reuses_finished_runs(tmp_path, capsys):
     assert main(argv) == 0
     assert "0 of 8 runs to do" in capsys.readouterr().out
     assert main([*argv[:-3], "--grid", "lr", "--out", str(tmp_path / "x")]) == 2
+    # a repeated seed, value or key would count one run twice in the mean ± std
+    for bad, says in ((["--grid", "rounds=1", "--seeds", "0,0"], "0 is given twice"),
+                      (["--grid", "rounds=1,1"], "1 is given twice"),
+                      (["--grid", "rounds=1", "--grid", "rounds=2"], "two --grid")):
+        assert main(["sweep", "fedavg_fmnist", *bad, "--out", str(tmp_path / "y")]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()

@@ -150,6 +150,7 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
         if spec["kind"] not in KINDS:
             raise ConfigError(f"{path}: figure {name} has kind {spec['kind']!r}; use one of {KINDS}")
         seeds = spec.get("seeds", scale_doc["seeds"])
+        _check_seeds(seeds, f"{path}: figure {name}: seeds")
         points = sweep_points(spec.get("sweep"))
         base = apply_overrides(doc["base"], _pairs(overrides) + list(extra or ()))
         runs = []
@@ -988,6 +989,26 @@ def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
     return render(figures, root)
 
 
+def _check_seeds(seeds: Any, where: str) -> None:
+    """1 to 1000 distinct integers in [0, 2^63): a repeated seed would count a run twice."""
+    if (not isinstance(seeds, (list, tuple)) or not 0 < len(seeds) <= 1000
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63
+                       for s in seeds)):
+        raise ConfigError(f"{where}: give 1 to 1000 integers in [0, 2^63)")
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError(f"{where}: {_repeated(list(seeds))} is given twice; give each seed once")
+
+
+def _repeated(items: list[Any]) -> str:
+    """The first item that occurs twice, for an error message."""
+    seen: set[Any] = set()
+    for x in items:
+        if x in seen:
+            return str(x)[:40]
+        seen.add(x)
+    return ""
+
+
 def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
           extra: list[str] | None = None, quiet: bool = False,
           log: Callable[[str], None] = print, jobs: int = 1, ray: Any = None) -> list[Path]:
@@ -1003,17 +1024,27 @@ def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
 
     from wirelessfl.config import load_raw
 
+    _check_seeds(seeds, "--seeds")
     axes = []
     for item in grid:
         key, sep, values = item.partition("=")
         if not sep or not key.strip() or not values.strip():
-            raise ConfigError(f"--grid {item!r}: write KEY=V1,V2,... (e.g. local.lr=0.01,0.03)")
+            raise ConfigError(f"--grid {item[:60]!r}: write KEY=V1,V2,... (e.g. local.lr=0.01,0.03)")
         try:
-            axes.append([(key.strip(), yaml.safe_load(v)) for v in values.split(",")])
+            axis = [(key.strip(), yaml.safe_load(v)) for v in values.split(",")]
         except yaml.YAMLError:
-            raise ConfigError(f"--grid {item!r}: a value is not a YAML scalar") from None
+            raise ConfigError(f"--grid {item[:60]!r}: a value is not a YAML scalar") from None
+        shown = [_show(v) for _, v in axis]
+        if len(set(shown)) < len(shown):
+            raise ConfigError(f"--grid {item[:60]!r}: {_repeated(shown)} is given twice; "
+                              "give each value once")
+        axes.append(axis)
     if not axes:
         raise ConfigError("give at least one --grid KEY=V1,V2,...")
+    keys = [a[0][0] for a in axes]
+    if len(set(keys)) < len(keys):
+        raise ConfigError(f"--grid: {_repeated(keys)} has two --grid options; give its values "
+                          "in one, comma-separated")
     points = list(itertools.product(*axes))
     if len(points) * len(seeds) > 10_000:
         raise ConfigError(f"the sweep has {len(points) * len(seeds)} runs; at most 10000")
