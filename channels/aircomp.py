@@ -44,12 +44,29 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import ArrayLike
 
-from channels.validation import as_finite
+from channels.validation import as_finite, as_int, check_memory, short
 
 
 def beam_gains(a: ArrayLike, h: ArrayLike) -> np.ndarray:
-    """|aᴴ h_i|² for beams a (..., S, M) or (..., M) and channels h (..., n, M): (..., [S,] n)."""
-    a, h = np.asarray(a), np.asarray(h)
+    """|aᴴ h_i|² for beams a (..., S, M) or (..., M) and channels h (..., n, M): (..., [S,] n).
+
+    Raises ``ValueError`` for NaN/Inf entries or shapes that do not fit.
+    """
+    a = as_finite("a", a, dtype=complex)
+    h = as_finite("h", h, dtype=complex)
+    if h.ndim < 2 or a.ndim < 1 or a.shape[-1] != h.shape[-1]:
+        raise ValueError(f"beams `a` (..., [S,] M) and channels `h` (..., n, M) must share M; "
+                         f"got a {a.shape}, h {h.shape}")
+    try:
+        np.broadcast_shapes(a.shape[:-2] if a.ndim == h.ndim else a.shape[:-1], h.shape[:-2])
+    except ValueError:
+        raise ValueError(f"the leading (batch) dims of `a` {a.shape} and `h` {h.shape} do not "
+                         "broadcast") from None
+    return gains_unchecked(a, h)
+
+
+def gains_unchecked(a: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """:func:`beam_gains` without the input checks, for solvers' inner loops."""
     p = a @ np.swapaxes(h.conj(), -1, -2) if a.ndim == h.ndim else \
         np.einsum("...m,...im->...i", a, h.conj())
     return p.real ** 2 + p.imag ** 2
@@ -58,6 +75,13 @@ def beam_gains(a: ArrayLike, h: ArrayLike) -> np.ndarray:
 def complex_normal(shape: tuple[int, ...], rng: np.random.Generator,
                    variance: ArrayLike = 1.0) -> np.ndarray:
     """Circularly-symmetric complex Gaussian CN(0, variance): variance/2 per real dimension."""
+    variance = as_finite("variance", variance, lo=0)
+    try:
+        size = float(np.prod([as_int("shape", s, lo=0) for s in shape], dtype=float))
+    except TypeError:
+        raise ValueError(f"`shape` must be a tuple of integers, got {short(shape)}") from None
+    check_memory(32 * size, f"complex normal samples of shape {tuple(shape)}",
+                 "draw fewer samples at a time")
     z = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
     return z * np.sqrt(np.asarray(variance, dtype=float) / 2.0)
 
@@ -109,7 +133,7 @@ class AirCompCell:
     @cached_property
     def min_gain(self) -> np.ndarray:
         """min_i |a_jᴴ h_i|², shape (...)."""
-        return beam_gains(self.a, self.h).min(-1)
+        return gains_unchecked(self.a, self.h).min(-1)
 
     @cached_property
     def nu(self) -> np.ndarray:

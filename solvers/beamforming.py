@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from channels.aircomp import beam_gains as gains
+from channels.aircomp import gains_unchecked as gains
 from channels.validation import as_float, as_int, check_memory
 
 METHODS = ("fast", "certified", "sca", "sdr", "eigen", "strongest", "random")
@@ -160,8 +160,15 @@ def _check_options(method: str, options: dict) -> None:
 
 # --- baselines and starting points -----------------------------------------------------------
 
-def eigen_beam(h: np.ndarray) -> np.ndarray:
-    """Principal eigenvector of Σ_i h_i h_iᴴ (maximises Σ_i |aᴴ h_i|²), shape (..., M)."""
+def eigen_beam(h: ArrayLike) -> np.ndarray:
+    """Principal eigenvector of Σ_i h_i h_iᴴ (maximises Σ_i |aᴴ h_i|²), shape (..., M).
+
+    ``h``: complex channels (..., n, M), checked as in :func:`solve`.
+    """
+    return _eigen_beam(_check(h))
+
+
+def _eigen_beam(h: np.ndarray) -> np.ndarray:
     _, v = np.linalg.eigh(np.swapaxes(h, -1, -2) @ h.conj())
     return v[..., -1]
 
@@ -182,7 +189,7 @@ def _candidates(h: np.ndarray, random_starts: int, rng: np.random.Generator) -> 
     are independent of the channels either way), so a batched call gives each instance the
     starts, and the result, of a call on that instance alone.
     """
-    parts = [eigen_beam(h)[..., None, :], _unit(h)]
+    parts = [_eigen_beam(h)[..., None, :], _unit(h)]
     if random_starts:
         beams = _random_beams((random_starts, h.shape[-1]), rng)
         parts.append(np.broadcast_to(beams, (*h.shape[:-2], *beams.shape)))
@@ -322,10 +329,16 @@ def _sca(h: np.ndarray, rng: np.random.Generator, *, tol: float = 1e-4, max_iter
 def sdr_bound(h: np.ndarray, solver: str = "CLARABEL") -> tuple[np.ndarray, np.ndarray]:
     """SDR of (33) for one instance h (n, M): max t s.t. h_iᴴ X h_i ≥ t, tr X ≤ 1, X ⪰ 0.
 
-    Returns the optimal value (an upper bound on g*) and X.
+    Returns the optimal value (an upper bound on g*) and X. ``h`` is checked as in
+    :func:`solve`; ``solver`` must be an installed cvxpy solver.
     """
     import cvxpy as cp
 
+    h = _check(h)
+    if h.ndim != 2:
+        raise ValueError(f"`h` must be one instance of shape (n_clients, M); got {h.shape} "
+                         "(solve(h, 'sdr') takes batches)")
+    _check_options("sdr", {"solver": solver})
     n, m = h.shape
     scale = _energy(h).min()  # solve with g* ∈ (0, 1] for the solver's tolerances
     x, t = cp.Variable((m, m), hermitian=True), cp.Variable()
@@ -391,7 +404,7 @@ def _certified(h: np.ndarray, rng: np.random.Generator, *, randomizations: int =
 # --- entry point ------------------------------------------------------------------------------
 
 _BASELINES: dict[str, Callable[[np.ndarray, np.random.Generator], np.ndarray]] = {
-    "eigen": lambda h, rng: eigen_beam(h),
+    "eigen": lambda h, rng: _eigen_beam(h),
     "strongest": _strongest,
     "random": lambda h, rng: _random_beams(h.shape[:-2] + h.shape[-1:], rng),
 }

@@ -12,6 +12,8 @@ import torch
 import yaml
 
 import wirelessfl.runner as runner
+from channels import aircomp, units
+from solvers import beamforming
 from wirelessfl.cli import main
 from wirelessfl.config import resolve
 from wirelessfl.data import load_dataset
@@ -277,6 +279,36 @@ def test_solver_api_validates_its_arguments():
             call()
     r = mask_sizes.solve([1.0, 2.0, 3.0], 2**50)  # memory does not grow with total
     assert r.sizes.sum() == 2**50
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: aircomp.beam_gains([np.nan, 1], np.ones((2, 2))),
+     "finite"),
+    (lambda: aircomp.beam_gains(np.ones(3), np.ones((2, 2))),
+     "share M"),
+    (lambda: aircomp.beam_gains(np.ones((3, 2)), np.ones((4, 5, 2))),
+     "broadcast"),
+    (lambda: aircomp.complex_normal((2, -1), np.random.default_rng()),
+     "shape"),
+    (lambda: aircomp.complex_normal((2,), np.random.default_rng(), -1),
+     "variance"),
+    (lambda: aircomp.complex_normal((10**7, 10**7), np.random.default_rng()), "GiB"),
+    (lambda: units.lin_to_db(-1.0), "`x` must be > 0"),
+    (lambda: units.db_to_lin(np.inf), "finite"),
+    (lambda: units.db_to_lin("abc"), "numbers"),
+    (lambda: beamforming.eigen_beam(np.ones(3) + 0j), "shape"),
+    (lambda: beamforming.eigen_beam(np.full((2, 2), np.nan) + 0j),
+     "NaN"),
+    (lambda: beamforming.sdr_bound(np.zeros((2, 3)) + 0j),
+     "all zero"),
+    (lambda: beamforming.sdr_bound(np.ones((2, 2, 3)) + 0j),
+     "one instance"),
+])
+def test_channel_helpers_validate_their_arguments(call, match):
+    """Public channel and beamforming helpers refuse NaN, wrong shapes and impossible sizes
+    with a ValueError that names the argument, instead of returning NaN or a numpy error."""
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 # --------------------------------------------------------------------------- run folders
