@@ -311,6 +311,35 @@ def test_channel_helpers_validate_their_arguments(call, match):
         call()
 
 
+def test_fl_helpers_validate_their_arguments():
+    """Aggregation, compression, masks and the HIST bound refuse what they cannot use."""
+    from wirelessfl import aggregation, compression, masks, theory
+    from wirelessfl.models.base import UnitGroup
+
+    p = {"w": torch.ones(2, 3), "b": torch.zeros(3)}
+    g = torch.Generator().manual_seed(0)
+    bad = {
+        "other keys": lambda: aggregation.weighted_mean([p, {"w": p["w"]}], [1, 1]),
+        "shape": lambda: aggregation.weighted_mean([p, {**p, "b": torch.zeros(4)}], [1, 1]),
+        "`lr`": lambda: aggregation.apply_update(p, p, float("nan")),
+        "`bits`": lambda: compression.compress(p, "quantize", bits=1.5, gen=g),
+        "`keep`": lambda: compression.compress(p, "topk", keep=float("nan"), gen=g),
+        "NaN or Inf": lambda: compression.compress({"w": torch.tensor([float("nan")])},
+                                                   "quantize", gen=g),
+        "`bits` must": lambda: compression.quantize_bound(p, 0),
+        "`round_`": lambda: masks.draw("rolling", (UnitGroup("w", 3, ()),), [0.5], -1,
+                                       np.random.default_rng(0)),
+        "`L`": lambda: theory.step_limits(-1.0, 2, 1.0, 1, 1),
+        "`gamma`": lambda: theory.hist_bound(1.0, 1, 1, 1, 1, 2, [2, 2], 1, 1, 1, float("nan"),
+                                             10, [1.0], [1.0]),
+        "`dmax_seq`": lambda: theory.hist_bound(1.0, 1, 1, 1, 1, 2, [2, 2], 1, 1, 1, 0.1, 10,
+                                                [np.inf], [1.0]),
+    }
+    for match, call in bad.items():
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
 # --------------------------------------------------------------------------- run folders
 
 

@@ -25,6 +25,7 @@ import torch
 from channels.aircomp import AirCompCell
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
+from channels.validation import as_float
 from solvers import beamforming
 from wirelessfl.models.base import Params
 
@@ -34,10 +35,23 @@ def weighted_mean(trees: Sequence[Params], weights: np.ndarray | Sequence[float]
     w = np.asarray(weights, dtype=np.float64)
     if len(trees) == 0 or len(w) != len(trees) or not (w >= 0).all() or w.sum() <= 0:
         raise ValueError(f"need one non-negative weight per tree with a positive sum, got {w}")
+    _same_layout(trees[0], *trees[1:])
     w = w / w.sum()
     return {k: torch.stack([t[k] for t in trees]).mul_(
         torch.as_tensor(w, dtype=trees[0][k].dtype, device=trees[0][k].device).view(
             -1, *([1] * trees[0][k].dim()))).sum(0) for k in trees[0]}
+
+
+def _same_layout(first: Params, *others: Params) -> None:
+    """Every tree has ``first``'s keys and shapes (ValueError naming the first difference)."""
+    for i, t in enumerate(others, 1):
+        if t.keys() != first.keys():
+            diff = sorted(set(t) ^ set(first))[:3]
+            raise ValueError(f"tree {i} has other keys than tree 0 (differ: {diff})")
+        for k, v in first.items():
+            if t[k].shape != v.shape:
+                raise ValueError(f"tree {i}: {k!r} has shape {tuple(t[k].shape)}, tree 0 "
+                                 f"{tuple(v.shape)}")
 
 
 class Aggregator(ABC):
@@ -68,6 +82,8 @@ class Mean(Aggregator):
 
 def apply_update(params: Params, update: Params, lr: float = 1.0) -> Params:
     """Server step ``x − lr · update`` (plain averaging when lr = 1)."""
+    lr = as_float("lr", lr)
+    _same_layout(params, update)
     return {k: params[k] - lr * update[k] for k in params}
 
 

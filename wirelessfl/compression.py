@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from channels.validation import as_float, as_int
 from wirelessfl.models.base import Params
 
 OPERATORS = ("none", "quantize", "topk")
@@ -38,14 +39,21 @@ def compress(params: Params, operator: str, *, bits: int = 8, keep: float = 0.1,
     if operator == "none":
         return params
     if operator == "quantize":
-        if not 1 <= bits <= 24:
-            raise ValueError(f"quantisation needs 1 <= bits <= 24, got {bits}")
-        return {k: _quantize(v, bits, gen) for k, v in params.items()}
+        bits = as_int("bits", bits, lo=1, hi=24)
+        return {k: _quantize(v, bits, gen) for k, v in _finite(params).items()}
     if operator == "topk":
-        if not 0 < keep <= 1:
-            raise ValueError(f"top-k keeps a fraction in (0, 1], got {keep}")
-        return {k: _topk(v, keep) for k, v in params.items()}
+        keep = as_float("keep", keep, lo=0, hi=1, lo_open=True)
+        return {k: _topk(v, keep) for k, v in _finite(params).items()}
     raise ValueError(f"compression must be one of {', '.join(OPERATORS)}, got {operator!r}")
+
+
+def _finite(params: Params) -> Params:
+    """``params`` if every entry is finite (one read of the device for all tensors)."""
+    ok = torch.stack([torch.isfinite(v).all() for v in params.values()]) if params else None
+    if ok is not None and not bool(ok.all()):
+        name = next(k for k, v in params.items() if not bool(torch.isfinite(v).all()))
+        raise ValueError(f"parameter {name!r} holds NaN or Inf; it cannot be compressed")
+    return params
 
 
 def _quantize(v: torch.Tensor, bits: int, gen: torch.Generator | None) -> torch.Tensor:
@@ -72,6 +80,7 @@ def _topk(v: torch.Tensor, keep: float) -> torch.Tensor:
 
 def quantize_bound(params: Params, bits: int) -> float:
     """The bound Σ_tensors n s²/4 on E‖C(θ) − θ‖² of ``quantize`` (s its grid step)."""
+    bits = as_int("bits", bits, lo=1, hi=24)
     return sum(v.numel() * float((v.max() - v.min()) / (2**bits - 1)) ** 2 / 4
                for v in params.values())
 

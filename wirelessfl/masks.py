@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from channels.validation import as_int
 from wirelessfl.models.base import UnitGroup
 
 POLICIES = ("random", "static", "prefix", "rolling", "coverage_aware")
@@ -67,6 +68,8 @@ def draw(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], roun
     """
     if policy not in POLICIES:
         raise ValueError(f"mask policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    round_ = as_int("round_", round_, lo=0)
+    gamma_min = as_int("gamma_min", gamma_min, lo=1, hi=10**6)
     out: list[dict[str, torch.Tensor]] = [{} for _ in ratios]
     for g in groups:
         ks = np.array([kept_units(g, r) for r in ratios])

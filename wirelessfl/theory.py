@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from channels.validation import as_finite, as_float, as_int
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -62,6 +64,9 @@ class Bound:
 
 def step_limits(L: float, N: int, n_tilde: float, E: int, H: int) -> dict[str, float]:
     """The four limits on γ of (13)."""
+    L = as_float("L", L, lo=0, lo_open=True)
+    N, E, H = as_int("N", N, lo=1), as_int("E", E, lo=1), as_int("H", H, lo=1)
+    n_tilde = as_float("n_tilde", n_tilde, lo=0, lo_open=True)
     return {"13a": 1.0 / (45.0 * np.sqrt(N) * E * H * L),
             "13b": n_tilde / (N * H * L),
             "13c": 1.0 / (N * H**2 * L),
@@ -97,11 +102,18 @@ def hist_bound(L: float, sigma2: float, delta1_2: float, delta2_2: float,
     mse_seq : array_like, shape (T, E, N), optional
         MSE_j^{t,e} of Theorem 2 (gradient domain, §8.2 item 8).
     """
+    L = as_float("L", L, lo=0, lo_open=True)
+    gamma = as_float("gamma", gamma, lo=0, lo_open=True)
+    for name, v in (("sigma2", sigma2), ("delta1_2", delta1_2), ("delta2_2", delta2_2),
+                    ("f0_minus_fstar", f0_minus_fstar)):
+        as_float(name, v, lo=0)
+    N, E, H, T, d = (as_int("N", N, lo=1), as_int("E", E, lo=1), as_int("H", H, lo=1),
+                     as_int("T", T, lo=1), as_int("d", d, lo=1))
     n = np.asarray(n_list, dtype=float)
     if N < 2 or n.shape != (N,) or (n < 1).any():
         raise ValueError(f"need N >= 2 cells and n_list of N positive counts, got N={N}, "
                          f"n_list={list(n_list)}")
-    dmax, xnorm2 = np.asarray(dmax_seq, float), np.asarray(xnorm2_seq, float)
+    dmax, xnorm2 = as_finite("dmax_seq", dmax_seq, lo=0), as_finite("xnorm2_seq", xnorm2_seq, lo=0)
     if dmax.shape != (T,) or xnorm2.shape != (T,):
         raise ValueError(f"dmax_seq and xnorm2_seq need one value per round (T={T})")
     n_tilde = float((1.0 / n).sum())
@@ -112,7 +124,7 @@ def hist_bound(L: float, sigma2: float, delta1_2: float, delta2_2: float,
              "V": 6.0 * N / d * float(dmax.mean()) * delta1_2,
              "VI": 48.0 * (N - 1) * L**2 * float(xnorm2.mean())}
     if mse_seq is not None:
-        mse = np.asarray(mse_seq, float)
+        mse = as_finite("mse_seq", mse_seq, lo=0)
         if mse.shape != (T, E, N):
             raise ValueError(f"mse_seq must have shape (T, E, N) = ({T}, {E}, {N}), got "
                              f"{mse.shape}")
