@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from channels.validation import as_float, as_int, check_memory
+
 #: Where a dataset lives during a GPU run (:meth:`ArrayDataset.placed`).
 PLACEMENTS = ("auto", "device", "host")
 
@@ -345,7 +347,6 @@ def _load_svhn_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
     """SVHN's cropped-digit ``.mat`` files: X (32, 32, 3, n) uint8, y (n, 1) in 1..10."""
     import scipy.io
 
-    from channels.validation import check_memory
 
     candidates = [data_dir, data_dir / "svhn"] if data_dir is not None else []
     root = next((c for c in candidates if all((c / f).is_file() for f in SVHN_FILES)), None)
@@ -401,8 +402,6 @@ def _read_rgb64(path: Path) -> np.ndarray:
 @lru_cache(maxsize=1)
 def _load_tiny_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
     """Tiny ImageNet's train and val splits as uint8 arrays, labels by ``wnids.txt`` order."""
-    from channels.validation import check_memory
-
     candidates = [data_dir / TINY_FOLDER, data_dir] if data_dir is not None else []
     root = next((c for c in candidates if (c / "wnids.txt").is_file()), None)
     if root is None:
@@ -503,14 +502,22 @@ def synthetic(alpha: float, beta: float, num_clients: int, rng: np.random.Genera
     DatasetSplits
         With ``natural_partition`` giving each client's training indices.
     """
-    if num_clients < 1:
-        raise ValueError(f"`num_clients` must be >= 1, got {num_clients}")
-    if alpha < 0 or beta < 0:
-        raise ValueError(f"`alpha` and `beta` must be >= 0, got alpha={alpha}, beta={beta}")
+    num_clients = as_int("num_clients", num_clients, lo=1, hi=10**7)
+    alpha, beta = as_float("alpha", alpha, lo=0, hi=1e6), as_float("beta", beta, lo=0, hi=1e6)
+    dim = as_int("dim", dim, lo=1, hi=10**6)
+    num_classes = as_int("num_classes", num_classes, lo=2, hi=10**6)
+    test_fraction = as_float("test_fraction", test_fraction, lo=0, hi=1, hi_open=True)
+    if samples_per_client is not None:
+        samples_per_client = as_int("samples_per_client", samples_per_client, lo=1, hi=10**9)
+    # float64 draws and the float32 copy, at the largest count (1000 with the FedProx draw)
+    most = float(num_clients) * (samples_per_client or 1000)
+    check_memory(most * (dim * 12 + num_classes * 8 + 16),
+                 f"synthetic data of {num_clients} clients x {samples_per_client or '<= 1000'} "
+                 f"samples x {dim} features", "use fewer clients or samples per client")
     if samples_per_client is None:
         counts = np.minimum(rng.lognormal(4, 2, num_clients).astype(int) + 50, 1000)
     else:
-        counts = np.full(num_clients, int(samples_per_client))
+        counts = np.full(num_clients, samples_per_client)
     sigma = np.arange(1, dim + 1, dtype=np.float64) ** -1.2
     xs_tr, ys_tr, xs_te, ys_te, parts = [], [], [], [], []
     offset = 0
