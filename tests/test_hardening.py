@@ -342,6 +342,23 @@ def test_fl_helpers_validate_their_arguments():
             call()
 
 
+def test_models_and_latency_models_validate_their_arguments():
+    """build_model refuses a bad seed, class count or sample shape, and an image too small
+    for the layers (before round 1); the shifted-exponential latency refuses NaN speeds."""
+    from wirelessfl.models import build_model
+    from wirelessfl.simtime import ShiftedExponential
+
+    bad = {"do not fit": lambda: build_model("lenet5", (3, 5, 5), 10, seed=0),
+           "`num_classes`": lambda: build_model("fcnn", (1, 28, 28), 0, seed=0),
+           "`seed`": lambda: build_model("fcnn", (1, 28, 28), 10, seed=-1),
+           "`sample_shape`": lambda: build_model("fcnn", (1, 0, 28), 10, seed=0),
+           "`speed`": lambda: ShiftedExponential(task_constants=[1.0], speed=[float("nan")],
+                                                 steps=[1])}
+    for match, call in bad.items():
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
 # --------------------------------------------------------------------------- run folders
 
 

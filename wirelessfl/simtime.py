@@ -35,6 +35,7 @@ import numpy as np
 from channels.rates import tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
+from channels.validation import as_finite, as_float
 from wirelessfl.snapshot import snapshot_type
 
 
@@ -90,12 +91,15 @@ class ShiftedExponential(LatencyModel):
     """
 
     def __init__(self, *, task_constants, speed, steps, kappa: float = 0.5) -> None:
-        self.c = np.asarray(task_constants, dtype=float)
-        self.speed = np.asarray(speed, dtype=float)
-        self.steps = np.broadcast_to(np.asarray(steps, dtype=float), self.c.shape)
-        if (self.c <= 0).any() or (self.speed <= 0).any() or kappa <= 0:
-            raise ValueError("task constants, speeds and kappa must be > 0")
-        self.kappa = float(kappa)
+        self.c = as_finite("task_constants", task_constants, lo=0, lo_open=True)
+        self.speed = as_finite("speed", speed, lo=0, lo_open=True)
+        steps = as_finite("steps", steps, lo=0)
+        try:
+            self.steps = np.broadcast_to(steps, self.c.shape)
+        except ValueError:
+            raise ValueError(f"`steps` {steps.shape} must broadcast to the tasks' shape "
+                             f"{self.c.shape}") from None
+        self.kappa = as_float("kappa", kappa, lo=0, lo_open=True)
 
     def sample(self, client: int, task: int, rng: np.random.Generator) -> float:  # noqa: D102
         beta = self.kappa * self.c[task] * self.speed[client]

@@ -53,7 +53,12 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     with ``seed`` (the global torch RNG is left as it was).
     """
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+        raise ValueError(f"unknown model {short(name)}; choose one of {', '.join(MODELS)}")
+    seed = as_int("seed", seed, lo=0, hi=2**63 - 1)
+    num_classes = as_int("num_classes", num_classes, lo=1, hi=10**7)
+    if not isinstance(sample_shape, (tuple, list)) or not 1 <= len(sample_shape) <= 4:
+        raise ValueError(f"`sample_shape` must be a tuple of 1 to 4 sizes, got {short(sample_shape)}")
+    sample_shape = tuple(as_int("sample_shape", s, lo=1, hi=10**7) for s in sample_shape)
     needs_image = name in ("lenet5", "cifar_cnn", "feddyn_cnn", "resnet18", "resnet18_bn",
                            "svhn_cnn", "resnet_proj")
     if needs_image and len(sample_shape) != 3:
@@ -65,8 +70,10 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     else:
         try:
             with torch.device("meta"):  # sizes only: nothing is allocated
-                size = sum(p.numel() for p in MODELS[name](tuple(sample_shape), num_classes,
-                                                           **options).parameters())
+                probe = MODELS[name](tuple(sample_shape), num_classes, **options)
+                size = sum(p.numel() for p in probe.parameters())
+                if needs_image:  # an image too small for the layers fails here, not in round 1
+                    probe.eval()(torch.empty(1, *sample_shape))
         except (TypeError, RuntimeError, ValueError) as exc:
             raise ValueError(f"model {name!r}: options {short(options)} do not fit inputs of "
                              f"shape {tuple(sample_shape)}: {str(exc).splitlines()[0][:100]}") from None
