@@ -133,3 +133,13 @@ def test_sweep_over_a_grid_reuses_finished_runs(tmp_path, capsys):
         assert main(["sweep", "fedavg_fmnist", *bad, "--out", str(tmp_path / "y")]) == 2
         assert says in capsys.readouterr().err
     assert not (tmp_path / "y").exists()
+
+
+def test_ray_addresses_are_checked_before_anything_runs():
+    """--address: auto or HOST:PORT (names, IPv4, [IPv6], optional ray://); anything else
+    is refused up front, even when every run is already finished."""
+    for good in ("auto", "127.0.0.1:6379", "ray://head-node:10001", "[::1]:6379"):
+        RayOptions(address=good)
+    for bad in ("bad::addr", "host", "host:0", "host:70000", " auto", "-x:1", "a b:1"):
+        with pytest.raises(ValueError, match="--address"):
+            RayOptions(address=bad)

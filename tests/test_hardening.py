@@ -152,7 +152,7 @@ BAD_SETS = [
     (["local.steps=1e9"], "local.steps"), (["rounds=0"], "rounds"), (["rounds=-3"], "rounds"),
     (["data.alpha=-1"], "data.alpha"), (["data.samples_per_client=0"], "samples_per_client"),
     (["data.num_clients=1000000", "data.samples_per_client=10000"], "GiB"),
-    (["data.placement=gpu"], "data.placement"),
+    (["data.placement=gpu"], "data.placement"), (["data.tokenizer=/etc"], "data.tokenizer"),
     (["model.options.hidden=0"], "hidden"), (["model.options.hidden=100000000"], "hidden"),
     (["model.options.dropout=1.5"], "dropout"), (["seed=-1"], "seed"),
     (["local.betas=[0.9]"], "2 entries"), (["algorithm=[1,2]"], "algorithm"),

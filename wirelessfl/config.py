@@ -41,6 +41,7 @@ from wirelessfl.configtypes import (
     checked,
 )
 from wirelessfl.data.datasets import NORMALIZATIONS, PLACEMENTS
+from wirelessfl.data.text import TEXT_DATASETS
 from wirelessfl.errors import ConfigError, check_config_size, short
 from wirelessfl.initial_model import InitialModelConfig
 from wirelessfl.network import NetworkConfig
@@ -141,6 +142,9 @@ class DataConfig:
     placement: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.tokenizer is not None and self.dataset not in TEXT_DATASETS:
+            raise ConfigError(f"data.tokenizer is for text datasets ({', '.join(TEXT_DATASETS)}); "
+                              f"{short(self.dataset)} does not use one: remove it")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"data.placement must be one of {', '.join(PLACEMENTS)}, "
                               f"got {short(self.placement)}")
