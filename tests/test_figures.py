@@ -270,6 +270,11 @@ def test_run_keys_are_stable_when_options_are_added():
     assert RunSpec("", "", None, 0, text).key != "f30d95eda09b"
     placed = {**raw, "data": {**raw["data"], "placement": "auto"}}
     assert RunSpec("", "", None, 0, placed).key == "f30d95eda09b"
+    # multi-task runs (FedAST): the options inside each task's data stay out too (the key is
+    # the one the code gave before the text options were added)
+    multi = {"tasks": ["synthetic_linear", "synthetic_linear"], "seed": 1,
+             "pool": {"clients": 20}, "max_rounds": 3}
+    assert RunSpec("", "", None, 0, multi).key == "c900ed0f7bde"
 
 
 def test_multitask_data_seeds_are_stable_when_options_are_added():
