@@ -5,6 +5,7 @@ import pytest
 import wirelessfl.runner as runner
 from wirelessfl.cli import main
 from wirelessfl.config import resolve
+from wirelessfl.errors import RunFolderError
 from wirelessfl.records import RunRecord
 
 RAW = {"name": "tiny", "seed": 5, "rounds": 4, "target_accuracy": 0.3,
@@ -41,6 +42,28 @@ def test_resume_equals_uninterrupted(tmp_path, monkeypatch, interrupt_after):
     full = json.loads((tmp_path / "full" / "summary.json").read_text())
     cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert cut["final_accuracy"] == full["final_accuracy"]
+
+
+def test_a_run_made_before_an_option_existed_still_resumes(tmp_path, interrupt_after):
+    """A folder whose config.yaml predates later options (text settings, placement) resumes
+    with the numbers of an uninterrupted run; a real config change is still refused."""
+    import yaml
+
+    runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
+    exp = runner.prepare(resolve(RAW))
+    interrupt_after(exp, 2)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(exp, tmp_path / "cut", quiet=True)
+    path = tmp_path / "cut" / "config.yaml"
+    stored = yaml.safe_load(path.read_text())
+    for key in ("tokenizer", "max_length", "placement"):
+        del stored["data"][key]
+    path.write_text(yaml.safe_dump(stored))
+    with pytest.raises(RunFolderError, match="different config"):
+        runner.run(runner.prepare(resolve({**RAW, "seed": 6})), tmp_path / "cut", resume=True,
+                   quiet=True)
+    runner.run(runner.prepare(resolve(RAW)), tmp_path / "cut", resume=True, quiet=True)
+    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
 
 
 def test_quickstart_learns_and_plots(tmp_path, capsys):

@@ -31,6 +31,7 @@ import yaml
 
 from wirelessfl.client import LocalHParams
 from wirelessfl.configtypes import (
+    LATER_DEFAULTS,
     AlgorithmConfig,
     _coerce,
     _lists,
@@ -39,6 +40,7 @@ from wirelessfl.configtypes import (
     build_dataclass,
     check_name,
     checked,
+    without_later_defaults,
 )
 from wirelessfl.data.datasets import NORMALIZATIONS, PLACEMENTS
 from wirelessfl.data.text import TEXT_DATASETS
@@ -50,30 +52,6 @@ from wirelessfl.population import PopulationConfig
 PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
               "dirichlet_per_client", "two_group", "two_shard", "half", "partial_overlap",
               "distinct", "natural")
-
-
-#: Fields added after runs were made, with their defaults: run keys (figures) and data seeds
-#: (multi-task runs) leave them out while they hold these values, so that existing runs keep
-#: their keys and their numbers.
-LATER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "data": {"tokenizer": None, "max_length": 128, "placement": "auto"}}
-
-
-def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` without the :data:`LATER_DEFAULTS` it holds.
-
-    ``raw`` is a resolved config as a mapping, single- or multi-task: the defaults are left
-    out at the top level and in each of its ``tasks``.
-    """
-    out = dict(raw)
-    for section, defaults in LATER_DEFAULTS.items():
-        if isinstance(out.get(section), dict):
-            out[section] = {k: v for k, v in out[section].items()
-                            if not (k in defaults and v == defaults[k])}
-    if isinstance(out.get("tasks"), list):
-        out["tasks"] = [without_later_defaults(t) if isinstance(t, dict) else t
-                        for t in out["tasks"]]
-    return out
 
 
 __all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "RunConfig", "resolve",

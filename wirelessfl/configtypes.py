@@ -196,3 +196,25 @@ def _lists(value: Any) -> Any:
     return value
 
 
+#: Fields added after runs were made, with their defaults: run keys (figures) and data seeds
+#: (multi-task runs) leave them out while they hold these values, so that existing runs keep
+#: their keys and their numbers.
+LATER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"tokenizer": None, "max_length": 128, "placement": "auto"}}
+
+
+def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` without the :data:`LATER_DEFAULTS` it holds.
+
+    ``raw`` is a resolved config as a mapping, single- or multi-task: the defaults are left
+    out at the top level and in each of its ``tasks``.
+    """
+    out = dict(raw)
+    for section, defaults in LATER_DEFAULTS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items()
+                            if not (k in defaults and v == defaults[k])}
+    if isinstance(out.get("tasks"), list):
+        out["tasks"] = [without_later_defaults(t) if isinstance(t, dict) else t
+                        for t in out["tasks"]]
+    return out

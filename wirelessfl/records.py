@@ -40,6 +40,7 @@ import torch
 import yaml
 
 import wirelessfl
+from wirelessfl.configtypes import without_later_defaults
 from wirelessfl.errors import RunFolderError
 
 BYTES_PER_PARAM = 4
@@ -175,7 +176,8 @@ class RunRecord:
         """Lock the folder and start a run there, or with ``resume`` continue the one there.
 
         A new run needs a folder that does not exist or is empty; a resumed one must hold a
-        run of the same resolved ``config``. Returns the last checkpoint (None if none).
+        run of the same resolved ``config`` (options added since, at their defaults, do not
+        count: :data:`wirelessfl.configtypes.LATER_DEFAULTS`). Returns the last checkpoint (None if none).
         Raises :class:`~wirelessfl.errors.RunFolderError` (nothing written) otherwise.
         """
         if resume and not self.folder.is_dir():
@@ -197,7 +199,7 @@ class RunRecord:
                 raise RunFolderError(f"--resume: {self.folder} holds no run (no config.yaml); "
                                      "nothing was changed there. Start the run in a new folder "
                                      "with --out")
-            if self.config() != config:
+            if without_later_defaults(self.config()) != without_later_defaults(config):
                 raise RunFolderError(f"--resume: {self.folder} was made with a different config; "
                                      "resume with the same preset and --set values (or none)")
             return self.load_checkpoint()
