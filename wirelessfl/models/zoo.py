@@ -259,13 +259,15 @@ class _Block(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int, groups: int, kind: str = "gn") -> None:
         super().__init__()
         self.kind = kind
-        self.conv1 = layers.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        cl = kind != "bn"  # a convolution feeding BatchNorm stacks in NCHW (layers.Conv2d)
+        self.conv1 = layers.Conv2d(cin, cout, 3, stride, 1, bias=False, channels_last=cl)
         setattr(self, f"{kind}1", _norm(kind, cout, groups))
-        self.conv2 = layers.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.conv2 = layers.Conv2d(cout, cout, 3, 1, 1, bias=False, channels_last=cl)
         setattr(self, f"{kind}2", _norm(kind, cout, groups))
         self.shortcut = nn.Sequential()
         if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(layers.Conv2d(cin, cout, 1, stride, bias=False),
+            self.shortcut = nn.Sequential(layers.Conv2d(cin, cout, 1, stride, bias=False,
+                                                        channels_last=cl),
                                           _norm(kind, cout, groups))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -289,7 +291,7 @@ class SVHNEfficient(FLModel):
         c, h, w = sample_shape
         widths = ((c, 32), (32, 32), (32, 64), (64, 64), (64, 128))
         for i, (cin, cout) in enumerate(widths, 1):
-            setattr(self, f"conv{i}", layers.Conv2d(cin, cout, 3, 1, 1))
+            setattr(self, f"conv{i}", layers.Conv2d(cin, cout, 3, 1, 1, channels_last=False))
             setattr(self, f"bn{i}", nn.BatchNorm2d(cout))
         self.fc1 = layers.Linear(128 * (h // 8) * (w // 8), 256)
         self.fc2 = layers.Linear(256, num_classes)
@@ -365,7 +367,7 @@ class ResNet18BN(FLModel):
     def __init__(self, sample_shape: tuple[int, ...], num_classes: int, augment: bool = False):
         super().__init__()
         self.augment = augment
-        self.conv1 = layers.Conv2d(sample_shape[0], 64, 3, 1, 1, bias=False)
+        self.conv1 = layers.Conv2d(sample_shape[0], 64, 3, 1, 1, bias=False, channels_last=False)
         self.bn1 = nn.BatchNorm2d(64)
         stages, cin = [], 64
         for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
@@ -404,7 +406,7 @@ class ResNetProjection(FLModel):
         if depth not in self.DEPTHS:
             raise ValueError(f"depth must be 18 or 34, got {depth!r}")
         self.augment, self.pretrained = augment, pretrained
-        self.conv1 = layers.Conv2d(sample_shape[0], 64, 7, 2, 3, bias=False)
+        self.conv1 = layers.Conv2d(sample_shape[0], 64, 7, 2, 3, bias=False, channels_last=False)
         self.bn1 = nn.BatchNorm2d(64)
         cin = 64
         for stage, (cout, blocks) in enumerate(zip((64, 128, 256, 512), self.DEPTHS[depth]), 1):
