@@ -79,6 +79,14 @@ def test_quickstart_learns_and_plots(tmp_path, capsys):
     png = tmp_path / "p.png"
     assert main(["plot", str(out), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # an existing file is never overwritten; the run's own plot is redrawn
+    foreign = tmp_path / "mine.png"
+    foreign.write_bytes(b"not yours")
+    assert main(["plot", str(out), "--out", str(foreign)]) == 2
+    assert foreign.read_bytes() == b"not yours" and "exists" in capsys.readouterr().err
+    assert main(["plot", str(out)]) == 0
+    assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.rglob("*.tmp"))
 
 
 @pytest.mark.parametrize("args,match", [

@@ -127,8 +127,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise ConfigError(f"{f} is not a run folder (no metrics.jsonl)")
     if args.out is not None and (Path(args.out).is_dir() or Path(args.out).suffix.lower() != ".png"):
         raise ConfigError(f"--out {args.out}: give a file name ending in .png")
-    out = args.out or (Path(args.runs[0]) / "accuracy.png" if len(args.runs) == 1
-                       else Path("comparison.png"))
+    own = Path(args.runs[0]) / "accuracy.png" if len(args.runs) == 1 else None
+    out = Path(args.out) if args.out else (own or Path("comparison.png"))
+    if (out.exists() or out.is_symlink()) and out != own:  # a run's own plot is redrawn
+        raise ConfigError(f"{out} exists; give a new file name with --out (nothing is "
+                          "overwritten)")
     print(plot_runs(args.runs, out))
     return 0
 

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from wirelessfl.records import RunRecord  # noqa: E402
+from wirelessfl.records import RunRecord, _atomic_write  # noqa: E402
 
 _AXES = (("round", "global round"), ("uplink_mb_per_client", "uplink per client [MB]"),
          ("sim_time_s", "simulated time [s]"))
@@ -38,6 +38,8 @@ def plot_runs(folders: Sequence[str | Path], out: str | Path) -> Path:
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:  # written aside and renamed: an interrupted save leaves no half-written PNG
+        _atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    finally:
+        plt.close(fig)
     return out
