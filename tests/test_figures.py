@@ -288,3 +288,16 @@ def test_multitask_data_seeds_are_stable_when_options_are_added():
     assert _data_key(data) == 3762195437
     assert _data_key(dataclasses.replace(data, placement="host")) == 3762195437
     assert _data_key(dataclasses.replace(data, max_length=64)) != 3762195437
+
+
+def test_a_foreign_report_folder_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """figures/sweep write tables, plots and a README into their report folder: a folder
+    holding files this tool did not write is refused before anything runs."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "README.md").write_text("my notes")
+    argv = ["sweep", "quickstart", "--grid", "rounds=1", "--out", str(out), "--quiet"]
+    assert main(argv) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["README.md"]
+    assert (out / "README.md").read_text() == "my notes"

@@ -979,9 +979,30 @@ def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = N
                      quiet=quiet, log=log, jobs=jobs, ray=ray)
 
 
+#: Marks a report folder as this tool's: its tables, plots and README may be rewritten.
+REPORT_MARK = ".wirelessfl-report"
+
+
+def _claim_report_folder(root: Path) -> None:
+    """Use ``root`` only if it is new, empty or a report folder made here (else ConfigError).
+
+    A folder from before the mark existed is recognised by its ``runs/`` folder. Nothing
+    that this tool did not write is ever overwritten.
+    """
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"report folder {root} is a file; give a folder with --out")
+    if (root.is_dir() and any(root.iterdir()) and not (root / REPORT_MARK).is_file()
+            and not (root / "runs").is_dir()):
+        raise ConfigError(f"report folder {root} holds files this tool did not write; give a "
+                          "new or empty folder with --out (nothing is overwritten)")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / REPORT_MARK).touch()
+
+
 def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
               log: Callable[[str], None], jobs: int, ray: Any) -> list[Path]:
     """Train the figures' missing runs (each once), then render them under ``root``."""
+    _claim_report_folder(root)
     todo = missing_runs(figures, root)
     log(f"{what}: {len(todo)} of {len({r.key for f in figures for r in f.runs})} runs to do; "
         f"report folder {root}")
