@@ -271,16 +271,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     from wirelessfl.figures import load_figures, missing_runs, regenerate, series_label
 
     out = Path(args.out or Path("reports") / args.paper / args.scale)
-    if args.data_dir is not None and not Path(args.data_dir).is_dir():
-        raise ConfigError(f"--data-dir {args.data_dir} is not a folder; pass the folder that "
-                          "holds the dataset files")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file; give a folder for the report")
-    cores = os.cpu_count() or 1
-    if args.jobs > cores:
-        raise ConfigError(f"--jobs {args.jobs}: this machine has {cores} cores; each job is a "
-                          f"process with its own data and model, use at most {cores}")
-    extra = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
+    extra = _report_args(args, out)
     if args.dry_run:
         figures = load_figures(args.paper, args.scale, args.only, extra)
         todo = {r.key for r in missing_runs(figures, out)}
@@ -298,6 +289,20 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return _report(out, "figures", lambda: regenerate(
         args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
         log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray))
+
+
+def _report_args(args: argparse.Namespace, out: Path) -> list[str]:
+    """Check the options figures and sweep share; the ``--data-dir`` override they imply."""
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise ConfigError(f"--data-dir {args.data_dir} is not a folder; pass the folder that "
+                          "holds the dataset files")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder for the report")
+    cores = os.cpu_count() or 1
+    if args.jobs > cores:
+        raise ConfigError(f"--jobs {args.jobs}: this machine has {cores} cores; each job is a "
+                          f"process with its own data and model, use at most {cores}")
+    return [f"data.data_dir={args.data_dir}"] if args.data_dir else []
 
 
 def _report(out: Path, command: str, produce: Callable[[], list[Path]]) -> int:
@@ -348,17 +353,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from wirelessfl.figures import sweep
 
     out = Path(args.out or Path("reports") / "sweeps" / Path(args.config).stem)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file; give a folder for the sweep")
-    cores = os.cpu_count() or 1
-    if args.jobs > cores:
-        raise ConfigError(f"--jobs {args.jobs}: this machine has {cores} cores; use at most {cores}")
+    extra = _report_args(args, out)
     ray = _ray_options(args)
     try:
         seeds = [int(x) for x in args.seeds.split(",")]
     except ValueError:
         raise ConfigError(f"--seeds {args.seeds[:40]!r}: give integers separated by commas") from None
-    extra = [f"data.data_dir={args.data_dir}"] if args.data_dir else []
     return _report(out, "sweep", lambda: sweep(
         args.config, args.grid or [], seeds, out, extra=extra + (args.set or []),
         quiet=args.quiet, log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray))

@@ -30,7 +30,7 @@ from channels.validation import as_float, as_int
 
 #: ``auto``, or HOST:PORT (a name, IPv4 or [IPv6] host) with an optional ``ray://``.
 _ADDRESS = re.compile(r"auto|(ray://)?([A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
-                      r":[0-9]{1,5}")
+                      r":(?P<port>[0-9]{1,5})")
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,9 @@ class RayOptions:
         as_float("--cpus-per-run", self.cpus_per_run, lo=0, hi=1024, lo_open=True)
         as_float("--gpus-per-run", self.gpus_per_run, lo=0, hi=64)
         as_int("--retries", self.retries, lo=0, hi=100)
-        if self.address is not None and not (isinstance(self.address, str)
-                                             and _ADDRESS.fullmatch(self.address)
-                                             and 0 < int(self.address.rsplit(":", 1)[-1]
-                                                         if ":" in self.address else 1) < 65536):
+        match = _ADDRESS.fullmatch(self.address) if isinstance(self.address, str) else None
+        if self.address is not None and not (match and (match["port"] is None
+                                                        or 0 < int(match["port"]) < 65536)):
             raise ValueError(f"--address must be 'auto' or HOST:PORT (or ray://HOST:PORT), "
                              f"got {str(self.address)[:60]!r}")
 

@@ -185,9 +185,8 @@ class ArrayDataset:
             x, y = x.view(*index.shape, *self.sample_shape), y.view(index.shape)
         else:
             x, y = self.x[index], self.y[index]
-        blocking = not x.is_pinned()
-        return (x.to(device, non_blocking=not blocking),
-                y.to(device, non_blocking=not blocking))
+        pinned = x.is_pinned()  # an asynchronous copy needs a pinned source
+        return x.to(device, non_blocking=pinned), y.to(device, non_blocking=pinned)
 
 
 @dataclass(frozen=True, eq=False)
@@ -346,7 +345,6 @@ SVHN_FILES = ("train_32x32.mat", "test_32x32.mat")
 def _load_svhn_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
     """SVHN's cropped-digit ``.mat`` files: X (32, 32, 3, n) uint8, y (n, 1) in 1..10."""
     import scipy.io
-
 
     candidates = [data_dir, data_dir / "svhn"] if data_dir is not None else []
     root = next((c for c in candidates if all((c / f).is_file() for f in SVHN_FILES)), None)

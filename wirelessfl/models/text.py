@@ -47,10 +47,10 @@ def gpt2_size(config: dict[str, Any] | None, model_dir: str | None) -> int:
     return int(c["n_layer"]) * block + (int(c["vocab_size"]) + int(c["n_positions"])) * e
 
 
-def _ids(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids (padding → 0) and the attention mask from the stored floats."""
+def _ids(x: torch.Tensor, pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids (padding → ``pad``) and the attention mask from the stored floats."""
     mask = x >= 0
-    return torch.where(mask, x, torch.zeros_like(x)).long(), mask
+    return torch.where(mask, x, torch.full_like(x, pad)).long(), mask
 
 
 class FastText(FLModel):
@@ -134,8 +134,7 @@ class GPT2LoRA(FLModel):
         self.vocab_size = cfg.vocab_size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        ids, mask = _ids(x)
-        ids = torch.where(mask, ids, torch.full_like(ids, self.pad_id))
+        ids, mask = _ids(x, self.pad_id)
         return self.net(input_ids=ids, attention_mask=mask.long()).logits
 
     def lora_parameter_count(self) -> int:
