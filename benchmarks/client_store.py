@@ -4,7 +4,7 @@
 
 A simulated population of ``--clients`` clients each holding two d-vectors (FAdamGC's
 (y_i, v_i), SCAFFOLD's c_i and a spare) of the CIFAR ResNet-18 with BatchNorm (d = 11.2 M),
-kept by :mod:`wirelessfl.client_store` on the CPU. A round loads the states of
+kept by :mod:`wirelessfl.engine.client_store` on the CPU. A round loads the states of
 ``--per-round`` clients onto the compute device. Printed: the store's bytes (CPU), the
 bytes a round puts on the device (``torch.cuda.max_memory_allocated`` on a GPU; the loaded
 tensors' bytes on a CPU-only machine, where the device is the CPU) and both for twice the
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from wirelessfl import client_store
+from wirelessfl.engine import client_store
 from wirelessfl.models import build_model
 
 

@@ -35,9 +35,9 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from wirelessfl.client import evaluate
-from wirelessfl.config import resolve
-from wirelessfl.runner import prepare
+from wirelessfl.engine.client import evaluate
+from wirelessfl.run.config import resolve
+from wirelessfl.run.rounds import prepare
 
 MODELS = ("fcnn", "lenet5")
 ALGOS = {"HIST N=4": {"cells": 4, "split": True}, "HFedAvg N=4": {"cells": 4, "split": False}}

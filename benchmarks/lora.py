@@ -21,9 +21,9 @@ import time
 import numpy as np
 import torch
 
-from wirelessfl.batched import BatchedExecutor
-from wirelessfl.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
-from wirelessfl.data.datasets import ArrayDataset
+from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
 from wirelessfl.models import build_model
 
 SIZES = {"tiny": {"n_embd": 64, "n_layer": 2, "n_head": 2},

@@ -26,7 +26,7 @@ import numpy as np
 
 from solvers import mask_sizes
 from solvers.latency import size_cap, uniform_sizes
-from wirelessfl.wireless import draw_resources, unit_latency
+from wirelessfl.net.resources import draw_resources, unit_latency
 
 LIMITS = {"exact": 10**5, "highs": 1024, "gurobi": 1024}
 

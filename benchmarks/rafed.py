@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from wirelessfl import client_store
-from wirelessfl.runner import prepare
+from wirelessfl.engine import client_store
+from wirelessfl.run.rounds import prepare
 
 LEVELS = [1.0, 0.5, 0.25, 0.125, 0.0625]
 

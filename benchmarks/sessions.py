@@ -18,11 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from wirelessfl.config import resolve
-from wirelessfl.records import RunRecord
-from wirelessfl.runloop import execute
-from wirelessfl.runner import RoundsJob, prepare
-from wirelessfl.sessions import session_store_bytes
+from wirelessfl.algorithms.dynamic.sessions import session_store_bytes
+from wirelessfl.run.config import resolve
+from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import RoundsJob, prepare
+from wirelessfl.run.shell import execute
 
 
 def measure(sessions: int, rounds_per_session: int, rule: str = "proposed") -> dict:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.config import resolve
-from wirelessfl.runner import prepare
+from wirelessfl.run.config import resolve
+from wirelessfl.run.rounds import prepare
 
 SYN = {"seed": 3, "rounds": 3,
        "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 60},
@@ -62,7 +62,7 @@ def test_fedavg_samples_weighting_and_partial_participation():
 
 def test_fedavg_fashion_mnist_beats_75_percent(fmnist):
     """FedAvg, 10 IID clients, FCNN on real Fashion-MNIST: > 75% test accuracy in 3 rounds."""
-    from wirelessfl.client import evaluate
+    from wirelessfl.engine.client import evaluate
 
     exp = prepare(resolve({"seed": 0, "rounds": 3, "device": "cpu",
                            "data": {"dataset": "fashion_mnist", "partition": "iid",
@@ -76,7 +76,7 @@ def test_fedavg_fashion_mnist_beats_75_percent(fmnist):
 
 
 def test_hparams_are_frozen_and_validated():
-    from wirelessfl.algorithms.hfedavg import HFedAvgHParams
+    from wirelessfl.algorithms.hist.hfedavg import HFedAvgHParams
 
     hp = HFedAvgHParams(cells=4)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.batched import BatchedExecutor
-from wirelessfl.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
 from wirelessfl.data import ArrayDataset
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
 from wirelessfl.models import build_model
-from wirelessfl.submodel import Submodel, random_disjoint_selections
+from wirelessfl.server.submodel import Submodel, random_disjoint_selections
 
 MODELS = [("fcnn", (1, 28, 28)), ("lenet5", (1, 28, 28)), ("cifar_cnn", (3, 32, 32))]
 OPTIMISERS = [{"optimizer": "sgd"}, {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 1e-3},
@@ -91,8 +91,8 @@ def test_batched_epochs_mode_and_subclassed_updates_fall_back_to_the_loop():
 
 
 def test_hist_round_with_the_batched_engine_equals_the_loop():
-    from wirelessfl.config import resolve
-    from wirelessfl.runner import prepare
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import prepare
 
     raw = {"seed": 1, "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 50},
            "model": {"name": "fcnn", "options": {"hidden": 30, "dropout": 0.0}},
@@ -113,8 +113,8 @@ def test_hist_round_with_the_batched_engine_equals_the_loop():
                                        {"name": "moon", "mu": 1.0}])
 def test_chunked_batched_groups_give_the_numbers_of_one_group(algorithm):
     """max_batch splits a round's stacked group into chunks (GPU memory): same results."""
-    from wirelessfl.config import resolve
-    from wirelessfl.runner import prepare
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import prepare
 
     raw = {"seed": 2, "rounds": 2, "engine": "batched", "algorithm": algorithm,
            "data": {"dataset": "synthetic", "num_clients": 7, "samples_per_client": 30},

@@ -6,12 +6,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import wirelessfl.runner as runner
-from wirelessfl.batched import BatchedExecutor
-from wirelessfl.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
-from wirelessfl.config import resolve
+import wirelessfl.run.rounds as runner
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
 from wirelessfl.models import MODELS, FLModel, build_model
 from wirelessfl.models import layers as L
+from wirelessfl.run.config import resolve
 
 
 class TinyBN(FLModel):
@@ -83,12 +83,12 @@ def test_buffers_are_the_plain_mean_of_the_clients():
 def test_evaluation_uses_the_averaged_statistics(tmp_path):
     raw = {**RAW, "name": "bn", "algorithm": {"name": "fedavg"}}
     full = runner.run(runner.prepare(resolve(raw)), tmp_path / "a", quiet=True)
-    from wirelessfl.records import RunRecord
+    from wirelessfl.run.records import RunRecord
 
     ckpt = RunRecord(tmp_path / "a").load_checkpoint()
     assert set(ckpt["buffers"]) == {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
     exp = runner.prepare(resolve(raw))
-    from wirelessfl.client import evaluate
+    from wirelessfl.engine.client import evaluate
 
     with_stats = evaluate(exp.model, ckpt["params"], exp.splits.test, buffers=ckpt["buffers"])
     assert with_stats[0] == pytest.approx(full["final_accuracy"])
@@ -111,7 +111,7 @@ def test_resnet18_with_batchnorm_trains_batched():
     assert model.buffers_state() and sum(v.numel() for v in model.params().values()) > 1e7
     x = torch.randn(8, 3, 8, 8)
     y = torch.randint(0, 10, (8,))
-    from wirelessfl.data.datasets import ArrayDataset
+    from wirelessfl.data.arrays import ArrayDataset
 
     data = ArrayDataset(x, y, 10)
     hp = LocalHParams(lr=0.01, batch_size=4, steps=1)
@@ -139,7 +139,7 @@ def test_svhn_cnn_has_the_papers_shape_and_trains_batched_as_in_the_loop():
     assert {"bn1.running_mean", "bn5.running_var"} <= set(model.buffers_state())
     out, z = model(torch.randn(3, 3, 32, 32), features=True)
     assert out.shape == (3, 10) and z.shape == (3, 256) and bool((z >= 0).all())
-    from wirelessfl.data.datasets import ArrayDataset
+    from wirelessfl.data.arrays import ArrayDataset
 
     g = torch.Generator().manual_seed(0)
     data = ArrayDataset(torch.randn(16, 3, 32, 32, generator=g),

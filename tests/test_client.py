@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.client import (
+from wirelessfl.data import ArrayDataset
+from wirelessfl.engine.client import (
     ClientError,
     ClientTask,
     LocalHParams,
@@ -10,7 +11,6 @@ from wirelessfl.client import (
     LoopExecutor,
     batch_schedule,
 )
-from wirelessfl.data import ArrayDataset
 from wirelessfl.models import build_model
 
 

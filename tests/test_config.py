@@ -1,7 +1,7 @@
 import pytest
 
-from wirelessfl.config import ConfigError, apply_overrides, list_presets, load_raw, resolve, to_dict
-from wirelessfl.multitask import is_multitask, multitask_to_dict, resolve_multitask
+from wirelessfl.run.config import ConfigError, apply_overrides, list_presets, load_raw, resolve, to_dict
+from wirelessfl.run.multitask import is_multitask, multitask_to_dict, resolve_multitask
 
 
 def test_roundtrip_of_every_preset():
@@ -49,9 +49,9 @@ def test_stored_config_equals_the_resolved_one_for_every_algorithm():
     """What run folders store (YAML) compares equal to to_dict, so --resume accepts it."""
     import yaml
 
-    from wirelessfl.algorithms import ALGORITHMS
+    from wirelessfl import registry
 
-    for name in ALGORITHMS:
+    for name in registry.names("rounds"):
         d = to_dict(resolve({"algorithm": {"name": name}}))
         assert yaml.safe_load(yaml.safe_dump(d)) == d
 
@@ -59,7 +59,7 @@ def test_stored_config_equals_the_resolved_one_for_every_algorithm():
 def test_nested_algorithm_sections_are_typed_and_validated():
     import dataclasses
 
-    from wirelessfl.configtypes import AlgorithmConfig, _plain, build_dataclass
+    from wirelessfl.run.configtypes import AlgorithmConfig, _plain, build_dataclass
 
     @dataclasses.dataclass(frozen=True)
     class Wrapper:

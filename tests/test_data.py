@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from wirelessfl.data import DataNotFoundError, load_dataset, read_idx, synthetic
-from wirelessfl.data.datasets import DataFileError
+from wirelessfl.data.arrays import DataFileError
 
 
 def _write_idx(path, arr):

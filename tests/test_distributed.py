@@ -10,9 +10,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from wirelessfl.distributed import RayOptions  # noqa: E402
-from wirelessfl.figures import load_figures, regenerate, run_folder  # noqa: E402
-from wirelessfl.records import RunRecord  # noqa: E402
+from wirelessfl.report import load_figures, regenerate, run_folder  # noqa: E402
+from wirelessfl.report.ray_executor import RayOptions  # noqa: E402
+from wirelessfl.run.records import RunRecord  # noqa: E402
 
 TOY = """
 base:

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl import client_store
-from wirelessfl.algorithms.fadamgc import TrackedAdam
-from wirelessfl.client import ClientTask, LocalHParams, LoopExecutor
-from wirelessfl.config import resolve
-from wirelessfl.data.datasets import ArrayDataset
-from wirelessfl.runner import prepare
+from wirelessfl.algorithms.fadamgc.fadamgc import TrackedAdam
+from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.engine import client_store
+from wirelessfl.engine.client import ClientTask, LocalHParams, LoopExecutor
+from wirelessfl.run.config import resolve
+from wirelessfl.run.rounds import prepare
 
 RAW = {"seed": 2, "data": {"dataset": "synthetic", "num_clients": 10, "samples_per_client": 30},
        "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.config import apply_overrides, resolve
-from wirelessfl.figures import load_figures
-from wirelessfl.records import RunRecord
-from wirelessfl.runner import prepare, run
+from wirelessfl.report import load_figures
+from wirelessfl.run.config import apply_overrides, resolve
+from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import prepare, run
 
 RESNET18_D = 11_173_962   # the CIFAR ResNet-18's parameter count (fadamgc.md §5.4)
 

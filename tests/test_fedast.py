@@ -6,22 +6,23 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.algorithms.centralized import Centralized, CentralizedHParams
-from wirelessfl.algorithms.fedast import (
+from wirelessfl.algorithms.fedast.centralized import Centralized, CentralizedHParams
+from wirelessfl.algorithms.fedast.fedast import (
     FedAST,
     FedASTHParams,
     normalised_variance,
     realloc_units,
     split_budget,
 )
-from wirelessfl.algorithms.sync_st import SyncST, SyncSTHParams
-from wirelessfl.client import LoopExecutor, batch_schedule
-from wirelessfl.config import ConfigError
-from wirelessfl.multitask import resolve_multitask, run_multitask
-from wirelessfl.records import RunRecord
+from wirelessfl.algorithms.fedast.simtime import ClientPool, LatencyModel
+from wirelessfl.algorithms.fedast.sync_st import SyncST, SyncSTHParams
+from wirelessfl.algorithms.fedast.tasks import train_requests
+from wirelessfl.engine.client import LoopExecutor, batch_schedule
 from wirelessfl.rng import Seeds
-from wirelessfl.simtime import ClientPool, LatencyModel
-from wirelessfl.tasks import build_tasks, train_requests
+from wirelessfl.run.config import ConfigError
+from wirelessfl.run.multitask import resolve_multitask, run_multitask
+from wirelessfl.run.records import RunRecord
+from wirelessfl.run.tasks import build_tasks
 
 N = 20
 
@@ -223,7 +224,7 @@ def test_ucb_round_zero_trains_everyone_then_prefers_high_loss_clients():
 
 
 def test_expected_improvement_prefers_candidates_near_cheap_assignments():
-    from wirelessfl.algorithms.sync_st import expected_improvement
+    from wirelessfl.algorithms.fedast.sync_st import expected_improvement
 
     rng = np.random.default_rng(0)
     cheap, costly = rng.integers(0, 2, 40), rng.integers(0, 2, 40)

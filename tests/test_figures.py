@@ -8,8 +8,7 @@ import pytest
 import yaml
 
 from wirelessfl.cli import main
-from wirelessfl.config import ConfigError, list_presets
-from wirelessfl.figures import (
+from wirelessfl.report import (
     all_done_time,
     load_figures,
     mean_accuracy_time,
@@ -19,7 +18,8 @@ from wirelessfl.figures import (
     run_folder,
     to_target,
 )
-from wirelessfl.records import RunRecord
+from wirelessfl.run.config import ConfigError, list_presets
+from wirelessfl.run.records import RunRecord
 
 TOY = {
     "base": {"rounds": 2, "target_accuracy": 0.5,
@@ -205,7 +205,7 @@ SESSIONS_TOY = {
 
 def test_transition_tables_average_the_first_rounds_of_each_session(tmp_path, monkeypatch):
     """dynamic_clients.md §4.3: transition k = session P+1+k, mean of its first rounds, over seeds."""
-    from wirelessfl.figures import panel_grid, session_starts, transition_accuracy
+    from wirelessfl.report import panel_grid, session_starts, transition_accuracy
 
     root = tmp_path / "experiments"
     (root / "dyn").mkdir(parents=True)
@@ -261,7 +261,7 @@ def test_dynamic_clients_figures_resolve_at_both_scales():
 def test_run_keys_are_stable_when_options_are_added():
     """A run's key is the hash of its resolved config; options added later (text datasets'
     tokenizer and max_length) stay out of it at their defaults, so earlier runs are found."""
-    from wirelessfl.figures import RunSpec
+    from wirelessfl.report import RunSpec
 
     raw = {"seed": 1, "rounds": 3, "data": {"dataset": "synthetic", "num_clients": 4},
            "algorithm": {"name": "fedavg"}}
@@ -281,8 +281,8 @@ def test_multitask_data_seeds_are_stable_when_options_are_added():
     """A task's partition seed hashes its data config; options added later (tokenizer,
     max_length, placement) stay out of it, so a task draws the same clients as before
     they existed (the value is the one the code gave before the text options were added)."""
-    from wirelessfl.config import DataConfig
-    from wirelessfl.tasks import _data_key
+    from wirelessfl.run.config import DataConfig
+    from wirelessfl.run.tasks import _data_key
 
     data = DataConfig(dataset="fashion_mnist", partition="iid", num_clients=100)
     assert _data_key(data) == 3762195437

@@ -11,17 +11,17 @@ import pytest
 import torch
 import yaml
 
-import wirelessfl.runner as runner
+import wirelessfl.run.rounds as runner
 from channels import aircomp, units
 from solvers import beamforming
+from wirelessfl.algorithms.fedast.snapshot import SnapshotError, decode
 from wirelessfl.cli import main
-from wirelessfl.config import resolve
 from wirelessfl.data import load_dataset
 from wirelessfl.data.partition import _LabelPools, _largest_remainder
 from wirelessfl.errors import ConfigError, RunFolderError, TrainingDiverged
-from wirelessfl.multitask import resolve_multitask, run_multitask
-from wirelessfl.records import RunRecord
-from wirelessfl.snapshot import SnapshotError, decode
+from wirelessfl.run.config import resolve
+from wirelessfl.run.multitask import resolve_multitask, run_multitask
+from wirelessfl.run.records import RunRecord
 
 RAW = {"name": "tiny", "seed": 5, "rounds": 3,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},
@@ -187,7 +187,7 @@ def test_bad_multitask_values_are_one_line(tmp_path, capsys, item, match):
 
 
 def test_exponent_numbers_parse():
-    from wirelessfl.config import apply_overrides
+    from wirelessfl.run.config import apply_overrides
 
     cfg = resolve(apply_overrides(RAW, ["local.lr=1e-3", "rounds=1e1"]))
     assert cfg.local.lr == 1e-3 and cfg.rounds == 10
@@ -315,8 +315,11 @@ def test_channel_helpers_validate_their_arguments(call, match):
 
 def test_fl_helpers_validate_their_arguments():
     """Aggregation, compression, masks and the HIST bound refuse what they cannot use."""
-    from wirelessfl import aggregation, compression, masks, theory
+    from wirelessfl.algorithms.hist import theory
+    from wirelessfl.algorithms.rafed import masks
     from wirelessfl.models.base import UnitGroup
+    from wirelessfl.net import compression
+    from wirelessfl.server import aggregation
 
     p = {"w": torch.ones(2, 3), "b": torch.zeros(3)}
     g = torch.Generator().manual_seed(0)
@@ -345,8 +348,8 @@ def test_fl_helpers_validate_their_arguments():
 def test_models_and_latency_models_validate_their_arguments():
     """build_model refuses a bad seed, class count or sample shape, and an image too small
     for the layers (before round 1); the shifted-exponential latency refuses NaN speeds."""
+    from wirelessfl.algorithms.fedast.simtime import ShiftedExponential
     from wirelessfl.models import build_model
-    from wirelessfl.simtime import ShiftedExponential
 
     bad = {"do not fit": lambda: build_model("lenet5", (3, 5, 5), 10, seed=0),
            "`num_classes`": lambda: build_model("fcnn", (1, 28, 28), 0, seed=0),
@@ -465,7 +468,7 @@ def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypat
 
 
 def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch):
-    from wirelessfl.tasks import TaskEnv
+    from wirelessfl.algorithms.fedast.tasks import TaskEnv
 
     cfg = resolve_multitask(MULTI)
     full = tmp_path / "full"
@@ -517,10 +520,10 @@ def test_lazy_chunks_give_the_same_numbers():
     sys.path.insert(0, os.path.dirname(__file__))
     from test_fedast import Fixed, N, _tasks
 
-    from wirelessfl.algorithms.fedast import FedAST, FedASTHParams
-    from wirelessfl.client import LoopExecutor
+    from wirelessfl.algorithms.fedast.fedast import FedAST, FedASTHParams
+    from wirelessfl.algorithms.fedast.simtime import ClientPool
+    from wirelessfl.engine.client import LoopExecutor
     from wirelessfl.rng import Seeds
-    from wirelessfl.simtime import ClientPool
 
     finals, held = [], []
     for max_batch in (1, 3, 64):

@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.client import evaluate
-from wirelessfl.config import ConfigError, resolve
-from wirelessfl.runner import prepare
-from wirelessfl.submodel import Submodel
+from wirelessfl.engine.client import evaluate
+from wirelessfl.run.config import ConfigError, resolve
+from wirelessfl.run.rounds import prepare
+from wirelessfl.server.submodel import Submodel
 
 SYN = {"seed": 3, "rounds": 2,
        "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 60},
@@ -54,7 +54,7 @@ def test_assembly_writes_each_cell_block_back_and_averages_shared_layers():
     new, report = algo.apply(x0)
     num = sum(v.numel() for v in x0.params.values())
     sizes = algo._sizes(algo._full_latency(0, num), num)
-    from wirelessfl.submodel import random_disjoint_selections
+    from wirelessfl.server.submodel import random_disjoint_selections
     sels = random_disjoint_selections(algo.groups, sizes, exp.seeds.generator("masks", 0))
     assert torch.equal(torch.sort(torch.cat([s["fc1"] for s in sels])).values, torch.arange(32))
     edges = []
@@ -127,9 +127,9 @@ def test_hist_learns_fashion_mnist(fmnist):
 @pytest.mark.parametrize("name, shape", [("fcnn", (1, 28, 28)), ("lenet5", (1, 28, 28))])
 def test_training_the_sliced_submodel_equals_masked_training_of_the_full_model(name, shape):
     """§1.3(e): H SGD steps on the sliced submodel, written back, equal masked SGD (5)."""
-    from wirelessfl.client import ClientTask, LocalHParams, LocalSGD
+    from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
     from wirelessfl.models import build_model
-    from wirelessfl.submodel import random_disjoint_selections
+    from wirelessfl.server.submodel import random_disjoint_selections
 
     model = build_model(name, shape, 10, seed=0, dropout=0.0)
     params, hp = model.params(), LocalHParams(lr=0.1, steps=5)
@@ -202,7 +202,7 @@ def test_optimised_sizes_minimise_the_logged_latency(fmnist):
 
 def test_hist_latency_uses_real_local_steps_and_real_cells(monkeypatch):
     """local.epochs sets H per client; padded clients of a smaller cell do not enter the max."""
-    from wirelessfl.topology import Topology
+    from wirelessfl.server.topology import Topology
 
     epochs = _exp(cells=2, edge_rounds=1)
     algo = epochs.algorithm
@@ -240,7 +240,7 @@ def test_cpu_frequencies_are_drawn_once_per_client_by_default():
 def test_table_one_megabytes_follow_from_the_accounting(setting, target, hist_n2, hfedavg_n2,
                                                         hist_n4, hfedavg_n4, rounds):
     """§6.6: Table I = integer rounds × E·0.169 MB·(vol_c + vol_f·share)/(vol_c + vol_f)."""
-    from wirelessfl.algorithms.hist import table_uplink_mb
+    from wirelessfl.algorithms.hist.hist import table_uplink_mb
     from wirelessfl.models.zoo import LeNet5
 
     per_round = [table_uplink_mb(5, *LeNet5.paper_volumes, share) for share in (1 / 2, 1, 1 / 4, 1)]

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from wirelessfl.initial_model import (
+from wirelessfl.algorithms.dynamic.initial_model import (
     SessionStore,
     blend,
     fingerprint,

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from wirelessfl.algorithms.scaffold import ControlledSGD
-from wirelessfl.batched import BatchedExecutor
-from wirelessfl.client import ClientTask, LocalHParams, LoopExecutor
-from wirelessfl.config import resolve
-from wirelessfl.runner import prepare
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LoopExecutor
+from wirelessfl.run.config import resolve
+from wirelessfl.run.rounds import prepare
 
 RAW = {"seed": 4, "rounds": 2,
        "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
@@ -105,8 +105,8 @@ def test_scaffold_correction_is_applied_in_both_engines():
 
 
 def test_scaffold_resumes_with_its_control_variates(tmp_path, monkeypatch, interrupt_after):
-    import wirelessfl.runner as runner
-    from wirelessfl.records import RunRecord
+    import wirelessfl.run.rounds as runner
+    from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "rounds": 4, "name": "sc", "algorithm": {"name": "scaffold", "clients_per_round": 4}}
     full = runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
@@ -140,7 +140,7 @@ def test_scaffold_m_control_variate_is_the_mean_raw_gradient():
     [res] = LoopExecutor().run(ControlledSGD(model, hp, beta=beta), exp.algorithm.env.train,
                                [task], hp)
     # replay: same batches, raw gradients summed by hand
-    from wirelessfl.client import batch_schedule
+    from wirelessfl.engine.client import batch_schedule
     data = exp.algorithm.env.train
     sched = batch_schedule(len(idx), hp, np.random.default_rng(5))
     x, total = dict(params), {k: torch.zeros_like(v) for k, v in params.items()}
@@ -191,8 +191,8 @@ def test_poly_schedule_restarts_and_reaches_zero():
 
 
 def test_single_task_run_stops_at_its_target(tmp_path):
-    import wirelessfl.runner as runner
-    from wirelessfl.records import RunRecord
+    import wirelessfl.run.rounds as runner
+    from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "name": "stop", "rounds": 30, "target_accuracy": 0.3, "stop_at_target": True,
            "algorithm": {"name": "fedavg"}}
@@ -223,8 +223,8 @@ def test_loop_equals_batched_with_dropout(algorithm):
 
 
 def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, monkeypatch, interrupt_after):
-    import wirelessfl.runner as runner
-    from wirelessfl.records import RunRecord
+    import wirelessfl.run.rounds as runner
+    from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "rounds": 7, "name": "ck", "checkpoint_every": 3,
            "algorithm": {"name": "scaffold", "state_dtype": "float16"}}
@@ -269,7 +269,7 @@ def test_moon_contrastive_term_changes_the_round():
 
 def test_moon_refuses_a_model_without_features():
     from wirelessfl.algorithms.moon import ContrastiveSGD
-    from wirelessfl.client import LocalHParams
+    from wirelessfl.engine.client import LocalHParams
     from wirelessfl.models import build_model
 
     model = build_model("feddyn_cnn", (1, 28, 28), 10, seed=0)
@@ -289,8 +289,8 @@ def test_moon_on_the_linear_model_contrasts_logits(engine):
 
 
 def test_a_restarted_schedule_survives_a_resume(tmp_path):
-    import wirelessfl.runner as runner
-    from wirelessfl.records import RunRecord
+    import wirelessfl.run.rounds as runner
+    from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "rounds": 3, "name": "sched", "algorithm": {"name": "fedavg"},
            "local": {**RAW["local"], "schedule": "poly", "schedule_rounds": 10}}

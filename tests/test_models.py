@@ -4,7 +4,7 @@ import torch
 from torch.func import functional_call
 
 from wirelessfl.models import build_model
-from wirelessfl.submodel import Submodel, random_disjoint_selections
+from wirelessfl.server.submodel import Submodel, random_disjoint_selections
 
 
 @pytest.mark.parametrize("name,shape,opts,count", [

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-import wirelessfl.runner as runner
+import wirelessfl.run.rounds as runner
 from wirelessfl.algorithms.base import RoundReport
-from wirelessfl.config import resolve
-from wirelessfl.network import LinkModel, NetworkConfig
-from wirelessfl.records import RunRecord
+from wirelessfl.net.links import LinkModel, NetworkConfig
+from wirelessfl.run.config import resolve
+from wirelessfl.run.records import RunRecord
 
 RAW = {"seed": 1, "rounds": 2,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 30},
@@ -95,7 +95,9 @@ def test_a_run_retimed_under_a_link_is_the_run_trained_under_it(tmp_path, link):
                tmp_path / "l", quiet=True)
     trained = RunRecord(tmp_path / "l").rows()
     assert [r["round"] for r in trained] == [0, 2, 4, 5]
-    retimed = runner.retime_run(tmp_path / "f", [f"network.{k}={v}" for k, v in link.items()])
+    from wirelessfl.run.retime import retime_run
+
+    retimed = retime_run(tmp_path / "f", [f"network.{k}={v}" for k, v in link.items()])
     assert retimed[0]["sim_time_s"] == 0.0   # the initial model
     assert [r["sim_time_s"] for r in retimed[1:]] == [r["sim_time_s"] for r in trained[1:]]
     assert [r["test_accuracy"] for r in retimed] == [r["test_accuracy"] for r in trained]

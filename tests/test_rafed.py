@@ -5,12 +5,12 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from wirelessfl.compression import compress, quantize_bound, relative_error
-from wirelessfl.config import ConfigError, resolve
-from wirelessfl.masks import draw, kept_units, parameter_fraction, ratio_for_fraction
+from wirelessfl.algorithms.rafed.masks import draw, kept_units, parameter_fraction, ratio_for_fraction
 from wirelessfl.models import build_model
-from wirelessfl.runner import prepare
-from wirelessfl.submodel import Submodel
+from wirelessfl.net.compression import compress, quantize_bound, relative_error
+from wirelessfl.run.config import ConfigError, resolve
+from wirelessfl.run.rounds import prepare
+from wirelessfl.server.submodel import Submodel
 
 SYN = {"seed": 5, "rounds": 2,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},
@@ -82,7 +82,7 @@ def test_ramfed_memory_moves_uncovered_coordinates_by_ubar():
 def test_memory_float16_halves_the_store():
     s32 = _rounds(_exp("ramfed", ratios=[1.0]), 1)[0]
     s16 = _rounds(_exp("ramfed", ratios=[1.0], memory_dtype="float16"), 1)[0]
-    from wirelessfl.client_store import nbytes
+    from wirelessfl.engine.client_store import nbytes
     assert nbytes(s16.client_states) * 2 == nbytes(s32.client_states)
     d = sum(v.numel() for v in s32.params.values())
     assert nbytes(s32.client_states) == 6 * d * 4
@@ -239,7 +239,7 @@ def test_bad_settings_are_one_line_errors():
             resolve({**SYN, "algorithm": {"name": "rafed", **bad}})
     from dataclasses import replace
 
-    from wirelessfl.algorithms.rafed import RAFed, RAFedHParams
+    from wirelessfl.algorithms.rafed.rafed import RAFed, RAFedHParams
     env = _exp("fedavg").algorithm.env
     with pytest.raises(ValueError, match="BatchNorm"):
         RAFed(replace(env, model=build_model("resnet18_bn", (3, 32, 32), 10, seed=0)), RAFedHParams())
@@ -255,8 +255,8 @@ def test_resume_equals_uninterrupted(tmp_path, interrupt_after, algorithm):
     """The memories, Σu and Γ* are checkpointed: a resumed run gives the same numbers."""
     import json
 
-    import wirelessfl.runner as runner
-    from wirelessfl.records import RunRecord
+    import wirelessfl.run.rounds as runner
+    from wirelessfl.run.records import RunRecord
 
     raw = {**SYN, "name": "r", "rounds": 4, "checkpoint_every": 1, "algorithm": algorithm}
     runner.run(prepare(resolve(raw)), tmp_path / "full", quiet=True)

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-import wirelessfl.runner as runner
+import wirelessfl.run.rounds as runner
 from wirelessfl.cli import main
-from wirelessfl.config import resolve
 from wirelessfl.errors import RunFolderError
-from wirelessfl.records import RunRecord
+from wirelessfl.run.config import resolve
+from wirelessfl.run.records import RunRecord
 
 RAW = {"name": "tiny", "seed": 5, "rounds": 4, "target_accuracy": 0.3,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 80},
@@ -131,7 +131,7 @@ def test_deterministic_runs_are_repeatable_and_restore_the_flags(tmp_path):
     import torch
 
     from wirelessfl.cli import main
-    from wirelessfl.records import RunRecord
+    from wirelessfl.run.records import RunRecord
 
     rows = []
     for k in range(2):
@@ -166,8 +166,8 @@ def test_data_placement_on_the_cpu_and_batches_of_any_index_shape():
     ``batch`` gives x[index], y[index] for slices and for (clients, batch) index tensors."""
     import torch
 
-    from wirelessfl.config import ConfigError, DataConfig
     from wirelessfl.data import ArrayDataset
+    from wirelessfl.run.config import ConfigError, DataConfig
 
     ds = ArrayDataset(torch.arange(60.0).reshape(10, 2, 3), torch.arange(10) % 3, 3)
     for placement in ("auto", "device", "host"):

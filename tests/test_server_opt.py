@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-import wirelessfl.runner as runner
-from wirelessfl.config import ConfigError, resolve
-from wirelessfl.records import RunRecord
-from wirelessfl.server_opt import ServerOptimizer
+import wirelessfl.run.rounds as runner
+from wirelessfl.run.config import ConfigError, resolve
+from wirelessfl.run.records import RunRecord
+from wirelessfl.server.optimizers import ServerOptimizer
 
 G1, G2 = 2.0, -1.0  # two rounds' aggregated updates of a one-entry model, x0 = 1
 LR, B1, B2, EPS, MU = 0.1, 0.9, 0.99, 1e-8, 0.5

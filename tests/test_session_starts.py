@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-import wirelessfl.runner as runner
-from wirelessfl.config import resolve
-from wirelessfl.records import RunRecord, load_plain
-from wirelessfl.sessions import SessionStarts, session_store_bytes
+import wirelessfl.run.rounds as runner
+from wirelessfl.algorithms.dynamic.sessions import SessionStarts, session_store_bytes
+from wirelessfl.run.config import resolve
+from wirelessfl.run.records import RunRecord, load_plain
 
 RAW = {"name": "a1", "seed": 4, "rounds": 8,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},

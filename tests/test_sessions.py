@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-import wirelessfl.runner as runner
+import wirelessfl.run.rounds as runner
 from wirelessfl.cli import main
-from wirelessfl.config import resolve, to_dict
-from wirelessfl.population import EventSessions
-from wirelessfl.records import RunRecord
+from wirelessfl.run.config import resolve, to_dict
+from wirelessfl.run.records import RunRecord
+from wirelessfl.server.population import EventSessions
 
 RAW = {"name": "s", "seed": 3, "rounds": 6,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 30},
@@ -20,7 +20,7 @@ RAW = {"name": "s", "seed": 3, "rounds": 6,
        "population": {"kind": "alternating", "rounds_per_session": 2}}
 
 
-def _rows(folder):
+def run_rows(folder):
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(folder).rows()]
 
 
@@ -59,7 +59,7 @@ def test_one_event_session_is_the_static_run_exactly(tmp_path):
                                     "events": [{"round": 0, "join": list(range(6))}]}}
     runner.run(runner.prepare(resolve(static)), tmp_path / "a", quiet=True)
     runner.run(runner.prepare(resolve(events)), tmp_path / "b", quiet=True)
-    a, b = _rows(tmp_path / "a"), _rows(tmp_path / "b")
+    a, b = run_rows(tmp_path / "a"), run_rows(tmp_path / "b")
     assert [{k: v for k, v in r.items() if k not in ("session", "active_accuracy")}
             for r in b] == a
     # every label is active: the active-label accuracy is the test accuracy
@@ -70,8 +70,8 @@ def test_active_accuracy_is_measured_on_the_active_groups_labels(fmnist, tmp_pat
     """§4.3: accuracy on the test samples of the active label set (A: 0-4, B: 5-9)."""
     import torch
 
-    from wirelessfl.client import evaluate
-    from wirelessfl.records import load_plain
+    from wirelessfl.engine.client import evaluate
+    from wirelessfl.run.records import load_plain
 
     raw = {"name": "ab", "seed": 0, "rounds": 3,
            "data": {"dataset": "fashion_mnist", "partition": "two_group", "num_clients": 4},
@@ -101,12 +101,12 @@ def test_resume_mid_session_gives_the_uninterrupted_numbers(tmp_path, interrupt_
     with pytest.raises(KeyboardInterrupt):
         runner.run(exp, tmp_path / "cut", quiet=True)
     runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
-    assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
-    assert [r["session"] for r in _rows(tmp_path / "full")] == [0, 0, 0, 1, 1, 2, 2]
+    assert run_rows(tmp_path / "cut") == run_rows(tmp_path / "full")
+    assert [r["session"] for r in run_rows(tmp_path / "full")] == [0, 0, 0, 1, 1, 2, 2]
 
 
 def test_an_order_sends_groups_in_its_sequence():
-    from wirelessfl.population import AlternatingGroups
+    from wirelessfl.server.population import AlternatingGroups
 
     p = AlternatingGroups(groups=((0,), (1,), (2,)), rounds_per_session=2, order=(0, 1, 0, 2))
     assert [int(p.active(t)[0]) for t in range(10)] == [0, 0, 1, 1, 0, 0, 2, 2, 0, 0]
@@ -167,7 +167,7 @@ def test_population_config_round_trips():
     ({"unseen_labels": 2}, {"kind": "alternating", "rounds_per_session": 2}, "two_group"),
 ])
 def test_groups_of_the_partition_and_the_population_must_agree(data, population, match):
-    from wirelessfl.config import ConfigError
+    from wirelessfl.run.config import ConfigError
 
     with pytest.raises(ConfigError, match=match):
         resolve({**RAW, "data": {**RAW["data"], **data}, "population": population})

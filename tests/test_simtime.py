@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from wirelessfl.rng import Seeds
-from wirelessfl.simtime import (
+from wirelessfl.algorithms.fedast.simtime import (
     ClientPool,
     EventQueue,
     LatencyModel,
@@ -13,6 +12,7 @@ from wirelessfl.simtime import (
     WirelessLatency,
     speed_classes,
 )
+from wirelessfl.rng import Seeds
 
 
 class Fixed(LatencyModel):

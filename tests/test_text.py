@@ -10,11 +10,11 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from wirelessfl.config import resolve  # noqa: E402
-from wirelessfl.data.datasets import DataFileError, DataNotFoundError  # noqa: E402
+from wirelessfl.data.arrays import DataFileError, DataNotFoundError  # noqa: E402
 from wirelessfl.data.text import load_text, read_split  # noqa: E402
 from wirelessfl.models import build_model  # noqa: E402
-from wirelessfl.runner import prepare  # noqa: E402
+from wirelessfl.run.config import resolve  # noqa: E402
+from wirelessfl.run.rounds import prepare  # noqa: E402
 
 WORDS = ["<eos>", "<unk>", "good", "bad", "great", "awful", "movie", "the", "was", "a", "plot",
          "and", "it", "really", "film", "story", "is"]
@@ -168,7 +168,7 @@ def test_lora_trainable_count_is_the_formula_and_the_base_is_frozen():
     lora = 2 * 4 * ((32 + 96) + (32 + 32) + (32 + 128) + (128 + 32))  # 2 blocks
     head = 32 * 3
     assert sum(v.numel() for v in params.values()) == lora + head == m.lora_parameter_count()
-    from wirelessfl.runner import make_executor
+    from wirelessfl.run.rounds import make_executor
     assert type(make_executor("auto", torch.device("cpu"), model=m)).__name__ == "LoopExecutor"
     assert all("lora_" in k or "score" in k for k in params)
     frozen = [p for n, p in m.named_parameters() if not p.requires_grad]
@@ -215,7 +215,7 @@ def test_frozen_weights_never_change_nor_enter_deltas_y_or_v(text_dir):
 
 
 def test_tiny_gpt2_lora_learns_a_separable_task_with_fadamgc(text_dir):
-    from wirelessfl.client import evaluate
+    from wirelessfl.engine.client import evaluate
 
     exp = _text_run(text_dir, {"name": "fadamgc", "clients_per_round": 4, "server_lr": 1.0},
                     rounds=8)
@@ -257,10 +257,10 @@ def test_fasttext_mean_pools_non_pad_tokens():
 def test_fadamgc_table2_text_smoke_run_on_a_hand_made_folder(text_dir):
     """Table 2's SST-2 FAdamGC run (paper scale: n = 100, S = 10, one epoch, Table 5's rates)
     on a GPT-2 built from a small config and a hand-made SST-2 folder, shortened to 1 round."""
-    from wirelessfl.config import apply_overrides
-    from wirelessfl.figures import load_figures
-    from wirelessfl.records import RunRecord
-    from wirelessfl.runner import run
+    from wirelessfl.report import load_figures
+    from wirelessfl.run.config import apply_overrides
+    from wirelessfl.run.records import RunRecord
+    from wirelessfl.run.rounds import run
 
     (fig,) = load_figures("fadamgc", "paper", only=["table2_text"])
     spec = next(r for r in fig.runs if (r.panel, r.series, r.seed) == ("SST-2", "FAdamGC", 0))
@@ -280,10 +280,10 @@ def test_fadamgc_table2_text_smoke_run_on_a_hand_made_folder(text_dir):
 
 def test_dynamic_table2_ag_news_smoke_run(tmp_path):
     """Table 2 (AG News, FastText on a BERT tokenizer folder), shortened to 2 sessions of 2 rounds."""
-    from wirelessfl.config import apply_overrides
-    from wirelessfl.figures import load_figures
-    from wirelessfl.records import RunRecord
-    from wirelessfl.runner import run
+    from wirelessfl.report import load_figures
+    from wirelessfl.run.config import apply_overrides
+    from wirelessfl.run.records import RunRecord
+    from wirelessfl.run.rounds import run
 
     bert = tmp_path / "bert-base-uncased"
     bert.mkdir()

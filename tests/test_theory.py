@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from wirelessfl.theory import hist_bound, step_limits
+from wirelessfl.algorithms.hist.theory import hist_bound, step_limits
 
 
 def _admissible(rng):

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from channels.validation import check_memory
-from wirelessfl.config import ConfigError, apply_overrides, list_presets, load_raw
 from wirelessfl.errors import TrainingDiverged
+from wirelessfl.run.config import ConfigError, apply_overrides, list_presets, load_raw
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,11 +26,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from wirelessfl.config import resolve
-    from wirelessfl.multitask import is_multitask
-    from wirelessfl.plotting import plot_runs
-    from wirelessfl.records import RunRecord
-    from wirelessfl.runner import prepare, run
+    from wirelessfl.report import plot_runs
+    from wirelessfl.run.kinds import kind_of, open_run, run_job
+    from wirelessfl.run.records import RunRecord
 
     if args.config == "":
         raise ConfigError("name a preset or YAML file (`wirelessfl list` shows presets)")
@@ -43,66 +41,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"device={args.device}")
     if args.engine:
         overrides.append(f"engine={args.engine}")
-    raw = apply_overrides(raw, overrides)
-    if is_multitask(raw):
-        if args.deterministic:
-            raise ConfigError("--deterministic is for round-based runs, not multi-task ones")
-        return _run_multitask(raw, args)
     if args.deterministic:
-        raw = apply_overrides(raw, ["deterministic=true"])
-    cfg = resolve(raw)
-    out = _out_dir(args, cfg.name)
-    exp = prepare(cfg)
-    summary = _interruptible(lambda: run(exp, out, resume=args.resume, quiet=args.quiet), out,
-                             "completed rounds")
-    if summary is None:
-        return 130
-    png = plot_runs([out], out / "accuracy.png")
-    line = (f"{cfg.name}: {summary['rounds']} rounds, test accuracy "
-            f"{summary['final_accuracy']:.4f} (best {summary['best_accuracy']:.4f}), "
-            f"uplink {summary['uplink_mb_per_client']:.2f} MB/client")
-    if summary.get("sim_time_s") is not None:
-        line += f", simulated {summary['sim_time_s']:.1f} s"
-    print(f"{line}, {summary['wall_s']:.1f} s wall; run folder {out}; plot {png}")
-    return 0
-
-
-def _interruptible(go: Callable[[], dict], out: Path, kept: str) -> dict | None:
-    """``go()``'s summary, or None after Ctrl-C (saying what is kept and how to resume)."""
+        if kind_of(raw).name != "rounds":
+            raise ConfigError("--deterministic is for round-based runs, not multi-task ones")
+        overrides.append("deterministic=true")
+    job = open_run(apply_overrides(raw, overrides), checkpoint_every_s=args.checkpoint_every)
+    out = Path(args.out) if args.out else Path("runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        return go()
+        summary = run_job(job, out, resume=args.resume, quiet=args.quiet)
     except KeyboardInterrupt:
-        print(f"\ninterrupted; {kept} are kept in {out}. Continue with: "
+        print(f"\ninterrupted; {job.kept} are kept in {out}. Continue with: "
               f"wirelessfl run --resume --out {out}", file=sys.stderr)
-        return None
-
-
-def _out_dir(args: argparse.Namespace, name: str) -> Path:
-    return Path(args.out) if args.out else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _run_multitask(raw: dict, args: argparse.Namespace) -> int:
-    """A multi-task (FedAST / Sync-ST) run in simulated time."""
-    from wirelessfl.multitask import resolve_multitask, run_multitask
-
-    cfg = resolve_multitask(raw)
-    out = _out_dir(args, cfg.name)
-    summary = _interruptible(lambda: run_multitask(cfg, out, quiet=args.quiet, resume=args.resume,
-                                                   checkpoint_every_s=args.checkpoint_every),
-                             out, "evaluations")
-    if summary is None:
         return 130
-    for name, t in summary["tasks"].items():
-        reached = (f"target {t['target']:.2f} at t = {t['time_to_target']:.1f}" if t["reached"]
-                   else f"target {t['target']:.2f} not reached")
-        final = ("never evaluated" if t.get("final_accuracy") is None
-                 else f"final accuracy {t['final_accuracy']:.4f}")
-        print(f"{name}: {reached}; {final}, {t.get('rounds', 0)} rounds, {t.get('updates', 0)} "
-              f"updates, mean staleness {t.get('staleness_mean', 0.0):.2f}")
-    done = summary["time_all_done"]
-    print(f"{cfg.name} ({cfg.method.name}): all tasks done at t = "
-          f"{'not reached' if done is None else f'{done:.1f}'} (simulated), "
-          f"{summary['wall_s']:.1f} s wall; run folder {out}")
+    png = plot_runs([out], out / "accuracy.png") if job.plottable else None
+    print(job.describe(summary, out, png))
     return 0
 
 
@@ -120,7 +72,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from wirelessfl.plotting import plot_runs
+    from wirelessfl.report.plotting import plot_runs
 
     for f in args.runs:
         if not (Path(f) / "metrics.jsonl").is_file():
@@ -140,7 +92,7 @@ def _cmd_retime(args: argparse.Namespace) -> int:
     import csv
     import io
 
-    from wirelessfl.runner import retime_run
+    from wirelessfl.run.retime import retime_run
 
     if not args.set:
         raise ConfigError("give the link to re-time under, e.g. --set network.model=tdma")
@@ -174,7 +126,7 @@ def _cmd_masks(args: argparse.Namespace) -> int:
 
     from solvers import mask_sizes
     from solvers.latency import size_cap, uniform_sizes
-    from wirelessfl.wireless import Resources, draw_resources, unit_latency
+    from wirelessfl.net.resources import Resources, draw_resources, unit_latency
 
     if args.scenario:
         try:
@@ -268,7 +220,7 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from wirelessfl.figures import load_figures, missing_runs, regenerate, series_label
+    from wirelessfl.report import load_figures, missing_runs, regenerate, series_label
 
     out = Path(args.out or Path("reports") / args.paper / args.scale)
     extra = _report_args(args, out)
@@ -319,7 +271,7 @@ def _report(out: Path, command: str, produce: Callable[[], list[Path]]) -> int:
 
 def _ray_options(args: argparse.Namespace):
     """The Ray options of ``--executor ray`` (None for the local executor); checks the flags."""
-    from wirelessfl.distributed import RayOptions
+    from wirelessfl.report.ray_executor import RayOptions
 
     ray_flags = [f for f in ("address", "gpus_per_run", "cpus_per_run", "retries")
                  if getattr(args, f) is not None]
@@ -350,7 +302,7 @@ def _add_executor_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from wirelessfl.figures import sweep
+    from wirelessfl.report import sweep
 
     out = Path(args.out or Path("reports") / "sweeps" / Path(args.config).stem)
     extra = _report_args(args, out)

@@ -2,8 +2,8 @@
 
 ``name → (kind, module, hyperparameter class, algorithm class)``. ``kind`` is ``rounds``
 (round-based: ``init`` / ``apply`` over a :class:`~wirelessfl.algorithms.base.ServerState`,
-run by :func:`wirelessfl.runner.run`) or ``simulation`` (several tasks in simulated time, run
-by :func:`wirelessfl.multitask.run_multitask`). Nothing is imported until :func:`get` asks
+run by :func:`wirelessfl.run.rounds.run`) or ``simulation`` (several tasks in simulated time, run
+by :func:`wirelessfl.run.multitask.run_multitask`). Nothing is imported until :func:`get` asks
 for an entry, so configuration code can name algorithms without importing them (and the
 algorithms can import the configuration code).
 
@@ -29,27 +29,73 @@ ENTRIES: dict[str, tuple[str, str, str, str]] = {
     "fedadagrad": ("rounds", _A + "fedavg", "FedAdagradHParams", "FedAvg"),
     "fedprox": ("rounds", _A + "fedprox", "FedProxHParams", "FedProx"),
     "fedacg": ("rounds", _A + "fedacg", "FedACGHParams", "FedACG"),
+    "feddyn": ("rounds", _A + "feddyn", "FedDynHParams", "FedDyn"),
     "moon": ("rounds", _A + "moon", "MOONHParams", "MOON"),
-    "continuous": ("rounds", _A + "continuous", "ContinuousHParams", "Continuous"),
+    "continuous": ("rounds", _A + "dynamic.continuous", "ContinuousHParams", "Continuous"),
     "scaffold": ("rounds", _A + "scaffold", "SCAFFOLDHParams", "SCAFFOLD"),
     "scaffold_m": ("rounds", _A + "scaffold", "SCAFFOLDMHParams", "SCAFFOLD"),
     "fedavg_m": ("rounds", _A + "scaffold", "FedAvgMHParams", "SCAFFOLD"),
-    "fadamgc": ("rounds", _A + "fadamgc", "FAdamGCHParams", "FAdamGC"),
-    "fa_nt": ("rounds", _A + "fadamgc", "FANTHParams", "FAdamGC"),
-    "local_adam": ("rounds", _A + "fadamgc", "LocalAdamHParams", "FAdamGC"),
-    "rafed": ("rounds", _A + "rafed", "RAFedHParams", "RAFed"),
-    "ramfed": ("rounds", _A + "rafed", "RAMFedHParams", "RAFed"),
-    "fedavg_small": ("rounds", _A + "rafed", "FedAvgSmallHParams", "RAFed"),
-    "heterofl": ("rounds", _A + "rafed", "HeteroFLHParams", "RAFed"),
-    "feddropout": ("rounds", _A + "rafed", "FedDropoutHParams", "RAFed"),
-    "fedrolex": ("rounds", _A + "rafed", "FedRolexHParams", "RAFed"),
-    "fjord": ("rounds", _A + "rafed", "FjORDHParams", "RAFed"),
-    "hfedavg": ("rounds", _A + "hfedavg", "HFedAvgHParams", "HFedAvg"),
-    "hist": ("rounds", _A + "hist", "HISTHParams", "HIST"),
-    "fedast": ("simulation", _A + "fedast", "FedASTHParams", "FedAST"),
-    "sync_st": ("simulation", _A + "sync_st", "SyncSTHParams", "SyncST"),
-    "centralized": ("simulation", _A + "centralized", "CentralizedHParams", "Centralized"),
+    "fadamgc": ("rounds", _A + "fadamgc.fadamgc", "FAdamGCHParams", "FAdamGC"),
+    "fa_nt": ("rounds", _A + "fadamgc.fadamgc", "FANTHParams", "FAdamGC"),
+    "local_adam": ("rounds", _A + "fadamgc.fadamgc", "LocalAdamHParams", "FAdamGC"),
+    "rafed": ("rounds", _A + "rafed.rafed", "RAFedHParams", "RAFed"),
+    "ramfed": ("rounds", _A + "rafed.rafed", "RAMFedHParams", "RAFed"),
+    "fedavg_small": ("rounds", _A + "rafed.rafed", "FedAvgSmallHParams", "RAFed"),
+    "heterofl": ("rounds", _A + "rafed.rafed", "HeteroFLHParams", "RAFed"),
+    "feddropout": ("rounds", _A + "rafed.rafed", "FedDropoutHParams", "RAFed"),
+    "fedrolex": ("rounds", _A + "rafed.rafed", "FedRolexHParams", "RAFed"),
+    "fjord": ("rounds", _A + "rafed.rafed", "FjORDHParams", "RAFed"),
+    "hfedavg": ("rounds", _A + "hist.hfedavg", "HFedAvgHParams", "HFedAvg"),
+    "hist": ("rounds", _A + "hist.hist", "HISTHParams", "HIST"),
+    "fedast": ("simulation", _A + "fedast.fedast", "FedASTHParams", "FedAST"),
+    "sync_st": ("simulation", _A + "fedast.sync_st", "SyncSTHParams", "SyncST"),
+    "centralized": ("simulation", _A + "fedast.centralized", "CentralizedHParams", "Centralized"),
 }
+
+
+#: Entries registered with their classes (by :func:`register`), not looked up by module name.
+_LOADED: dict[str, tuple[type, type]] = {}
+KINDS = ("rounds", "simulation")
+
+
+def register(name: str, hparams: type, algorithm: type, *, kind: str = "rounds") -> None:
+    """Add an algorithm under ``name``, e.g. one defined in a user's own module.
+
+    ``hparams`` is its frozen hyperparameter dataclass (the fields a config's ``algorithm``
+    section may set) and ``algorithm`` its class (for ``rounds``: a
+    :class:`~wirelessfl.algorithms.base.FederatedAlgorithm` taking ``(env, hp)``). A
+    registered name is refused. Runs in worker processes (``--jobs``, Ray) import the
+    project's own registry only: register there too, or run with one job.
+
+    Examples
+    --------
+    >>> from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+    >>> register("my_fedavg", FedAvgHParams, FedAvg)
+    >>> get("my_fedavg")[1].__name__
+    'FedAvg'
+    >>> unregister("my_fedavg")
+    """
+    import dataclasses
+
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"`name` must be an identifier such as 'my_fedavg', got {name!r}")
+    if name in ENTRIES:
+        raise ValueError(f"`name` {name!r} is registered already; choose another name")
+    if kind not in KINDS:
+        raise ValueError(f"`kind` must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not (isinstance(hparams, type) and dataclasses.is_dataclass(hparams)):
+        raise TypeError(f"`hparams` must be a dataclass type, got {hparams!r}")
+    if not isinstance(algorithm, type):
+        raise TypeError(f"`algorithm` must be a class, got {algorithm!r}")
+    ENTRIES[name] = (kind, algorithm.__module__, hparams.__name__, algorithm.__name__)
+    _LOADED[name] = (hparams, algorithm)
+
+
+def unregister(name: str) -> None:
+    """Remove an algorithm added by :func:`register` (the project's own stay)."""
+    if name not in _LOADED:
+        raise ValueError(f"{name!r} was not added by register(); only those can be removed")
+    del _LOADED[name], ENTRIES[name]
 
 
 def names(*kinds: str) -> list[str]:
@@ -64,6 +110,8 @@ def kind(name: str) -> str:
 
 def get(name: str) -> tuple[type, type]:
     """(hyperparameter class, algorithm class) of ``name``, importing its module now."""
+    if name in _LOADED:
+        return _LOADED[name]
     _, module, hp, algo = ENTRIES[name]
     mod = importlib.import_module(module)
     return getattr(mod, hp), getattr(mod, algo)

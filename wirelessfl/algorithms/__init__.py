@@ -1,12 +1,10 @@
-"""FL algorithms on the shared interfaces.
+"""FL algorithms on the shared interfaces: the classic rules here, each paper in its own folder.
 
-Every algorithm is registered in :mod:`wirelessfl.registry` (looked up lazily, so the
-configuration code never imports this package); :data:`ALGORITHMS` maps the round-based ones
-to ``(HParams dataclass, algorithm class)``. A config's ``algorithm`` section names one and
-sets the fields of its HParams.
+Every algorithm is registered in :mod:`wirelessfl.registry` and imported only when a config
+names it (:func:`wirelessfl.registry.get`), so importing this package loads none of them.
+A config's ``algorithm`` section names one and sets the fields of its HParams.
 """
 
-from wirelessfl import registry
 from wirelessfl.algorithms.base import (
     Environment,
     FederatedAlgorithm,
@@ -14,7 +12,4 @@ from wirelessfl.algorithms.base import (
     ServerState,
 )
 
-#: The round-based algorithms of :mod:`wirelessfl.registry` (imported here eagerly).
-ALGORITHMS = {name: registry.get(name) for name in registry.names("rounds")}
-
-__all__ = ["ALGORITHMS", "Environment", "FederatedAlgorithm", "RoundReport", "ServerState"]
+__all__ = ["Environment", "FederatedAlgorithm", "RoundReport", "ServerState"]

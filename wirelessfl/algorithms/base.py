@@ -7,21 +7,22 @@ applies an aggregate of them. All randomness of round t comes from the run's
 
 How each paper plugs in:
 
-- **HIST** (``specs/hist.md``): a hierarchical algorithm like :class:`~wirelessfl.algorithms.hfedavg.HFedAvg`
-  whose dispatch slices one disjoint :class:`~wirelessfl.submodel.Submodel` per cell and whose
-  assembly scatters the pieces back (eq. (7)); AirComp is an :class:`~wirelessfl.aggregation.Aggregator`;
+- **HIST**: a hierarchical algorithm like
+  :class:`~wirelessfl.algorithms.hist.hfedavg.HFedAvg` whose dispatch slices one disjoint
+  :class:`~wirelessfl.server.submodel.Submodel` per cell and whose assembly scatters the
+  pieces back (eq. (7)); AirComp is an :class:`~wirelessfl.server.aggregation.Aggregator`;
   round latency goes into ``RoundReport.latency_s``.
-- **FedAST** (``specs/fedast.md``): several ``ServerState`` objects (one per task) driven by the
-  :mod:`wirelessfl.simtime` event queue instead of a round loop; clients run through the same
-  executor, one task per request.
-- **FAdamGC** (``specs/fadamgc.md``): a :class:`~wirelessfl.client.LocalSGD` subclass whose step
-  corrects the gradient before Adam's moments; correction terms live in
-  ``ServerState.client_states`` (per-client persistent state) and the server's in ``opt_state``.
-- **Dynamic clients** (``specs/dynamic_clients.md``): a :class:`~wirelessfl.population.Population`
-  with sessions; on a session change the initial-model builder overwrites ``state.params``.
-- **RA-Fed / RAM-Fed** (``specs/rafed.md``): per-client selections (:class:`~wirelessfl.submodel.Submodel`,
-  drawn by a :mod:`~wirelessfl.masks` policy) and a coverage-weighted aggregation
-  (:mod:`wirelessfl.algorithms.rafed`); RAM-Fed's per-client memories are
+- **FedAST**: several ``ServerState`` objects (one per task) driven by the
+  :mod:`wirelessfl.algorithms.fedast.simtime` event queue instead of a round loop; clients
+  run through the same executor, one task per request.
+- **FAdamGC**: a :class:`~wirelessfl.engine.client.LocalSGD` subclass whose step corrects
+  the gradient before Adam's moments; correction terms live in ``ServerState.client_states``
+  (per-client persistent state) and the server's in ``opt_state``.
+- **Dynamic clients**: a :class:`~wirelessfl.server.population.Population` with sessions;
+  on a session change the initial-model builder overwrites ``state.params``.
+- **RA-Fed / RAM-Fed**: per-client selections (:class:`~wirelessfl.server.submodel.Submodel`,
+  drawn by a :mod:`~wirelessfl.algorithms.rafed.masks` policy) and a coverage-weighted
+  aggregation (:mod:`wirelessfl.algorithms.rafed.rafed`); RAM-Fed's per-client memories are
   ``client_states`` (the off-device store), Σ_n u_n is ``opt_state``.
 """
 
@@ -35,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from wirelessfl.client import (
+from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.engine.client import (
     ClientResult,
     ClientTask,
     ClientUpdate,
@@ -43,10 +45,9 @@ from wirelessfl.client import (
     LocalHParams,
     scheduled_lr,
 )
-from wirelessfl.data.datasets import ArrayDataset
 from wirelessfl.models.base import FLModel, Params
-from wirelessfl.population import Population
 from wirelessfl.rng import Seeds
+from wirelessfl.server.population import Population
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,7 +135,7 @@ class RoundReport:
         same names (e.g. HIST's ``uplink_mb_paper_per_client``).
     downlink_params : float or None
         Parameters sent to each participating client (None: as many as uploaded); with
-        ``uplink_params`` and the clients' ``steps`` what :mod:`wirelessfl.network` times.
+        ``uplink_params`` and the clients' ``steps`` what :mod:`wirelessfl.net.links` times.
     """
 
     uplink_params: float

@@ -5,7 +5,7 @@ Each round the server samples clients among those present, each runs local SGD f
 global model, and the server moves by the weighted mean of their pseudo-gradients:
 x ← x − η_s Σ_i w_i Δ_i, with w_i ∝ n_i (data size, the paper's weighting) or uniform.
 
-The server step is a :class:`~wirelessfl.server_opt.ServerOptimizer` (``server_optimizer``):
+The server step is a :class:`~wirelessfl.server.optimizers.ServerOptimizer` (``server_optimizer``):
 ``sgd`` is the rule above, ``momentum`` FedAvgM (Hsu et al.), and the adaptive rules give
 FedAdam, FedAMS, FedYogi and FedAdagrad (Reddi et al. 2021; ``fadamgc.md`` §3.5–3.6), each
 registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from channels.validation import as_float, as_int
-from wirelessfl.aggregation import Aggregator, Mean
 from wirelessfl.algorithms.base import (
     Environment,
     FederatedAlgorithm,
@@ -29,10 +28,11 @@ from wirelessfl.algorithms.base import (
     mean_buffers,
     num_params,
 )
-from wirelessfl.client import ClientResult
+from wirelessfl.engine.client import ClientResult
 from wirelessfl.models.base import Params
-from wirelessfl.sampling import AllClients, ClientSampler, UniformSampler
-from wirelessfl.server_opt import ServerOptimizer
+from wirelessfl.server.aggregation import Aggregator, Mean
+from wirelessfl.server.optimizers import ServerOptimizer
+from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class FedAvgHParams:
     weighting : str
         ``"samples"`` (w_i ∝ n_i) or ``"uniform"``.
     server_optimizer : str
-        One of :data:`~wirelessfl.server_opt.SERVER_OPTIMIZERS` (``sgd``).
+        One of :data:`~wirelessfl.server.optimizers.SERVER_OPTIMIZERS` (``sgd``).
     server_momentum : float
         μ of ``momentum``.
     server_betas : tuple of float

@@ -1,7 +1,7 @@
 """FedProx (Li et al., MLSys 2020): FedAvg whose clients minimise f_i(w) + μ/2 ‖w − w^t‖².
 
 The proximal term enters as its gradient μ (w − w_start), the local rule's
-:meth:`~wirelessfl.client.LocalSGD.correct` (no extra autograd graph), so both engines run
+:meth:`~wirelessfl.engine.client.LocalSGD.correct` (no extra autograd graph), so both engines run
 it on the stacked clients. μ = 0 is FedAvg exactly; the reported training loss is the data
 loss.
 Defaults: μ = 1 (``dynamic_clients.md`` §2.7, ``prox_alpha``).
@@ -16,7 +16,7 @@ import torch
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
-from wirelessfl.client import LocalHParams, LocalSGD
+from wirelessfl.engine.client import LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
 
 

@@ -4,10 +4,10 @@
 on each batch, with z the features of the local model (the models' ``features=True``
 output: the penultimate ReLU layer, or the pooled ResNet features), z_g those of the model
 the server sent (the round's start) and z_prev those of the client's own previous local
-model, kept in the client store (:mod:`wirelessfl.client_store`, CPU) across rounds; a client
+model, kept in the client store (:mod:`wirelessfl.engine.client_store`, CPU) across rounds; a client
 without one uses the received model [default]. The server is FedAvg's. Defaults: μ = 1, τ = 1.
 
-The contrastive term is the local rule's :meth:`~wirelessfl.client.LocalSGD.objective`, so
+The contrastive term is the local rule's :meth:`~wirelessfl.engine.client.LocalSGD.objective`, so
 both engines run it (the batched one vmaps it over the stacked clients and their stacked
 previous models). Departure, stated: the CIFAR setting's separate projection head
 (512 → 512 → 256) is not built; z is the backbone's pooled features.
@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from channels.validation import as_float
-from wirelessfl import client_store
 from wirelessfl.algorithms.base import Environment
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
-from wirelessfl.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine import client_store
+from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
 
 

@@ -12,7 +12,7 @@ SCAFFOLD, option II control variates:
 
 Client i (state c_i, the server's c sent with the model): y ← y − η_l (g − c_i + c) for K
 steps, then c_i⁺ = c_i − c + (x − y)/(K η_l); it uploads Δy and Δc_i = c_i⁺ − c_i. Server:
-x ← x + η_g mean_S(Δy) (through its :class:`~wirelessfl.server_opt.ServerOptimizer`, η_g = 1
+x ← x + η_g mean_S(Δy) (through its :class:`~wirelessfl.server.optimizers.ServerOptimizer`, η_g = 1
 by default), c ← c + (1/N) Σ_S Δc_i (``c_update: population``, the paper) or
 c + Σ_S p_i Δc_i with the round's aggregation weights (``weighted``, the dynamic-clients code,
 ``dynamic_clients.md`` §2.7). c and c_i start at zero [default]; c_i live in
@@ -21,7 +21,7 @@ c + Σ_S p_i Δc_i with the round's aggregation weights (``weighted``, the dynam
 ``reference_quirks`` reproduces the dynamic-clients reference code: no (c − c_i) correction
 in the local loop, and the client learning rate as the server step.
 
-The correction is the local rule's :meth:`~wirelessfl.client.LocalSGD.correct`, so both
+The correction is the local rule's :meth:`~wirelessfl.engine.client.LocalSGD.correct`, so both
 engines run it. With zero control variates and η_g = 1 a round is a FedAvg round.
 """
 
@@ -34,14 +34,14 @@ import numpy as np
 import torch
 
 from channels.validation import as_float
-from wirelessfl import client_store
 from wirelessfl.algorithms.base import (
     Environment,
     RoundReport,
     ServerState,
 )
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
-from wirelessfl.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine import client_store
+from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
 
 

@@ -1,12 +1,15 @@
 """Datasets, federated splits and partitioners."""
 
+from wirelessfl.data.arrays import (
+    PLACEMENTS,
+    ArrayDataset,
+    DataFileError,
+    DataNotFoundError,
+    DatasetSplits,
+)
 from wirelessfl.data.datasets import (
     DATASETS,
     NORMALIZATIONS,
-    PLACEMENTS,
-    ArrayDataset,
-    DataNotFoundError,
-    DatasetSplits,
     load_dataset,
     read_idx,
     synthetic,
@@ -26,7 +29,8 @@ from wirelessfl.data.partition import (
 )
 
 __all__ = [
-    "DATASETS", "NORMALIZATIONS", "PLACEMENTS", "ArrayDataset", "DataNotFoundError", "DatasetSplits",
+    "DATASETS", "NORMALIZATIONS", "PLACEMENTS", "ArrayDataset", "DataFileError", "DataNotFoundError",
+    "DatasetSplits",
     "load_dataset", "read_idx", "synthetic", "IID", "CellIIDShards", "DirichletOverClients",
     "DirichletPerClient", "Partitioner", "Shards", "TwoGroupOverlap", "two_group_labels",
     "LABEL_SET_KINDS", "LabelSets", "label_sets",

@@ -148,7 +148,8 @@ class CellIIDShards(Partitioner):
 
     Split the training set uniformly at random into N equal parts, one per cell; inside
     cell j apply :class:`Shards` with ``shards_per_client·n_j`` shards. Clients are numbered
-    cell by cell (client u of cell j is ``sum(n_<j) + u``), as in :class:`~wirelessfl.topology.Topology`.
+    cell by cell (client u of cell j is ``sum(n_<j) + u``), as in
+    :class:`~wirelessfl.server.topology.Topology`.
 
     Parameters
     ----------

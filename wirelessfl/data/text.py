@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wirelessfl.data.datasets import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits
+from wirelessfl.data.arrays import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ HIST (``specs/hist.md`` §1.3) and RA-Fed (``specs/rafed.md`` §2.1) train *subm
 hidden unit is kept or dropped together with every parameter it owns (its row of incoming
 weights, its bias, its column of outgoing weights). Each model here declares those
 ownerships as :class:`UnitGroup` objects, so an algorithm can slice a submodel out of the
-global parameters and write it back (:mod:`wirelessfl.submodel`) without knowing the
+global parameters and write it back (:mod:`wirelessfl.server.submodel`) without knowing the
 architecture.
 
 Models are used functionally: parameters live in a ``dict[str, Tensor]`` (:data:`Params`)

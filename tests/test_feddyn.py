@@ -1,0 +1,61 @@
+"""FedDyn (Acar et al., ICLR 2021), added as one module plus one registry line: its
+equivalences and its invariant, on both engines."""
+
+import pytest
+import torch
+
+from wirelessfl.engine import client_store
+from wirelessfl.run.config import resolve
+from wirelessfl.run.rounds import prepare
+
+RAW = {"seed": 5, "rounds": 3,
+       "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
+       "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 4}}
+
+
+def _rounds(algorithm, engine="batched", n=3):
+    exp = prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm}))
+    state = exp.initial_state()
+    for _ in range(n):
+        state, _ = exp.algorithm.apply(state)
+    return exp, state
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_feddyn_with_alpha_zero_is_fedavg(engine):
+    """α = 0: no linear term, no pull, h = 0, so every round is a uniform FedAvg round."""
+    _, dyn = _rounds({"name": "feddyn", "alpha": 0.0, "clients_per_round": 5}, engine)
+    _, avg = _rounds({"name": "fedavg", "weighting": "uniform", "clients_per_round": 5}, engine)
+    for k in dyn.params:
+        torch.testing.assert_close(dyn.params[k], avg.params[k], rtol=0, atol=0)
+
+
+def test_feddyn_loop_equals_batched():
+    _, loop = _rounds({"name": "feddyn", "alpha": 0.1, "clients_per_round": 5}, "loop")
+    _, batched = _rounds({"name": "feddyn", "alpha": 0.1, "clients_per_round": 5}, "batched")
+    for k in loop.params:
+        torch.testing.assert_close(loop.params[k], batched.params[k], rtol=1e-4, atol=1e-5)
+    assert loop.client_states.keys() == batched.client_states.keys()
+    for u, h in loop.client_states.items():
+        for k in h:
+            torch.testing.assert_close(h[k], batched.client_states[u][k], rtol=1e-3, atol=1e-5)
+
+
+def test_server_h_is_the_mean_of_every_clients_h():
+    """h⁺ = h + (α/m) Σ_P Δ_i and h_i⁺ = h_i + α Δ_i keep h = (1/m) Σ_i h_i (all m clients,
+    absent ones at 0) after any number of partial-participation rounds."""
+    exp, state = _rounds({"name": "feddyn", "alpha": 0.3, "clients_per_round": 3}, n=4)
+    m = exp.algorithm.env.num_clients
+    assert 3 <= len(state.client_states) < m  # some clients never took part
+    zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+    his = [client_store.load(h, zeros) for h in state.client_states.values()]
+    for k, h in state.opt_state["h"].items():
+        torch.testing.assert_close(h, sum(hi[k] for hi in his) / m, rtol=1e-5, atol=1e-7)
+
+
+def test_feddyn_refuses_a_server_step_it_does_not_have():
+    from wirelessfl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="server_optimizer sgd with server_lr 1"):
+        resolve({**RAW, "algorithm": {"name": "feddyn", "server_lr": 0.5}})

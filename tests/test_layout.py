@@ -1,0 +1,77 @@
+"""The layout change moved every module and changed no number: the public API imports from
+the top level, figure run keys are those of the code before it, and run folders written by
+that code resume to the numbers of an uninterrupted run."""
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+import channels
+import solvers
+import wirelessfl
+
+OLD_RUNS = Path(__file__).parent / "data" / "old_runs"
+
+
+def test_public_api_imports_from_the_top_level():
+    from wirelessfl import (  # noqa: F401
+        ClientResult,
+        ClientTask,
+        ConfigError,
+        Environment,
+        FederatedAlgorithm,
+        LocalHParams,
+        LocalSGD,
+        RoundReport,
+        RunConfig,
+        RunRecord,
+        ServerState,
+        algorithm_names,
+        apply_overrides,
+        build_model,
+        get_algorithm,
+        load_config,
+        load_dataset,
+        open_run,
+        plot_runs,
+        regenerate,
+        register_algorithm,
+        resolve_config,
+        run_job,
+        sweep,
+    )
+    for pkg in (wirelessfl, channels, solvers):
+        for name in pkg.__all__:
+            assert getattr(pkg, name) is not None, f"{pkg.__name__}.{name}"
+    assert "feddyn" in wirelessfl.algorithm_names("rounds")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        wirelessfl.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("paper, keys, digest", [
+    ("hist", 66, "b39d46a7b0ba"), ("fedast", 93, "cdf749d137ec"), ("fadamgc", 76, "d15342a540d0"),
+    ("dynamic", 165, "54205b4b9253"), ("rafed", 141, "73c30ae36d35")])
+def test_quick_figure_run_keys_are_those_before_the_layout_change(paper, keys, digest):
+    """The digests were computed with the code before the layout change (commit 3495931)."""
+    from wirelessfl.report import load_figures
+
+    found = sorted({r.key for f in load_figures(paper, "quick") for r in f.runs})
+    assert (len(found), hashlib.sha1(" ".join(found).encode()).hexdigest()[:12]) == (keys, digest)
+
+
+def _rows(folder):
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in wirelessfl.RunRecord(folder).rows()]
+
+
+@pytest.mark.parametrize("name", ["scaffold", "fadamgc", "fedadam", "ramfed", "hist"])
+def test_a_run_folder_written_before_the_layout_change_resumes(tmp_path, name):
+    """The folders were cut after 2 of 4 rounds by the code before the layout change."""
+    cut = tmp_path / "cut"
+    shutil.copytree(OLD_RUNS / name, cut)
+    raw = wirelessfl.RunRecord(cut).config()
+    wirelessfl.run_job(wirelessfl.open_run(raw), cut, resume=True, quiet=True)
+    wirelessfl.run_job(wirelessfl.open_run(raw), tmp_path / "full", quiet=True)
+    assert [r["round"] for r in _rows(cut)] == [0, 1, 2, 3, 4]
+    assert _rows(cut) == _rows(tmp_path / "full")

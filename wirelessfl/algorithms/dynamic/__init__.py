@@ -1,0 +1,1 @@
+"""Dynamic clients: sessions, the pilot model and the similarity-weighted initial model."""

@@ -1,0 +1,77 @@
+"""Continuous: the dynamic-clients paper's distillation baseline (``dynamic_clients.md`` §3 item 3).
+
+Each client minimises CE + λ_KL · KL(softmax(z_teacher) ‖ softmax(z_student)) per batch
+("batchmean": the per-sample KL summed over classes, averaged over the batch) with
+FedAvg-style local training and aggregation [CODE]. The teacher is frozen: the model the
+current session started from. With the ``previous`` initial-model rule that is the previous
+session's final global model, and the random initial model in session P (the first
+post-pilot session), as the spec states. The teacher is set at the first round of each
+session (the session reset clears the algorithm state) and carried in the server state, so
+a resumed run keeps it. λ_KL = ``kl_coefficient`` = 1.0 [CODE].
+
+The teacher's forward pass runs like MOON's frozen passes: the module in training mode
+(BatchNorm on the batch's statistics, its running statistics left untouched) [default].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from channels.validation import as_float
+from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.engine import client_store
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
+from wirelessfl.models.base import FLModel, Params
+
+
+@dataclass(frozen=True)
+class ContinuousHParams(FedAvgHParams):
+    """FedAvg's hyperparameters and λ_KL."""
+
+    kl_coefficient: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        as_float("kl_coefficient", self.kl_coefficient, lo=0, hi=1e6)
+
+
+class DistillSGD(LocalSGD):
+    """Local SGD on CE + λ KL(teacher ‖ student); the teacher comes with the broadcast."""
+
+    def __init__(self, model: FLModel, hp: LocalHParams, kl_coefficient: float) -> None:
+        super().__init__(model, hp)
+        self.kl = kl_coefficient
+
+    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+        return {"teacher": client_store.load(task.broadcast["teacher"], task.params)}
+
+    def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
+        out = functional_call(self.model, {**params, **buffers}, (x,))
+        data = (F.cross_entropy(out, y, reduction="none") * w).sum()
+        frozen = {k: v.clone() for k, v in buffers.items()}  # the teacher leaves no statistics
+        with torch.no_grad():
+            teacher = functional_call(self.model, {**ctx["teacher"], **frozen}, (x,))
+        kl = (F.softmax(teacher, -1) * (F.log_softmax(teacher, -1) - F.log_softmax(out, -1))
+              ).sum(-1)
+        return data + self.kl * (kl * w).sum(), data
+
+
+class Continuous(FedAvg):
+    """FedAvg with :class:`DistillSGD` clients and the session's initial model as teacher."""
+
+    def __init__(self, env: Environment, hp: ContinuousHParams = ContinuousHParams()) -> None:
+        super().__init__(env, hp)
+        self.update = DistillSGD(env.model, env.local, hp.kl_coefficient)
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        opt = dict(state.opt_state or {})
+        if "teacher" not in opt:  # the first round of a session (or of the run)
+            opt["teacher"] = {k: v.detach().clone() for k, v in state.params.items()}
+        results, _, update = self.train_round(state, broadcast={"teacher": opt["teacher"]})
+        params, opt["server"] = self.server_opt.step(state.params, update, opt.get("server"))
+        return self.finish_round(state, params, opt, results)

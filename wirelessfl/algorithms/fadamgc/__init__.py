@@ -1,0 +1,1 @@
+"""FAdamGC: federated Adam with gradient correction, FA-NT and LocalAdam."""

@@ -1,0 +1,277 @@
+"""FAdamGC: federated Adam with gradient correction before the moments (``specs/fadamgc.md``).
+
+One local rule, :class:`TrackedAdam`, gives the three Adam-type methods of the paper; they
+differ in where the drift correction c_i = y − y_i enters (§2.2, §3.1–3.2):
+
+- ``pre`` (FAdamGC, Algorithm 1): ĝ = g + c_i feeds both moments, Δ = m / (√v̂ + ε),
+  x ← x − η_l Δ; a tracked client's new y_i is the mean of its raw gradients (§2.3);
+- ``post`` (FA-NT, Algorithm 2): the raw g feeds the moments, x ← x − η_l (Δ + c_i); a
+  tracked client's new y_i is the mean of its Δ (SCAFFOLD option II, the same quantity);
+- ``none`` (LocalAdam, §3.1): Algorithm 1 without any correction (no y).
+
+Every method: m restarts at 0 each round, v_i persists per client (the EMA, not v̂), v̂ is a
+running maximum within the round restarted from v_i, no bias correction, ε outside the root
+(0/0 := 0 when ε = 0), the element-wise formulas also at β₂ = 0 [default, §2.5]. The server
+samples S clients and, among them, S̃ tracked ones (``tracked``, S/2 by default for images,
+§2.6); it sends (x, y), averages the models uniformly with η_g (its server optimiser), and
+sets y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i), so y = mean_i y_i always (§2.3). y_i and v_i live in
+the client store (CPU). Uplink per client 1 + S̃/S vectors, downlink 2 (LocalAdam 1 and 1).
+
+Options: ``warm_start`` (§7 item 1; default off, y_i = y = 0): before round 1 every client
+takes one minibatch gradient at x^(1) (its Δ for FA-NT), y_i is set to it and y to their mean;
+this exchange happens once and is not timed. ``normaliser: norm`` is the analysis variant of
+§2.5, Δ = m / (‖√v̂‖ + ε) with one scalar per client (so ‖Δ‖ ≤ 1 at β₂ = 0); the default
+``elementwise`` is Algorithm 1. ``adam: library`` (LocalAdam only, §7 item 3) replaces the
+local rule by a library Adam: bias-corrected, no running maximum, m and v re-created every
+round (nothing stored per client).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from channels.validation import as_float, as_int
+from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.engine import client_store
+from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.errors import ConfigError
+from wirelessfl.models.base import FLModel, Params
+
+CORRECTIONS = ("pre", "post", "none")
+NORMALISERS = ("elementwise", "norm")
+ADAMS = ("algorithm1", "library")
+
+
+@dataclass(frozen=True)
+class FAdamGCHParams(FedAvgHParams):
+    """FAdamGC's hyperparameters (``fadamgc.md`` §2.6); ``server_lr`` is η_g, ``local.lr`` η_l.
+
+    Attributes
+    ----------
+    correction : str
+        ``pre`` (FAdamGC), ``post`` (FA-NT) or ``none`` (LocalAdam).
+    betas, eps : tuple of float, float
+        (β1, β2) and ε of the local Adam (0.9, 0.99, 1e-8; β₂ = 0 allowed).
+    tracked : int or None
+        S̃, tracked clients per round (None: half the round's clients, at least one).
+    state_dtype : str
+        dtype of the stored y_i and v_i.
+    warm_start : bool
+        y_i^(1) from one minibatch gradient at x^(1) instead of 0 (§7 item 1).
+    normaliser : str
+        ``elementwise`` (Algorithm 1) or ``norm`` (Δ = m / (‖√v̂‖ + ε), §2.5).
+    adam : str
+        ``algorithm1`` or, for LocalAdam, ``library`` (bias-corrected Adam, §7 item 3).
+    """
+
+    weighting: str = "uniform"
+    correction: str = "pre"
+    betas: tuple[float, float] = (0.9, 0.99)
+    eps: float = 1e-8
+    tracked: int | None = None
+    state_dtype: str = "float32"
+    warm_start: bool = False
+    normaliser: str = "elementwise"
+    adam: str = "algorithm1"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"`correction` must be one of {', '.join(CORRECTIONS)}, got "
+                             f"{self.correction!r}")
+        if len(self.betas) != 2:
+            raise ValueError(f"`betas` must be two numbers, got {self.betas}")
+        for b in self.betas:
+            as_float("betas", b, lo=0, hi=1, hi_open=True)
+        as_float("eps", self.eps, lo=0, hi=1)
+        if self.tracked is not None:
+            as_int("tracked", self.tracked, lo=0, hi=10**6)
+            if self.clients_per_round is not None and self.tracked > self.clients_per_round:
+                raise ConfigError(f"`tracked` S~ = {self.tracked} > clients_per_round S = "
+                                  f"{self.clients_per_round}: S~ is a subset of the round's "
+                                  "clients; lower tracked")
+        client_store.store({}, self.state_dtype)
+        if self.normaliser not in NORMALISERS:
+            raise ValueError(f"`normaliser` must be one of {', '.join(NORMALISERS)}, got "
+                             f"{self.normaliser!r}")
+        if self.adam not in ADAMS:
+            raise ValueError(f"`adam` must be one of {', '.join(ADAMS)}, got {self.adam!r}")
+        if self.adam == "library" and (self.correction != "none" or self.warm_start
+                                       or self.normaliser != "elementwise"):
+            raise ConfigError("`adam: library` is LocalAdam's option (§7 item 3): use it with "
+                              "correction none, without warm_start and the norm normaliser")
+        if self.warm_start and self.correction == "none":
+            raise ConfigError("`warm_start` initialises y_i; LocalAdam (correction none) has no y")
+
+
+@dataclass(frozen=True)
+class FANTHParams(FAdamGCHParams):
+    """FA-NT (``fadamgc.md`` §3.2): the correction after the moments."""
+
+    correction: str = "post"
+
+
+@dataclass(frozen=True)
+class LocalAdamHParams(FAdamGCHParams):
+    """LocalAdam (``fadamgc.md`` §3.1): Algorithm 1 without the correction."""
+
+    correction: str = "none"
+
+
+class TrackedAdam(LocalSGD):
+    """The local Adam of Algorithm 1 with the correction ``pre``, ``post`` or ``none``.
+
+    The task's ``state`` is ``{"v": v_i, "y": y_i}`` (missing: zero); its ``broadcast``
+    ``{"y": y, "tracked": client ids of S̃}``.
+    """
+
+    def __init__(self, model: FLModel, hp: LocalHParams, correction: str = "pre",
+                 betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8,
+                 state_dtype: str = "float32", normaliser: str = "elementwise") -> None:
+        super().__init__(model, hp)
+        self.correction, self.betas, self.eps = correction, betas, eps
+        self.state_dtype, self.normaliser = state_dtype, normaliser
+
+    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+        state, sent = task.state or {}, task.broadcast or {}
+
+        def tree(x: Params | None) -> Params:
+            return (client_store.load(x, task.params) if x is not None
+                    else {k: torch.zeros_like(v) for k, v in task.params.items()})
+
+        ctx = {"v": tree(state.get("v"))}
+        if self.correction != "none":
+            y, yi = tree(sent.get("y")), tree(state.get("y"))
+            ctx["c"] = {k: y[k] - yi[k] for k in y}  # constant within the round
+        return ctx
+
+    def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
+        """One step of Algorithm 1 (elementwise, so it also runs on stacked clients)."""
+        b1, b2 = self.betas
+        opt, ctx = carry.opt, carry.ctx
+        if "m" not in opt:  # m restarts at 0; v and v̂ start from the stored v_i
+            opt["m"] = {k: torch.zeros_like(g) for k, g in grads.items()}
+            opt["v"] = dict(ctx["v"])
+            opt["vhat"] = dict(ctx["v"])
+            opt["sum"] = {k: torch.zeros_like(g) for k, g in grads.items()}
+        pre = self.correction == "pre"
+        gh = {k: g + ctx["c"][k] for k, g in grads.items()} if pre else grads
+        m = {k: torch.lerp(opt["m"][k], g, 1 - b1) for k, g in gh.items()}
+        v = {k: torch.addcmul(b2 * opt["v"][k], g, g, value=1 - b2) for k, g in gh.items()}
+        vhat = {k: torch.maximum(opt["vhat"][k], v[k]) for k in v}
+        delta = {}
+        norm = self._root_norm(vhat, carry.batch_dims) if self.normaliser == "norm" else None
+        for k in m:
+            den = (vhat[k].sqrt() if norm is None else
+                   norm.reshape(*norm.shape, *[1] * (m[k].dim() - carry.batch_dims))).add(self.eps)
+            if self.eps > 0:  # den >= ε > 0
+                delta[k] = m[k] / den
+            else:  # ε = 0 (§2.5): a coordinate with v̂ = 0 has m = 0 and does not move
+                delta[k] = torch.where(den > 0, m[k] / den.clamp_min(1e-38), torch.zeros_like(m[k]))
+        step = ({k: d + ctx["c"][k] for k, d in delta.items()} if self.correction == "post"
+                else delta)
+        tracked = delta if self.correction == "post" else grads  # what y_i averages
+        opt["sum"] = {k: opt["sum"][k] + tracked[k] for k in tracked}
+        opt["m"], opt["v"], opt["vhat"] = m, v, vhat
+        carry.params = {k: torch.add(carry.params[k], step[k], alpha=-carry.lr) for k in step}
+        carry.step += 1
+        carry.loss_sum += loss
+        return carry
+
+    @staticmethod
+    def _root_norm(vhat: Params, batch_dims: int) -> torch.Tensor:
+        """‖√v̂‖ over each client's whole model: one scalar per client (§2.5 analysis variant)."""
+        return sum(v.flatten(batch_dims).sum(-1) for v in vhat.values()).sqrt()
+
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+        res = super().client_final(task, carry)
+        old = task.state or {}
+        if not carry.step:
+            return dataclasses.replace(res, state=task.state)
+        state = {"v": client_store.store(carry.opt["v"], self.state_dtype)}
+        sent = task.broadcast or {}
+        if self.correction != "none":
+            if task.client in sent.get("tracked", ()):
+                state["y"] = client_store.store({k: s / carry.step for k, s in
+                                                 carry.opt["sum"].items()}, self.state_dtype)
+            elif old.get("y") is not None:
+                state["y"] = old["y"]
+        return dataclasses.replace(res, state=state)
+
+
+class FAdamGC(FedAvg):
+    """FAdamGC, FA-NT or LocalAdam (``correction``) over FedAvg's sampling and server step."""
+
+    def __init__(self, env: Environment, hp: FAdamGCHParams = FAdamGCHParams()) -> None:
+        super().__init__(env, hp)
+        self.hp: FAdamGCHParams = hp
+        if hp.adam == "library":
+            self.update = LocalSGD(env.model, dataclasses.replace(
+                env.local, optimizer="adam", betas=hp.betas, eps=max(hp.eps, 1e-38)))
+        else:
+            self.update = TrackedAdam(env.model, env.local, hp.correction, hp.betas, hp.eps,
+                                      hp.state_dtype, hp.normaliser)
+
+    def warm_start(self, state: ServerState) -> ServerState:
+        """§7 item 1 option: every client's y_i^(1) from one minibatch at x^(1), y = mean.
+
+        Each client takes one step of its rule from x^(1) with its own batch order (stage 1
+        of round 0); only the tracked quantity is kept (the raw gradient for FAdamGC, the
+        first Δ for FA-NT), not the moments.
+        """
+        clients = np.arange(self.env.num_clients)
+        rule = TrackedAdam(self.env.model, dataclasses.replace(self.env.local, steps=1),
+                           self.hp.correction, self.hp.betas, self.hp.eps, self.hp.state_dtype,
+                           self.hp.normaliser)
+        results = self.train_clients([state.params] * len(clients), clients, 0, stage=1,
+                                     broadcast={"tracked": set(clients.tolist())},
+                                     buffers=state.buffers, update=rule)
+        zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        states = {r.client: {"y": r.state["y"]} for r in results if r.state}
+        ys = [client_store.load(s["y"], zeros) for s in states.values()]
+        y = {k: sum(t[k] for t in ys) / self.env.num_clients for k in zeros}
+        return dataclasses.replace(state, client_states={**state.client_states, **states},
+                                   opt_state={**(state.opt_state or {}), "y": y})
+
+    def _tracked(self, clients: np.ndarray, t: int) -> set[int]:
+        """S̃: a uniform sample without replacement of the round's clients (§7 item 14)."""
+        if self.hp.correction == "none":
+            return set()
+        k = max(1, len(clients) // 2) if self.hp.tracked is None else self.hp.tracked
+        rng = self.env.seeds.generator("tracking", t)
+        return {int(c) for c in rng.choice(clients, min(k, len(clients)), replace=False)}
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        hp = self.hp
+        if hp.warm_start and state.round == 0 and "y" not in (state.opt_state or {}):
+            state = self.warm_start(state)
+        opt = dict(state.opt_state or {})
+        zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        y = opt.pop("y", None) or zeros
+        chosen: dict[str, Any] = {}
+
+        def broadcast(clients: np.ndarray) -> dict[str, Any]:
+            chosen["tracked"] = self._tracked(clients, state.round)
+            return {"y": y, "tracked": chosen["tracked"]}
+
+        results, _, update = self.train_round(state, broadcast=broadcast)
+        params, server = self.server_opt.step(state.params, update, opt.pop("server", None))
+        tracked = chosen["tracked"]
+        if tracked:
+            def y_of(tree: dict | None) -> Params:
+                got = (tree or {}).get("y")
+                return zeros if got is None else client_store.load(got, zeros)
+
+            dy = [{k: y_of(r.state)[k] - y_of(state.client_states.get(r.client))[k] for k in y}
+                  for r in results if r.client in tracked]
+            y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
+        new_opt = {"server": server, **({"y": y} if hp.correction != "none" else {})}
+        share = len(tracked) / max(1, len(results))
+        return self.finish_round(state, params, new_opt, results, vectors_up=1 + share,
+                                 vectors_down=1 if hp.correction == "none" else 2)

@@ -1,0 +1,95 @@
+"""FedDyn (Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR 2021).
+
+Client i, holding h_i = ∇L_i(θ_i) of its last local model (0 before its first round),
+minimises from the server model θ^{t−1} (Algorithm 1 of the paper)
+
+    L_i(θ) − ⟨h_i, θ⟩ + (α/2) ‖θ − θ^{t−1}‖²,
+
+i.e. local SGD on the gradient g − h_i + α (θ − θ^{t−1}) (the rule's
+:meth:`~wirelessfl.engine.client.LocalSGD.correct`, elementwise, so both engines run it),
+then sets h_i ← h_i − α (θ_i^t − θ^{t−1}) = h_i + α Δ_i (Δ_i = θ^{t−1} − θ_i^t, the
+pseudo-gradient it uploads). The server keeps h ← h − (α/m) Σ_{i∈P_t} (θ_i^t − θ^{t−1})
+= h + (α/m) Σ_{P_t} Δ_i over all m clients, and sets θ^t = mean_{P_t} θ_i^t − h/α: the
+mean of the participants' models (uniform weights, FedAvg's step with η_s = 1) moved by
+−h/α.
+
+α = 0 removes both terms (h stays 0), which is FedAvg with uniform weights exactly.
+h_i live in the client store (CPU), h in the server state. Defaults: α = 0.01 [default,
+the paper's CIFAR value].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from channels.validation import as_float
+from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.engine import client_store
+from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.models.base import FLModel, Params
+
+
+@dataclass(frozen=True)
+class FedDynHParams(FedAvgHParams):
+    """FedAvg's sampling and α, the weight of the dynamic regulariser (uniform weights)."""
+
+    alpha: float = 0.01
+    weighting: str = "uniform"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        as_float("alpha", self.alpha, lo=0, hi=1e6)
+        if self.server_optimizer != "sgd" or self.server_lr != 1.0:
+            raise ValueError("FedDyn's server step is the mean of the models moved by -h/alpha; "
+                             "use server_optimizer sgd with server_lr 1")
+
+
+class DynamicSGD(LocalSGD):
+    """Local SGD on g − h_i + α (θ − θ_start); the client state is h_i."""
+
+    def __init__(self, model: FLModel, hp: LocalHParams, alpha: float) -> None:
+        super().__init__(model, hp)
+        self.alpha = alpha
+
+    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+        if task.state is None:
+            return {"h": {k: torch.zeros_like(v) for k, v in task.params.items()}}
+        return {"h": client_store.load(task.state, task.params)}
+
+    def correct(self, grads: Params, params: Params, start: Params,  # noqa: D102
+                ctx: dict[str, Params]) -> Params:
+        if not self.alpha:
+            return grads
+        return {k: torch.add(g - ctx["h"][k], params[k] - start[k], alpha=self.alpha)
+                for k, g in grads.items()}
+
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+        res = super().client_final(task, carry)
+        if not self.alpha or not res.num_steps:
+            return dataclasses.replace(res, state=task.state)
+        h = {k: torch.add(carry.ctx["h"][k], res.delta[k], alpha=self.alpha) for k in res.delta}
+        return dataclasses.replace(res, state=client_store.store(h))
+
+
+class FedDyn(FedAvg):
+    """FedDyn over FedAvg's sampling and aggregation."""
+
+    def __init__(self, env: Environment, hp: FedDynHParams = FedDynHParams()) -> None:
+        super().__init__(env, hp)
+        self.hp: FedDynHParams = hp
+        self.update = DynamicSGD(env.model, env.local, hp.alpha)
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        results, _, update = self.train_round(state)
+        mean, _ = self.server_opt.step(state.params, update, None)  # mean_{P_t} θ_i^t (η_s = 1)
+        alpha, m = self.hp.alpha, self.env.num_clients
+        h = (state.opt_state or {}).get("h")
+        if alpha:
+            h = {k: (0 if h is None else h[k]) + alpha / m * sum(r.delta[k] for r in results)
+                 for k in update}
+            mean = {k: v - h[k] / alpha for k, v in mean.items()}
+        return self.finish_round(state, mean, None if h is None else {"h": h}, results)

@@ -1,0 +1,107 @@
+"""Hierarchical FedAvg (HFedAvg): cloud → N edge servers → clients.
+
+The baseline of HIST (Fang, Han, Brinton, arXiv 2310.17890, ``specs/hist.md`` §2.3;
+Liu et al., "Client-Edge-Cloud Hierarchical Federated Learning", ICC 2020). In each global
+round every cell starts from the global model; for E edge rounds its clients run H local SGD
+steps and the edge server averages them uniformly (eq. (6)); the cloud then averages the N
+edge models uniformly. Weights are uniform at both tiers, as in objective (1).
+
+HIST reuses :meth:`HFedAvg.run_cells` and changes only the dispatch (disjoint submodels per
+cell, eq. (4)) and the assembly (eq. (7)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from channels.validation import as_int
+from wirelessfl.algorithms.base import (
+    Environment,
+    FederatedAlgorithm,
+    RoundReport,
+    ServerState,
+    client_diagnostics,
+    num_params,
+)
+from wirelessfl.engine.client import ClientResult
+from wirelessfl.models.base import Params
+from wirelessfl.server.aggregation import Aggregator, Mean, apply_update, weighted_mean
+from wirelessfl.server.topology import Topology
+
+
+@dataclass(frozen=True)
+class HFedAvgHParams:
+    """HFedAvg hyperparameters.
+
+    Attributes
+    ----------
+    cells : int
+        Number of cells N; client u belongs to cell ⌊u / (U // N)⌋.
+    edge_rounds : int
+        Edge aggregations E per global round.
+    """
+
+    cells: int = 2
+    edge_rounds: int = 5
+
+    def __post_init__(self) -> None:
+        as_int("cells", self.cells, lo=1, hi=10**4)
+        as_int("edge_rounds", self.edge_rounds, lo=1, hi=10**4)
+
+
+@dataclass(frozen=True)
+class CellsOutcome:
+    """End of the E edge rounds: each cell's model and every client result."""
+
+    edge_params: list[Params]
+    results: list[ClientResult]
+
+
+class HFedAvg(FederatedAlgorithm):
+    """Hierarchical FedAvg with uniform weights at edge and cloud."""
+
+    def __init__(self, env: Environment, hp: HFedAvgHParams = HFedAvgHParams(),
+                 aggregator: Aggregator | None = None) -> None:
+        super().__init__(env)
+        self.hp = hp
+        self.topology = Topology.even(env.num_clients, hp.cells)
+        self.aggregator = aggregator or Mean()
+
+    def cell_aggregator(self, j: int) -> Aggregator:
+        """The aggregator of cell j's edge server (one for all cells here)."""
+        return self.aggregator
+
+    def run_cells(self, starts: Sequence[Params], t: int) -> CellsOutcome:
+        """E edge rounds in every cell from ``starts[j]`` (lines 5–9 of Algorithm 1).
+
+        All clients of all cells go to the executor in one call per edge round.
+        """
+        cells = self.topology.cells
+        edge = list(starts)
+        results: list[ClientResult] = []
+        for e in range(self.hp.edge_rounds):
+            clients = [u for c in cells for u in c]
+            begin = [edge[j] for j, c in enumerate(cells) for _ in c]
+            out = self.train_clients(begin, clients, t, stage=e)
+            pos = 0
+            for j, c in enumerate(cells):
+                cell_res = out[pos:pos + len(c)]
+                pos += len(c)
+                update = self.cell_aggregator(j).aggregate(
+                    [r.delta for r in cell_res], np.ones(len(c)),
+                    self.env.seeds.generator("noise", t, e, j))
+                edge[j] = apply_update(edge[j], update)
+            results.extend(out)
+        return CellsOutcome(edge, results)
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        t = state.round
+        outcome = self.run_cells([state.params] * self.topology.num_cells, t)
+        params = weighted_mean(outcome.edge_params, np.ones(self.topology.num_cells))
+        loss, diag = client_diagnostics(outcome.results)
+        new = ServerState(params, t + 1, state.opt_state, state.client_states, state.buffers)
+        return new, RoundReport(uplink_params=float(self.hp.edge_rounds * num_params(params)),
+                                train_loss=loss, clients=diag)

@@ -1,0 +1,279 @@
+"""HIST: hierarchical independent submodel training (Algorithm 1 of HIST).
+
+Fang, Han, Brinton, arXiv 2310.17890 (``specs/hist.md`` §2, §4, §5). Each global round t:
+
+1. draw the round's CPU frequencies and channels (§6.4) and turn them into per-unit
+   latencies c_j (:func:`wirelessfl.net.resources.unit_latency`);
+2. mask sizes k_j: the uniform split, or the latency-optimal one of the MILP (20)/(36)
+   (:func:`solvers.mask_sizes.solve` under the cap (19c));
+3. a fresh random disjoint partition of each split unit group into N blocks of those sizes
+   (§4.4); cell j's submodel is the sliced model on block j (shared layers are whole);
+4. E edge rounds of H local steps per cell on the submodel (:meth:`HFedAvg.run_cells`), the
+   edge aggregation exact (``"oma"``) or over the air (``"aircomp"``, :class:`AirComp`);
+5. cloud assembly (7): every split parameter is written back from the cell that owns it;
+   shared parameters (and the biases of layers whose inputs are split) are averaged over cells.
+
+With N = 1 (one block holding every unit) HIST is HFedAvg. The round latency is
+E · max_j c_j k_j, eqs. (18)/(35); the uplink per client is E times its cell's submodel size
+(§6.6).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from channels.validation import as_float, as_int
+from solvers import mask_sizes
+from solvers.beamforming import METHODS as BEAMFORMING_METHODS
+from solvers.latency import size_cap, uniform_sizes
+from wirelessfl.algorithms.base import (
+    Environment,
+    RoundReport,
+    ServerState,
+    client_diagnostics,
+    num_params,
+)
+from wirelessfl.algorithms.hist.hfedavg import HFedAvg, HFedAvgHParams
+from wirelessfl.engine.client import steps_per_call
+from wirelessfl.models.base import Params
+from wirelessfl.net.resources import by_half, check_scenario, draw_cpu, draw_resources, unit_latency
+from wirelessfl.server.aggregation import Aggregator, AirComp, weighted_mean
+from wirelessfl.server.submodel import Submodel, random_disjoint_selections
+
+MASK_SIZES = ("uniform", "optimised")
+AGGREGATIONS = ("oma", "aircomp")
+BIAS_MODES = ("split_and_average", "code_faithful")
+
+
+def table_uplink_mb(edge_rounds: int, size_mb: float, vol_c: int, vol_f: int,
+                    share: float) -> float:
+    """Uplink MB per client of one global round in the paper's convention (§6.6, Table I).
+
+    E × size × (vol_c + share · vol_f) / (vol_c + vol_f), with ``share`` the client's fraction
+    of the split units (1/N for the uniform split, 1 for HFedAvg). With LeNet-5's
+    (0.169 MB, 2572, 59134) this gives 0.845 MB per HFedAvg round and reproduces Table I to
+    ±0.01 MB (6 of its 16 entries differ by 0.01 MB from whole rounds times this).
+    """
+    return edge_rounds * size_mb * (vol_c + share * vol_f) / (vol_c + vol_f)
+
+
+@dataclass(frozen=True)
+class HISTHParams(HFedAvgHParams):
+    """HIST hyperparameters (HFedAvg's plus masks and the physical layer).
+
+    Attributes
+    ----------
+    mask_sizes : str
+        ``"uniform"`` or ``"optimised"`` (per-round MILP (20)/(36)).
+    aggregation : str
+        ``"oma"`` (exact averages, TDMA latency (17)) or ``"aircomp"``.
+    eps_th : float
+        ε_th / δ₁² (κ) of the cap (19c): k_j ≤ ⌊κ K / (6N)⌋ [default 9 → 1.5 K / N].
+    snr_db : tuple of float
+        SNR of the first ⌊N/2⌋ cells and of the rest [dB] (§6.4: 30, 40).
+    antennas : int
+        Edge antennas M.
+    beamforming : str
+        Receive beamforming method for AirComp.
+    real_part_noise, tight_power : bool
+        AirComp options of §8.4 items 16 and 17.
+    cpu_ghz : pair of (low, high)
+        CPU frequency ranges [GHz] of the first ⌊N/2⌋ cells and of the rest (§6.4; Fig. 7(b)
+        uses (2, 4) for all).
+    cpu_redraw : bool
+        Redraw CPU frequencies every round (default: once per client, §6.4 [default]).
+    bias_mode : str
+        ``"split_and_average"`` (default: a unit's bias moves with it) or ``"code_faithful"``
+        (the authors' code, §1.3(f): every fully connected layer is rebuilt at each dispatch,
+        so cells get freshly initialised biases for all of them — split or not, e.g. FCNN's
+        ``fc2.bias`` and LeNet-5's unsplit FC biases — drawn with the submodel's fan-in, and
+        never send them back: the global model keeps its initial FC biases; convolution
+        biases are aggregated as usual).
+    split : bool
+        False: no submodels (every cell trains the full model) — HFedAvg with the same
+        physical layer and accounting.
+    """
+
+    mask_sizes: str = "uniform"
+    aggregation: str = "oma"
+    eps_th: float = 9.0
+    snr_db: tuple[float, float] = (30.0, 40.0)
+    antennas: int = 10
+    beamforming: str = "fast"
+    real_part_noise: bool = False
+    tight_power: bool = False
+    cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 2.0), (2.0, 4.0))
+    cpu_redraw: bool = False
+    bias_mode: str = "split_and_average"
+    split: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mask_sizes not in MASK_SIZES:
+            raise ValueError(f"mask_sizes must be one of {MASK_SIZES}, got {self.mask_sizes!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation mode {self.aggregation!r}; use one of "
+                             f"{AGGREGATIONS}")
+        if self.bias_mode not in BIAS_MODES:
+            raise ValueError(f"bias_mode must be one of {BIAS_MODES}, got {self.bias_mode!r}")
+        check_scenario(self.snr_db, self.cpu_ghz)
+        as_int("antennas", self.antennas, lo=1, hi=4096)
+        as_float("eps_th", self.eps_th, lo=0, hi=1e6, lo_open=True)
+        if self.beamforming not in BEAMFORMING_METHODS:
+            raise ValueError(f"beamforming must be one of {', '.join(BEAMFORMING_METHODS)}, got "
+                             f"{self.beamforming!r}")
+
+
+class HIST(HFedAvg):
+    """HIST (and, with ``split=False``, HFedAvg) over OMA or AirComp edge aggregation."""
+
+    def __init__(self, env: Environment, hp: HISTHParams = HISTHParams()) -> None:
+        super().__init__(env, hp)
+        self.hp: HISTHParams = hp
+        model = env.model
+        self.groups = [g for g in model.unit_groups if g.name in model.hist_groups]
+        if hp.split and not self.groups:
+            raise ValueError(f"model {type(model).__name__} has no unit group HIST can split")
+        for g in self.groups if hp.split else ():
+            if g.size < hp.cells:
+                raise ValueError(f"{hp.cells} cells but layer {g.name!r} has only {g.size} "
+                                 "units: use at most that many cells")
+            if hp.mask_sizes == "optimised" and size_cap(g.size, hp.cells, hp.eps_th) * hp.cells < g.size:
+                raise ValueError(f"eps_th={hp.eps_th} makes the cap (19c) infeasible for layer "
+                                 f"{g.name!r} ({g.size} units in {hp.cells} cells): raise eps_th")
+        sizes = [len(c) for c in self.topology.cells]
+        if min(sizes) < 1:
+            raise ValueError("a cell has zero clients; use fewer cells or more clients")
+        self.clients_per_cell = max(sizes)
+        self.cpu_hz = draw_cpu(hp.cells, self.clients_per_cell, env.seeds.generator("cpu"),
+                               cpu_ghz=hp.cpu_ghz)
+        shapes = {k: v.shape for k, v in model.params().items()}
+        self.fc_biases = {k for k in shapes if k.endswith("bias")
+                          and len(shapes.get(k.removesuffix("bias") + "weight", ())) == 2}
+        # the part of a cell's upload that does not depend on its mask (§4.3): sub_size_j =
+        # shared + per_unit · k_j for the (single) split group
+        num = sum(int(np.prod(s)) for s in shapes.values())
+        self.per_unit = [sum(int(np.prod(shapes[s.param])) // shapes[s.param][s.dim]
+                             for s in g.slices) for g in self.groups]
+        self.shared = [num - q * g.size for q, g in zip(self.per_unit, self.groups)]
+        cells = self.topology.cells
+        self.client_mask = np.array([[i < len(c) for i in range(max(sizes))] for c in cells])
+        self.local_steps = np.array([[steps_per_call(len(env.client_indices[c[i]]), env.local)
+                                      if i < len(c) else 1 for i in range(max(sizes))]
+                                     for c in cells])
+        self.aggregators: list[Aggregator] = [self.aggregator] * hp.cells
+        if hp.aggregation == "aircomp":
+            self.aggregators = [AirComp(float(snr), env.local.lr, antennas=hp.antennas,
+                                        method=hp.beamforming, real_part=hp.real_part_noise,
+                                        tight_power=hp.tight_power)
+                                for snr in by_half(hp.cells, *hp.snr_db)]
+
+    def cell_aggregator(self, j: int) -> Aggregator:  # noqa: D102
+        return self.aggregators[j]
+
+    def _full_latency(self, t: int, num: int) -> np.ndarray:
+        """C_j of round t: each cell's edge-round latency with the full model [s], (17)/(34)."""
+        hp = self.hp
+        res = draw_resources(hp.cells, self.clients_per_cell,
+                             self.env.seeds.generator("resources", t), snr_db=hp.snr_db,
+                             cpu_ghz=hp.cpu_ghz, antennas=hp.antennas,
+                             cpu_hz=None if hp.cpu_redraw else self.cpu_hz)
+        return unit_latency(res, scheme=hp.aggregation, units=1, num_params=num,
+                            local_steps=self.local_steps, client_mask=self.client_mask)
+
+    def _sizes(self, full: np.ndarray, num: int) -> list[np.ndarray]:
+        """Per-group mask sizes: the uniform split or the MILP (20)/(36) of the logged latency.
+
+        A cell with k_j units uploads s + q·k_j parameters (shared ones included, §4.3), so
+        its edge round takes C_j (s + q k_j)/d = c_j (k_j + σ) with c_j = C_j q/d, σ = s/q:
+        the solver minimises exactly the latency the round reports.
+        """
+        hp = self.hp
+        if hp.mask_sizes == "uniform":
+            return [uniform_sizes(g.size, hp.cells) for g in self.groups]
+        return [mask_sizes.solve(full * q / num, g.size, size_cap(g.size, hp.cells, hp.eps_th),
+                                 offset=s / q).sizes
+                for g, q, s in zip(self.groups, self.per_unit, self.shared)]
+
+    def _dispatch(self, params: Params, t: int,
+                  full: np.ndarray) -> tuple[list[Submodel], list[Params], list]:
+        """Round t's submodels, the cells' starting parameters and the mask sizes.
+
+        ``full`` is the round's C_j (:meth:`_full_latency`), which sizes optimised masks.
+        """
+        hp = self.hp
+        if not hp.split:
+            return [], [params] * hp.cells, []
+        sizes = self._sizes(full, num_params(params))
+        selections = random_disjoint_selections(self.groups, sizes,
+                                                self.env.seeds.generator("masks", t))
+        subs = [Submodel(self.env.model.unit_groups, s, params) for s in selections]
+        starts = [s.slice(params) for s in subs]
+        if hp.bias_mode == "code_faithful":
+            gen = torch.Generator().manual_seed(self.env.seeds.int_seed("biases", t))
+            starts = [{k: _fresh_bias(s, k, gen) if k in self.fc_biases else v
+                       for k, v in s.items()} for s in starts]
+        return subs, starts, sizes
+
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+        t, params, hp = state.round, state.params, self.hp
+        num = num_params(params)
+        full = self._full_latency(t, num)
+        subs, starts, sizes = self._dispatch(params, t, full)
+        for agg in self.aggregators:
+            if isinstance(agg, AirComp):
+                agg.mse_log.clear()
+        outcome = self.run_cells(starts, t)
+        new_params = self._assemble(params, subs, outcome.edge_params)
+        loss, diag = client_diagnostics(outcome.results)
+        sub_sizes = np.array([num_params(p) for p in starts])
+        # (18)/(35) with shared parameters uploaded by every cell (§8.3 item 13)
+        latency = hp.edge_rounds * float((full * sub_sizes / num).max())
+        per_client = np.concatenate([[j] * len(c) for j, c in enumerate(self.topology.cells)])
+        cumulative = {}
+        paper = type(self.env.model).paper_volumes
+        if paper is not None:
+            share = sizes[0] / self.groups[0].size if sizes else np.ones(hp.cells)
+            cumulative["uplink_mb_paper_per_client"] = table_uplink_mb(
+                hp.edge_rounds, *paper, float(share[per_client].mean()))
+        extra: dict = {"submodel_params": sub_sizes.tolist()}
+        if sizes:
+            extra["mask_sizes"] = [s.tolist() for s in sizes]
+        mse = [m for a in self.aggregators if isinstance(a, AirComp) for m in a.mse_log]
+        if mse:
+            extra["aircomp_mse_mean"] = float(np.mean(mse))
+        new = ServerState(new_params, t + 1, state.opt_state, state.client_states, state.buffers)
+        return new, RoundReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
+                                train_loss=loss, latency_s=latency, clients=diag, extra=extra,
+                                cumulative=cumulative)
+
+    def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
+        """Eq. (7): split entries from their owner cell, the rest averaged over cells.
+
+        In ``code_faithful`` bias mode every FC bias keeps its global value.
+        """
+        if not subs:
+            return weighted_mean(edge, np.ones(len(edge)))
+        shared = weighted_mean([{k: v for k, v in e.items() if k not in subs[0].dims}
+                                for e in edge], np.ones(len(edge)))
+        out = dict(shared)
+        for k in subs[0].dims:
+            full = params[k].clone()
+            for sub, e in zip(subs, edge):
+                full[sub.index(k)] = e[k]
+            out[k] = full
+        if self.hp.bias_mode == "code_faithful":
+            out.update({k: params[k] for k in self.fc_biases})
+        return {k: out[k] for k in params}
+
+
+def _fresh_bias(sub: Params, name: str, gen: torch.Generator) -> torch.Tensor:
+    """PyTorch's default bias init U(±1/√fan_in) of a rebuilt layer of the submodel ``sub``."""
+    like, weight = sub[name], sub[name.removesuffix("bias") + "weight"]
+    bound = 1.0 / math.sqrt(weight[0].numel())
+    fresh = (torch.rand(like.shape, generator=gen, dtype=like.dtype) * 2 - 1) * bound
+    return fresh.to(like.device)

@@ -1,0 +1,1 @@
+"""RA-Fed / RAM-Fed: resource-adaptive submodels, their mask policies and baselines."""

@@ -1,0 +1,143 @@
+"""Neuron index sets of resource-adaptive submodels (``specs/rafed.md`` §2.1.1–2.1.3).
+
+Client n with resource ratio r_n keeps k = ⌈r_n H_ℓ⌉ of the H_ℓ units of every prunable
+layer ℓ (rounded up to the group's ``multiple``, e.g. an even count under GroupNorm(2));
+inputs and the output layer are always whole. *Which* k units is the mask policy's choice:
+
+- ``random`` (default): a fresh uniform subset per client and round;
+- ``static``: a uniform subset drawn once per client (round 0's draw, kept for the run);
+- ``prefix``: the first k units (HeteroFL's nested submodels);
+- ``rolling``: the window {(q + j) mod H : 0 ≤ j < k} of round q (FedRolex);
+- ``coverage_aware``: clients (in a random order) first take the least-covered units still
+  below Γ_min (ties broken at random), then fill their remaining capacity at random, so
+  every unit ends with coverage Γ ≥ Γ_min whenever Σ_n k_n ≥ Γ_min H (otherwise the
+  policy refuses: no assignment could reach it).
+
+:func:`draw` returns one selection (group name → sorted unit indices) per client; the
+selections of a round are a pure function of (policy, round, seed stream).
+
+Examples
+--------
+>>> from wirelessfl.models.base import UnitGroup
+>>> g = (UnitGroup("fc1", 8, ()),)
+>>> [s["fc1"].tolist() for s in draw("rolling", g, [0.5, 0.25], 3, np.random.default_rng(0))]
+[[3, 4, 5, 6], [3, 4]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from channels.validation import as_int
+from wirelessfl.models.base import UnitGroup
+
+POLICIES = ("random", "static", "prefix", "rolling", "coverage_aware")
+
+
+def kept_units(group: UnitGroup, ratio: float) -> int:
+    """The number of units kept, ⌈r H⌉ for ratio r ∈ (0, 1], rounded up to the group's multiple."""
+    if not 0 < ratio <= 1:
+        raise ValueError(f"a neuron ratio must lie in (0, 1], got {ratio}")
+    k = max(1, math.ceil(ratio * group.size - 1e-9))
+    m = group.multiple
+    return min(group.size, -(-k // m) * m)
+
+
+def draw(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], round_: int,
+         rng: np.random.Generator, *, gamma_min: int = 1) -> list[dict[str, torch.Tensor]]:
+    """The round's selections, one per client (ratio ``ratios[n]``).
+
+    Parameters
+    ----------
+    policy : str
+        One of :data:`POLICIES`.
+    groups : sequence of UnitGroup
+        The prunable groups (a model's ``unit_groups``).
+    ratios : sequence of float
+        Neuron ratio r_n of each client of the round.
+    round_ : int
+        q (the ``rolling`` window's offset).
+    rng : numpy.random.Generator
+        The round's mask stream (``static`` passes round 0's).
+    gamma_min : int
+        Γ_min of ``coverage_aware``.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"mask policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    round_ = as_int("round_", round_, lo=0)
+    gamma_min = as_int("gamma_min", gamma_min, lo=1, hi=10**6)
+    out: list[dict[str, torch.Tensor]] = [{} for _ in ratios]
+    for g in groups:
+        ks = np.array([kept_units(g, r) for r in ratios])
+        if policy == "prefix":
+            picks = [np.arange(k) for k in ks]
+        elif policy == "rolling":
+            picks = [np.sort((round_ + np.arange(k)) % g.size) for k in ks]
+        elif policy == "coverage_aware":
+            picks = _coverage_aware(g.size, ks, gamma_min, rng)
+        else:  # random, static: the k smallest of i.i.d. keys are a uniform k-subset
+            order = np.argsort(rng.random((len(ks), g.size)), axis=1)
+            picks = [np.sort(order[n, :k]) for n, k in enumerate(ks)]
+        for sel, p in zip(out, picks):
+            sel[g.name] = torch.from_numpy(np.asarray(p, dtype=np.int64))
+    return out
+
+
+def _coverage_aware(size: int, ks: np.ndarray, gamma_min: int,
+                    rng: np.random.Generator) -> list[np.ndarray]:
+    """Greedy least-covered-first assignment with Γ ≥ Γ_min on every unit (see module doc)."""
+    if int(ks.sum()) < gamma_min * size:
+        raise ValueError(f"coverage Γ_min = {gamma_min} needs Σ_n k_n >= {gamma_min * size} "
+                         f"units of a {size}-unit layer, but the clients hold {int(ks.sum())}: "
+                         "lower gamma_min or raise the ratios")
+    count = np.zeros(size, dtype=np.int64)
+    picks: list[np.ndarray] = [np.empty(0, np.int64)] * len(ks)
+    for n in rng.permutation(len(ks)):
+        k = int(ks[n])
+        key = count + rng.random(size)                 # least covered first, random ties
+        key[count >= gamma_min] = np.inf               # only units still below Γ_min ...
+        need = np.argsort(key)[:min(k, int((count < gamma_min).sum()))]
+        rest = np.setdiff1d(np.arange(size), need)     # ... then random spare capacity
+        chosen = np.concatenate([need, rng.permutation(rest)[:k - len(need)]])
+        count[chosen] += 1
+        picks[n] = np.sort(chosen)
+    return picks
+
+
+def parameter_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size],
+                       ratio: float) -> float:
+    """‖m‖₁/d of a submodel keeping ⌈r H⌉ units of every group (``specs/rafed.md`` §2.1.2).
+
+    Which units does not matter, only how many: a weight between two prunable layers keeps
+    about r² of its entries, one next to the input or output layer about r.
+    """
+    from wirelessfl.server.submodel import Submodel
+
+    like = {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
+    prefix = {g.name: torch.arange(kept_units(g, ratio)) for g in groups}
+    total = sum(int(torch.Size(s).numel()) for s in shapes.values())
+    return Submodel(groups, prefix, like).num_params(like) / total
+
+
+def ratio_for_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size],
+                       fraction: float) -> float:
+    """The smallest neuron ratio whose submodel holds at least ``fraction`` of the parameters.
+
+    For the abstract's "50% parameters" setting (§2.1.2, §7 item 12): a neuron ratio of
+    about 0.71 for a CNN, about 0.545 for the 784-200-200-10 MLP (whose first layer, next to
+    the input, scales with r alone). Bisection over r; the fraction is monotone in r.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"a parameter fraction must lie in (0, 1], got {fraction}")
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if mid > 0 and parameter_fraction(groups, shapes, mid) >= fraction:
+            hi = mid
+        else:
+            lo = mid
+    return hi

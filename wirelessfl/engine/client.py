@@ -1,0 +1,480 @@
+"""Client local training, written as pure functions, and the executors that run them.
+
+Local training is three functions (``specs`` of every paper reduce to this shape):
+
+- ``client_init(params, state) -> carry`` — start from the model the server sent and the
+  client's persistent state (e.g. Adam moments for FAdamGC, control variates for SCAFFOLD);
+- ``client_step(carry, x, y) -> carry`` — one mini-batch step;
+- ``client_final(carry) -> ClientResult`` — the pseudo-gradient ``start − end``, the new
+  persistent state and metrics.
+
+:class:`LocalSGD` implements them for SGD (momentum, weight decay) and Adam; algorithms
+subclass it to change the step (FAdamGC's corrected moments, FedProx's proximal term).
+An *executor* decides how the functions run over many clients: :class:`LoopExecutor` runs
+clients one after another (the reference); a batched executor (stacked clients) plugs in
+behind the same :class:`Executor` interface.
+
+Mini-batch order [code, ``specs/hist.md`` §2.4]: the client reshuffles its local data every
+epoch and cycles through it; ``steps`` counts SGD steps, not epochs. With ``epochs`` set, a
+call runs that many epochs instead (FedAST §4.6: 3 epochs, last partial batch dropped).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from channels.validation import as_float, as_int
+from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.models.base import FLModel, Params
+from wirelessfl.models.noise import client_noise, step_key
+
+#: Most local steps one call may run (the batch schedule of a call is held in memory).
+MAX_LOCAL_STEPS = 100_000
+
+
+@dataclass(frozen=True)
+class LocalHParams:
+    """Hyperparameters of local training.
+
+    Attributes
+    ----------
+    lr : float
+        Client step size γ.
+    batch_size : int
+        Mini-batch size B.
+    steps : int
+        Local steps H per call (ignored when ``epochs`` is set).
+    epochs : int or None
+        If set, run this many local epochs per call instead of ``steps``.
+    drop_last : bool
+        Drop each epoch's last incomplete batch.
+    optimizer : str
+        ``"sgd"`` or ``"adam"``.
+    momentum : float
+        SGD momentum (state is reset every call, ``specs/hist.md`` §2.4 [default]).
+    weight_decay : float
+        L2 coefficient added to the gradient.
+    betas : tuple of float
+        Adam's (β1, β2).
+    eps : float
+        Adam's ε.
+    schedule : str
+        Client learning rate over rounds: ``constant`` or ``poly`` (γ_t = (γ − γ_min)(1 −
+        t/T)^p + γ_min, restarted on demand, e.g. at each session of ``dynamic_clients.md``
+        §4.3).
+    schedule_power, schedule_rounds : float, int
+        p and T of ``poly`` (T is required for it).
+    schedule_floor : float
+        ρ = γ_min / γ of ``poly`` (0: decay to zero; ``lr_poly.json``'s second value).
+    """
+
+    lr: float = 0.01
+    batch_size: int = 50
+    steps: int = 20
+    epochs: int | None = None
+    drop_last: bool = False
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    schedule: str = "constant"
+    schedule_power: float = 0.9
+    schedule_rounds: int | None = None
+    schedule_floor: float = 0.0
+
+    def __post_init__(self) -> None:
+        as_float("lr", self.lr, lo=0, hi=1e6, lo_open=True)
+        as_int("batch_size", self.batch_size, lo=1, hi=10**6)
+        as_int("steps", self.steps, lo=0, hi=MAX_LOCAL_STEPS)
+        if self.epochs is not None:
+            as_int("epochs", self.epochs, lo=1, hi=10**4)
+        as_float("momentum", self.momentum, lo=0, hi=1, hi_open=True)
+        as_float("weight_decay", self.weight_decay, lo=0, hi=1e3)
+        if len(self.betas) != 2:
+            raise ValueError(f"`betas` must be two numbers, got {self.betas}")
+        for k, b in zip(("betas[0]", "betas[1]"), self.betas):
+            as_float(k, b, lo=0, hi=1, hi_open=True)
+        as_float("eps", self.eps, lo=0, hi=1, lo_open=True)
+        if self.schedule not in ("constant", "poly"):
+            raise ValueError(f"`schedule` must be constant or poly, got {self.schedule!r}")
+        as_float("schedule_power", self.schedule_power, lo=0, hi=100)
+        if self.schedule == "poly" and self.schedule_rounds is None:
+            raise ValueError("`schedule_rounds` (T of the poly schedule) must be set for poly")
+        if self.schedule_rounds is not None:
+            as_int("schedule_rounds", self.schedule_rounds, lo=1, hi=10**8)
+        as_float("schedule_floor", self.schedule_floor, lo=0, hi=1)
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
+
+
+def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator) -> list[np.ndarray]:
+    """Positions (into the client's local data) of each mini-batch of one call.
+
+    Each epoch is a fresh permutation cut into batches; epochs are drawn until
+    ``steps`` batches exist (or ``epochs`` epochs are done). A client with no data gets none.
+    """
+    if num_samples == 0:
+        return []
+    bs = min(hp.batch_size, num_samples)
+    batches: list[np.ndarray] = []
+    epoch = 0
+    while (len(batches) < hp.steps) if hp.epochs is None else (epoch < hp.epochs):
+        perm = rng.permutation(num_samples)
+        cuts = [perm[i:i + bs] for i in range(0, num_samples, bs)]
+        if hp.drop_last and len(cuts[-1]) < bs:
+            cuts.pop()
+        if not cuts:
+            return []
+        batches.extend(cuts)
+        epoch += 1
+    return batches if hp.epochs is not None else batches[: hp.steps]
+
+
+def scheduled_lr(hp: LocalHParams, rounds_since_restart: int) -> float:
+    """The client learning rate ``rounds_since_restart`` rounds after the schedule (re)started.
+
+    >>> hp = LocalHParams(lr=0.1, schedule="poly", schedule_power=1.0, schedule_rounds=10)
+    >>> [round(scheduled_lr(hp, t), 3) for t in (0, 5, 10, 20)]
+    [0.1, 0.05, 0.0, 0.0]
+    >>> floor = LocalHParams(lr=0.1, schedule="poly", schedule_power=1.0, schedule_rounds=10,
+    ...                      schedule_floor=0.3)
+    >>> [round(scheduled_lr(floor, t), 3) for t in (0, 5, 10)]
+    [0.1, 0.065, 0.03]
+    """
+    if hp.schedule == "constant":
+        return hp.lr
+    frac = min(max(rounds_since_restart, 0), hp.schedule_rounds) / hp.schedule_rounds
+    if hp.schedule_floor == 0:
+        return hp.lr * (1.0 - frac) ** hp.schedule_power
+    low = hp.schedule_floor * hp.lr
+    return (hp.lr - low) * (1.0 - frac) ** hp.schedule_power + low
+
+
+def task_lr(task: ClientTask, hp: LocalHParams) -> float:
+    """The task's own step size, else the hyperparameters' (a scheduled 0 stays 0)."""
+    return hp.lr if task.lr is None else task.lr
+
+
+def steps_per_call(num_samples: int, hp: LocalHParams) -> int:
+    """Local steps one call runs on ``num_samples`` samples (the length of :func:`batch_schedule`)."""
+    if num_samples == 0:
+        return 0
+    if hp.epochs is None:
+        return hp.steps
+    bs = min(hp.batch_size, num_samples)
+    per_epoch = num_samples // bs if hp.drop_last else -(-num_samples // bs)
+    return per_epoch * hp.epochs
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """One client's share of a round.
+
+    Attributes
+    ----------
+    client : int
+        Client id.
+    params : Params
+        Start model (full or sliced submodel).
+    indices : ndarray, shape (n_i,), int64
+        The client's samples in the training set.
+    seed : int
+        Seed of its mini-batch order and dropout (from the ``local`` stream).
+    state : Any
+        Its persistent state, or None.
+    lr : float or None
+        Per-client step size overriding ``LocalHParams.lr``.
+    broadcast : Any
+        Values the server sends to every client of the round with the model (SCAFFOLD's c,
+        a teacher, ...), or None.
+    buffers : Params or None
+        The model's buffers (BatchNorm running statistics) the client starts from; it
+        updates its own copy and returns it.
+    """
+
+    client: int
+    params: Params
+    indices: np.ndarray
+    seed: int
+    state: Any = None
+    lr: float | None = None
+    broadcast: Any = None
+    buffers: Params | None = None
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """What a client returns.
+
+    Attributes
+    ----------
+    client : int
+        Client id.
+    delta : Params
+        Pseudo-gradient ``start − end`` (same shapes as the task's params).
+    num_samples : int
+        Local data size n_i.
+    num_steps : int
+        Local steps taken.
+    loss : float
+        Mean training loss over the steps (NaN if none).
+    state : Any
+        New persistent state.
+    buffers : Params or None
+        The client's buffers after local training (BatchNorm running statistics).
+    """
+
+    client: int
+    delta: Params
+    num_samples: int
+    num_steps: int
+    loss: float
+    state: Any = None
+    buffers: Params | None = None
+
+
+@dataclass
+class Carry:
+    """Mutable-free record passed between the three client functions.
+
+    ``ctx`` holds the per-client tensors the update's loss and gradient correction use
+    (:meth:`LocalSGD.context`); the batched engine stacks it along the client dimension.
+    ``batch_dims`` is the number of leading client dimensions of every tensor (0 for one
+    client, 1 on the batched engine): a rule that reduces over a whole client's model (a
+    norm) reduces over the other dimensions.
+    """
+
+    start: Params
+    params: Params
+    lr: float
+    opt: dict[str, Any] = field(default_factory=dict)
+    state: Any = None
+    step: int = 0
+    loss_sum: float = 0.0
+    ctx: dict[str, Params] = field(default_factory=dict)
+    buffers: Params = field(default_factory=dict)
+    seed: int = 0
+    batch_dims: int = 0
+
+
+class ClientUpdate(ABC):
+    """Local training as ``client_init`` / ``client_step`` / ``client_final``."""
+
+    @abstractmethod
+    def client_init(self, task: ClientTask) -> Carry:
+        """Carry at the start of local training."""
+
+    @abstractmethod
+    def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:
+        """Carry after one mini-batch step on ``(x, y)``."""
+
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
+        """Pseudo-gradient, new state and metrics."""
+        delta = {k: carry.start[k] - carry.params[k] for k in carry.start}
+        loss = carry.loss_sum / carry.step if carry.step else float("nan")
+        return ClientResult(task.client, delta, len(task.indices), carry.step, loss, carry.state,
+                            dict(carry.buffers) or None)
+
+
+class LocalSGD(ClientUpdate):
+    """Mini-batch SGD (momentum, weight decay) or Adam on the cross-entropy loss.
+
+    The one client contract every executor runs. A local rule subclasses this and changes
+    only the hooks below; the loop and the batched engine then run the rule's own loss,
+    gradient correction and final step (the batched engine ``vmap``-s them over stacked
+    clients), so every rule stays batched:
+
+    - :meth:`context` — per-client tensors the rule needs (from the task: its state, the
+      round's broadcast values), stacked along the client dimension by the batched engine;
+    - :meth:`penalty` — extra loss terms of ``(params, start, ctx)``;
+    - :meth:`objective` — the whole loss of a batch, for rules whose extra terms need the
+      batch itself (MOON's contrastive term on the model's features);
+    - :meth:`correct` — an elementwise transform of the gradient, given the iterate and the
+      start (SCAFFOLD's control variates, FedProx's proximal gradient μ(w − w_start));
+    - :meth:`client_final` — the pseudo-gradient and the new client state.
+
+    Parameters
+    ----------
+    model : FLModel
+        Architecture (its own parameters are not used; the task's params are).
+    hp : LocalHParams
+        Local hyperparameters.
+    """
+
+    def __init__(self, model: FLModel, hp: LocalHParams) -> None:
+        self.model, self.hp = model, hp
+
+    # ------------------------------------------------------------------ the rule's hooks
+    def context(self, task: ClientTask) -> dict[str, Params]:
+        """Per-client tensors of the rule (none for plain SGD)."""
+        return {}
+
+    def penalty(self, params: Params, start: Params, ctx: dict[str, Params]) -> torch.Tensor | float:
+        """Extra loss terms added to the data loss of every step (none for plain SGD)."""
+        return 0.0
+
+    def correct(self, grads: Params, params: Params, start: Params,
+                ctx: dict[str, Params]) -> Params:
+        """The gradient the optimiser uses (elementwise; the plain gradient here)."""
+        return grads
+
+    def objective(self, params: Params, buffers: Params, start: Params, x: torch.Tensor,
+                  y: torch.Tensor, w: torch.Tensor, ctx: dict[str, Params]
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss to differentiate, data loss) of one client's batch with sample weights ``w``.
+
+        The default is Σ_b w_b CE(f(x_b), y_b) + :meth:`penalty`. ``buffers`` are updated in
+        place by BatchNorm layers; both engines call this (the batched one under ``vmap``).
+        """
+        out = functional_call(self.model, {**params, **buffers}, (x,))
+        data = (F.cross_entropy(out, y, reduction="none") * w).sum()
+        return data + self.penalty(params, start, ctx), data
+
+    # ------------------------------------------------------------------ shared machinery
+    def loss(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the model with ``params`` on one batch."""
+        return F.cross_entropy(functional_call(self.model, params, (x,)), y)
+
+    def finish_gradients(self, grads: Params, params: Params, start: Params,
+                         ctx: dict[str, Params]) -> Params:
+        """Weight decay, then the rule's correction (stacked or not)."""
+        wd = self.hp.weight_decay
+        if wd:
+            grads = {k: torch.add(g, params[k], alpha=wd) for k, g in grads.items()}
+        return self.correct(grads, params, start, ctx)
+
+    def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, float]:
+        """Stochastic gradient at ``carry.params`` (decay and correction included), batch loss."""
+        params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
+        w = torch.full((len(y),), 1.0 / len(y), device=y.device)
+        with client_noise(step_key(carry.seed, carry.step)):  # dropout: the client's stream
+            loss, data_loss = self.objective(params, carry.buffers, carry.start, x, y, w, carry.ctx)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.start,
+                                      carry.ctx), float(data_loss.detach()))
+
+    def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
+        self.model.train()
+        params = {k: v.detach() for k, v in task.params.items()}
+        buffers = {k: v.detach().clone() for k, v in (task.buffers or {}).items()}
+        return Carry(start=params, params=params, lr=task_lr(task, self.hp), state=task.state,
+                     ctx=self.context(task), buffers=buffers, seed=task.seed)
+
+    def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
+        grads, loss = self.gradient(carry, x, y)
+        return self.descend(carry, grads, loss)
+
+    def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
+        """The optimiser step from ``grads`` (elementwise, so it also runs on stacked clients).
+
+        Each update is one fused pass per tensor (``add``/``lerp``/``addcmul``): on stacked
+        clients these tensors are large and memory traffic, not arithmetic, sets their cost.
+        """
+        hp, opt = self.hp, carry.opt
+        if hp.optimizer == "sgd":
+            if hp.momentum:
+                buf = opt.get("m")
+                buf = grads if buf is None else {k: torch.add(grads[k], buf[k], alpha=hp.momentum)
+                                                 for k in grads}
+                opt["m"], grads = buf, buf
+            carry.params = {k: torch.add(carry.params[k], grads[k], alpha=-carry.lr) for k in grads}
+        else:
+            b1, b2 = hp.betas
+            t = carry.step + 1
+            m0, v0 = opt.get("m", {}), opt.get("v", {})
+            m = {k: torch.lerp(m0[k], g, 1 - b1) if k in m0 else (1 - b1) * g
+                 for k, g in grads.items()}
+            v = {k: torch.addcmul(b2 * v0[k], g, g, value=1 - b2) if k in v0
+                 else (1 - b2) * g * g for k, g in grads.items()}
+            opt["m"], opt["v"] = m, v
+            c1, c2 = 1 - b1**t, (1 - b2**t) ** 0.5
+            carry.params = {k: torch.addcdiv(carry.params[k], m[k], (v[k].sqrt() / c2).add_(hp.eps),
+                                             value=-carry.lr / c1) for k in grads}
+        carry.step += 1
+        carry.loss_sum += loss
+        return carry
+
+
+class ClientError(RuntimeError):
+    """A client failed; the message names the client and the stage."""
+
+
+class Executor(ABC):
+    """Runs a :class:`ClientUpdate` over many clients.
+
+    Contract: :meth:`run` returns one :class:`ClientResult` per task, in task order, equal
+    (to float tolerance) to what :class:`LoopExecutor` returns. A client with no data takes
+    no step and returns a zero pseudo-gradient. Errors are re-raised as :class:`ClientError`.
+    """
+
+    @abstractmethod
+    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
+            hp: LocalHParams) -> list[ClientResult]:
+        """Train every task's client and return their results."""
+
+
+class LoopExecutor(Executor):
+    """The reference: clients one after another, each under its own seeded RNG."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+
+    def __repr__(self) -> str:
+        return f"LoopExecutor(device='{self.device}')"
+
+    def _run_one(self, update: ClientUpdate, data: ArrayDataset, task: ClientTask,
+                 hp: LocalHParams) -> ClientResult:
+        rng = np.random.default_rng(task.seed)
+        schedule = batch_schedule(len(task.indices), hp, rng)
+        idx = torch.as_tensor(task.indices, dtype=torch.long, device=data.x.device)
+        stage = "client_init"
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+                torch.manual_seed(task.seed)
+                carry = update.client_init(task)
+                stage = "client_step"
+                for pos in schedule:
+                    b = idx[torch.as_tensor(pos, device=idx.device)]
+                    carry = update.client_step(carry, *data.batch(b, self.device))
+                stage = "client_final"
+                return update.client_final(task, carry)
+        except Exception as exc:
+            raise ClientError(f"client {task.client} failed in {stage}: {exc}") from exc
+
+    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
+            hp: LocalHParams) -> list[ClientResult]:
+        """Train the tasks one after another."""
+        return [self._run_one(update, data, t, hp) for t in tasks]
+
+
+@torch.no_grad()
+def evaluate(model: FLModel, params: Params, data: ArrayDataset, *, batch_size: int = 2000,
+             device: torch.device | str = "cpu",
+             buffers: Params | None = None) -> tuple[float, float]:
+    """Test accuracy in [0, 1] and mean cross-entropy of ``params`` on ``data`` (eval mode).
+
+    ``buffers`` (BatchNorm running statistics) default to the module's own. The sums stay on
+    the device (the loss in float64) and are read once, after the last batch.
+    """
+    params = {**params, **(buffers or {})}
+    was_training = model.training
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    for i in range(0, len(data), batch_size):
+        x, y = data.batch(slice(i, i + batch_size), device)
+        out = functional_call(model, params, (x,))
+        loss_sum += F.cross_entropy(out, y, reduction="sum").double()
+        correct += (out.argmax(1) == y).sum()
+    model.train(was_training)
+    return int(correct) / len(data), float(loss_sum) / len(data)

@@ -1,0 +1,158 @@
+"""Regenerate a paper's figures and tables, or a user's sweep: train what is missing, then render.
+
+``wirelessfl figures <paper> [--scale] [--only]`` and ``wirelessfl sweep``. A figure's runs
+(:mod:`~wirelessfl.report.spec`) are trained by the local executor
+(:mod:`~wirelessfl.report.local`) or as Ray tasks (:mod:`~wirelessfl.report.ray_executor`),
+then drawn by the renderer of its kind (:mod:`~wirelessfl.report.renderers`) into the report
+folder with a ``README.md`` listing every output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wirelessfl.report.local import execute_local
+from wirelessfl.report.ray_executor import RayOptions, execute_ray
+from wirelessfl.report.renderers import RENDERERS
+from wirelessfl.report.spec import (
+    Figure,
+    RunSpec,
+    check_seeds,
+    first_repeated,
+    load_figures,
+    missing_runs,
+    override_pairs,
+    run_folder,
+    show_value,
+)
+from wirelessfl.report.tables import write_text
+from wirelessfl.run.config import ConfigError, apply_overrides
+from wirelessfl.run.kinds import canonical
+from wirelessfl.run.records import RunRecord
+
+
+def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
+            log: Callable[[str], None] = print, jobs: int = 1, ray: RayOptions | None = None) -> None:
+    """Train (or resume) every run in ``runs``: locally ``jobs`` at a time, or as Ray tasks.
+
+    A run that cannot start or finish (missing data, a folder another process is writing,
+    divergence) is skipped with its one-line reason and its figure reported as incomplete
+    (:func:`~wirelessfl.report.local.run_one`). With ``ray`` (a
+    :class:`~wirelessfl.report.ray_executor.RayOptions`) every run is a Ray task.
+    """
+    if ray is not None:
+        execute_ray(runs, root, ray, log=log, quiet=quiet)
+    else:
+        execute_local(runs, root, quiet=quiet, log=log, jobs=jobs)
+
+
+def render(figures: list[Figure], root: Path) -> list[Path]:
+    """Write every figure's outputs and a README listing them; skip figures with missing runs."""
+    root.mkdir(parents=True, exist_ok=True)
+    outputs, lines = [], []
+    for fig in figures:
+        if any(RunRecord(run_folder(root, r)).summary() is None for r in fig.runs):
+            lines.append(f"- {fig.name}: runs missing (run `wirelessfl figures` again)")
+            continue
+        paths = RENDERERS[fig.spec["kind"]](fig, root, root)
+        outputs += paths
+        lines.append(f"- **{fig.name}** — {fig.title}: "
+                     + ", ".join(f"[{p.name}]({p.name})" for p in paths))
+    readme = root / "README.md"
+    write_text(readme, "# Regenerated figures and tables\n\n" + "\n".join(lines) + "\n")
+    return [*outputs, readme]
+
+
+def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
+               extra: list[str] | None = None, quiet: bool = False,
+               log: Callable[[str], None] = print, jobs: int = 1,
+               ray: Any = None) -> list[Path]:
+    """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files."""
+    return _complete(load_figures(paper, scale, only, extra), root, f"{paper} ({scale})",
+                     quiet=quiet, log=log, jobs=jobs, ray=ray)
+
+
+#: Marks a report folder as this tool's: its tables, plots and README may be rewritten.
+REPORT_MARK = ".wirelessfl-report"
+
+
+def _claim_report_folder(root: Path) -> None:
+    """Use ``root`` only if it is new, empty or a report folder made here (else ConfigError).
+
+    A folder from before the mark existed is recognised by its ``runs/`` folder. Nothing
+    that this tool did not write is ever overwritten.
+    """
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"report folder {root} is a file; give a folder with --out")
+    if (root.is_dir() and any(root.iterdir()) and not (root / REPORT_MARK).is_file()
+            and not (root / "runs").is_dir()):
+        raise ConfigError(f"report folder {root} holds files this tool did not write; give a "
+                          "new or empty folder with --out (nothing is overwritten)")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / REPORT_MARK).touch()
+
+
+def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
+              log: Callable[[str], None], jobs: int, ray: Any) -> list[Path]:
+    """Train the figures' missing runs (each once), then render them under ``root``."""
+    _claim_report_folder(root)
+    todo = missing_runs(figures, root)
+    log(f"{what}: {len(todo)} of {len({r.key for f in figures for r in f.runs})} runs to do; "
+        f"report folder {root}")
+    execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray)
+    return render(figures, root)
+
+
+def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
+          extra: list[str] | None = None, quiet: bool = False,
+          log: Callable[[str], None] = print, jobs: int = 1, ray: Any = None) -> list[Path]:
+    """A user's sweep: every combination of ``grid`` (``key=v1,v2``) × ``seeds`` of ``config``.
+
+    Runs go to ``root/runs`` under their config hashes (finished ones reused, interrupted
+    ones resumed, on the local or the Ray executor); ``sweep.md``/``.csv``/``.png`` give the
+    final accuracy (the last evaluation) per grid point, mean ± std over the seeds.
+    """
+    import itertools
+
+    import yaml
+
+    from wirelessfl.run.config import load_raw
+
+    check_seeds(seeds, "--seeds")
+    axes = []
+    for item in grid:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise ConfigError(f"--grid {item[:60]!r}: write KEY=V1,V2,... (e.g. local.lr=0.01,0.03)")
+        try:
+            axis = [(key.strip(), yaml.safe_load(v)) for v in values.split(",")]
+        except yaml.YAMLError:
+            raise ConfigError(f"--grid {item[:60]!r}: a value is not a YAML scalar") from None
+        shown = [show_value(v) for _, v in axis]
+        if len(set(shown)) < len(shown):
+            raise ConfigError(f"--grid {item[:60]!r}: {first_repeated(shown)} is given twice; "
+                              "give each value once")
+        axes.append(axis)
+    if not axes:
+        raise ConfigError("give at least one --grid KEY=V1,V2,...")
+    keys = [a[0][0] for a in axes]
+    if len(set(keys)) < len(keys):
+        raise ConfigError(f"--grid: {first_repeated(keys)} has two --grid options; give its values "
+                          "in one, comma-separated")
+    points = list(itertools.product(*axes))
+    if len(points) * len(seeds) > 10_000:
+        raise ConfigError(f"the sweep has {len(points) * len(seeds)} runs; at most 10000")
+    base = apply_overrides(load_raw(config), list(extra or ()))
+    runs = []
+    for point in points:
+        label = ", ".join(f"{k}={show_value(v)}" for k, v in point)
+        for seed in seeds:
+            raw = apply_overrides(base, override_pairs({**dict(point), "seed": seed}))
+            canonical(raw)  # fail before any training
+            runs.append(RunSpec("final accuracy", label, None, seed, raw))
+    fig = Figure("sweep", {"kind": "final_accuracy", "last": 1,
+                           "title": f"sweep of {config} over {', '.join(a[0][0] for a in axes)}"},
+                 tuple(runs), scale="")
+    return _complete([fig], root, "sweep", quiet=quiet, log=log, jobs=jobs, ray=ray)

@@ -1,0 +1,392 @@
+"""One renderer per figure kind: the PNG and the CSV/markdown tables of a figure from its runs' rows."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+
+from wirelessfl.run.kinds import canonical
+from wirelessfl.run.records import first_reaching
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from wirelessfl.report.metrics import (
+    as_list,
+    final_accuracy,
+    group_runs,
+    mean_steps,
+    nanmean,
+    over_seeds,
+    row_value,
+    run_finals,
+    run_rows,
+    session_starts,
+    time_to_target,
+    transition_accuracy,
+)
+from wirelessfl.report.spec import Figure, run_tasks, series_label, show_value, sweep_label
+from wirelessfl.report.tables import (
+    LABELS,
+    final_markdown,
+    gains_markdown,
+    targets_markdown,
+    transitions_markdown,
+    write_csv,
+    write_text,
+)
+from wirelessfl.run.records import atomic_write
+
+#: What a ``final`` figure can show per run: the last evaluation's test accuracy and loss,
+#: and the simulated time to target.
+_FINAL = {"accuracy": "final test accuracy", "loss": "final test loss",
+          "time": "simulated time to target"}
+
+
+def _panels(fig: Figure, ncols: int) -> tuple[plt.Figure, np.ndarray, list[str]]:
+    panels = list(dict.fromkeys(r.panel for r in fig.runs))
+    f, ax = plt.subplots(len(panels), ncols, figsize=(5.0 * ncols, 3.8 * len(panels)),
+                         squeeze=False)
+    return f, ax, panels
+
+
+def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Mean accuracy over seeds (band: min to max) against each ``x``.
+
+    ``y``: ``test_accuracy`` (default) or ``active_accuracy`` (dynamic clients: the test
+    samples of the active label set); runs with sessions get their session boundaries as
+    dotted vertical lines (Fig. 2 of the dynamic-clients paper).
+    """
+    xs = fig.spec["x"] if isinstance(fig.spec["x"], list) else [fig.spec["x"]]
+    y = fig.spec.get("y", "test_accuracy")
+    f, ax, panels = _panels(fig, len(xs))
+    table = []
+    for (panel, series, value), runs in group_runs(fig).items():
+        rows = [run_rows(root, r) for r in runs]
+        n = min(len(r) for r in rows)
+        acc = np.array([[row[y] for row in r[:n]] for r in rows])
+        for c, key in enumerate(xs):
+            x = np.nanmean([[row_value(row, key) if row["round"] else 0.0 for row in r[:n]]
+                            for r in rows], axis=0)
+            a = ax[panels.index(panel)][c]
+            line, = a.plot(x, acc.mean(0), label=series_label(fig, series, value))
+            if len(rows) > 1:
+                a.fill_between(x, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
+            for i in session_starts(rows[0][:n]):  # the session's first round starts at x[i-1]
+                a.axvline(x[i - 1], color="0.5", lw=0.6, ls=":")
+            a.set(xlabel=LABELS.get(key, key), ylabel=y.replace("_", " "), title=panel)
+            a.grid(alpha=0.3)
+        table += [{"panel": panel, "series": series, "sweep": show_value(value), "round": rows[0][i]["round"],
+                   **({"session": rows[0][i]["session"]} if "session" in rows[0][i] else {}),
+                   "accuracy_mean": acc[:, i].mean(), "accuracy_min": acc[:, i].min(),
+                   "accuracy_max": acc[:, i].max(), "seeds": len(rows),
+                   **{k: nanmean([row_value(r[i], k) if r[i]["round"] else 0.0 for r in rows])
+                      for k in xs if k != "round"}} for i in range(n)]
+    return [*_finish(fig, f, ax, out, table), _targets_csv(fig, root, out)]
+
+
+def render_transitions(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Dynamic clients' tables: accuracy after each session transition, beside the paper's.
+
+    A row per panel (and sweep value), a column per transition k (``transitions``, default
+    1, 2, 3) and series; a cell is the mean over seeds (± sample std) of
+    :func:`transition_accuracy` at session P + 1 + k (``dynamic_clients.md`` §4.3, P the
+    run's pilot sessions). ``reference``: per panel the paper's cells in the same column
+    order (per sweep value when swept). With ``method`` the note counts, per transition,
+    the rows where it is ≥ each other series and where it is best.
+    """
+    ks, window = fig.spec.get("transitions", [1, 2, 3]), fig.spec.get("window", 10)
+    groups = group_runs(fig)
+    series = list(dict.fromkeys(s for _, s, _ in groups))
+    keys = list(dict.fromkeys((p, v) for p, _, v in groups))
+    pilot = {r.key: canonical(r.raw)["initial_model"]["pilot_sessions"] for r in fig.runs}
+    rows, cells = [], {}
+    for panel, value in keys:
+        ref = (fig.spec.get("reference") or {}).get(panel)
+        ref = ref.get(value) if isinstance(ref, dict) else ref
+        ref = iter(ref or ())
+        row: dict[str, Any] = {"setting": panel, sweep_label(fig, "sweep"): show_value(value)}
+        for k in ks:
+            for name in series:
+                runs = groups.get((panel, name, value), [])
+                vals = np.array([transition_accuracy(run_rows(root, r), pilot[r.key] + 1 + k, window)
+                                 for r in runs]) * 100
+                mean = float(np.mean(vals)) if vals.size else math.nan
+                std = float(np.std(vals, ddof=1)) if vals.size > 1 else math.nan
+                cells[(panel, value, k, name)] = mean
+                row.update({f"{name} T{k}": round(mean, 2), f"{name} T{k} std": round(std, 2),
+                            f"{name} T{k} paper": next(ref, None)})
+        rows.append(row)
+    md = out / f"{fig.name}.md"
+    write_text(md, transitions_markdown(fig, rows, keys, ks, series, cells))
+    return [write_csv(out / f"{fig.name}.csv", rows), md]
+
+
+def _targets_csv(fig: Figure, root: Path, out: Path) -> Path:
+    """Round, uplink and simulated latency at the first round reaching the run's target."""
+    table = []
+    for (panel, series, value), runs in group_runs(fig).items():
+        target = runs[0].raw.get("target_accuracy")
+        if target is None:
+            continue
+        rows = [run_rows(root, r) for r in runs]
+        hits = [h for h in (first_reaching(r, target) for r in rows) if h is not None]
+        row = {"panel": panel, "series": series, "sweep": show_value(value), "target": target,
+               "reached": f"{len(hits)}/{len(rows)}",
+               "final_accuracy_mean": float(np.mean([r[-1]["test_accuracy"] for r in rows]))}
+        for key in ("round", "uplink_mb_per_client", "sim_time_s"):
+            row[f"{key}_mean"] = float(np.mean([row_value(h, key) for h in hits])) if hits else math.nan
+        table.append(row)
+    return write_csv(out / f"{fig.name}-to-target.csv", table)
+
+
+def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """``metric`` (one or a list, a column each) to reach ``target`` against the sweep values."""
+    metrics, target = as_list(fig.spec["metric"]), fig.spec["target"]
+    f, ax, panels = _panels(fig, len(metrics))
+    label = sweep_label(fig)
+    table, lines = [], {}
+    for (panel, series, value), runs in group_runs(fig).items():
+        row: dict[str, Any] = {"panel": panel, "series": series, label: show_value(value)}
+        for metric in metrics:
+            reached, count = over_seeds(root, runs, target, metric)
+            mean = float(reached.mean()) if reached.size else float("nan")
+            row.update({f"{metric}_to_{target:g}_mean": mean,
+                        f"{metric}_std": float(reached.std()) if reached.size else float("nan"),
+                        "reached": count})
+            lines.setdefault((panel, series, metric), []).append((value, mean))
+        table.append(row)
+    for (panel, series, metric), pts in lines.items():
+        a = ax[panels.index(panel)][metrics.index(metric)]
+        if len(pts) == 1 and pts[0][0] is None:  # a series not swept: a reference line
+            a.axhline(pts[0][1], ls="--", color="0.4", label=series)
+        else:
+            a.plot([show_value(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
+        a.set(xlabel=label, ylabel=f"{LABELS.get(metric, metric)} to {100 * target:g}%",
+              title=panel)
+        a.grid(alpha=0.3)
+    return _finish(fig, f, ax, out, table)
+
+
+def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
+            table: list[dict[str, Any]]) -> list[Path]:
+    ax[0][0].legend(fontsize=7)
+    # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
+    f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
+    f.tight_layout()
+    png = out / f"{fig.name}.png"
+    atomic_write(png, lambda tmp: f.savefig(tmp, dpi=120, format="png"))
+    plt.close(f)
+    return [png, write_csv(out / f"{fig.name}.csv", table)]
+
+
+def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """``metric`` (one or a list) to each target, mean ± std over seeds, beside the paper's.
+
+    ``targets`` is a list, or per panel a list (e.g. 75% on CIFAR-10, 50% on CIFAR-100);
+    ``reference`` gives per panel and target the paper's columns, or per panel, target and
+    metric when the table has several metrics.
+    """
+    metrics = as_list(fig.spec["metric"])
+    groups = group_runs(fig)
+    columns = list(dict.fromkeys((s, v) for _, s, v in groups))
+    paper = fig.spec.get("reference", {})
+    rows = []
+    for panel in dict.fromkeys(p for p, _, _ in groups):
+        targets = fig.spec["targets"]
+        for target in (targets.get(panel, []) if isinstance(targets, dict) else targets):
+            for metric in metrics:
+                row: dict[str, Any] = {"setting": panel, "target": f"{100 * target:g}%",
+                                       "quantity": LABELS.get(metric, metric)}
+                ref = (paper.get(panel) or {}).get(target)
+                ref = ref.get(metric) if isinstance(ref, dict) else ref
+                for (series, value), theirs in zip(columns, ref or [None] * len(columns)):
+                    reached, count = over_seeds(root, groups[(panel, series, value)], target,
+                                                 metric)
+                    col = series_label(fig, series, value)
+                    row[col] = round(float(reached.mean()), 2) if reached.size else None
+                    row[f"{col} std"] = round(float(reached.std()), 2) if reached.size else None
+                    row[f"{col} reached"] = count
+                    row[f"{col} paper"] = theirs
+                rows.append(row)
+    md = out / f"{fig.name}.md"
+    write_text(md, targets_markdown(fig, rows, columns, len(metrics) > 1))
+    return [write_csv(out / f"{fig.name}.csv", rows), md]
+
+
+def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Mean time to target per sweep value (bars per series) and the gain of ``method``.
+
+    Gain over ``baseline``: (T_baseline − T_method) / T_baseline (``specs/fedast.md`` §4.7).
+    ``metric``: ``mean_accuracy`` (default) or ``all_done``.
+    """
+    method, baseline = fig.spec["method"], fig.spec["baseline"]
+    label = sweep_label(fig, "setting")
+    groups = group_runs(fig)
+    f, ax, panels = _panels(fig, 1)
+    table = []
+    for panel in panels:
+        values = list(dict.fromkeys(v for p, _, v in groups if p == panel))
+        series = list(dict.fromkeys(s for p, s, _ in groups if p == panel))
+        a, width = ax[panels.index(panel)][0], 0.8 / len(series)
+        for v_i, value in enumerate(values):
+            row: dict[str, Any] = {"panel": panel, label: show_value(value)}
+            for s_i, name in enumerate(series):
+                runs = groups[(panel, name, value)]
+                times = np.array([time_to_target(r, run_rows(root, r), fig.spec.get(
+                    "metric", "mean_accuracy")) for r in runs])
+                done = times[~np.isnan(times)]
+                row[f"{name} time"] = float(done.mean()) if done.size else math.nan
+                row[f"{name} reached"] = f"{done.size}/{times.size}"
+                a.bar(v_i + (s_i - (len(series) - 1) / 2) * width, row[f"{name} time"], width,
+                      color=f"C{s_i}", label=name if v_i == 0 else None)
+            gain = 1 - row[f"{method} time"] / row[f"{baseline} time"]
+            row["gain_percent"] = 100 * gain
+            top = np.nanmax([row[f"{n} time"] for n in series])
+            a.annotate(f"{100 * gain:.1f}%", (v_i, top), ha="center", va="bottom", fontsize=8)
+            table.append(row)
+        a.set_xticks(range(len(values)), [show_value(v) for v in values])
+        a.set(xlabel=label, ylabel="simulated time to target", title=panel)
+        a.grid(alpha=0.3, axis="y")
+    paths = _finish(fig, f, ax, out, table)
+    md = out / f"{fig.name}.md"
+    write_text(md, gains_markdown(fig, table, method, baseline, label))
+    return [*paths, md]
+
+
+def render_time_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Test accuracy (or loss) against simulated time (mean over seeds, band min–max).
+
+    One panel per (panel, sweep value) and ``y`` entry (``accuracy``, default, or ``loss``),
+    one line per series: the mean over a run's tasks (Fig. 15; the target dashed), or with
+    ``per_task`` one line per series and task (Figs. 4/14).
+    """
+    groups = group_runs(fig)
+    panels = list(dict.fromkeys(p for p, _, _ in groups))
+    values = list(dict.fromkeys(v for _, _, v in groups))
+    ys = fig.spec.get("y", ["accuracy"])
+    cols = [(v, y) for v in values for y in ys]
+    f, ax = plt.subplots(len(panels), len(cols), figsize=(4.5 * len(cols), 3.6 * len(panels)),
+                         squeeze=False)
+    label = sweep_label(fig)
+    table = []
+    for (panel, series, value), runs in groups.items():
+        names = [t.name for t in run_tasks(runs[0])] if fig.spec.get("per_task") else [None]
+        for y, task in [(y, t) for y in ys for t in names]:
+            steps = [mean_steps(run_rows(root, r), f"test_{y}", task and [task]) for r in runs]
+            grid = np.linspace(0.0, max(t[-1] for t, _ in steps), 200)
+            before = 0.0 if y == "accuracy" else math.nan
+            curves = np.array([np.where(i >= 0, m[np.maximum(i, 0)], before) for t, m in steps
+                               for i in [np.searchsorted(t, grid, side="right") - 1]])
+            name = series if task is None else f"{series} {task}"
+            a = ax[panels.index(panel)][cols.index((value, y))]
+            line, = a.plot(grid, curves.mean(0), label=name)
+            if len(runs) > 1:
+                a.fill_between(grid, curves.min(0), curves.max(0), color=line.get_color(),
+                               alpha=0.15)
+            if y == "accuracy" and task is None:
+                a.axhline(run_tasks(runs[0])[0].target, color="k", lw=0.8, ls="--")
+            a.set(xlabel="simulated time", ylabel=f"{'mean ' if task is None else ''}test {y}",
+                  title=f"{panel} {label}={show_value(value)}".strip(" ="))
+            a.grid(alpha=0.3)
+            table += [{"panel": panel, "series": series, "task": task or "mean",
+                       label or "sweep": show_value(value), "time": g, f"{y}_mean": c}
+                      for g, c in zip(grid[::10], curves.mean(0)[::10])]
+    return _finish(fig, f, ax, out, table)
+
+
+def render_final(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Final accuracy, loss or time to target (``y``) against the sweep values (Figs. 3, 8, 9).
+
+    One line per series (with ``per_task``, per series and task), mean over the seeds that
+    have a value; a series without sweep values (a reference such as centralized training)
+    is a dashed horizontal line.
+    """
+    ys, per_task = fig.spec.get("y", ["accuracy"]), fig.spec.get("per_task", False)
+    label = sweep_label(fig)
+    f, ax, panels = _panels(fig, len(ys))
+    table, lines = [], {}
+    for (panel, series, value), runs in group_runs(fig).items():
+        finals = [run_finals(r, run_rows(root, r), per_task) for r in runs]
+        for task in finals[0]:
+            row: dict[str, Any] = {"panel": panel, "series": series, "task": task,
+                                   label: show_value(value)}
+            for y in ys:
+                vals = np.array([fin[task][y] for fin in finals])
+                row[y] = float(np.nanmean(vals)) if np.isfinite(vals).any() else math.nan
+            times = np.array([fin[task]["time"] for fin in finals])
+            row["reached"] = f"{int(np.isfinite(times).sum())}/{times.size}"
+            table.append(row)
+            lines.setdefault((panel, series, task), []).append((value, row))
+    for (panel, series, task), pts in lines.items():
+        name = series if task == "mean" else f"{series} {task}"
+        for c, y in enumerate(ys):
+            a = ax[panels.index(panel)][c]
+            if pts[0][0] is None:
+                if np.isfinite(pts[0][1][y]):
+                    a.axhline(pts[0][1][y], color="C7", ls="--", label=name)
+            else:
+                a.plot([v for v, _ in pts], [r[y] for _, r in pts], marker="o", label=name)
+            a.set(xlabel=label, ylabel=_FINAL[y], title=panel)
+            a.grid(alpha=0.3)
+    return _finish(fig, f, ax, out, table)
+
+
+def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
+    """Final accuracy per series (rows) and panel × sweep value (columns), mean ± std over seeds.
+
+    The PNG has one axis per panel: bars per series, or lines against the sweep values (a
+    series that is not swept is a dashed reference line). ``also`` adds the mean over
+    seeds of other row keys at the last evaluation (e.g. the realised parameter fraction).
+    """
+    last, also = int(fig.spec.get("last", 10)), as_list(fig.spec.get("also", []))
+    groups = group_runs(fig)
+    table = []
+    for (panel, series, value), runs in groups.items():
+        rows = [run_rows(root, r) for r in runs]
+        finals = np.array([final_accuracy(r, last) for r in rows])
+        table.append({"panel": panel, "series": series, sweep_label(fig, "sweep"): show_value(value),
+                      "final_accuracy_mean": float(finals.mean()),
+                      "final_accuracy_std": float(finals.std(ddof=1)) if len(finals) > 1 else 0.0,
+                      "seeds": len(finals),
+                      **{k: nanmean([row_value(r[-1], k) for r in rows]) for k in also}})
+    f, ax, panels = _panels(fig, 1)
+    lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row, (panel, series, value) in zip(table, groups):
+        lines.setdefault((panel, series), []).append({**row, "value": value})
+    for (panel, series), pts in lines.items():
+        a = ax[panels.index(panel)][0]
+        if pts[0]["value"] is None and fig.spec.get("sweep"):
+            a.axhline(pts[0]["final_accuracy_mean"], ls="--", color="0.4", label=series)
+        elif fig.spec.get("sweep"):
+            a.errorbar([show_value(p["value"]) for p in pts], [p["final_accuracy_mean"] for p in pts],
+                       yerr=[p["final_accuracy_std"] for p in pts], marker="o", capsize=3,
+                       label=series)
+        else:
+            x = [s for (p, s) in lines if p == panel].index(series)
+            a.bar(x, pts[0]["final_accuracy_mean"], yerr=pts[0]["final_accuracy_std"],
+                  capsize=3, label=series)
+        a.set(xlabel=sweep_label(fig, "method"), ylabel=f"final accuracy (last {last} evals)",
+              title=panel)
+        a.grid(alpha=0.3)
+    if not fig.spec.get("sweep"):
+        for i, panel in enumerate(panels):
+            names = [s for (p, s) in lines if p == panel]
+            ax[i][0].set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+            lo = min(lines[(panel, s)][0]["final_accuracy_mean"] for s in names)
+            ax[i][0].set_ylim(max(0.0, lo - 0.1), None)
+    paths = _finish(fig, f, ax, out, table)
+    md = out / f"{fig.name}.md"
+    write_text(md, final_markdown(fig, table, last))
+    return [*paths, md]
+
+
+RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,
+             "transitions": render_transitions,
+             "gains": render_gains, "time_curves": render_time_curves, "final": render_final,
+             "final_accuracy": render_final_accuracy}

@@ -1,0 +1,1 @@
+"""Running: configs, the run kinds, the run shell with its loop, and run records."""

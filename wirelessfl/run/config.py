@@ -1,0 +1,360 @@
+"""Run configuration: typed frozen dataclasses, YAML presets and ``--set`` overrides.
+
+A YAML file (or a preset name, looked up under ``experiments/``) gives a nested mapping;
+``--set section.key=value`` edits it (the value parsed as YAML); :func:`resolve` turns it
+into a :class:`RunConfig`, checking every key and type and saying what is wrong and what is
+allowed. The ``algorithm`` section is resolved against the HParams dataclass of the
+algorithm it names, looked up lazily in :mod:`wirelessfl.registry`.
+
+Examples
+--------
+>>> cfg = resolve({"rounds": 3, "local": {"lr": 0.05}})
+>>> cfg.rounds, cfg.local.lr, cfg.algorithm.name
+(3, 0.05, 'fedavg')
+>>> resolve({"local": {"lrr": 1}})
+Traceback (most recent call last):
+...
+wirelessfl.errors.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, schedule, schedule_floor, schedule_power, schedule_rounds, steps, weight_decay
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wirelessfl.algorithms.dynamic.initial_model import InitialModelConfig
+from wirelessfl.data.arrays import PLACEMENTS
+from wirelessfl.data.datasets import NORMALIZATIONS
+from wirelessfl.data.text import TEXT_DATASETS
+from wirelessfl.engine.client import LocalHParams
+from wirelessfl.errors import ConfigError, check_config_size, short
+from wirelessfl.net.links import NetworkConfig
+from wirelessfl.run.configtypes import (
+    LATER_DEFAULTS,
+    AlgorithmConfig,
+    _coerce,
+    _lists,
+    algorithm_dict,
+    build_algorithm,
+    build_dataclass,
+    check_name,
+    checked,
+    without_later_defaults,
+)
+from wirelessfl.server.population import PopulationConfig
+
+PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
+              "dirichlet_per_client", "two_group", "two_shard", "half", "partial_overlap",
+              "distinct", "natural")
+
+
+__all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "RunConfig", "resolve",
+           "to_dict", "apply_overrides", "load_raw", "list_presets", "check_name", "checked",
+           "LATER_DEFAULTS", "without_later_defaults"]
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Dataset and partition.
+
+    Attributes
+    ----------
+    dataset : str
+        Registry name (``wirelessfl.data.DATASETS``).
+    data_dir : str or None
+        Folder with the dataset files.
+    normalization : str
+        ``auto``, ``none`` or a named normalisation.
+    partition : str
+        One of :data:`PARTITIONS`; ``natural`` keeps a dataset's own clients (synthetic).
+    num_clients : int
+        Clients U.
+    samples_per_client : int or None
+        Per-client sample count (iid, dirichlet_per_client, synthetic).
+    shards_per_client : int
+        Shards per client (shards, cell_iid_shards).
+    alpha : float
+        Dirichlet concentration.
+    min_size : int
+        Minimum client size (dirichlet_over_clients).
+    reuse : bool
+        Allow FedAST's sample reuse (dirichlet_per_client).
+    overlap : float
+        Label overlap of the two groups (two_group).
+    share_overlap : bool
+        two_group: a label both groups hold gives its samples to both (the reference code,
+        ``dynamic_clients.md`` §7 item 21; default) or splits them half and half (False).
+    unseen_labels : int
+        two_group: labels held out of A and B and brought by a third group C with B's
+        labels (Table 12; 0 = none).
+    synthetic_alpha, synthetic_beta : float
+        Synthetic(α, β) heterogeneity.
+    tokenizer : str or None
+        Text datasets: a local tokenizer folder (relative names from ``data_dir``).
+    max_length : int
+        Text datasets: tokens per sample (truncated, right-padded).
+    placement : str
+        Where the training and test sets live when runs compute on a GPU
+        (:meth:`wirelessfl.data.ArrayDataset.placed`): ``device`` (copied once), ``host``
+        (pinned host memory; each batch is gathered into a pinned buffer and sent
+        asynchronously) or ``auto`` (default: on the device when the training set takes at
+        most half of the device's free memory, else pinned on the host). Same numbers
+        either way; ignored on the CPU.
+    """
+
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    normalization: str = "auto"
+    partition: str = "natural"
+    num_clients: int = 30
+    samples_per_client: int | None = None
+    shards_per_client: int = 2
+    alpha: float = 0.5
+    min_size: int = 10
+    reuse: bool = False
+    overlap: float = 0.0
+    share_overlap: bool = True
+    unseen_labels: int = 0
+    synthetic_alpha: float = 1.0
+    synthetic_beta: float = 1.0
+    tokenizer: str | None = None
+    max_length: int = 128
+    placement: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is not None and self.dataset not in TEXT_DATASETS:
+            raise ConfigError(f"data.tokenizer is for text datasets ({', '.join(TEXT_DATASETS)}); "
+                              f"{short(self.dataset)} does not use one: remove it")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"data.placement must be one of {', '.join(PLACEMENTS)}, "
+                              f"got {short(self.placement)}")
+        if self.normalization not in ("auto", "none", *NORMALIZATIONS):
+            raise ConfigError(f"data.normalization must be auto, none or one of "
+                              f"{', '.join(NORMALIZATIONS)}, got {short(self.normalization)}")
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"data.partition must be one of {', '.join(PARTITIONS)}, "
+                              f"got {self.partition!r}")
+        checked("data.", num_clients=(self.num_clients, 1, 10**6),
+                samples_per_client=(self.samples_per_client, 1, 10**7),
+                shards_per_client=(self.shards_per_client, 1, 10**6),
+                alpha=(self.alpha, 0, 1e6, "open"), min_size=(self.min_size, 0, 10**7),
+                overlap=(self.overlap, 0, 1), unseen_labels=(self.unseen_labels, 0, 10**6),
+                synthetic_alpha=(self.synthetic_alpha, 0, 1e3),
+                synthetic_beta=(self.synthetic_beta, 0, 1e3),
+                max_length=(self.max_length, 2, 8192))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model name and constructor options (e.g. ``padded``, ``hidden``, ``dropout``)."""
+
+    name: str = "fcnn"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run.
+
+    Attributes
+    ----------
+    name : str
+        Run name (default run folder ``runs/<name>``).
+    description : str
+        One line shown by ``wirelessfl list``.
+    seed : int
+        The run's seed; all streams derive from it.
+    rounds : int
+        Global rounds T.
+    eval_every : int
+        Evaluate every this many rounds (and after the last).
+    target_accuracy : float or None
+        Accuracy in [0, 1] whose first crossing the summary reports.
+    stop_at_target : bool
+        End the run at the first evaluation reaching ``target_accuracy``.
+    checkpoint_every : int
+        Write ``checkpoint.pt`` after every this many rounds (and the last); a resumed run
+        continues from the last one (rows after it are produced again, with the same
+        numbers). Raise it for runs with a large client store.
+    device : str
+        ``cpu``, ``cuda`` or ``auto``.
+    engine : str
+        Client executor: ``loop``, ``batched`` or ``auto`` (:func:`wirelessfl.run.rounds.make_executor`).
+    deterministic : bool
+        Run with PyTorch's deterministic algorithms (:func:`wirelessfl.run.rounds.deterministic_mode`;
+        CLI ``--deterministic``).
+    max_batch : int or None
+        Batched engine: at most this many clients stacked at once (a round's group is split
+        into chunks, e.g. to fit a GPU's memory); None = all of them. Same numbers either way.
+    network : NetworkConfig
+        How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
+    population : PopulationConfig
+        Which clients are present in each round: static, or sessions of arriving and
+        departing clients (:mod:`wirelessfl.server.population`).
+    initial_model : InitialModelConfig
+        The model each new session starts from (:mod:`wirelessfl.algorithms.dynamic.sessions`).
+    data, model, local, algorithm
+        The sections.
+    """
+
+    name: str = "run"
+    description: str = ""
+    seed: int = 0
+    rounds: int = 10
+    eval_every: int = 1
+    target_accuracy: float | None = None
+    stop_at_target: bool = False
+    checkpoint_every: int = 1
+    device: str = "auto"
+    engine: str = "auto"
+    max_batch: int | None = None
+    deterministic: bool = False
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    population: PopulationConfig = field(default_factory=PopulationConfig)
+    initial_model: InitialModelConfig = field(default_factory=InitialModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    local: LocalHParams = field(default_factory=LocalHParams)
+    algorithm: AlgorithmConfig = field(
+        default_factory=lambda: build_algorithm({"name": "fedavg"}, "algorithm"))
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        checked("", seed=(self.seed, 0, 2**63 - 1), rounds=(self.rounds, 1, 10**7),
+                eval_every=(self.eval_every, 1, 10**7),
+                checkpoint_every=(self.checkpoint_every, 1, 10**7),
+                max_batch=(self.max_batch, 1, 10**6))
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
+        if self.engine not in ("loop", "batched", "auto"):
+            raise ConfigError(f"engine must be loop, batched or auto, got {self.engine!r}")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ConfigError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if self.stop_at_target and self.target_accuracy is None:
+            raise ConfigError("stop_at_target needs target_accuracy")
+        if self.initial_model.rule != "none" and not self.population.dynamic:
+            raise ConfigError("initial_model.rule needs sessions: set population.kind to "
+                              "alternating or events")
+        groups = 3 if self.data.unseen_labels else 2
+        if (self.data.partition == "two_group" and self.population.kind == "alternating"
+                and self.population.groups != groups):
+            raise ConfigError(f"data.partition two_group makes {groups} client groups but "
+                              f"population.groups is {self.population.groups}; set "
+                              f"population.groups={groups} so that each session is one group")
+        if self.data.unseen_labels and self.data.partition != "two_group":
+            raise ConfigError("data.unseen_labels is for data.partition two_group")
+
+
+# --------------------------------------------------------------------------- typed building
+
+
+def resolve(raw: dict[str, Any]) -> RunConfig:
+    """A :class:`RunConfig` from a nested mapping (YAML), every key and type checked."""
+    if not isinstance(raw or {}, dict):
+        raise ConfigError(f"a config must be a mapping, got {type(raw).__name__}")
+    check_config_size(raw)
+    raw = copy.deepcopy(raw or {})
+    sections = {"data": DataConfig, "model": ModelConfig, "local": LocalHParams}
+    top = {k: v for k, v in raw.items() if k not in (*sections, "algorithm")}
+    built = {k: build_dataclass(cls, raw.get(k), k) for k, cls in sections.items()}
+    built["algorithm"] = build_algorithm({"name": "fedavg", **(raw.get("algorithm") or {})}
+                                         if isinstance(raw.get("algorithm") or {}, dict)
+                                         else raw.get("algorithm"), "algorithm")
+    fields = {f.name for f in dataclasses.fields(RunConfig)} - set(built)
+    for k in top:
+        if k not in fields:
+            raise ConfigError(f"unknown config key '{str(k)[:40]}'; valid top-level keys: "
+                              f"{', '.join(sorted(fields | set(built)))}")
+    hints = typing.get_type_hints(RunConfig)
+    top = {k: _coerce(v, hints[k], k) for k, v in top.items()}
+    try:
+        return RunConfig(**top, **built)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc).replace("`", "")) from exc
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain nested mapping of a config (round-trips through :func:`resolve`)."""
+    out = dataclasses.asdict(dataclasses.replace(cfg, algorithm=None))
+    out["algorithm"] = algorithm_dict(cfg.algorithm)
+    return _lists(out)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` strings (values parsed as YAML) to a nested mapping."""
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {short(item)}")
+        path, text = item.split("=", 1)
+        keys = path.strip().split(".")
+        if not all(keys):
+            raise ConfigError(f"--set {short(path)}: the key must be names joined by dots, e.g. "
+                              "local.lr=0.05")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {path}: cannot parse value {short(text)}") from exc
+        check_config_size(value, f"--set {path}")
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {path}: {k!r} is not a section")
+        node[keys[-1]] = value
+    return raw
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def presets_dir() -> Path:
+    """The ``experiments/`` folder (``WIRELESSFL_EXPERIMENTS`` overrides)."""
+    env = os.environ.get("WIRELESSFL_EXPERIMENTS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "experiments"
+
+
+def list_presets() -> dict[str, Path]:
+    """Preset name → YAML file, for every ``*.yaml`` under ``experiments/``.
+
+    ``figures.yaml`` files describe figure regeneration (:mod:`wirelessfl.report.figures`), not runs.
+    """
+    root = presets_dir()
+    if not root.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(root.rglob("*.yaml")) if p.name != "figures.yaml"}
+
+
+def load_raw(preset_or_path: str) -> dict[str, Any]:
+    """The nested mapping of a preset name or a YAML file path."""
+    if not isinstance(preset_or_path, str) or not preset_or_path:
+        raise ConfigError("name a preset or a YAML file (`wirelessfl list` shows the presets)")
+    path = Path(preset_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists() and not path.is_file():
+        raise ConfigError(f"{path} is not a file")
+    if not (path.suffix in (".yaml", ".yml") and path.is_file()):
+        presets = list_presets()
+        if preset_or_path not in presets:
+            raise ConfigError(f"unknown preset {short(preset_or_path)} (and no such YAML file); "
+                              f"`wirelessfl list` shows the presets: {', '.join(presets)}")
+        path = presets[preset_or_path]
+    try:
+        if path.stat().st_size > 4 * 2**20:
+            raise ConfigError(f"{path}: over 4 MiB, too large for a config file")
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({type(exc).__name__})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping")
+    check_config_size(raw, str(path))
+    return raw

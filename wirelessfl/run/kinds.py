@@ -1,0 +1,153 @@
+"""The one place that decides what kind of run a config describes, and opens it.
+
+Two kinds of run exist, each behind the :class:`RunKind` interface:
+
+- **rounds** (:mod:`wirelessfl.run.rounds`): one model trained round by round by a
+  registered round-based algorithm (every paper but FedAST); a dynamic population makes it
+  a run of sessions (dynamic clients), still round by round;
+- **multitask** (:mod:`wirelessfl.run.multitask`): several tasks on one client pool in
+  simulated time (FedAST, Sync-ST, centralized), recognised by a ``tasks`` list.
+
+Each kind resolves a raw mapping (YAML, ``--set`` applied) into its typed config, writes it
+back as a plain mapping, and opens a :class:`~wirelessfl.run.shell.Job` that
+:func:`~wirelessfl.run.shell.execute` runs into a run folder (the summary is the job's).
+The CLI (``run``, ``retime``), figures and sweeps all go through :func:`open_run`,
+:func:`resolve_config` and :func:`canonical`, so none of them asks which kind it holds.
+
+Examples
+--------
+>>> kind_of({"rounds": 3}).name, kind_of({"tasks": ["fmnist_lenet5"]}).name
+('rounds', 'multitask')
+>>> canonical({"rounds": 3})["algorithm"]["name"]
+'fedavg'
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from wirelessfl.run import config as single
+from wirelessfl.run import multitask
+from wirelessfl.run.records import RunRecord
+from wirelessfl.run.shell import Job, execute
+
+
+class RunKind(ABC):
+    """A kind of run: how its config is recognised, resolved, written back and opened."""
+
+    name: str
+
+    @abstractmethod
+    def matches(self, raw: dict[str, Any]) -> bool:
+        """Whether the raw mapping describes a run of this kind."""
+
+    @abstractmethod
+    def resolve(self, raw: dict[str, Any]) -> Any:
+        """The typed config (every key and type checked; ``ConfigError`` otherwise)."""
+
+    @abstractmethod
+    def to_dict(self, cfg: Any) -> dict[str, Any]:
+        """The typed config as a plain mapping (round-trips through :meth:`resolve`)."""
+
+    @abstractmethod
+    def open(self, cfg: Any, *, checkpoint_every_s: float) -> Job:
+        """The run, built and validated (data, model, algorithm), before anything is written."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Rounds(RunKind):
+    """Round-based runs (:class:`~wirelessfl.run.config.RunConfig`)."""
+
+    name = "rounds"
+
+    def matches(self, raw: dict[str, Any]) -> bool:  # noqa: D102
+        return not multitask.is_multitask(raw)
+
+    def resolve(self, raw: dict[str, Any]) -> single.RunConfig:  # noqa: D102
+        return single.resolve(raw)
+
+    def to_dict(self, cfg: single.RunConfig) -> dict[str, Any]:  # noqa: D102
+        return single.to_dict(cfg)
+
+    def open(self, cfg: single.RunConfig, *, checkpoint_every_s: float) -> Job:  # noqa: D102
+        from wirelessfl.run.rounds import RoundsJob, prepare
+
+        return RoundsJob(prepare(cfg))
+
+
+class MultiTask(RunKind):
+    """Multi-task runs in simulated time (:class:`~wirelessfl.run.multitask.MultiTaskConfig`)."""
+
+    name = "multitask"
+
+    def matches(self, raw: dict[str, Any]) -> bool:  # noqa: D102
+        return multitask.is_multitask(raw)
+
+    def resolve(self, raw: dict[str, Any]) -> multitask.MultiTaskConfig:  # noqa: D102
+        return multitask.resolve_multitask(raw)
+
+    def to_dict(self, cfg: multitask.MultiTaskConfig) -> dict[str, Any]:  # noqa: D102
+        return multitask.multitask_to_dict(cfg)
+
+    def open(self, cfg: multitask.MultiTaskConfig, *, checkpoint_every_s: float) -> Job:  # noqa: D102
+        return multitask.SimulationJob(cfg, checkpoint_every_s)
+
+
+#: Every kind, the first that matches wins.
+KINDS: tuple[RunKind, ...] = (MultiTask(), Rounds())
+
+
+def kind_of(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConfig) -> RunKind:
+    """The kind of a raw mapping or of a typed config."""
+    if isinstance(config, single.RunConfig):
+        return KINDS[1]
+    if isinstance(config, multitask.MultiTaskConfig):
+        return KINDS[0]
+    if not isinstance(config, dict):
+        raise single.ConfigError(f"a config must be a mapping, got {type(config).__name__}")
+    return next(k for k in KINDS if k.matches(config))
+
+
+def resolve_config(raw: dict[str, Any]) -> single.RunConfig | multitask.MultiTaskConfig:
+    """The typed config of a raw mapping of any kind."""
+    return kind_of(raw).resolve(raw)
+
+
+def canonical(raw: dict[str, Any]) -> dict[str, Any]:
+    """The resolved config of a raw mapping of any kind, as a plain mapping."""
+    kind = kind_of(raw)
+    return kind.to_dict(kind.resolve(raw))
+
+
+def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConfig, *,
+             checkpoint_every_s: float = 60.0) -> Job:
+    """The run a config describes, built and checked, ready for :func:`run_job`.
+
+    Parameters
+    ----------
+    config : mapping or typed config
+        A raw mapping (a preset or YAML file with overrides applied) or a resolved config.
+    checkpoint_every_s : float
+        Multi-task runs: write a snapshot after a round once this many wall seconds have
+        passed (0: every round). Round-based runs checkpoint every ``checkpoint_every`` rounds.
+
+    Raises ``ValueError`` (a :class:`~wirelessfl.errors.ConfigError` or a data error) for any
+    bad input; writes nothing.
+    """
+    kind = kind_of(config)
+    cfg = config if not isinstance(config, dict) else kind.resolve(config)
+    return kind.open(cfg, checkpoint_every_s=checkpoint_every_s)
+
+
+def run_job(job: Job, out: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+    """Run ``job`` into run folder ``out`` (locked, never overwritten); return its summary.
+
+    Without ``resume``, ``out`` must not exist or be empty; with it, ``out`` must hold a run
+    of the same resolved config, which continues from its checkpoint and ends with the
+    numbers of an uninterrupted run.
+    """
+    return execute(RunRecord(out), job, resume=resume, quiet=quiet)

@@ -1,0 +1,373 @@
+"""Run records: one folder per run.
+
+Contents:
+
+- ``config.yaml`` — the resolved configuration (re-runnable as it is);
+- ``meta.json`` — seed, package version, git commit, start time, device;
+- ``metrics.jsonl`` — one JSON row per evaluation, appended (and flushed) as it happens:
+  ``round``, ``sim_time_s`` (if the algorithm models time), cumulative
+  ``uplink_params_per_client`` and ``uplink_mb_per_client``, ``test_accuracy``,
+  ``test_loss``, ``train_loss``, plus algorithm extras;
+- ``metrics.csv`` — the same rows as a table, rewritten after each row;
+- ``checkpoint.pt`` — the state after the last completed round (written atomically, read
+  back with ``torch.load(weights_only=True)``: a checkpoint cannot carry code);
+- ``summary.json`` — final and best accuracy, time/uplink to the target, wall time;
+- ``.lock`` — held (``flock``) by the run writing the folder, so two runs never write one.
+
+A new run needs a folder that does not exist or is empty: nothing a run did not create is
+ever overwritten. A resumed run must find its own ``config.yaml`` and metric rows that run
+without gaps or duplicates up to its checkpoint (:meth:`RunRecord.check_rows`).
+
+MB are 4-byte parameters / 2^20, as in ``specs/hist.md`` §6.2 and §6.6.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import json
+import math
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+import wirelessfl
+from wirelessfl.errors import RunFolderError
+from wirelessfl.run.configtypes import without_later_defaults
+
+BYTES_PER_PARAM = 4
+MB = 2**20
+
+
+def params_to_mb(num_params: float) -> float:
+    """Size in MB of ``num_params`` float32 parameters (2^20 bytes per MB)."""
+    return num_params * BYTES_PER_PARAM / MB
+
+
+def git_commit() -> str | None:
+    """Commit of the source tree the package runs from, if it is a git checkout."""
+    root = Path(wirelessfl.__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def atomic_write(path: Path, write) -> None:
+    """``write(tmp)`` then rename over ``path``: an interrupted write leaves ``path`` as it was."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_plain(path: str | Path, what: str) -> Any:
+    """A file written by :func:`torch.save`, read with ``weights_only=True`` onto the CPU.
+
+    Only tensors and plain containers load (never code); tensors saved on a GPU map to the
+    CPU. A damaged or foreign file is a :class:`~wirelessfl.errors.RunFolderError`.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure of an untrusted file is one error
+        raise RunFolderError(f"{what} {path} cannot be read safely ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); it is "
+                             "damaged or was not written by wirelessfl") from None
+
+
+class RunRecord:
+    """Reader and writer of one run folder.
+
+    :meth:`open` takes the folder's lock for the life of the run (:meth:`close` frees it);
+    a second run on the same folder is refused while the first holds it.
+    """
+
+    LOCK = ".lock"
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self._csv_keys: list[str] | None = None  # the CSV's columns, once written here
+        self._lock_fh = None
+        self._created_folder = False
+
+    @property
+    def metrics_path(self) -> Path:
+        """``metrics.jsonl``."""
+        return self.folder / "metrics.jsonl"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """``checkpoint.pt``."""
+        return self.folder / "checkpoint.pt"
+
+    def exists(self) -> bool:
+        """Whether the folder holds a run."""
+        return (self.folder / "config.yaml").is_file()
+
+    # ------------------------------------------------------------------ lock and ownership
+    def _lock(self) -> None:
+        if self.folder.exists() and not self.folder.is_dir():
+            raise RunFolderError(f"run folder {self.folder} is a file, not a folder; choose "
+                                 "another --out")
+        if not self.folder.exists():
+            self.folder.mkdir(parents=True)
+            self._created_folder = True
+        fh = open(self.folder / self.LOCK, "a")  # noqa: SIM115 - held until close()
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise RunFolderError(f"run folder {self.folder} is being written by another run "
+                                 "(it holds the folder's lock); wait for it or choose another "
+                                 "--out") from None
+        self._lock_fh = fh
+
+    def close(self) -> None:
+        """Free the folder's lock."""
+        if self._lock_fh is not None:
+            self._lock_fh.close()
+            self._lock_fh = None
+
+    def __enter__(self) -> RunRecord:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _foreign(self) -> list[str]:
+        return sorted(p.name for p in self.folder.iterdir() if p.name != self.LOCK)
+
+    def discard(self) -> None:
+        """Remove a run that failed before its first round (only what this run created)."""
+        self.close()
+        for name in ("config.yaml", "meta.json", "metrics.jsonl", "metrics.csv",
+                     "checkpoint.pt", "summary.json", self.LOCK):
+            (self.folder / name).unlink(missing_ok=True)
+        if self._created_folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    # ------------------------------------------------------------------ open
+    def create(self, config: dict[str, Any], seed: int, device: str) -> None:
+        """Write the config and metadata of a new run (no metrics yet)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        meta = {"seed": seed, "version": wirelessfl.__version__, "git_commit": git_commit(),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device,
+                "torch": torch.__version__}
+        (self.folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        self.metrics_path.write_text("")
+
+    def open(self, config: dict[str, Any], seed: int, device: str, *,
+             resume: bool) -> dict[str, Any] | None:
+        """Lock the folder and start a run there, or with ``resume`` continue the one there.
+
+        A new run needs a folder that does not exist or is empty; a resumed one must hold a
+        run of the same resolved ``config`` (options added since, at their defaults, do not
+        count: :data:`wirelessfl.run.configtypes.LATER_DEFAULTS`). Returns the last checkpoint (None if none).
+        Raises :class:`~wirelessfl.errors.RunFolderError` (nothing written) otherwise.
+        """
+        if resume and not self.folder.is_dir():
+            raise RunFolderError(f"--resume: {self.folder} does not exist; start a new run "
+                                 "without --resume")
+        self._lock()
+        try:
+            if not resume:
+                if self.exists():
+                    raise RunFolderError(f"run folder {self.folder} already holds a run; pass "
+                                         "--resume to continue it or --out to choose another")
+                if self._foreign():
+                    raise RunFolderError(
+                        f"--out {self.folder} is not empty ({', '.join(self._foreign()[:3])}, "
+                        "...) and holds no run; choose a new or empty folder")
+                self.create(config, seed, device)
+                return None
+            if not self.exists():
+                raise RunFolderError(f"--resume: {self.folder} holds no run (no config.yaml); "
+                                     "nothing was changed there. Start the run in a new folder "
+                                     "with --out")
+            if without_later_defaults(self.config()) != without_later_defaults(config):
+                raise RunFolderError(f"--resume: {self.folder} was made with a different config; "
+                                     "resume with the same preset and --set values (or none)")
+            return self.load_checkpoint()
+        except BaseException:
+            self.close()
+            raise
+
+    @contextlib.contextmanager
+    def writing(self, config: dict[str, Any], seed: int, device: str, *,
+                resume: bool) -> Iterator[dict[str, Any] | None]:
+        """:meth:`open` for the life of a ``with`` block, which gets the checkpoint.
+
+        The lock is freed at the end; a new run that fails before its first checkpoint is
+        removed (:meth:`discard`), so nothing half-written stays; Ctrl-C keeps it (resumable).
+        """
+        ckpt = self.open(config, seed, device, resume=resume)
+        try:
+            yield ckpt
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            if not resume and not self.checkpoint_path.is_file():
+                self.discard()
+            raise
+        finally:
+            self.close()
+
+    # ------------------------------------------------------------------ rows
+    def config(self) -> dict[str, Any]:
+        """The stored resolved configuration."""
+        path = self.folder / "config.yaml"
+        if not path.is_file():
+            raise RunFolderError(f"{self.folder} holds no run (no config.yaml); pass a preset or "
+                                 "YAML file, or --out of an existing run folder")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise RunFolderError(f"{path} is damaged ({type(exc).__name__})") from None
+        if not isinstance(raw, dict):
+            raise RunFolderError(f"{path} is damaged (not a mapping)")
+        return raw
+
+    def rows(self) -> list[dict[str, Any]]:
+        """All metric rows; a damaged line is a :class:`~wirelessfl.errors.RunFolderError`."""
+        if not self.metrics_path.is_file():
+            return []
+        rows = []
+        for n, line in enumerate(self.metrics_path.read_text().splitlines(), 1):
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if not isinstance(row, dict) or not isinstance(row.get("round"), int):
+                raise RunFolderError(f"{self.metrics_path} line {n} is damaged (truncated or "
+                                     "edited); the run cannot be resumed: start it again with "
+                                     "another --out")
+            rows.append(row)
+        return rows
+
+    def check_rows(self, rows: list[dict[str, Any]], expected: list[Any], key) -> None:
+        """Refuse rows whose ``key(row)`` sequence is not ``expected`` (gaps, duplicates)."""
+        got = [key(r) for r in rows]
+        if got != expected:
+            missing = [e for e in expected if e not in got][:3]
+            dup = sorted({g for g in got if got.count(g) > 1}, key=str)[:3]
+            what = (f"missing {missing}" if missing else f"duplicated {dup}" if dup
+                    else f"out of order or extra: {got[:5]}")
+            raise RunFolderError(f"--resume: {self.metrics_path} does not match the checkpoint "
+                                 f"({what}); the folder is damaged: start the run again with "
+                                 "another --out")
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Append one metrics row, flush it to disk, extend the CSV.
+
+        The CSV gets one more line when the row brings no new column, and is rewritten
+        otherwise (so appending stays cheap for runs with thousands of evaluations).
+        """
+        with open(self.metrics_path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        if self._csv_keys is not None and set(row) <= set(self._csv_keys):
+            with open(self.folder / "metrics.csv", "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=self._csv_keys).writerow(_csv_row(row))
+        else:
+            self._write_csv(self.rows())
+
+    def keep(self, rows: list[dict[str, Any]]) -> None:
+        """Replace the metric rows by ``rows`` (the ones a checkpoint had seen)."""
+        atomic_write(self.metrics_path,
+                      lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in rows)))
+        self._write_csv(rows)
+
+    def _write_csv(self, rows: list[dict[str, Any]]) -> None:
+        self._csv_keys = write_csv(self.folder / "metrics.csv", rows)
+
+    def save_checkpoint(self, payload: dict[str, Any]) -> None:
+        """Write the checkpoint atomically, as plain data (numpy values become Python/torch)."""
+        payload = _plain(payload)
+        atomic_write(self.checkpoint_path, lambda p: torch.save(payload, p))
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        """The last checkpoint, or None."""
+        if not self.checkpoint_path.is_file():
+            return None
+        ckpt = load_plain(self.checkpoint_path, "checkpoint")
+        if not isinstance(ckpt, dict):
+            raise RunFolderError(f"checkpoint {self.checkpoint_path} is damaged (not a mapping)")
+        return ckpt
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Write ``summary.json``."""
+        atomic_write(self.folder / "summary.json",
+                      lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+
+    def summary(self) -> dict[str, Any] | None:
+        """The stored summary, if the run finished."""
+        path = self.folder / "summary.json"
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars as Python numbers and arrays as tensors (weights_only-safe)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value).copy())
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _csv_row(row: dict[str, Any], blank_nan: bool = False) -> dict[str, Any]:
+    """A row's cells as CSV takes them: lists and mappings as JSON, NaN blank if asked."""
+    return {k: json.dumps(v) if isinstance(v, (list, dict)) else
+            "" if blank_nan and isinstance(v, float) and math.isnan(v) else v
+            for k, v in row.items()}
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], *, blank_nan: bool = False) -> list[str]:
+    """Write ``rows`` as a CSV file atomically (the union of their keys as columns, in order).
+
+    Lists and mappings are written as JSON; with ``blank_nan`` a NaN is an empty cell (the
+    report's tables) instead of ``nan`` (a run's ``metrics.csv``). Returns the columns.
+    """
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=keys)
+            w.writeheader()
+            for r in rows:
+                w.writerow(_csv_row(r, blank_nan))
+
+    atomic_write(path, write)
+    return keys
+
+
+def first_reaching(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    """The first row whose test accuracy is ≥ ``target`` (``specs/hist.md`` §6.6)."""
+    return next((r for r in rows if r["test_accuracy"] >= target), None)

@@ -1,0 +1,51 @@
+"""Re-time a finished round-based run under another link model, without training again.
+
+Training does not depend on the link (the clock does), so a run's accuracy at each round
+stands and only its simulated time changes; ``wirelessfl retime RUN --set network.KEY=V``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wirelessfl.errors import RunFolderError
+from wirelessfl.net.links import LinkModel, retime
+from wirelessfl.rng import Seeds
+from wirelessfl.run.config import ConfigError, apply_overrides
+from wirelessfl.run.kinds import kind_of, resolve_config
+from wirelessfl.run.records import RunRecord
+
+
+def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]:
+    """A finished (or running) round-based run's rows, timed under another link model.
+
+    ``overrides`` set ``network.*`` keys only (e.g. ``network.model=tdma``,
+    ``network.snr_db=10``); training does not depend on the link, so the run's accuracy at
+    each round stands and only ``sim_time_s`` changes (:func:`wirelessfl.net.links.retime`).
+    The payloads are those the run timed (its ``params_per_vector`` cannot change).
+    """
+    if not isinstance(overrides, (list, tuple)) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides must be a list of 'network.KEY=VALUE' strings, e.g. "
+                          "['network.model=tdma']")
+    record = RunRecord(folder)
+    if not (Path(folder) / "config.yaml").is_file():
+        raise RunFolderError(f"{folder} holds no run (no config.yaml); pass a run folder")
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    bad = [k for k in keys if not k.startswith("network.") and k != "network"]
+    if bad:
+        raise ConfigError(f"--set {bad[0]}: re-timing changes only network.* keys (the link), "
+                          "not training; train a new run for other changes")
+    if any(k in ("network", "network.params_per_vector") for k in keys):
+        raise ConfigError("--set network / network.params_per_vector: the payloads are the "
+                          "run's; set network.<key> one at a time (model, rate_mbps, snr_db, ...)")
+    raw = record.config()
+    if kind_of(raw).name != "rounds" or "algorithm" not in raw:
+        raise ConfigError(f"{folder} is not a round-based run; only those can be re-timed")
+    cfg = resolve_config(apply_overrides(raw, overrides))
+    rows = record.rows()
+    if not rows:
+        raise RunFolderError(f"{folder} has no metrics rows yet")
+    times = retime(rows, LinkModel(cfg.network), Seeds(cfg.seed))
+    return [{"round": r["round"], "test_accuracy": r["test_accuracy"], "sim_time_s": t}
+            for r, t in zip(rows, times)]

@@ -1,0 +1,405 @@
+"""Build a run from its config and drive it round by round.
+
+:func:`prepare` does everything that can fail on bad input (data, partition, model,
+algorithm) without touching the disk; :func:`run` then creates the run folder, trains, and
+appends a metrics row per evaluation and a checkpoint every ``checkpoint_every`` rounds, as
+a :class:`RoundsJob` of the shared run loop (:mod:`wirelessfl.run.shell`). With ``resume=True``
+it continues an interrupted run from its checkpoint and, because every random stream is keyed
+by (seed, round, ...), ends with the same numbers as an uninterrupted run. Rounds that do not
+time themselves are timed by the run's network model (:mod:`wirelessfl.net.links`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from wirelessfl import registry
+from wirelessfl.algorithms.base import Environment, FederatedAlgorithm, ServerState
+from wirelessfl.data import (
+    DatasetSplits,
+    load_dataset,
+)
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import Executor, LocalSGD, LoopExecutor, evaluate
+from wirelessfl.errors import RunFolderError, TrainingDiverged
+from wirelessfl.models import FLModel, Params, build_model
+from wirelessfl.net.links import LinkModel, RoundCost
+from wirelessfl.rng import Seeds
+from wirelessfl.run.config import ConfigError, RunConfig, resolve, to_dict
+from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
+from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
+from wirelessfl.run.shell import Job, Output, execute
+from wirelessfl.server.population import make_population
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device cuda requested but no CUDA GPU is available; use --device cpu")
+    return torch.device(name)
+
+
+def make_executor(engine: str, device: torch.device, max_batch: int | None = None,
+                  model: FLModel | None = None) -> Executor:
+    """The client engine: ``loop``, ``batched``, or ``auto``.
+
+    ``auto`` is the batched engine: on 2 CPU cores it measured 1.9× the loop for the FCNN,
+    1.6× for LeNet-5 (``benchmarks/engine.py``) and 5.6× for the quickstart's linear model;
+    it runs updates it cannot stack (subclassed steps) through the loop itself. The
+    exception is a model that sets ``loop_on_cpu`` (GPT-2 + LoRA: stacked attention measured
+    0.35–0.78× the loop on 2 CPU cores, ``benchmarks/lora.py``), which ``auto`` runs on the
+    loop on a CPU.
+    """
+    if engine == "auto" and device.type == "cpu" and getattr(model, "loop_on_cpu", False):
+        return LoopExecutor(device)
+    if engine in ("batched", "auto"):
+        return BatchedExecutor(device, max_batch=max_batch)
+    return LoopExecutor(device)
+
+
+@dataclass(eq=False)
+class Experiment:
+    """A run, built and validated, before anything is written."""
+
+    config: RunConfig
+    device: torch.device
+    seeds: Seeds
+    splits: DatasetSplits
+    model: FLModel
+    algorithm: FederatedAlgorithm
+    link: LinkModel | None = None
+
+    def initial_state(self) -> ServerState:
+        """Server state before round 0."""
+        return self.algorithm.init(self.model.to(self.device).params())
+
+
+def model_options(cfg: RunConfig) -> dict[str, Any]:
+    """The model's options; a relative ``pretrained`` file or ``model_dir`` is found in ``data.data_dir``."""
+    options = dict(cfg.model.options)
+    for key in ("pretrained", "model_dir"):
+        path = options.get(key)
+        if isinstance(path, str) and cfg.data.data_dir and not Path(path).expanduser().is_absolute():
+            options[key] = str(Path(cfg.data.data_dir).expanduser() / path)
+    return options
+
+
+def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
+    """Load data, partition it, build model, client engine and algorithm.
+
+    Raises ``ValueError`` (a :class:`~wirelessfl.run.config.ConfigError` or a data error) for
+    any bad input; writes nothing.
+    """
+    cfg = config if isinstance(config, RunConfig) else resolve(config)
+    device = resolve_device(cfg.device)
+    seeds = Seeds(cfg.seed)
+    d = cfg.data
+    splits = load_dataset(d.dataset, data_dir=d.data_dir, normalization=d.normalization,
+                          rng=seeds.generator("data"), num_clients=d.num_clients,
+                          synthetic_alpha=d.synthetic_alpha, synthetic_beta=d.synthetic_beta,
+                          samples_per_client=d.samples_per_client, tokenizer=d.tokenizer,
+                          max_length=d.max_length)
+    client_indices = partition_data(cfg, splits, seeds)
+    model = build_model(cfg.model.name, splits.train.sample_shape, splits.train.num_classes,
+                        seed=seeds.int_seed("init"), **model_options(cfg)).to(device)
+    vocab = getattr(model, "vocab_size", None)
+    if vocab is not None:  # token-id models: the tokenizer's ids must fit the embedding
+        top = int(max(splits.train.x.max(), splits.test.x.max()))
+        if top >= vocab:
+            raise ConfigError(f"the tokenizer gives token ids up to {top} but model "
+                              f"{cfg.model.name!r} has a vocabulary of {vocab}: use the model's "
+                              "own tokenizer or raise its vocabulary size")
+    splits = splits.placed(device, d.placement)
+    train = splits.train
+    env = Environment(model=model, train=train, client_indices=tuple(client_indices),
+                      local=cfg.local, update=LocalSGD(model, cfg.local),
+                      executor=make_executor(cfg.engine, device, cfg.max_batch, model),
+                      population=make_population(cfg.population, len(client_indices)),
+                      seeds=seeds)
+    algo_cls = registry.get(cfg.algorithm.name)[1]
+    algorithm = algo_cls(env, cfg.algorithm.hparams)
+    d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
+    return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network, d))
+
+
+def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
+                totals: dict[str, float]) -> dict[str, Any]:
+    return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
+            "opt_state": _to_device(state.opt_state, torch.device("cpu")),
+            "client_states": dict(state.client_states),  # already on the CPU (client_store)
+            "buffers": {k: v.cpu() for k, v in state.buffers.items()},
+            "uplink_params_per_client": uplink, "sim_time_s": sim_time,
+            "totals": dict(totals)}
+
+
+def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
+    """The checkpoint's state, after checking it belongs to this config (round, shapes)."""
+    init = exp.initial_state()
+    params, t = ckpt.get("params"), ckpt.get("round")
+    where = "--resume: the checkpoint"
+    if not isinstance(t, int) or not 0 <= t <= exp.config.rounds:
+        raise RunFolderError(f"{where} is of round {t!r}, outside 0..{exp.config.rounds} of the "
+                             "config; the folder is damaged: start the run again with another --out")
+    if not isinstance(params, dict) or {k: tuple(getattr(v, "shape", ())) for k, v in params.items()} \
+            != {k: tuple(v.shape) for k, v in init.params.items()}:
+        raise RunFolderError(f"{where}'s parameter shapes do not match the model of config.yaml; "
+                             "the folder is damaged: start the run again with another --out")
+    missing = [k for k in ("uplink_params_per_client", "sim_time_s", "wall_s") if k not in ckpt]
+    if missing:
+        raise RunFolderError(f"{where} lacks {', '.join(missing)}; the folder is damaged")
+    buffers = ckpt.get("buffers") or {}
+    if {k: tuple(v.shape) for k, v in buffers.items()} != {k: tuple(v.shape) for k, v in
+                                                            init.buffers.items()}:
+        raise RunFolderError(f"{where}'s buffers do not match the model of config.yaml; the "
+                             "folder is damaged: start the run again with another --out")
+    return ServerState({k: v.to(exp.device) for k, v in params.items()}, t,
+                       _to_device(ckpt.get("opt_state"), exp.device),
+                       dict(ckpt.get("client_states") or {}),  # the store stays on the CPU
+                       {k: v.to(exp.device) for k, v in buffers.items()})
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    """Tensors of a (nested) checkpoint value moved to ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def evaluated_rounds(cfg: RunConfig, upto: int) -> list[int]:
+    """Rounds ≤ ``upto`` that have a metrics row: 0, every ``eval_every``-th, and the last."""
+    return [0] + [t for t in range(1, upto + 1) if t % cfg.eval_every == 0 or t == cfg.rounds]
+
+
+def check_finite(params: Params, where: str) -> None:
+    """Raise :class:`~wirelessfl.errors.TrainingDiverged` if any parameter is NaN or infinite."""
+    bad = [k for k, v in params.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise TrainingDiverged(f"{where}: the model became NaN/Inf ({bad[0]}); the loss diverged "
+                               "- lower the learning rate(s) and start again with another --out")
+
+
+def _evaluate_row(exp: Experiment, state: ServerState, uplink: float,
+                  sim_time: float | None) -> dict[str, Any]:
+    acc, loss = evaluate(exp.model, state.params, exp.splits.test, device=exp.device,
+                         buffers=state.buffers)
+    row = {"round": state.round, "sim_time_s": sim_time, "uplink_params_per_client": uplink,
+           "uplink_mb_per_client": params_to_mb(uplink), "test_accuracy": acc,
+           "test_loss": loss}
+    if sim_time is None:
+        row.pop("sim_time_s")
+    return row
+
+
+def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    """Final/best accuracy and, with a target, the round, uplink and time that reach it."""
+    last = rows[-1]
+    summary: dict[str, Any] = {
+        "name": cfg.name, "rounds": last["round"], "final_accuracy": last["test_accuracy"],
+        "best_accuracy": max(r["test_accuracy"] for r in rows),
+        "final_loss": last["test_loss"], "uplink_mb_per_client": last["uplink_mb_per_client"],
+        "sim_time_s": last.get("sim_time_s"), "wall_s": wall,
+    }
+    if cfg.target_accuracy is not None:
+        hit = first_reaching(rows, cfg.target_accuracy)
+        summary["target_accuracy"] = cfg.target_accuracy
+        summary["target_reached"] = hit is not None
+        summary["round_to_target"] = hit["round"] if hit else None
+        summary["uplink_mb_to_target"] = hit["uplink_mb_per_client"] if hit else None
+        summary["sim_time_s_to_target"] = hit.get("sim_time_s") if hit else None
+        if hit and "uplink_mb_paper_per_client" in hit:
+            summary["uplink_mb_paper_to_target"] = hit["uplink_mb_paper_per_client"]
+    return summary
+
+
+class RoundsJob(Job):
+    """A round-based run (:class:`Experiment`) as a :class:`~wirelessfl.run.shell.Job`."""
+
+    plottable = True
+
+    def __init__(self, exp: Experiment) -> None:
+        cfg = exp.config
+        self.exp, self.cfg = exp, cfg
+        self.resolved, self.seed, self.device = to_dict(cfg), cfg.seed, str(exp.device)
+        self.name, self.progress_total = cfg.name, cfg.rounds
+        self.state = exp.initial_state()
+        self.uplink, self.sim_time = 0.0, None
+        self.totals: dict[str, float] = {}  # RoundReport.cumulative, summed over rounds
+        self.costs: list[list[float]] = []  # RoundCost of the rounds since the last row
+        self._active_tests: dict[int, Any] = {}  # session -> its active labels' test samples
+        self.starts = None
+        if cfg.population.dynamic:
+            from wirelessfl.algorithms.dynamic.sessions import SessionStarts
+
+            self.starts = SessionStarts(cfg.initial_model, exp.algorithm, cfg.algorithm,
+                                        self.state)
+
+    def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
+        self.state = _restore(ckpt, self.exp)
+        origin = ckpt.get("schedule_origin", 0)
+        if not isinstance(origin, int) or not 0 <= origin <= self.cfg.rounds:
+            raise RunFolderError("--resume: the checkpoint's schedule origin is damaged; start "
+                                 "the run again with another --out")
+        self.exp.algorithm.schedule_origin = origin  # a restarted lr schedule resumes as it was
+        self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
+        self.totals = dict(ckpt.get("totals", {}))
+        costs = ckpt.get("round_costs", [])
+        if not isinstance(costs, list) or not all(isinstance(c, list) and len(c) == 4
+                                                  for c in costs):
+            raise RunFolderError("--resume: the checkpoint's round costs are damaged; start the "
+                                 "run again with another --out")
+        self.costs = costs
+        if self.starts is not None:
+            self.starts.load_state_dict(ckpt.get("sessions"))
+
+    def progress(self) -> float:  # noqa: D102
+        return self.state.round
+
+    def kept_rows(self, record: RunRecord,  # noqa: D102
+                  rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        t = self.state.round
+        rows = [r for r in rows if r["round"] <= t]
+        expected = evaluated_rounds(self.cfg, t)
+        record.check_rows(rows, expected[:len(rows)] if t == 0 else expected,
+                          key=lambda r: r["round"])
+        return rows
+
+    def advance(self, out: Output) -> None:  # noqa: D102
+        with deterministic_mode(self.cfg.deterministic):
+            self._rounds(out)
+
+    def _rounds(self, out: Output) -> None:
+        """The round loop: train, time, evaluate, checkpoint, until the last round or the target."""
+        exp, cfg = self.exp, self.cfg
+        if self.state.round == 0 and not out.record.rows():
+            row0 = _evaluate_row(exp, self.state, 0.0, None if self.sim_time is None else 0.0)
+            out.row({**row0, **self._session_metrics(0)} if cfg.population.dynamic else row0)
+        # a resumed run that had already stopped at its target does not train on
+        done = cfg.stop_at_target and first_reaching(out.record.rows(),
+                                                     cfg.target_accuracy) is not None
+        population = exp.algorithm.env.population
+        while self.state.round < cfg.rounds and not done:
+            t0 = self.state.round
+            if t0 > 0 and population.session(t0) != population.session(t0 - 1):
+                self.state = self.starts(self.state, t0, population.session(t0))
+            self.state, report = exp.algorithm.apply(self.state)
+            t = self.state.round
+            check_finite(self.state.params, f"{cfg.name}, round {t}")
+            self.uplink += report.uplink_params
+            cost = exp.link.cost(report) if exp.link is not None else RoundCost.from_report(report)
+            self.costs.append(cost.as_list())  # what re-timing the run needs
+            latency = report.latency_s
+            if latency is None and exp.link is not None:
+                latency = exp.link.seconds(cost, exp.seeds.generator("network", t))
+            if latency is not None:
+                self.sim_time = (self.sim_time or 0.0) + latency
+            for k, v in report.cumulative.items():
+                self.totals[k] = self.totals.get(k, 0.0) + v
+            if t % cfg.eval_every == 0 or t == cfg.rounds:
+                row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
+                if cfg.population.dynamic:  # the session the round's clients trained in
+                    row.update(self._session_metrics(t - 1))
+                    if self.starts.last_weights is not None:  # eq. (5)'s α of this session
+                        row["init_weights"] = self.starts.last_weights
+                        self.starts.last_weights = None
+                out.row({**row, **self.totals, "train_loss": report.train_loss,
+                         **dict(report.extra), "round_costs": self.costs},
+                        progress=t, note=f"acc={row['test_accuracy']:.3f}")
+                self.costs = []
+                done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
+            else:
+                out.tick(t)
+            if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
+                out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
+                                "schedule_origin": exp.algorithm.schedule_origin,
+                                "round_costs": self.costs,
+                                **({"sessions": self.starts.state_dict()} if self.starts else {})})
+
+    def _session_metrics(self, t: int) -> dict[str, Any]:
+        """The session of round ``t`` and the accuracy on its active label set (§4.3).
+
+        The active label set is every label held by a client present in round ``t``; the
+        metric is the test accuracy on the test samples of those labels.
+        """
+        exp = self.exp
+        env = exp.algorithm.env
+        s = env.population.session(t)
+        if s not in self._active_tests:
+            clients = env.population.active(t)
+            train_y = env.train.y.cpu()
+            labels = torch.unique(torch.cat([train_y[torch.as_tensor(env.client_indices[c])]
+                                             for c in clients]))
+            test = exp.splits.test
+            keep = torch.isin(test.y, labels.to(test.y.device))
+            self._active_tests = {s: type(test)(test.x[keep], test.y[keep], test.num_classes)}
+        test = self._active_tests[s]
+        acc = (evaluate(exp.model, self.state.params, test, device=exp.device,
+                        buffers=self.state.buffers)[0] if len(test) else float("nan"))
+        return {"session": s, "active_accuracy": acc}
+
+    def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
+        return summarize(self.cfg, rows, wall)
+
+    def describe(self, summary: dict[str, Any], out: Any, plot: Any = None) -> str:  # noqa: D102
+        line = (f"{self.name}: {summary['rounds']} rounds, test accuracy "
+                f"{summary['final_accuracy']:.4f} (best {summary['best_accuracy']:.4f}), "
+                f"uplink {summary['uplink_mb_per_client']:.2f} MB/client")
+        if summary.get("sim_time_s") is not None:
+            line += f", simulated {summary['sim_time_s']:.1f} s"
+        return f"{line}, {summary['wall_s']:.1f} s wall; run folder {out}" + (
+            f"; plot {plot}" if plot else "")
+
+
+def run(exp: Experiment, out: str | Path, *, resume: bool = False,
+        quiet: bool = False) -> dict[str, Any]:
+    """Train ``exp`` into run folder ``out``; return the summary.
+
+    Without ``resume``, ``out`` must not exist or be empty. With it, ``out`` must hold a run
+    of the same resolved config whose rows match its checkpoint; it continues after the
+    checkpoint. The folder is locked while the run writes it; a run that fails before its
+    first round leaves nothing behind (Ctrl-C keeps it, resumable). The loop around the
+    rounds is :func:`wirelessfl.run.shell.execute`, shared with every kind of run.
+    """
+    return execute(RunRecord(out), RoundsJob(exp), resume=resume, quiet=quiet)
+
+
+@contextlib.contextmanager
+def deterministic_mode(on: bool):
+    """PyTorch's deterministic algorithms for the duration of a run (``deterministic: true``).
+
+    Sets ``torch.use_deterministic_algorithms``, cuDNN's deterministic flag (benchmark off)
+    and, on CUDA, ``CUBLAS_WORKSPACE_CONFIG``; an op without a deterministic kernel stops
+    the run with a ``ValueError`` naming it. The previous settings come back afterwards.
+    """
+    if not on:
+        yield
+        return
+    import os
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    except RuntimeError as exc:
+        if "deterministic" not in str(exc):
+            raise
+        raise ValueError(f"deterministic: {str(exc).splitlines()[0][:200]} (run without "
+                         "deterministic, or on another device)") from None
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:3]
+        if before[3] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
