@@ -16,8 +16,6 @@ RESNET18_D = 11_173_962   # the CIFAR ResNet-18's parameter count (fadamgc.md §
 
 def test_paper_scale_lists_every_run_with_the_papers_setting():
     figs = {f.name: f for f in load_figures("fadamgc", "paper")}
-    assert set(figs) == {"table2", "table2_tiny", "table2_text", "table3", "fig2", "fig3", "fig4", "fig9",
-                         "figs5_8"}
     table2 = figs["table2"].runs
     assert len(table2) == 2 * 7 * 4   # CIFAR-10/100 x seven methods x four seeds
     for r in table2:
@@ -29,8 +27,6 @@ def test_paper_scale_lists_every_run_with_the_papers_setting():
     tracked = {resolve(r.raw).algorithm.hparams.tracked for r in figs["fig4"].runs
                if r.series == "FAdamGC"}
     assert tracked == {1, 5, 10, 25, 50}
-    quick = {f.name for f in load_figures("fadamgc", "quick")}
-    assert quick == {"table2", "table3", "fig2", "fig3", "fig4"}
 
 
 def _cifar10_folder(root, rng, per_batch=2000, test=100):

@@ -14,10 +14,11 @@ from wirelessfl.algorithms.fedast.fedast import (
     realloc_units,
     split_budget,
 )
-from wirelessfl.algorithms.fedast.simtime import ClientPool, LatencyModel
+from wirelessfl.algorithms.fedast.simtime import ClientPool
 from wirelessfl.algorithms.fedast.sync_st import SyncST, SyncSTHParams
 from wirelessfl.algorithms.fedast.tasks import train_requests
 from wirelessfl.engine.client import LoopExecutor, batch_schedule
+from wirelessfl.net.delays import LatencyModel
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError
 from wirelessfl.run.multitask import resolve_multitask, run_multitask

@@ -1,7 +1,6 @@
 """Hostile input: no code runs from files, every bad input is one clean error, run folders
 are never corrupted, overwritten or left half-written (issue 16)."""
 
-import json
 import os
 import pickle
 import sys
@@ -348,8 +347,8 @@ def test_fl_helpers_validate_their_arguments():
 def test_models_and_latency_models_validate_their_arguments():
     """build_model refuses a bad seed, class count or sample shape, and an image too small
     for the layers (before round 1); the shifted-exponential latency refuses NaN speeds."""
-    from wirelessfl.algorithms.fedast.simtime import ShiftedExponential
     from wirelessfl.models import build_model
+    from wirelessfl.net.delays import ShiftedExponential
 
     bad = {"do not fit": lambda: build_model("lenet5", (3, 5, 5), 10, seed=0),
            "`num_classes`": lambda: build_model("fcnn", (1, 28, 28), 0, seed=0),
@@ -551,6 +550,21 @@ def test_config_errors_are_short():
     assert len(str(exc.value)) < 300
 
 
-def test_training_diverged_is_a_runtime_error():
-    assert issubclass(TrainingDiverged, RuntimeError)
-    assert json.dumps({"ok": 1})
+def test_a_diverging_run_stops_with_one_line_and_keeps_its_rows(tmp_path, capsys):
+    """A learning rate of 1e6 makes the model NaN within a few rounds: TrainingDiverged, which
+    the CLI prints as one line with exit code 2; the rows before the diverged round stay, the
+    diverged round writes none, and there is no summary."""
+    import re
+
+    from wirelessfl.cli import main
+
+    exp = runner.prepare(resolve({**RAW, "rounds": 8, "local": {**RAW["local"], "lr": 1e6}}))
+    with pytest.raises(TrainingDiverged, match="became NaN/Inf") as exc:
+        runner.run(exp, tmp_path / "r", quiet=True)
+    bad = int(re.search(r"round (\d+)", str(exc.value)).group(1))
+    assert [r["round"] for r in RunRecord(tmp_path / "r").rows()] == list(range(bad))
+    assert RunRecord(tmp_path / "r").summary() is None
+    code = main(["run", "quickstart", "--set", "rounds=2", "--set", "local.lr=1e6", "--quiet",
+                 "--out", str(tmp_path / "cli")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "diverged" in err[0]

@@ -3,15 +3,8 @@
 import numpy as np
 import pytest
 
-from wirelessfl.algorithms.fedast.simtime import (
-    ClientPool,
-    EventQueue,
-    LatencyModel,
-    ShiftedExponential,
-    VersionStore,
-    WirelessLatency,
-    speed_classes,
-)
+from wirelessfl.algorithms.fedast.simtime import ClientPool, EventQueue, VersionStore
+from wirelessfl.net.delays import LatencyModel, ShiftedExponential, WirelessLatency, speed_classes
 from wirelessfl.rng import Seeds
 
 

@@ -124,43 +124,34 @@ def _cmd_masks(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from solvers import mask_sizes
-    from solvers.latency import size_cap, uniform_sizes
+    from solvers.scenarios import load_arrays, mask_size_study
     from wirelessfl.net.resources import Resources, draw_resources, unit_latency
 
     if args.scenario:
-        try:
-            with np.load(args.scenario) as f:
-                res = Resources(f["cpu_hz"], f["rate_bps"], f["snr"] if "snr" in f else
-                                np.full(len(f["cpu_hz"]), np.nan))
-        except (OSError, KeyError, ValueError) as exc:
+        f = load_arrays(args.scenario, ("cpu_hz", "rate_bps", "snr"),
+                        "cpu_hz and rate_bps arrays of shape (cells, clients)")
+        if "rate_bps" not in f:
             raise ConfigError(f"--scenario {args.scenario}: need an .npz with cpu_hz and "
-                              f"rate_bps arrays of shape (cells, clients) ({exc})") from exc
+                              "rate_bps arrays of shape (cells, clients) (no array 'rate_bps')")
+        res = Resources(f["cpu_hz"], f["rate_bps"], f.get("snr", np.full(len(f["cpu_hz"]), np.nan)))
     else:
         check_memory(64.0 * args.cells * args.clients_per_cell, f"masks --cells {args.cells} "
                      f"--clients-per-cell {args.clients_per_cell}", "draw fewer cells or clients")
         res = draw_resources(args.cells, args.clients_per_cell, np.random.default_rng(args.seed))
-    n_cells = res.cpu_hz.shape[0]
     c = unit_latency(res, scheme=args.scheme, units=args.total, num_params=args.params,
                      local_steps=args.local_steps)
-    cap = size_cap(args.total, n_cells, args.eps_th)
-    r = mask_sizes.solve(c, args.total, cap, backend=args.backend)
-    if not r.success:
-        raise ConfigError(f"backend {args.backend} found no solution: {r.message}")
-    uni = uniform_sizes(args.total, n_cells)
-    out = {"scheme": args.scheme, "cells": n_cells, "total": args.total, "cap": cap,
-           "backend": r.backend, "sizes": r.sizes.tolist(),
-           "round_latency_s": float(args.edge_rounds * r.latency),
-           "uniform_sizes": uni.tolist(),
-           "uniform_round_latency_s": float(args.edge_rounds * (c * uni).max()),
-           "solve_seconds": r.seconds}
-    out["saving"] = 1.0 - out["round_latency_s"] / out["uniform_round_latency_s"]
+    s = mask_size_study(c, args.total, eps_th=args.eps_th, edge_rounds=args.edge_rounds,
+                        backend=args.backend)
+    out = {"scheme": args.scheme, "cells": len(s.sizes), "total": args.total, "cap": s.cap,
+           "backend": s.backend, "sizes": s.sizes.tolist(), "round_latency_s": s.round_latency_s,
+           "uniform_sizes": s.uniform.tolist(), "uniform_round_latency_s": s.uniform_round_latency_s,
+           "solve_seconds": s.seconds, "saving": s.saving}
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"{args.scheme} mask sizes ({r.backend}, cap {cap}): {out['sizes']}")
-        print(f"round latency {out['round_latency_s']:.4f} s vs uniform {uni.tolist()} "
-              f"{out['uniform_round_latency_s']:.4f} s: saving {100 * out['saving']:.1f}%")
+        print(f"{args.scheme} mask sizes ({s.backend}, cap {s.cap}): {out['sizes']}")
+        print(f"round latency {s.round_latency_s:.4f} s vs uniform {out['uniform_sizes']} "
+              f"{s.uniform_round_latency_s:.4f} s: saving {100 * s.saving:.1f}%")
     return 0
 
 
@@ -169,18 +160,13 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from channels.aircomp import AirCompCell
     from channels.rayleigh import simo_rayleigh
-    from channels.units import db_to_lin, lin_to_db
     from solvers import beamforming
+    from solvers.scenarios import beamforming_study, load_arrays
 
     if args.instances:
-        try:
-            with np.load(args.instances) as f:
-                h = f["h"]
-        except (OSError, KeyError, ValueError) as exc:
-            raise ConfigError(f"--instances {args.instances}: need an .npz with a complex array "
-                              f"'h' of shape (..., clients, antennas) ({exc})") from exc
+        h = load_arrays(args.instances, ("h",), "a complex array 'h' of shape (..., clients, "
+                        "antennas)")["h"]
     else:
         check_memory(beamforming.working_bytes((args.cells, args.clients, args.antennas),
                                                args.method),
@@ -188,21 +174,19 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
                      f"{args.antennas}", "solve fewer or smaller instances")
         h = simo_rayleigh((args.cells,), args.clients, args.antennas,
                           np.random.default_rng(args.seed))
-    r = beamforming.solve(h, args.method, seed=args.seed)
-    mse = AirCompCell(h, r.a, power=db_to_lin(args.snr_db)).mse
+    s = beamforming_study(h, args.method, snr_db=args.snr_db, bound=args.bound, seed=args.seed)
+    r = s.result
     out = {"method": r.method, "instances": int(np.prod(r.min_gain.shape)),
            "clients": h.shape[-2], "antennas": h.shape[-1], "snr_db": args.snr_db,
            "min_gain_mean": float(r.min_gain.mean()), "min_gain_min": float(r.min_gain.min()),
-           "mse_db_mean": float(lin_to_db(mse).mean()), "seconds": r.seconds,
+           "mse_db_mean": float(s.mse_db.mean()), "seconds": r.seconds,
            "instances_per_second": float(r.min_gain.size / r.seconds)}
     if r.upper_bound is not None and r.method == "certified":
         out["gap_mean"] = float(r.gap.mean())
         out["gap_max_relative"] = float((r.gap / r.upper_bound).max())
-    if args.bound:
-        bound = (r.upper_bound if r.method == "certified"
-                 else beamforming.solve(h, "sdr", seed=args.seed).upper_bound)
-        out["ratio_to_sdr_bound_mean"] = float((r.min_gain / bound).mean())
-        out["ratio_to_sdr_bound_min"] = float((r.min_gain / bound).min())
+    if s.ratio_to_bound is not None:
+        out["ratio_to_sdr_bound_mean"] = float(s.ratio_to_bound.mean())
+        out["ratio_to_sdr_bound_min"] = float(s.ratio_to_bound.min())
     if args.json:
         print(json.dumps(out))
     else:

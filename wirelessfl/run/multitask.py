@@ -27,10 +27,11 @@ from typing import Any
 from channels.validation import as_float
 from wirelessfl import registry
 from wirelessfl.algorithms.fedast.fedast import FedASTHParams, TaskState
-from wirelessfl.algorithms.fedast.simtime import ClientPool, ShiftedExponential, speed_classes
+from wirelessfl.algorithms.fedast.simtime import ClientPool
 from wirelessfl.algorithms.fedast.tasks import TaskEnv
 from wirelessfl.engine.client import LocalHParams
 from wirelessfl.errors import RunFolderError, check_config_size, short
+from wirelessfl.net.delays import ShiftedExponential, speed_classes
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import (
     ConfigError,

@@ -5,9 +5,8 @@ clock. A request sent at time t to client i gets its duration D drawn when it is
 completes at ``max(t, F_i) + D`` (FIFO service at the client); the :class:`EventQueue`
 pops completions in time order, ties broken by insertion order so runs are reproducible.
 
-Latency models are pluggable (:class:`LatencyModel`): the shifted exponential of FedAST
-(§4.2) by default; :class:`WirelessLatency` (compute from CPU frequency plus a Rayleigh
-uplink from :mod:`channels`) behind the same interface.
+Request latencies come from a :class:`~wirelessfl.net.delays.LatencyModel` of the network
+wing (the shifted exponential of FedAST §4.2 by default, or a wireless one).
 
 :class:`ClientPool` holds each client's speed class, FIFO queue end ``F_i`` and outstanding
 requests, and enforces the availability cap (§4.1 [code]: at most A distinct busy clients).
@@ -25,18 +24,14 @@ Examples
 from __future__ import annotations
 
 import heapq
-from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from channels.rates import tdma_rate
-from channels.rayleigh import simo_rayleigh
-from channels.units import db_to_lin
-from channels.validation import as_finite, as_float
 from wirelessfl.algorithms.fedast.snapshot import snapshot_type
+from wirelessfl.net.delays import LatencyModel
 
 
 @snapshot_type
@@ -61,101 +56,6 @@ class EventQueue:
         """Earliest event."""
         time, _, payload = heapq.heappop(self._heap)
         return time, payload
-
-
-class LatencyModel(ABC):
-    """Duration of one request of ``task`` at ``client``.
-
-    Contract: :meth:`sample` returns a finite duration ≥ 0 in the model's time unit, drawn
-    from ``rng`` only (the ``delays`` stream).
-    """
-
-    @abstractmethod
-    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:
-        """One request's duration."""
-
-
-class ShiftedExponential(LatencyModel):
-    """FedAST's latency (``specs/fedast.md`` §4.2): D = τ_m (β + Exp(mean 2β)), β = κ c_m s_i.
-
-    Parameters
-    ----------
-    task_constants : sequence of float
-        c_m per task.
-    speed : ndarray, shape (U,)
-        Speed multiplier s_i per client (1.3 slow, 1 normal, 0.7 fast).
-    steps : sequence of float
-        τ_m, local steps per request of each task.
-    kappa : float
-        Common factor of β; 1/2 as in the code [code].
-    """
-
-    def __init__(self, *, task_constants, speed, steps, kappa: float = 0.5) -> None:
-        self.c = as_finite("task_constants", task_constants, lo=0, lo_open=True)
-        self.speed = as_finite("speed", speed, lo=0, lo_open=True)
-        steps = as_finite("steps", steps, lo=0)
-        try:
-            self.steps = np.broadcast_to(steps, self.c.shape)
-        except ValueError:
-            raise ValueError(f"`steps` {steps.shape} must broadcast to the tasks' shape "
-                             f"{self.c.shape}") from None
-        self.kappa = as_float("kappa", kappa, lo=0, lo_open=True)
-
-    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:  # noqa: D102
-        beta = self.kappa * self.c[task] * self.speed[client]
-        return float(self.steps[task] * (beta + rng.exponential(2 * beta)))
-
-
-class WirelessLatency(LatencyModel):
-    """Physical request latency: local compute plus a TDMA upload over a Rayleigh channel.
-
-    D = τ_m C_m / f_i + bits_m / R_i with R_i = B log2(1 + SNR_i ‖h‖²) drawn per request
-    (``channels.tdma_rate``, maximum-ratio reception over M antennas), as HIST's OMA
-    latency model (``specs/hist.md`` §6.4) for one client at a time. Time in seconds.
-
-    Parameters
-    ----------
-    cycles_per_step : sequence of float
-        C_m: CPU cycles of one local step of each task.
-    steps : sequence of float
-        τ_m per request.
-    upload_bits : sequence of float
-        Bits uploaded per request of each task (32 × parameters for float32).
-    cpu_hz : ndarray, shape (U,)
-        CPU frequency f_i of every client.
-    snr_db : float or ndarray, shape (U,)
-        Transmit SNR of every client [dB].
-    antennas : int
-        Receive antennas M.
-    bandwidth_hz : float
-        Uplink bandwidth B.
-    """
-
-    def __init__(self, *, cycles_per_step, steps, upload_bits, cpu_hz, snr_db=0.0,
-                 antennas: int = 1, bandwidth_hz: float = 9e6) -> None:
-        self.compute = (np.asarray(cycles_per_step, float) * np.asarray(steps, float))
-        self.bits = np.broadcast_to(np.asarray(upload_bits, float), self.compute.shape)
-        self.cpu_hz = np.asarray(cpu_hz, float)
-        self.snr = np.broadcast_to(db_to_lin(np.asarray(snr_db, float)), self.cpu_hz.shape)
-        if (self.cpu_hz <= 0).any() or (self.compute < 0).any() or antennas < 1:
-            raise ValueError("cpu_hz must be > 0, cycles and steps >= 0, antennas >= 1")
-        self.antennas, self.bandwidth_hz = int(antennas), float(bandwidth_hz)
-
-    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:  # noqa: D102
-        h = simo_rayleigh((), 1, self.antennas, rng)
-        rate = float(tdma_rate(h, self.snr[client], self.bandwidth_hz)[0])
-        return float(self.compute[task] / self.cpu_hz[client] + self.bits[task] / rate)
-
-
-def speed_classes(num_clients: int, rng: np.random.Generator,
-                  shares=(0.25, 0.5, 0.25), multipliers=(1.3, 1.0, 0.7)) -> np.ndarray:
-    """Speed multiplier s_i per client: 25% slow (1.3), 50% normal, 25% fast (0.7) (§4.1).
-
-    Exact class sizes (rounded shares, the remainder to the normal class), shuffled once.
-    """
-    sizes = np.floor(np.asarray(shares) * num_clients).astype(int)
-    sizes[int(np.argmax(shares))] += num_clients - sizes.sum()
-    return rng.permutation(np.repeat(np.asarray(multipliers, float), sizes))
 
 
 @snapshot_type
