@@ -50,7 +50,7 @@ def time_rounds(cfg: dict, rounds: int) -> tuple[float, object, dict]:
         if exp.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), state, dict(report.extra)
+    return statistics.median(times), state, report.logged()
 
 
 def main() -> None:

@@ -28,11 +28,13 @@ def load_arrays(path: str | Path, names: tuple[str, ...], what: str) -> dict[str
     ``what`` says what the file must hold, for the error. Object arrays are refused (no
     pickles are loaded).
     """
+    if not Path(path).is_file():
+        raise ValueError(f"{path}: no such file; need an .npz with {what}")
     try:
         with np.load(path, allow_pickle=False) as f:
             got = {n: np.asarray(f[n]) for n in names if n in f}
     except (OSError, ValueError, EOFError) as exc:
-        raise ValueError(f"{path}: not a readable .npz file; need one with {what} "
+        raise ValueError(f"{path}: not a readable .npz file; need an .npz with {what} "
                          f"({type(exc).__name__})") from exc
     if names[0] not in got:
         raise ValueError(f"{path}: need an .npz with {what} (no array {names[0]!r})")

@@ -43,7 +43,7 @@ def test_y_is_the_mean_of_every_client_correction_after_every_round():
               for s in (state.client_states.get(i, {}) for i in range(10))]
         for k in zeros:
             mean = sum(y[k] for y in ys) / 10
-            torch.testing.assert_close(state.opt_state["y"][k], mean, rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(state.opt_state.y[k], mean, rtol=1e-5, atol=1e-7)
     assert sum("y" in s for s in state.client_states.values()) >= 2
 
 
@@ -174,7 +174,7 @@ def test_warm_start_gives_every_client_a_correction_and_y_their_mean(name):
     zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
     ys = [client_store.load(state.client_states[i]["y"], zeros) for i in range(10)]
     for k in zeros:
-        torch.testing.assert_close(state.opt_state["y"][k], sum(y[k] for y in ys) / 10)
+        torch.testing.assert_close(state.opt_state.y[k], sum(y[k] for y in ys) / 10)
     assert all(float(y["fc1.weight"].abs().sum()) > 0 for y in ys)
     assert all("v" not in s for s in state.client_states.values())  # v_i^(1) = 0
     if name == "fa_nt":  # the first Δ of Algorithm 2 at (0.9, 0.99): sign(g) element-wise

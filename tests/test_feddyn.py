@@ -50,7 +50,7 @@ def test_server_h_is_the_mean_of_every_clients_h():
     assert 3 <= len(state.client_states) < m  # some clients never took part
     zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
     his = [client_store.load(h, zeros) for h in state.client_states.values()]
-    for k, h in state.opt_state["h"].items():
+    for k, h in state.opt_state.h.items():
         torch.testing.assert_close(h, sum(hi[k] for hi in his) / m, rtol=1e-5, atol=1e-7)
 
 

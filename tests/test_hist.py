@@ -68,7 +68,7 @@ def test_assembly_writes_each_cell_block_back_and_averages_shared_layers():
             torch.testing.assert_close(new.params[k][sub.index(k)], edge[k])
     shared = (edges[0][1]["fc2.bias"] + edges[1][1]["fc2.bias"]) / 2
     torch.testing.assert_close(new.params["fc2.bias"], shared)
-    assert report.extra["mask_sizes"] == [[16, 16]]
+    assert report.mask_sizes == [[16, 16]]
     assert report.uplink_params < sum(v.numel() for v in x0.params.values())
 
 
@@ -76,7 +76,7 @@ def test_optimised_sizes_respect_the_cap_and_cut_latency():
     uni = _rounds(_exp(cells=4, edge_rounds=1), 3)[1]
     opt = _rounds(_exp(cells=4, edge_rounds=1, mask_sizes="optimised"), 3)[1]
     for r in opt:
-        sizes = np.array(r.extra["mask_sizes"][0])
+        sizes = np.array(r.mask_sizes[0])
         assert sizes.sum() == 32 and sizes.max() <= 9 * 32 // (6 * 4)
     assert sum(r.latency_s for r in opt) < sum(r.latency_s for r in uni)
 
@@ -95,7 +95,7 @@ def test_aircomp_noise_grows_as_snr_falls():
         state, reports = _rounds(exp, 1)
         ref = _rounds(_exp(cells=2, edge_rounds=2), 1)[0]
         return (sum(((state.params[k] - ref.params[k]) ** 2).sum() for k in ref.params).item(),
-                reports[0].extra["aircomp_mse_mean"])
+                reports[0].aircomp_mse_mean)
     (e_lo, m_lo), (e_hi, m_hi) = err(-20.0), err(20.0)
     assert m_lo > 100 * m_hi * 0.5 and e_lo > 10 * e_hi
 

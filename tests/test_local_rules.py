@@ -53,8 +53,8 @@ def test_loop_equals_batched(algorithm):
         for u, ci in loop.client_states.items():
             for k in ci:
                 torch.testing.assert_close(ci[k], batched.client_states[u][k], rtol=1e-3, atol=1e-5)
-        for k in loop.opt_state["c"]:
-            torch.testing.assert_close(loop.opt_state["c"][k], batched.opt_state["c"][k],
+        for k in loop.opt_state.c:
+            torch.testing.assert_close(loop.opt_state.c[k], batched.opt_state.c[k],
                                        rtol=1e-3, atol=1e-5)
 
 
@@ -77,9 +77,9 @@ def test_scaffold_first_round_is_fedavg_and_sets_control_variates():
     _close(state, fedavg, rtol=1e-6, atol=1e-7)
     n = exp.algorithm.env.num_clients
     assert len(state.client_states) == n
-    for k in state.opt_state["c"]:
+    for k in state.opt_state.c:
         mean = sum(ci[k] for ci in state.client_states.values()) / n
-        torch.testing.assert_close(state.opt_state["c"][k], mean, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(state.opt_state.c[k], mean, rtol=1e-5, atol=1e-7)
 
 
 def test_scaffold_correction_is_applied_in_both_engines():
@@ -170,8 +170,8 @@ def test_fedacg_momentum_accumulates_the_updates():
     s1, _ = exp.algorithm.apply(x0)
     s2, _ = exp.algorithm.apply(s1)
     for k in x0.params:  # w_1 = w_0 + m_1 and w_2 = w_1 + m_2
-        torch.testing.assert_close(s1.params[k], x0.params[k] + s1.opt_state["m"][k])
-        torch.testing.assert_close(s2.params[k], s1.params[k] + s2.opt_state["m"][k])
+        torch.testing.assert_close(s1.params[k], x0.params[k] + s1.opt_state.m[k])
+        torch.testing.assert_close(s2.params[k], s1.params[k] + s2.opt_state.m[k])
 
 
 def test_poly_schedule_restarts_and_reaches_zero():
@@ -318,12 +318,12 @@ def test_continuous_loss_is_ce_plus_batchmean_kl_to_the_sessions_initial_model()
     exp = _exp({"name": "continuous", "kl_coefficient": 0.7})
     s0 = exp.initial_state()
     s1, _ = exp.algorithm.apply(s0)
-    assert all(torch.equal(s1.opt_state["teacher"][k], s0.params[k]) for k in s0.params)
+    assert all(torch.equal(s1.opt_state.teacher[k], s0.params[k]) for k in s0.params)
     s2, _ = exp.algorithm.apply(s1)   # the teacher stays for the session
-    assert all(torch.equal(s2.opt_state["teacher"][k], s0.params[k]) for k in s0.params)
+    assert all(torch.equal(s2.opt_state.teacher[k], s0.params[k]) for k in s0.params)
     fresh = exp.algorithm.start_session(s2, 2)   # a new session: its start is the teacher
     s3, _ = exp.algorithm.apply(fresh)
-    assert all(torch.equal(s3.opt_state["teacher"][k], s2.params[k]) for k in s2.params)
+    assert all(torch.equal(s3.opt_state.teacher[k], s2.params[k]) for k in s2.params)
     x, y = exp.splits.train.x[:10], exp.splits.train.y[:10]
     rule = exp.algorithm.update
     w = torch.full((10,), 0.1)

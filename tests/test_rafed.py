@@ -52,7 +52,7 @@ def test_first_ramfed_round_is_rafed_on_covered_and_leaves_the_rest():
     ram, _ = _exp("ramfed", **kw).algorithm.apply(x0)
     _close(ram.params, ra.params, rtol=1e-5, atol=1e-7)
     assert torch.equal(ra.params["fc1.weight"][4:], x0.params["fc1.weight"][4:])
-    assert rep.extra["covered_fraction"] < 1.0
+    assert rep.covered_fraction < 1.0
     # round 2: uncovered coordinates of RAM-Fed still do not move (ū = 0 there), covered
     # ones differ from RA-Fed by the memory terms
     ram2, _ = _exp("ramfed", **kw).algorithm.apply(ram)
@@ -67,7 +67,7 @@ def test_ramfed_memory_moves_uncovered_coordinates_by_ubar():
     assert len(s1.client_states) == 6 and all(v.device.type == "cpu"
                                               for t in s1.client_states.values() for v in t.values())
     usum = {k: sum(t[k] for t in s1.client_states.values()) for k in s1.params}
-    _close(s1.opt_state["usum"], usum)
+    _close(s1.opt_state.usum, usum)
     s2, rep = algo.apply(s1)
     n, lr = 6, 0.05
     # coordinates nobody covers in round 2 move by exactly γ ū
@@ -117,9 +117,9 @@ def test_baseline_settings_differ_from_rafed_where_they_should():
 
 def test_unit_coverage_is_logged_and_guaranteed_by_the_coverage_aware_policy():
     _, (rep,) = _rounds(_exp("rafed", ratios=[0.25], policy="coverage_aware", gamma_min=1), 1)
-    assert rep.extra["unit_coverage_min"] >= 1
+    assert rep.unit_coverage_min >= 1
     _, (rnd,) = _rounds(_exp("rafed", ratios=[0.25], policy="prefix"), 1)
-    assert rnd.extra["unit_coverage_min"] == 0 and rnd.extra["covered_fraction"] < 1
+    assert rnd.unit_coverage_min == 0 and rnd.covered_fraction < 1
 
 
 def test_coverage_aware_guarantees_gamma_min():
@@ -196,7 +196,7 @@ def test_parameter_fraction_of_fifty_percent_setting():
     assert 0.5 <= parameter_fraction(m.unit_groups, shapes, r) < 0.51
     exp = _exp("ramfed", fraction=0.5)
     _, (rep,) = _rounds(exp, 1)
-    assert 0.45 < rep.extra["param_fraction"] < 0.6 and rep.extra["neuron_ratio"] < 0.9
+    assert 0.45 < rep.param_fraction < 0.6 and rep.neuron_ratio < 0.9
 
 
 def test_quantiser_unbiased_within_its_bound_and_topk_error():
@@ -214,7 +214,7 @@ def test_quantiser_unbiased_within_its_bound_and_topk_error():
 
 def test_compressed_downlink_is_logged_and_server_keeps_uncompressed():
     _, (rep,) = _rounds(_exp("rafed", ratios=[1.0], compression="quantize", bits=4), 1)
-    assert 0 < rep.extra["compression_w2_sq"] < 0.05
+    assert 0 < rep.compression_w2_sq < 0.05
 
 
 def test_deadline_policy_gives_each_client_the_largest_level_it_affords():

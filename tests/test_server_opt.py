@@ -52,7 +52,7 @@ def test_amsgrad_floor_and_no_bias_correction():
     opt = ServerOptimizer("amsgrad", lr=1.0, betas=(0.9, 0.99), eps=1e-8)
     x, state = opt.step({"w": torch.zeros(1, dtype=torch.float64)},
                         {"w": torch.zeros(1, dtype=torch.float64)}, None)
-    assert float(state["vhat"]["w"]) == 1e-8 and float(x["w"]) == 0.0
+    assert float(state.vhat["w"]) == 1e-8 and float(x["w"]) == 0.0
     adam = ServerOptimizer("adam", lr=1.0, betas=(0.9, 0.99), eps=0.0 + 1e-12)
     x, _ = adam.step({"w": torch.zeros(1, dtype=torch.float64)},
                      {"w": torch.ones(1, dtype=torch.float64)}, None)

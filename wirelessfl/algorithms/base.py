@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ from wirelessfl.engine.client import (
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.rng import Seeds
 from wirelessfl.server.population import Population
+from wirelessfl.server.state import AlgorithmState, RoundPlan, RoundReport, ServerState
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,72 +90,24 @@ class Environment:
         return len(self.client_indices)
 
 
-@dataclass(frozen=True, eq=False)
-class ServerState:
-    """Everything the server carries from round to round.
-
-    Attributes
-    ----------
-    params : Params
-        Global model x̄^t.
-    round : int
-        Rounds completed.
-    opt_state : Any
-        Server optimiser / algorithm state (None for FedAvg).
-    client_states : mapping of int to Any
-        Per-client persistent state (Adam moments, correction terms), by client id.
-    buffers : Params
-        The global model's buffers (BatchNorm running statistics; empty without them).
-    """
-
-    params: Params
-    round: int = 0
-    opt_state: Any = None
-    client_states: Mapping[int, Any] = field(default_factory=dict)
-    buffers: Params = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RoundReport:
-    """What a round reports besides the new state.
-
-    Attributes
-    ----------
-    uplink_params : float
-        Parameters uploaded per participating client in this round (``specs/hist.md`` §6.6).
-    train_loss : float
-        Mean local training loss over participating clients.
-    latency_s : float or None
-        Simulated duration of the round [s], if the algorithm models time.
-    clients : mapping of int to mapping
-        Diagnostics keyed by client id (``loss``, ``steps``).
-    extra : mapping
-        Algorithm-specific scalars or lists (mask sizes, AirComp MSE, ...), logged as-is.
-    cumulative : mapping of str to float
-        Per-round amounts the runner sums over rounds and logs as running totals under the
-        same names (e.g. HIST's ``uplink_mb_paper_per_client``).
-    downlink_params : float or None
-        Parameters sent to each participating client (None: as many as uploaded); with
-        ``uplink_params`` and the clients' ``steps`` what :mod:`wirelessfl.net.links` times.
-    """
-
-    uplink_params: float
-    train_loss: float
-    latency_s: float | None = None
-    clients: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    cumulative: Mapping[str, float] = field(default_factory=dict)
-    downlink_params: float | None = None
-
-
 class FederatedAlgorithm(ABC):
-    """Base class of round-based algorithms.
+    """Base class of round-based algorithms: a round in three named phases.
+
+    :meth:`apply` runs round ``state.round`` as :meth:`configure` (who is sampled and what
+    each client starts from and is sent: a :class:`RoundPlan`), :meth:`train` (local
+    training on the client engine) and :meth:`aggregate` (the new :class:`ServerState` and
+    the :class:`RoundReport`), the phases Flower's strategies name configure_fit, fit and
+    aggregate_fit. An algorithm's own server state is a frozen :class:`AlgorithmState` of
+    type :attr:`state_type` in ``ServerState.opt_state``.
 
     Parameters
     ----------
     env : Environment
         Model, data, clients and executor.
     """
+
+    #: The type of ``ServerState.opt_state`` (None: the algorithm keeps no state of its own).
+    state_type: type[AlgorithmState] | None = None
 
     def __init__(self, env: Environment) -> None:
         self.env = env
@@ -195,9 +148,39 @@ class FederatedAlgorithm(ABC):
         return ServerState(params={k: v.detach().clone() for k, v in params.items()},
                            buffers={k: v.to(device) for k, v in self.env.model.buffers_state().items()})
 
-    @abstractmethod
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:
-        """Run round ``state.round`` and return the next state and its report."""
+        """Run round ``state.round`` (configure, train, aggregate); the next state and its report."""
+        plan = self.configure(state)
+        return self.aggregate(state, plan, self.train(state, plan))
+
+    @abstractmethod
+    def configure(self, state: ServerState) -> RoundPlan:
+        """Round ``state.round``'s clients, their starting models and what they are sent."""
+
+    def train(self, state: ServerState, plan: RoundPlan) -> Any:
+        """Local training of the plan's clients (with their stored states and the buffers)."""
+        return self.train_clients(plan.starts, plan.clients, state.round, states=state.client_states,
+                                  broadcast=plan.broadcast, buffers=state.buffers)
+
+    @abstractmethod
+    def aggregate(self, state: ServerState, plan: RoundPlan,
+                  results: Any) -> tuple[ServerState, RoundReport]:
+        """The next server state and the round's report from the clients' results."""
+
+    def opt_state(self, state: ServerState) -> AlgorithmState | None:
+        """``state.opt_state``, or a fresh state of :attr:`state_type` (all fields unset)."""
+        if state.opt_state is not None or self.state_type is None:
+            return state.opt_state
+        return self.state_type()
+
+    def load_state(self, plain: Any) -> AlgorithmState | None:
+        """The typed state of a checkpoint's plain mapping (None or empty: no state)."""
+        if not plain or self.state_type is None:
+            if plain:
+                raise ValueError(f"{type(self).__name__} keeps no algorithm state, but the "
+                                 "checkpoint holds one: it is of another algorithm")
+            return None
+        return self.state_type.from_plain(plain)
 
     def train_clients(self, starts: Sequence[Params], clients: Sequence[int], t: int,
                       stage: int = 0, states: Mapping[int, Any] | None = None,

@@ -21,6 +21,9 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.algorithms.fedprox import ProximalSGD
+from wirelessfl.engine.client import ClientResult
+from wirelessfl.models.base import Params
+from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 
 @dataclass(frozen=True)
@@ -36,19 +39,35 @@ class FedACGHParams(FedAvgHParams):
         as_float("lam", self.lam, lo=0, hi=1, hi_open=True)
 
 
+@dataclass(frozen=True)
+class FedACGState(AlgorithmState):
+    """The server momentum m (None before the first round: zero)."""
+
+    m: Params | None = None
+
+
 class FedACG(FedAvg):
     """FedACG: lookahead start w_g + λ m, proximal local steps, momentum server."""
+
+    state_type = FedACGState
 
     def __init__(self, env: Environment, hp: FedACGHParams = FedACGHParams()) -> None:
         super().__init__(env, hp)
         self.hp: FedACGHParams = hp
         self.update = ProximalSGD(env.model, env.local, hp.beta)
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        hp = self.hp
-        m = (state.opt_state or {}).get("m") or {k: torch.zeros_like(v) for k, v in state.params.items()}
-        start = {k: state.params[k] + hp.lam * m[k] for k in m}
-        results, _, update = self.train_round(state, start=start)  # update = mean(start − w_k)
-        m = {k: hp.lam * m[k] - update[k] for k in m}
+    def _momentum(self, state: ServerState) -> Params:
+        m = state.opt_state.m if state.opt_state is not None else None
+        return m or {k: torch.zeros_like(v) for k, v in state.params.items()}
+
+    def start(self, state: ServerState) -> Params:  # noqa: D102
+        m = self._momentum(state)
+        return {k: state.params[k] + self.hp.lam * m[k] for k in m}
+
+    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+        update, _ = self.combine(state, results)  # update = mean(start − w_k)
+        m = self._momentum(state)
+        m = {k: self.hp.lam * m[k] - update[k] for k in m}
         params = {k: state.params[k] + m[k] for k in m}
-        return self.finish_round(state, params, {"m": m}, results)
+        return self.finish_round(state, params, FedACGState(m), results)

@@ -31,8 +31,9 @@ from wirelessfl.algorithms.base import (
 from wirelessfl.engine.client import ClientResult
 from wirelessfl.models.base import Params
 from wirelessfl.server.aggregation import Aggregator, Mean
-from wirelessfl.server.optimizers import ServerOptimizer
+from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
+from wirelessfl.server.state import RoundPlan
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,15 @@ def client_weights(sizes: np.ndarray, weighting: str) -> np.ndarray:
 
 
 class FedAvg(FederatedAlgorithm):
-    """Federated averaging on the shared interfaces."""
+    """Federated averaging on the shared interfaces, in the three phases of a round.
+
+    :meth:`configure` samples the round's clients (:meth:`sample`) and sends each the
+    :meth:`start` model and the :meth:`broadcast`; :meth:`aggregate` combines the
+    pseudo-gradients (:meth:`combine`) and takes the server optimiser's step. The family
+    (FedProx, SCAFFOLD, FAdamGC, FedACG, MOON, FedDyn, ...) overrides only what differs.
+    """
+
+    state_type = ServerOptState
 
     def __init__(self, env: Environment, hp: FedAvgHParams = FedAvgHParams(),
                  aggregator: Aggregator | None = None) -> None:
@@ -130,32 +139,37 @@ class FedAvg(FederatedAlgorithm):
         self.sampler: ClientSampler = (AllClients() if hp.clients_per_round is None
                                        else UniformSampler(num=hp.clients_per_round))
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        results, _, update = self.train_round(state)
+    # ------------------------------------------------------------------ configure
+    def configure(self, state: ServerState) -> RoundPlan:  # noqa: D102
+        clients = self.sample(state.round)
+        return RoundPlan(clients, [self.start(state)] * len(clients), self.broadcast(state, clients))
+
+    def sample(self, t: int) -> np.ndarray:
+        """Round ``t``'s clients among those present (the ``sampling`` stream)."""
+        return np.asarray(self.sampler.sample(self.env.population.active(t),
+                                              self.env.seeds.generator("sampling", t)), dtype=int)
+
+    def start(self, state: ServerState) -> Params:
+        """The model every client starts from (the global model)."""
+        return state.params
+
+    def broadcast(self, state: ServerState, clients: np.ndarray) -> Any:
+        """What the server sends with the model (nothing for FedAvg)."""
+        return None
+
+    # ------------------------------------------------------------------ aggregate
+    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+        update, _ = self.combine(state, results)
         params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
         return self.finish_round(state, params, opt_state, results)
 
-    # ------------------------------------------------------------------ shared by the family
-    def train_round(self, state: ServerState, start: Params | None = None,
-                    broadcast: Any = None) -> tuple[list[ClientResult], np.ndarray, Params]:
-        """Sample round ``state.round``'s clients, train them, aggregate their deltas.
-
-        Clients start from ``start`` (the global model by default) with their stored states,
-        the global buffers and ``broadcast`` (or ``broadcast(clients)``, when what is sent
-        depends on who was sampled); returns the results, the aggregation weights and the
-        aggregated pseudo-gradient.
-        """
-        t, seeds = state.round, self.env.seeds
-        clients = self.sampler.sample(self.env.population.active(t), seeds.generator("sampling", t))
-        if callable(broadcast):
-            broadcast = broadcast(np.asarray(clients))
-        results = self.train_clients([state.params if start is None else start] * len(clients),
-                                     clients, t, states=state.client_states,
-                                     broadcast=broadcast, buffers=state.buffers)
+    def combine(self, state: ServerState, results: list[ClientResult]) -> tuple[Params, np.ndarray]:
+        """The aggregated pseudo-gradient (``noise`` stream) and the aggregation weights."""
         w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
         update = self.aggregator.aggregate([r.delta for r in results], w,
-                                           seeds.generator("noise", t))
-        return results, w, update
+                                           self.env.seeds.generator("noise", state.round))
+        return update, w
 
     def finish_round(self, state: ServerState, params: Params, opt_state: Any,
                      results: list[ClientResult], vectors_up: float = 1,

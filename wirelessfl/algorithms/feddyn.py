@@ -31,6 +31,7 @@ from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 
 @dataclass(frozen=True)
@@ -75,21 +76,31 @@ class DynamicSGD(LocalSGD):
         return dataclasses.replace(res, state=client_store.store(h))
 
 
+@dataclass(frozen=True)
+class FedDynState(AlgorithmState):
+    """The server's h, the mean of every client's h_i (None: zero)."""
+
+    h: Params | None = None
+
+
 class FedDyn(FedAvg):
     """FedDyn over FedAvg's sampling and aggregation."""
+
+    state_type = FedDynState
 
     def __init__(self, env: Environment, hp: FedDynHParams = FedDynHParams()) -> None:
         super().__init__(env, hp)
         self.hp: FedDynHParams = hp
         self.update = DynamicSGD(env.model, env.local, hp.alpha)
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        results, _, update = self.train_round(state)
+    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+        update, _ = self.combine(state, results)
         mean, _ = self.server_opt.step(state.params, update, None)  # mean_{P_t} θ_i^t (η_s = 1)
         alpha, m = self.hp.alpha, self.env.num_clients
-        h = (state.opt_state or {}).get("h")
+        h = self.opt_state(state).h
         if alpha:
             h = {k: (0 if h is None else h[k]) + alpha / m * sum(r.delta[k] for r in results)
                  for k in update}
             mean = {k: v - h[k] / alpha for k, v in mean.items()}
-        return self.finish_round(state, mean, None if h is None else {"h": h}, results)
+        return self.finish_round(state, mean, FedDynState(h), results)

@@ -43,6 +43,8 @@ from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.server.optimizers import ServerOptState
+from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,29 @@ class ControlledSGD(LocalSGD):
         return dataclasses.replace(res, state=client_store.store(new, self.state_dtype))
 
 
+@dataclass(frozen=True)
+class SCAFFOLDState(AlgorithmState):
+    """SCAFFOLD's server state (unset: zero).
+
+    Attributes
+    ----------
+    c : Params or None
+        The server control variate c (with ``control_variates``).
+    u : Params or None
+        The server momentum u, the mean local direction of the last round (β < 1).
+    server : ServerOptState or None
+        The server optimiser's state.
+    """
+
+    c: Params | None = None
+    u: Params | None = None
+    server: ServerOptState | None = None
+
+
 class SCAFFOLD(FedAvg):
     """SCAFFOLD over FedAvg's sampling, weighting and server optimiser."""
+
+    state_type = SCAFFOLDState
 
     def __init__(self, env: Environment, hp: SCAFFOLDHParams = SCAFFOLDHParams()) -> None:
         super().__init__(env, hp)
@@ -156,14 +179,23 @@ class SCAFFOLD(FedAvg):
         if hp.reference_quirks:
             self.server_opt.lr = env.local.lr
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        t, hp = state.round, self.hp
-        opt = dict(state.opt_state or {})
+    def _c_u(self, state: ServerState) -> tuple[Params, Params]:
+        opt = self.opt_state(state)
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
-        c, u = opt.pop("c", None) or zeros, opt.pop("u", None) or zeros
-        sent = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
-        results, w, update = self.train_round(state, broadcast=sent)
-        params, server = self.server_opt.step(state.params, update, opt.pop("server", None))
+        return opt.c or zeros, opt.u or zeros
+
+    def broadcast(self, state: ServerState, clients: np.ndarray) -> dict[str, Params]:
+        """C (with control variates) and u (β < 1), sent with the model."""
+        c, u = self._c_u(state)
+        return {**({"c": c} if self.hp.control_variates else {}),
+                **({"u": u} if self.hp.beta < 1 else {})}
+
+    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+        t, hp = state.round, self.hp
+        c, _ = self._c_u(state)
+        update, w = self.combine(state, results)
+        params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         steps = float(np.mean([r.num_steps for r in results]))
         lr = self.client_lr(t)
         lr = self.env.local.lr if lr is None else lr
@@ -179,7 +211,7 @@ class SCAFFOLD(FedAvg):
         coef = (np.full(len(dc), 1.0 / self.env.num_clients) if hp.c_update == "population"
                 else w[[r.state is not None for r in results]] / w.sum())
         c = {k: c[k] + sum(float(a) * d[k] for a, d in zip(coef, dc)) for k in c}
-        kept = {**({"c": c} if hp.control_variates else {}), **({"u": u} if hp.beta < 1 else {})}
-        return self.finish_round(state, params, {**kept, "server": server}, results,
+        new = SCAFFOLDState(c if hp.control_variates else None, u if hp.beta < 1 else None, server)
+        return self.finish_round(state, params, new, results,
                                  vectors_up=2 if hp.control_variates else 1,
-                                 vectors_down=1 + len(sent))
+                                 vectors_down=1 + len(plan.broadcast))

@@ -1,10 +1,18 @@
-"""HIST's wireless and compute scenario (``specs/hist.md`` §6.4).
+"""Clients' compute and radio resources, and what they cost in seconds.
+
+**HIST's scenario** (``specs/hist.md`` §6.4).
 
 Per global round: CPU frequencies F_i ~ U(1, 2) GHz in cells j ≤ N/2 and U(2, 4) GHz beyond
 (drawn once per client by default [default]); SIMO Rayleigh channels h_i ~ CN(0, I_M) with
 M = 10 drawn afresh; SNR 30 dB in the first half of the cells and 40 dB in the rest; TDMA
 rate R_i = B log2(1 + SNR ‖h_i‖²) with B = 9 MHz. :func:`unit_latency` turns them into the
 per-unit latency the mask-size solver takes.
+
+**RA-Fed's resources** (beyond the paper, ``specs/rafed.md``): each round's clients share
+the band (FDMA) over fresh Rayleigh channels (:func:`draw_fdma_rates`); a submodel of
+parameter fraction f costs f times the full model's compute and upload
+(:func:`full_model_seconds`), and under a deadline each client takes the largest ratio
+level that fits (:func:`largest_level_in_time`).
 """
 
 from __future__ import annotations
@@ -114,3 +122,52 @@ def unit_latency(res: Resources, *, scheme: str, units: int, num_params: int,
     else:
         raise ValueError(f"`scheme` must be 'oma' or 'aircomp', got {scheme!r}")
     return full / units
+
+
+# --------------------------------------------------------------------------- RA-Fed's resources
+
+
+def draw_fdma_rates(num_clients: int, clients: np.ndarray, rng: np.random.Generator, *,
+                    antennas: int, snr_db: tuple[float, float], bandwidth_hz: float) -> np.ndarray:
+    """Uplink rates [bit/s] of a round's ``clients``, shape (S,), sharing ``bandwidth_hz`` (FDMA).
+
+    Every one of the ``num_clients`` clients draws a SIMO Rayleigh channel over ``antennas``
+    receive antennas (the first ⌊N/2⌋ clients at ``snr_db[0]``, the rest at ``snr_db[1]``,
+    as HIST's cells); the S = len(``clients``) of the round share the band equally.
+    """
+    h = simo_rayleigh((), num_clients, antennas, rng)
+    snr = db_to_lin(by_half(num_clients, *snr_db))
+    return tdma_rate(h, snr, bandwidth_hz / max(len(clients), 1))[clients]
+
+
+def full_model_seconds(num_params: int, steps: ArrayLike, cpu_hz: ArrayLike, rate_bps: ArrayLike,
+                       *, cycles_per_step: float, bits_per_param: float = 32.0) -> np.ndarray:
+    """t_n(1) = T_n · cycles · / F_n + bits · d / R_n [s]: compute and upload of the full model.
+
+    A submodel of parameter fraction f takes t_n(f) = f · t_n(1) (compute and upload both
+    scale with the parameters kept). Shapes broadcast; ``num_params`` is d.
+    """
+    per_param = (np.asarray(steps) * cycles_per_step / np.asarray(cpu_hz) / num_params
+                 + bits_per_param / np.asarray(rate_bps))   # seconds per parameter
+    return per_param * num_params
+
+
+def largest_level_in_time(full_s: np.ndarray, levels: ArrayLike, fractions: ArrayLike, *,
+                          deadline_s: float | None, quantile: float) -> np.ndarray:
+    """Each client's largest ratio level whose submodel meets the round deadline (0: none does).
+
+    ``full_s`` (S,) are the full-model times, ``fractions`` the parameter fraction of each of
+    the ``levels``; the deadline is ``deadline_s`` or, when None, the ``quantile`` of
+    ``full_s``.
+
+    Examples
+    --------
+    >>> largest_level_in_time(np.array([1.0, 4.0, 9.0]), [0.5, 1.0], [0.25, 1.0],
+    ...                       deadline_s=2.0, quantile=0.5).tolist()
+    [1.0, 0.5, 0.0]
+    """
+    full_s = np.asarray(full_s, float)
+    deadline = (deadline_s if deadline_s is not None else
+                float(np.quantile(full_s, quantile)) if len(full_s) else 0.0)
+    fits = full_s[:, None] * np.asarray(fractions, float) <= deadline * (1 + 1e-12)
+    return np.where(fits, np.asarray(levels, float), 0.0).max(axis=1, initial=0.0)

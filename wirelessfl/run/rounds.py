@@ -35,6 +35,7 @@ from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.run.shell import Job, Output, execute
 from wirelessfl.server.population import make_population
+from wirelessfl.server.state import to_plain
 
 
 def resolve_device(name: str) -> torch.device:
@@ -132,7 +133,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
 def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
                 totals: dict[str, float]) -> dict[str, Any]:
     return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
-            "opt_state": _to_device(state.opt_state, torch.device("cpu")),
+            "opt_state": _to_device(to_plain(state.opt_state), torch.device("cpu")),
             "client_states": dict(state.client_states),  # already on the CPU (client_store)
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time,
@@ -159,8 +160,13 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
                                                             init.buffers.items()}:
         raise RunFolderError(f"{where}'s buffers do not match the model of config.yaml; the "
                              "folder is damaged: start the run again with another --out")
-    return ServerState({k: v.to(exp.device) for k, v in params.items()}, t,
-                       _to_device(ckpt.get("opt_state"), exp.device),
+    try:
+        opt_state = exp.algorithm.load_state(_to_device(ckpt.get("opt_state"), exp.device))
+    except (TypeError, ValueError) as exc:
+        raise RunFolderError(f"{where}'s algorithm state does not fit {exp.config.algorithm.name} "
+                             f"({str(exc)[:120]}); the folder is damaged: start the run again "
+                             "with another --out") from None
+    return ServerState({k: v.to(exp.device) for k, v in params.items()}, t, opt_state,
                        dict(ckpt.get("client_states") or {}),  # the store stays on the CPU
                        {k: v.to(exp.device) for k, v in buffers.items()})
 
@@ -313,7 +319,7 @@ class RoundsJob(Job):
                         row["init_weights"] = self.starts.last_weights
                         self.starts.last_weights = None
                 out.row({**row, **self.totals, "train_loss": report.train_loss,
-                         **dict(report.extra), "round_costs": self.costs},
+                         **report.logged(), "round_costs": self.costs},
                         progress=t, note=f"acc={row['test_accuracy']:.3f}")
                 self.costs = []
                 done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy

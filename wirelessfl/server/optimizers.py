@@ -2,9 +2,9 @@
 
 Every round-based algorithm aggregates its clients' pseudo-gradients into ``g`` (the
 descent direction, start − end, :mod:`wirelessfl.server.aggregation`) and calls
-:meth:`ServerOptimizer.step` ``(params, g, state) -> (params, state)``. The state is a plain
-mapping of parameter trees (zero-initialised on the first step), kept in
-``ServerState.opt_state`` and checkpointed with it.
+:meth:`ServerOptimizer.step` ``(params, g, state) -> (params, state)``. The state is a
+:class:`ServerOptState` of parameter trees (zero-initialised on the first step), kept in the
+algorithm's server state and checkpointed with it.
 
 Rules (``fadamgc.md`` §3.5–3.6, §7 item 5: no bias correction, ε outside the root,
 zero-initialised moments; Reddi et al. 2021 for Yogi and Adagrad), with η the server rate:
@@ -27,14 +27,34 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from channels.validation import as_float
 from wirelessfl.models.base import Params
+from wirelessfl.server.state import AlgorithmState
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "amsgrad", "yogi", "adagrad")
+
+
+@dataclass(frozen=True)
+class ServerOptState(AlgorithmState):
+    """A server optimiser's moments (None: not started, or not used by the rule).
+
+    Attributes
+    ----------
+    m : Params or None
+        First moment (``momentum``: the momentum buffer).
+    v : Params or None
+        Second moment (Adam, AMSGrad, Yogi, Adagrad).
+    vhat : Params or None
+        AMSGrad's running maximum max(v̂, v, ε).
+    """
+
+    m: Params | None = None
+    v: Params | None = None
+    vhat: Params | None = None
 
 
 class ServerOptimizer:
@@ -70,19 +90,19 @@ class ServerOptimizer:
     def __repr__(self) -> str:
         return f"ServerOptimizer({self.name!r}, lr={self.lr:g})"
 
-    def step(self, params: Params, g: Params, state: dict[str, Any] | None
-             ) -> tuple[Params, dict[str, Any] | None]:
+    def step(self, params: Params, g: Params, state: ServerOptState | None
+             ) -> tuple[Params, ServerOptState | None]:
         """One server step along the aggregated descent direction ``g``; the new state."""
         if self.name == "sgd":
             return {k: params[k] - self.lr * g[k] for k in params}, state
-        state = state or {}
+        state = state or ServerOptState()
         zeros = {k: torch.zeros_like(v) for k, v in g.items()}
         if self.name == "momentum":
-            m = {k: self.momentum * state.get("m", zeros)[k] + g[k] for k in g}
-            return {k: params[k] - self.lr * m[k] for k in params}, {"m": m}
+            m = {k: self.momentum * (state.m or zeros)[k] + g[k] for k in g}
+            return {k: params[k] - self.lr * m[k] for k in params}, ServerOptState(m=m)
         b1, b2 = self.betas
-        m = {k: b1 * state.get("m", zeros)[k] + (1 - b1) * g[k] for k in g}
-        v_old = state.get("v", zeros)
+        m = {k: b1 * (state.m or zeros)[k] + (1 - b1) * g[k] for k in g}
+        v_old = state.v or zeros
         if self.name == "yogi":
             v = {k: v_old[k] - (1 - b2) * g[k] ** 2 * torch.sign(v_old[k] - g[k] ** 2) for k in g}
         elif self.name == "adagrad":
@@ -90,9 +110,9 @@ class ServerOptimizer:
         else:
             v = {k: b2 * v_old[k] + (1 - b2) * g[k] ** 2 for k in g}
         if self.name == "amsgrad":
-            vhat = {k: torch.maximum(torch.maximum(state.get("vhat", zeros)[k], v[k]),
+            vhat = {k: torch.maximum(torch.maximum((state.vhat or zeros)[k], v[k]),
                                      torch.full_like(v[k], self.eps)) for k in g}
             new = {k: params[k] - self.lr * m[k] / vhat[k].sqrt() for k in params}
-            return new, {"m": m, "v": v, "vhat": vhat}
+            return new, ServerOptState(m=m, v=v, vhat=vhat)
         new = {k: params[k] - self.lr * m[k] / (v[k].sqrt() + self.eps) for k in params}
-        return new, {"m": m, "v": v}
+        return new, ServerOptState(m=m, v=v)

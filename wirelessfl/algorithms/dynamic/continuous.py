@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
@@ -25,8 +26,10 @@ from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.client import ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.server.optimizers import ServerOptState
+from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 
 @dataclass(frozen=True)
@@ -61,17 +64,32 @@ class DistillSGD(LocalSGD):
         return data + self.kl * (kl * w).sum(), data
 
 
+@dataclass(frozen=True)
+class ContinuousState(AlgorithmState):
+    """The session's teacher (its initial model) and the server optimiser's state."""
+
+    teacher: Params | None = None
+    server: ServerOptState | None = None
+
+
 class Continuous(FedAvg):
     """FedAvg with :class:`DistillSGD` clients and the session's initial model as teacher."""
+
+    state_type = ContinuousState
 
     def __init__(self, env: Environment, hp: ContinuousHParams = ContinuousHParams()) -> None:
         super().__init__(env, hp)
         self.update = DistillSGD(env.model, env.local, hp.kl_coefficient)
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        opt = dict(state.opt_state or {})
-        if "teacher" not in opt:  # the first round of a session (or of the run)
-            opt["teacher"] = {k: v.detach().clone() for k, v in state.params.items()}
-        results, _, update = self.train_round(state, broadcast={"teacher": opt["teacher"]})
-        params, opt["server"] = self.server_opt.step(state.params, update, opt.get("server"))
-        return self.finish_round(state, params, opt, results)
+    def broadcast(self, state: ServerState, clients: np.ndarray) -> dict[str, Params]:
+        """The teacher: the model at the first round of the session (or of the run)."""
+        teacher = self.opt_state(state).teacher
+        return {"teacher": teacher if teacher is not None else
+                {k: v.detach().clone() for k, v in state.params.items()}}
+
+    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+        update, _ = self.combine(state, results)
+        params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
+        return self.finish_round(state, params, ContinuousState(plan.broadcast["teacher"], server),
+                                 results)

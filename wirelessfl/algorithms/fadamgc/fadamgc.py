@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -42,6 +41,8 @@ from wirelessfl.engine import client_store
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.server.optimizers import ServerOptState
+from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 CORRECTIONS = ("pre", "post", "none")
 NORMALISERS = ("elementwise", "norm")
@@ -205,8 +206,25 @@ class TrackedAdam(LocalSGD):
         return dataclasses.replace(res, state=state)
 
 
+@dataclass(frozen=True)
+class FAdamGCState(AlgorithmState):
+    """y = mean_i y_i (None: zero, and always for LocalAdam) and the server optimiser's state."""
+
+    y: Params | None = None
+    server: ServerOptState | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class TrackedPlan(RoundPlan):
+    """A round's plan with S̃, the clients whose y_i is refreshed (§2.6)."""
+
+    tracked: frozenset[int] = frozenset()
+
+
 class FAdamGC(FedAvg):
     """FAdamGC, FA-NT or LocalAdam (``correction``) over FedAvg's sampling and server step."""
+
+    state_type = FAdamGCState
 
     def __init__(self, env: Environment, hp: FAdamGCHParams = FAdamGCHParams()) -> None:
         super().__init__(env, hp)
@@ -237,7 +255,7 @@ class FAdamGC(FedAvg):
         ys = [client_store.load(s["y"], zeros) for s in states.values()]
         y = {k: sum(t[k] for t in ys) / self.env.num_clients for k in zeros}
         return dataclasses.replace(state, client_states={**state.client_states, **states},
-                                   opt_state={**(state.opt_state or {}), "y": y})
+                                   opt_state=dataclasses.replace(self.opt_state(state), y=y))
 
     def _tracked(self, clients: np.ndarray, t: int) -> set[int]:
         """S̃: a uniform sample without replacement of the round's clients (§7 item 14)."""
@@ -248,30 +266,31 @@ class FAdamGC(FedAvg):
         return {int(c) for c in rng.choice(clients, min(k, len(clients)), replace=False)}
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        hp = self.hp
-        if hp.warm_start and state.round == 0 and "y" not in (state.opt_state or {}):
+        if self.hp.warm_start and state.round == 0 and self.opt_state(state).y is None:
             state = self.warm_start(state)
-        opt = dict(state.opt_state or {})
-        zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
-        y = opt.pop("y", None) or zeros
-        chosen: dict[str, Any] = {}
+        return super().apply(state)
 
-        def broadcast(clients: np.ndarray) -> dict[str, Any]:
-            chosen["tracked"] = self._tracked(clients, state.round)
-            return {"y": y, "tracked": chosen["tracked"]}
+    def configure(self, state: ServerState) -> TrackedPlan:  # noqa: D102
+        clients = self.sample(state.round)
+        y = self.opt_state(state).y or {k: torch.zeros_like(v) for k, v in state.params.items()}
+        tracked = frozenset(self._tracked(clients, state.round))
+        return TrackedPlan(clients, [state.params] * len(clients), {"y": y, "tracked": tracked},
+                           tracked=tracked)
 
-        results, _, update = self.train_round(state, broadcast=broadcast)
-        params, server = self.server_opt.step(state.params, update, opt.pop("server", None))
-        tracked = chosen["tracked"]
-        if tracked:
+    def aggregate(self, state: ServerState, plan: TrackedPlan,  # noqa: D102
+                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+        update, _ = self.combine(state, results)
+        params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
+        y, zeros = plan.broadcast["y"], {k: torch.zeros_like(v) for k, v in state.params.items()}
+        if plan.tracked:  # y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i)
             def y_of(tree: dict | None) -> Params:
                 got = (tree or {}).get("y")
                 return zeros if got is None else client_store.load(got, zeros)
 
             dy = [{k: y_of(r.state)[k] - y_of(state.client_states.get(r.client))[k] for k in y}
-                  for r in results if r.client in tracked]
+                  for r in results if r.client in plan.tracked]
             y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
-        new_opt = {"server": server, **({"y": y} if hp.correction != "none" else {})}
-        share = len(tracked) / max(1, len(results))
-        return self.finish_round(state, params, new_opt, results, vectors_up=1 + share,
-                                 vectors_down=1 if hp.correction == "none" else 2)
+        new = FAdamGCState(y if self.hp.correction != "none" else None, server)
+        share = len(plan.tracked) / max(1, len(results))
+        return self.finish_round(state, params, new, results, vectors_up=1 + share,
+                                 vectors_down=1 if self.hp.correction == "none" else 2)

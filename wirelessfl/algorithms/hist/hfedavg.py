@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from wirelessfl.algorithms.base import (
 from wirelessfl.engine.client import ClientResult
 from wirelessfl.models.base import Params
 from wirelessfl.server.aggregation import Aggregator, Mean, apply_update, weighted_mean
+from wirelessfl.server.state import RoundPlan
 from wirelessfl.server.topology import Topology
 
 
@@ -52,6 +54,13 @@ class HFedAvgHParams:
         as_int("edge_rounds", self.edge_rounds, lo=1, hi=10**4)
 
 
+@dataclass(frozen=True, eq=False)
+class CellsPlan(RoundPlan):
+    """A hierarchical round's plan: every cell's starting model (``cell_starts[j]``)."""
+
+    cell_starts: Sequence[Params] = ()
+
+
 @dataclass(frozen=True)
 class CellsOutcome:
     """End of the E edge rounds: each cell's model and every client result."""
@@ -62,6 +71,9 @@ class CellsOutcome:
 
 class HFedAvg(FederatedAlgorithm):
     """Hierarchical FedAvg with uniform weights at edge and cloud."""
+
+    #: The plan a round's configure phase returns (HIST's carries its submodels too).
+    plan_type: type[CellsPlan] = CellsPlan
 
     def __init__(self, env: Environment, hp: HFedAvgHParams = HFedAvgHParams(),
                  aggregator: Aggregator | None = None) -> None:
@@ -97,9 +109,23 @@ class HFedAvg(FederatedAlgorithm):
             results.extend(out)
         return CellsOutcome(edge, results)
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+    def cells_plan(self, cell_starts: Sequence[Params], **more: Any) -> CellsPlan:
+        """The plan of a round in which cell j starts from ``cell_starts[j]`` (every client trains)."""
+        cells = self.topology.cells
+        return self.plan_type(np.array([u for c in cells for u in c], dtype=int),
+                         [cell_starts[j] for j, c in enumerate(cells) for _ in c],
+                         cell_starts=list(cell_starts), **more)
+
+    def configure(self, state: ServerState) -> CellsPlan:  # noqa: D102
+        return self.cells_plan([state.params] * self.topology.num_cells)
+
+    def train(self, state: ServerState, plan: CellsPlan) -> CellsOutcome:
+        """The E edge rounds of every cell (:meth:`run_cells`)."""
+        return self.run_cells(plan.cell_starts, state.round)
+
+    def aggregate(self, state: ServerState, plan: CellsPlan,  # noqa: D102
+                  outcome: CellsOutcome) -> tuple[ServerState, RoundReport]:
         t = state.round
-        outcome = self.run_cells([state.params] * self.topology.num_cells, t)
         params = weighted_mean(outcome.edge_params, np.ones(self.topology.num_cells))
         loss, diag = client_diagnostics(outcome.results)
         new = ServerState(params, t + 1, state.opt_state, state.client_states, state.buffers)

@@ -21,7 +21,7 @@ E · max_j c_j k_j, eqs. (18)/(35); the uplink per client is E times its cell's 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from wirelessfl.algorithms.base import (
     client_diagnostics,
     num_params,
 )
-from wirelessfl.algorithms.hist.hfedavg import HFedAvg, HFedAvgHParams
+from wirelessfl.algorithms.hist.hfedavg import CellsOutcome, CellsPlan, HFedAvg, HFedAvgHParams
 from wirelessfl.engine.client import steps_per_call
 from wirelessfl.models.base import Params
 from wirelessfl.net.resources import by_half, check_scenario, draw_cpu, draw_resources, unit_latency
@@ -128,8 +128,38 @@ class HISTHParams(HFedAvgHParams):
                              f"{self.beamforming!r}")
 
 
+@dataclass(frozen=True, eq=False)
+class HISTPlan(CellsPlan):
+    """HIST's round plan: the cells' submodels, their mask sizes and the round's C_j."""
+
+    subs: list[Submodel] = field(default_factory=list)
+    sizes: list[np.ndarray] = field(default_factory=list)
+    full_latency: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class HISTReport(RoundReport):
+    """A HIST round's report, with what it logs.
+
+    Attributes
+    ----------
+    submodel_params : list of int
+        Parameters of each cell's submodel.
+    mask_sizes : list of list of int or None
+        k_j per split group and cell (None without splitting).
+    aircomp_mse_mean : float or None
+        Mean AirComp MSE of the round's edge aggregations (OMA: None).
+    """
+
+    submodel_params: list[int] | None = None
+    mask_sizes: list[list[int]] | None = None
+    aircomp_mse_mean: float | None = None
+
+
 class HIST(HFedAvg):
     """HIST (and, with ``split=False``, HFedAvg) over OMA or AirComp edge aggregation."""
+
+    plan_type = HISTPlan
 
     def __init__(self, env: Environment, hp: HISTHParams = HISTHParams()) -> None:
         super().__init__(env, hp)
@@ -219,15 +249,20 @@ class HIST(HFedAvg):
                        for k, v in s.items()} for s in starts]
         return subs, starts, sizes
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
-        t, params, hp = state.round, state.params, self.hp
-        num = num_params(params)
-        full = self._full_latency(t, num)
-        subs, starts, sizes = self._dispatch(params, t, full)
+    def configure(self, state: ServerState) -> HISTPlan:
+        """Round t's channels and C_j, the mask sizes and each cell's submodel (Algorithm 1, l. 3)."""
+        full = self._full_latency(state.round, num_params(state.params))
+        subs, starts, sizes = self._dispatch(state.params, state.round, full)
         for agg in self.aggregators:
             if isinstance(agg, AirComp):
                 agg.mse_log.clear()
-        outcome = self.run_cells(starts, t)
+        return self.cells_plan(starts, subs=subs, sizes=sizes, full_latency=full)
+
+    def aggregate(self, state: ServerState, plan: HISTPlan,  # noqa: D102
+                  outcome: CellsOutcome) -> tuple[ServerState, HISTReport]:
+        t, params, hp = state.round, state.params, self.hp
+        num = num_params(params)
+        full, subs, starts, sizes = plan.full_latency, plan.subs, plan.cell_starts, plan.sizes
         new_params = self._assemble(params, subs, outcome.edge_params)
         loss, diag = client_diagnostics(outcome.results)
         sub_sizes = np.array([num_params(p) for p in starts])
@@ -240,16 +275,13 @@ class HIST(HFedAvg):
             share = sizes[0] / self.groups[0].size if sizes else np.ones(hp.cells)
             cumulative["uplink_mb_paper_per_client"] = table_uplink_mb(
                 hp.edge_rounds, *paper, float(share[per_client].mean()))
-        extra: dict = {"submodel_params": sub_sizes.tolist()}
-        if sizes:
-            extra["mask_sizes"] = [s.tolist() for s in sizes]
         mse = [m for a in self.aggregators if isinstance(a, AirComp) for m in a.mse_log]
-        if mse:
-            extra["aircomp_mse_mean"] = float(np.mean(mse))
         new = ServerState(new_params, t + 1, state.opt_state, state.client_states, state.buffers)
-        return new, RoundReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
-                                train_loss=loss, latency_s=latency, clients=diag, extra=extra,
-                                cumulative=cumulative)
+        return new, HISTReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
+                               train_loss=loss, latency_s=latency, clients=diag,
+                               cumulative=cumulative, submodel_params=sub_sizes.tolist(),
+                               mask_sizes=[s.tolist() for s in sizes] if sizes else None,
+                               aircomp_mse_mean=float(np.mean(mse)) if mse else None)
 
     def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
         """Eq. (7): split entries from their owner cell, the rest averaged over cells.

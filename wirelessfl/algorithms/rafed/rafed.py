@@ -43,251 +43,67 @@ models: FedAvg waiting for its slowest client).
 
 BatchNorm models are refused (their running statistics are not submodel-aware); the zoo's
 GroupNorm ResNet-18 prunes the blocks' inner channels in even counts.
+
+Modules: the hyperparameters (:mod:`~wirelessfl.algorithms.rafed.hparams`), the mask
+policies (:mod:`~wirelessfl.algorithms.rafed.masks`), the local rule
+(:mod:`~wirelessfl.algorithms.rafed.local`), the two aggregations
+(:mod:`~wirelessfl.algorithms.rafed.aggregation`), the §3 baselines
+(:mod:`~wirelessfl.algorithms.rafed.baselines`); the network-derived resources are in
+:mod:`wirelessfl.net.resources`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from channels.rates import BANDWIDTH_HZ, tdma_rate
-from channels.rayleigh import simo_rayleigh
-from channels.units import db_to_lin
-from channels.validation import as_float, as_int
 from wirelessfl.algorithms.base import (
     Environment,
     FederatedAlgorithm,
-    RoundReport,
     ServerState,
     client_diagnostics,
     num_params,
 )
-from wirelessfl.algorithms.rafed.masks import (
-    POLICIES,
-    draw,
-    kept_units,
-    parameter_fraction,
-    ratio_for_fraction,
+from wirelessfl.algorithms.rafed.aggregation import (
+    RAFedState,
+    SubmodelReport,
+    coverage_aggregate,
+    coverage_log,
 )
+from wirelessfl.algorithms.rafed.hparams import RAFedHParams, RAMFedHParams
+from wirelessfl.algorithms.rafed.local import SubmodelSGD
+from wirelessfl.algorithms.rafed.masks import draw, kept_units, parameter_fraction, ratio_for_fraction
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import ClientResult, LocalHParams, LocalSGD, steps_per_call
-from wirelessfl.models import noise
-from wirelessfl.models.base import FLModel, Params, UnitGroup
-from wirelessfl.net.compression import OPERATORS, compress, relative_error
-from wirelessfl.net.resources import by_half, check_scenario, draw_cpu
+from wirelessfl.engine.client import ClientResult, steps_per_call
+from wirelessfl.models.base import Params
+from wirelessfl.net.compression import compress, relative_error
+from wirelessfl.net.resources import draw_cpu, draw_fdma_rates, full_model_seconds, largest_level_in_time
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
+from wirelessfl.server.state import RoundPlan
 from wirelessfl.server.submodel import Submodel
 
-
-@dataclass(frozen=True)
-class RAFedHParams:
-    """Submodel training and its aggregation (RA-Fed's defaults).
-
-    Attributes
-    ----------
-    ratios : tuple of float
-        Neuron-ratio levels, spread evenly over the clients (client n gets
-        ``ratios[n mod L]``); with ``resources: deadline`` the levels a client may pick from.
-    fraction : float or None
-        Instead of ``ratios``: every client keeps about this parameter fraction (the
-        abstract's "50% parameters"); the neuron ratio is solved from the model.
-    width : str
-        ``own`` (each client its level) or ``min`` (everyone the smallest level: FedAvg-small,
-        Federated Dropout).
-    policy : str
-        Mask policy, one of :data:`~wirelessfl.algorithms.rafed.masks.POLICIES`.
-    gamma_min : int
-        Γ_min of ``coverage_aware``.
-    memory : bool
-        RAM-Fed's aggregation with memory (False: RA-Fed).
-    memory_dtype : str
-        ``float32`` or ``float16`` (halves the N × d store).
-    scaler : bool
-        HeteroFL's 1/r activation scaler in local training (the inputs of every pruned
-        layer's consumer scaled by 1/r_n; the full model evaluates unscaled).
-    step_widths : bool
-        FjORD's ordered dropout: every local step trains the prefix of a width p ≤ r_n drawn
-        uniformly from the levels.
-    compression : str
-        Operator C: ``none``, ``quantize`` (``bits``) or ``topk`` (``keep``).
-    training : str
-        ``extract`` (sliced submodels) or ``mask`` (full model, masked).
-    weighting : str
-        ``uniform`` (the analysed rule) or ``samples`` (per-coordinate data-size weights).
-    clients_per_round : int or None
-        Clients sampled per round (None: all N, as the analysis assumes).
-    resources, deadline_s, deadline_quantile, timing, antennas, snr_db, bandwidth_mhz,
-    cpu_ghz, cycles_per_step :
-        The network-derived ratio policy and round timing (module docstring).
-    """
-
-    ratios: tuple[float, ...] = (1.0,)
-    fraction: float | None = None
-    width: str = "own"
-    policy: str = "random"
-    gamma_min: int = 1
-    memory: bool = False
-    memory_dtype: str = "float32"
-    scaler: bool = False
-    step_widths: bool = False
-    compression: str = "none"
-    bits: int = 8
-    keep: float = 0.1
-    training: str = "extract"
-    weighting: str = "uniform"
-    clients_per_round: int | None = None
-    resources: str = "fixed"
-    deadline_s: float | None = None
-    deadline_quantile: float = 0.5
-    timing: bool = False
-    antennas: int = 1
-    snr_db: tuple[float, float] = (10.0, 20.0)
-    bandwidth_mhz: float = BANDWIDTH_HZ / 1e6
-    cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 2.0), (2.0, 4.0))
-    cycles_per_step: float = 1e7
-
-    def __post_init__(self) -> None:
-        if not self.ratios or len(self.ratios) > 64:
-            raise ValueError("`ratios` must list 1 to 64 neuron-ratio levels")
-        for r in self.ratios:
-            as_float("ratios", r, lo=0, hi=1, lo_open=True)
-        if self.fraction is not None:
-            as_float("fraction", self.fraction, lo=0, hi=1, lo_open=True)
-        for key, value, allowed in (("width", self.width, ("own", "min")),
-                                    ("policy", self.policy, POLICIES),
-                                    ("memory_dtype", self.memory_dtype, tuple(client_store.STORE_DTYPES)),
-                                    ("compression", self.compression, OPERATORS),
-                                    ("training", self.training, ("extract", "mask")),
-                                    ("weighting", self.weighting, ("uniform", "samples")),
-                                    ("resources", self.resources, ("fixed", "deadline"))):
-            if value not in allowed:
-                raise ValueError(f"`{key}` must be one of {', '.join(allowed)}, got {value!r}")
-        as_int("gamma_min", self.gamma_min, lo=1, hi=10**6)
-        as_int("bits", self.bits, lo=1, hi=24)
-        as_float("keep", self.keep, lo=0, hi=1, lo_open=True)
-        if self.clients_per_round is not None:
-            as_int("clients_per_round", self.clients_per_round, lo=1, hi=10**6)
-        if self.deadline_s is not None:
-            as_float("deadline_s", self.deadline_s, lo=0, hi=1e9, lo_open=True)
-        as_float("deadline_quantile", self.deadline_quantile, lo=0, hi=1)
-        as_int("antennas", self.antennas, lo=1, hi=4096)
-        check_scenario(self.snr_db, self.cpu_ghz)
-        as_float("bandwidth_mhz", self.bandwidth_mhz, lo=0, hi=1e6, lo_open=True)
-        as_float("cycles_per_step", self.cycles_per_step, lo=0, hi=1e15)
-        if self.step_widths and self.policy != "prefix":
-            raise ValueError("`step_widths` (FjORD's ordered dropout) needs policy: prefix")
+__all__ = ["RAFed", "RAFedHParams", "RAMFedHParams", "RAFedState", "SubmodelPlan", "SubmodelReport"]
 
 
-@dataclass(frozen=True)
-class RAMFedHParams(RAFedHParams):
-    """RAM-Fed (§2.3): RA-Fed's masks with the per-client memory."""
+@dataclass(frozen=True, eq=False)
+class SubmodelPlan(RoundPlan):
+    """A round's submodels, ratios r_n, their times t_n(f_n) [s], C(θ_q) and γ_q."""
 
-    memory: bool = True
-
-
-@dataclass(frozen=True)
-class FedAvgSmallHParams(RAFedHParams):
-    """FedAvg-small (§3 item 2): everyone trains the prefix submodel of the smallest level."""
-
-    width: str = "min"
-    policy: str = "prefix"
-
-
-@dataclass(frozen=True)
-class HeteroFLHParams(RAFedHParams):
-    """HeteroFL (Diao et al. 2021, §3 item 3): nested prefixes and the 1/r scaler.
-
-    Static BN does not arise: the submodel zoo has no BatchNorm (GroupNorm or no norm).
-    """
-
-    policy: str = "prefix"
-    scaler: bool = True
-
-
-@dataclass(frozen=True)
-class FedDropoutHParams(RAFedHParams):
-    """Federated Dropout (Caldas et al. 2018, §3 item 4): one keep ratio for all.
-
-    The keep ratio is the smallest level (what every client affords), with fresh random
-    units per client and round.
-    """
-
-    width: str = "min"
-    policy: str = "random"
-
-
-@dataclass(frozen=True)
-class FedRolexHParams(RAFedHParams):
-    """FedRolex (Alam et al. 2022, §3 item 5): a rolling window advancing one unit a round."""
-
-    policy: str = "rolling"
-
-
-@dataclass(frozen=True)
-class FjORDHParams(RAFedHParams):
-    """FjORD (Horváth et al. 2021, §3 item 6): ordered dropout with a width per local step."""
-
-    policy: str = "prefix"
-    step_widths: bool = True
-
-
-class SubmodelSGD(LocalSGD):
-    """Local SGD on a submodel: masked gradients, HeteroFL's scaler, FjORD's step widths.
-
-    Everything is elementwise on the client's own tensors (its ``context``), so the loop and
-    the batched engine run the same rule; FjORD's width draw comes from the client's noise
-    stream (:mod:`wirelessfl.models.noise`), the same in both engines.
-    """
-
-    def __init__(self, model: FLModel, hp: LocalHParams, groups: tuple[UnitGroup, ...],
-                 scaler: bool, levels: tuple[float, ...] | None) -> None:
-        super().__init__(model, hp)
-        self.groups, self.scaler, self.levels = groups, scaler, levels
-        self.consumers = {s.param for g in groups for s in g.slices if s.dim == 1}
-        #: units each level keeps, per group (FjORD's per-step widths)
-        self.kept = {g.name: [kept_units(g, r) for r in levels] for g in groups} if levels else {}
-
-    def context(self, task):  # noqa: D102
-        return task.broadcast or {}
-
-    def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
-        if self.scaler:  # scaling a layer's inputs by 1/r = scaling the pruned outputs
-            params = {k: v * ctx["rate"]["inv"] if k in self.consumers else v
-                      for k, v in params.items()}
-        if self.levels is not None:
-            params = self._ordered_dropout(params, ctx["rate"]["allowed"])
-        return super().objective(params, buffers, start, x, y, w, ctx)
-
-    def correct(self, grads, params, start, ctx):  # noqa: D102
-        if "mask" not in ctx:
-            return grads
-        return {k: g * ctx["mask"][k] for k, g in grads.items()}
-
-    def _ordered_dropout(self, params: Params, allowed: torch.Tensor) -> Params:
-        """The prefix of a width p drawn from the ``allowed`` levels (≤ r_n), this step."""
-        u = noise.uniform((1,), allowed.device)[0]
-        pick = torch.clamp((u * allowed).floor(), max=allowed - 1).long()
-        out = dict(params)
-        for g in self.groups:
-            keep = torch.tensor(self.kept[g.name], device=allowed.device)
-            for s in g.slices:
-                v = out[s.param]
-                units = v.shape[s.dim] // (s.width * s.blocks)
-                line = (torch.arange(units, device=v.device) < keep[pick]).to(v.dtype)
-                line = line.repeat_interleave(s.width).repeat(s.blocks)
-                view = [1] * v.dim()
-                view[s.dim] = -1
-                out[s.param] = v * line.view(view)
-        return out
+    subs: list[Submodel] = field(default_factory=list)
+    ratios: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sent: Params = field(default_factory=dict)
+    lr: float = 0.0
 
 
 class RAFed(FederatedAlgorithm):
     """RA-Fed / RAM-Fed and the submodel baselines (module docstring)."""
 
-    def __init__(self, env: Environment, hp: RAFedHParams = RAFedHParams()) -> None:
+    state_type = RAFedState
+
+    def __init__(self, env: Environment, hp: RAFedHParams = RAFedHParams()) -> None:  # noqa: B008
         super().__init__(env)
         self.hp = hp
         model = env.model
@@ -331,8 +147,9 @@ class RAFed(FederatedAlgorithm):
         self.cpu_hz = draw_cpu(n, 1, env.seeds.generator("cpu"), cpu_ghz=hp.cpu_ghz).ravel()
         self.steps = np.array([steps_per_call(len(i), env.local) for i in env.client_indices])
 
-    # ------------------------------------------------------------------ a round
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+    # ------------------------------------------------------------------ the round's phases
+    def configure(self, state: ServerState) -> SubmodelPlan:
+        """Clients, their ratios r_n (0: sits out), masks and starts C(θ_q) ⊙ m_{n,q}."""
         t, hp, env = state.round, self.hp, self.env
         params, d = state.params, num_params(state.params)
         clients = np.asarray(self.sampler.sample(env.population.active(t),
@@ -342,33 +159,45 @@ class RAFed(FederatedAlgorithm):
         sent = compress(params, hp.compression, bits=hp.bits, keep=hp.keep,
                         gen=torch.Generator().manual_seed(env.seeds.int_seed("compress", t)))
         subs = self._selections(t, clients, ratios, params)
-        lr = self.client_lr(t) or env.local.lr
         starts, broadcasts = self._starts(sent, subs, ratios)
-        results = self.train_clients(starts, clients, t, broadcast=broadcasts)
-        if hp.training == "mask":  # back to the sliced view the aggregation adds up
-            results = [_sliced(r, s) for r, s in zip(results, subs)]
+        return SubmodelPlan(clients, starts, broadcasts, subs=subs, ratios=ratios,
+                            seconds=seconds, sent=sent, lr=self.client_lr(t) or env.local.lr)
+
+    def train(self, state: ServerState, plan: SubmodelPlan) -> list[ClientResult]:
+        """Local training of the submodels (no stored client state reaches the clients)."""
+        results = self.train_clients(plan.starts, plan.clients, state.round, broadcast=plan.broadcast)
+        if self.hp.training == "mask":  # back to the sliced view the aggregation adds up
+            results = [replace(r, delta=s.slice(r.delta)) for r, s in zip(results, plan.subs)]
+        return results
+
+    def aggregate(self, state: ServerState, plan: SubmodelPlan,  # noqa: D102
+                  results: list[ClientResult]) -> tuple[ServerState, SubmodelReport]:
+        hp, params, d = self.hp, state.params, num_params(state.params)
+        opt = self.opt_state(state)
         weights = (np.array([r.num_samples for r in results], float)
                    if hp.weighting == "samples" else np.ones(len(results)))
-        new_params, opt_state, states, cov = self._aggregate(state, subs, results, weights, lr)
+        new_params, usum, states, cov = coverage_aggregate(
+            params, plan.subs, results, weights, plan.lr,
+            memory_dtype=hp.memory_dtype if hp.memory else None, client_states=state.client_states,
+            usum=opt.usum, num_clients=self.env.num_clients)
         loss, diag = client_diagnostics(results)
-        sliced = [s.slice(params) for s in subs]   # each client's θ_q ⊙ m, for sizes and ŵ₁²
+        sliced = [s.slice(params) for s in plan.subs]  # each client's θ_q ⊙ m, for sizes and ŵ₁²
         sizes = np.array([num_params(p) for p in sliced], float)
-        extra = _coverage_log(cov, params, sliced, subs, d, self.groups) | {
-            "param_fraction": float(sizes.mean() / d) if len(sizes) else 0.0,
-            "neuron_ratio": float(ratios.mean()) if len(ratios) else 0.0,
-            "clients_trained": len(results)}
-        if hp.compression != "none":
-            extra["compression_w2_sq"] = relative_error(params, sent)
-        prev = (state.opt_state or {}).get("gamma_star", float("inf"))
-        if extra["coverage_min"] > 0:
-            opt_state["gamma_star"] = min(prev, extra["coverage_min"])
-        extra["gamma_star"] = opt_state.get("gamma_star", prev)
-        if hp.memory:
-            extra["memory_mb"] = client_store.nbytes(states) / 2**20
-        new = ServerState(new_params, t + 1, opt_state, states, state.buffers)
-        up = float(sizes.mean()) if len(sizes) else 0.0
-        return new, RoundReport(uplink_params=up, train_loss=loss, clients=diag, extra=extra,
-                                latency_s=float(seconds.max(initial=0.0)) if self._timed else None)
+        log = coverage_log(cov, params, sliced, plan.subs, d, self.groups)
+        prev = float("inf") if opt.gamma_star is None else opt.gamma_star
+        gamma_star = min(prev, log["coverage_min"]) if log["coverage_min"] > 0 else opt.gamma_star
+        new = ServerState(new_params, state.round + 1, RAFedState(usum, gamma_star), states,
+                          state.buffers)
+        return new, SubmodelReport(
+            uplink_params=float(sizes.mean()) if len(sizes) else 0.0, train_loss=loss,
+            clients=diag, latency_s=float(plan.seconds.max(initial=0.0)) if self._timed else None,
+            **log, param_fraction=float(sizes.mean() / d) if len(sizes) else 0.0,
+            neuron_ratio=float(plan.ratios.mean()) if len(plan.ratios) else 0.0,
+            clients_trained=len(results),
+            compression_w2_sq=(relative_error(params, plan.sent) if hp.compression != "none"
+                               else None),
+            gamma_star=prev if gamma_star is None else gamma_star,
+            memory_mb=client_store.nbytes(states) / 2**20 if hp.memory else None)
 
     @property
     def _timed(self) -> bool:
@@ -379,21 +208,15 @@ class RAFed(FederatedAlgorithm):
         ratios = self.base_ratio[clients].astype(float)
         if not self._timed:
             return ratios, np.zeros(len(clients))
-        hp, n = self.hp, self.env.num_clients
-        rng = self.env.seeds.generator("resources", t)
-        h = simo_rayleigh((), n, hp.antennas, rng)
-        snr = db_to_lin(by_half(n, *hp.snr_db))
-        rate = tdma_rate(h, snr, hp.bandwidth_mhz * 1e6 / max(len(clients), 1))[clients]
-        per_param = (self.steps[clients] * hp.cycles_per_step / self.cpu_hz[clients] / d
-                     + 32.0 / rate)             # seconds per parameter of the submodel
-        full = per_param * d
+        hp = self.hp
+        rate = draw_fdma_rates(self.env.num_clients, clients, self.env.seeds.generator("resources", t),
+                               antennas=hp.antennas, snr_db=hp.snr_db,
+                               bandwidth_hz=hp.bandwidth_mhz * 1e6)
+        full = full_model_seconds(d, self.steps[clients], self.cpu_hz[clients], rate,
+                                  cycles_per_step=hp.cycles_per_step)
         if hp.resources == "deadline":  # the largest level whose submodel meets the deadline
-            deadline = hp.deadline_s if hp.deadline_s is not None else \
-                float(np.quantile(full, hp.deadline_quantile)) if len(full) else 0.0
-            levels = np.array(self.levels)
-            fits = full[:, None] * np.array([self.fractions[r] for r in self.levels]) \
-                <= deadline * (1 + 1e-12)
-            ratios = np.where(fits, levels, 0.0).max(axis=1, initial=0.0)
+            ratios = largest_level_in_time(full, self.levels, [self.fractions[r] for r in self.levels],
+                                           deadline_s=hp.deadline_s, quantile=hp.deadline_quantile)
         return ratios, full * np.array([self.fractions.get(r, 0.0) for r in ratios])
 
     def _selections(self, t: int, clients: np.ndarray, ratios: np.ndarray,
@@ -424,74 +247,3 @@ class RAFed(FederatedAlgorithm):
                 starts.append(sub.slice(sent))
                 extras.append({"rate": rate})
         return starts, extras
-
-    # ------------------------------------------------------------------ eqs. of §2.2 / §2.3
-    def _aggregate(self, state: ServerState, subs: list[Submodel], results: list,
-                   weights: np.ndarray, lr: float) -> tuple[Params, dict, dict, Params]:
-        """θ_{q+1}, the new algorithm state, the new memories and the coverage Γ_q."""
-        hp, params = self.hp, state.params
-        acc = {k: torch.zeros_like(v) for k, v in params.items()}
-        cov = {k: torch.zeros_like(v) for k, v in params.items()}
-        opt = dict(state.opt_state or {})
-        states = dict(state.client_states)
-        if hp.memory:  # Σ_n u_n (float32, CPU) and this round's change of it
-            usum = opt.get("usum") or {k: torch.zeros(v.shape) for k, v in params.items()}
-            dsum = {k: torch.zeros(v.shape) for k, v in params.items()}
-            dtype = client_store.STORE_DTYPES[hp.memory_dtype]
-        for sub, res, w in zip(subs, results, weights):
-            mem = states.get(res.client) if hp.memory else None
-            new_mem = {}
-            for k in params:
-                idx = sub.index(k) if k in sub.dims else (slice(None),)
-                part = res.delta[k]
-                if hp.memory:  # Δ = D/γ against u_n on the coordinates just trained
-                    stored = (mem[k].clone() if mem is not None
-                              else torch.zeros(params[k].shape, dtype=dtype))
-                    old = stored[idx].float()    # (a view where idx is basic: used first)
-                    fresh = (part / lr).to("cpu", torch.float32)
-                    acc[k][idx] += w * (fresh - old).to(acc[k].device)
-                    kept = fresh.to(stored.dtype)  # what the store holds (float16: rounded)
-                    dsum[k][idx] += kept.float() - old
-                    stored[idx] = kept
-                    new_mem[k] = stored
-                else:
-                    acc[k][idx] += w * part
-                cov[k][idx] += w
-            if hp.memory:
-                states[res.client] = new_mem
-        covered = {k: c.clamp(min=1e-30) for k, c in cov.items()}
-        if not hp.memory:
-            new = {k: params[k] - acc[k] / covered[k] for k in params}
-            return new, opt, states, cov
-        n = self.env.num_clients  # v_q = ū + corr, ū over all N clients (old memory)
-        new = {k: params[k] - lr * (usum[k].to(params[k].device) / n + acc[k] / covered[k])
-               for k in params}
-        opt["usum"] = {k: usum[k] + dsum[k] for k in params}
-        return new, opt, states, cov
-
-
-def _sliced(result: ClientResult, sub: Submodel) -> ClientResult:
-    return replace(result, delta=sub.slice(result.delta))
-
-
-def _coverage_log(cov: Params, params: Params, sliced: list[Params], subs: list[Submodel],
-                  d: int, groups: tuple[UnitGroup, ...]) -> dict[str, Any]:
-    """Γ_q statistics, |S_q|/d and the mean submodel-noise ratio ŵ₁² (§2.1.3).
-
-    ``coverage_min`` is over covered coordinates; ``unit_coverage_min`` over the units of
-    every prunable layer (what ``coverage_aware`` guarantees: a weight between two pruned
-    layers is covered only by a client holding both of its units, so coordinate coverage
-    can stay below Γ_min when clients hold few units).
-    """
-    units = [torch.bincount(torch.cat([s.selection[g.name] for s in subs]), minlength=g.size)
-             for g in groups] if subs else []
-    flat = torch.cat([c.reshape(-1) for c in cov.values()])
-    covered = flat > 0
-    norm = sum(float(v.pow(2).sum()) for v in params.values())
-    noise_ratios = [1.0 - sum(float(v.pow(2).sum()) for v in p.values()) / norm if norm > 0
-                    else 0.0 for p in sliced]
-    return {"coverage_min": float(flat[covered].min()) if covered.any() else 0.0,
-            "unit_coverage_min": int(min(int(u.min()) for u in units)) if units else 0,
-            "coverage_mean": float(flat[covered].mean()) if covered.any() else 0.0,
-            "covered_fraction": float(covered.sum()) / d,
-            "noise_ratio": float(np.mean(noise_ratios)) if noise_ratios else 0.0}
