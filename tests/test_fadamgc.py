@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.algorithms.fadamgc.fadamgc import TrackedAdam
+from wirelessfl.algorithms.fadamgc.local import TrackedAdam
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientTask, LocalHParams, LoopExecutor

@@ -7,15 +7,12 @@ import pytest
 import torch
 
 from wirelessfl.algorithms.fedast.centralized import Centralized, CentralizedHParams
-from wirelessfl.algorithms.fedast.fedast import (
-    FedAST,
-    FedASTHParams,
-    normalised_variance,
-    realloc_units,
-    split_budget,
-)
+from wirelessfl.algorithms.fedast.fedast import FedAST, FedASTHParams
+from wirelessfl.algorithms.fedast.hparams import SyncSTHParams
+from wirelessfl.algorithms.fedast.realloc import normalised_variance, realloc_units
 from wirelessfl.algorithms.fedast.simtime import ClientPool
-from wirelessfl.algorithms.fedast.sync_st import SyncST, SyncSTHParams
+from wirelessfl.algorithms.fedast.simulation import split_budget
+from wirelessfl.algorithms.fedast.sync_st import SyncST
 from wirelessfl.algorithms.fedast.tasks import train_requests
 from wirelessfl.engine.client import LoopExecutor, batch_schedule
 from wirelessfl.net.delays import LatencyModel
@@ -225,7 +222,7 @@ def test_ucb_round_zero_trains_everyone_then_prefers_high_loss_clients():
 
 
 def test_expected_improvement_prefers_candidates_near_cheap_assignments():
-    from wirelessfl.algorithms.fedast.sync_st import expected_improvement
+    from wirelessfl.algorithms.fedast.assignment import expected_improvement
 
     rng = np.random.default_rng(0)
     cheap, costly = rng.integers(0, 2, 40), rng.integers(0, 2, 40)
@@ -326,3 +323,14 @@ def test_cifar100_task_takes_five_augmented_steps():
     task = resolve_multitask({"tasks": ["cifar100_resnet18"]}).tasks[0]
     assert (task.local.epochs, task.local.steps, task.data.alpha) == (None, 5, 1.0)
     assert task.model.options == {"augment": True} and task.latency_constant == 2.071
+
+
+def test_every_assignment_name_has_its_class():
+    from wirelessfl.algorithms.fedast.assignment import ASSIGNMENTS
+    from wirelessfl.algorithms.fedast.hparams import ASSIGNMENT_NAMES
+
+    assert set(ASSIGNMENTS) == set(ASSIGNMENT_NAMES)
+    for name in ASSIGNMENT_NAMES:
+        assert SyncSTHParams(assignment=name).assignment == name
+    with pytest.raises(ValueError, match="`assignment` must be one of random, bayes, ucb"):
+        SyncSTHParams(assignment="greedy")

@@ -240,7 +240,7 @@ def test_cpu_frequencies_are_drawn_once_per_client_by_default():
 def test_table_one_megabytes_follow_from_the_accounting(setting, target, hist_n2, hfedavg_n2,
                                                         hist_n4, hfedavg_n4, rounds):
     """§6.6: Table I = integer rounds × E·0.169 MB·(vol_c + vol_f·share)/(vol_c + vol_f)."""
-    from wirelessfl.algorithms.hist.hist import table_uplink_mb
+    from wirelessfl.algorithms.hist.hparams import table_uplink_mb
     from wirelessfl.models.zoo import LeNet5
 
     per_round = [table_uplink_mb(5, *LeNet5.paper_volumes, share) for share in (1 / 2, 1, 1 / 4, 1)]

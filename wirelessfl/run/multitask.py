@@ -26,8 +26,9 @@ from typing import Any
 
 from channels.validation import as_float
 from wirelessfl import registry
-from wirelessfl.algorithms.fedast.fedast import FedASTHParams, TaskState
+from wirelessfl.algorithms.fedast.fedast import FedASTHParams
 from wirelessfl.algorithms.fedast.simtime import ClientPool
+from wirelessfl.algorithms.fedast.simulation import TaskState
 from wirelessfl.algorithms.fedast.tasks import TaskEnv
 from wirelessfl.engine.client import LocalHParams
 from wirelessfl.errors import RunFolderError, check_config_size, short

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wirelessfl.algorithms.fedast.fedast import EvalHook, Simulation, TaskState, check_stop
 from wirelessfl.algorithms.fedast.simtime import ClientPool
+from wirelessfl.algorithms.fedast.simulation import EvalHook, Simulation, TaskState, check_stop
 from wirelessfl.algorithms.fedast.tasks import TaskEnv
 from wirelessfl.engine.client import ClientTask, Executor
 from wirelessfl.rng import Seeds

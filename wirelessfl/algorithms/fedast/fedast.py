@@ -39,209 +39,18 @@ reallocation).
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import torch
 
-from channels.validation import as_float, as_int
+from wirelessfl.algorithms.fedast.hparams import FedASTHParams
+from wirelessfl.algorithms.fedast.realloc import reallocate
 from wirelessfl.algorithms.fedast.simtime import ClientPool, EventQueue, Request, VersionStore
-from wirelessfl.algorithms.fedast.snapshot import SnapshotError, decode, encode, snapshot_type
+from wirelessfl.algorithms.fedast.simulation import EvalHook, Simulation, TaskState, check_stop, split_budget
 from wirelessfl.algorithms.fedast.tasks import TaskEnv, train_requests
 from wirelessfl.engine.client import Executor
 from wirelessfl.models.base import Params
 from wirelessfl.rng import Seeds
-
-
-@dataclass(frozen=True)
-class FedASTHParams:
-    """FedAST's server hyperparameters (§2.7).
-
-    Attributes
-    ----------
-    option : str
-        ``S`` (static) or ``D`` (dynamic Realloc).
-    requests : int
-        Total request budget R, split evenly at the start (R_m^(0) = R / M).
-    ratio : int
-        r = R_m / b_m, held fixed (32 [code]).
-    buffer : int or None
-        Fixed buffer size b_m (None: max(1, round(R_m / r)), §7 item 12); 1 is FedAST-NoBuffer.
-    server_lr : float
-        η_s (0.1 for FedAST, 0.038 for NoBuffer).
-    window : int
-        V, the number of recent updates of the variance estimate.
-    period : float
-        c_period = ``period`` × M × Σ_m R_m arrivals between reallocations.
-    variance : str
-        ``paper`` (R_m ∝ √(η_c η_s τ σ̃²)) or ``code`` (∝ η_s σ̃² / (η_c τ²), §7 item 6).
-    max_batch : int
-        Most requests trained in one executor call, and most trained results held at once
-        (bounds memory whatever R; the results do not depend on it).
-    cap_initial_burst : bool
-        Apply the availability cap to the initial R requests too (default, so the cap is
-        never exceeded; refused ones are made up at later arrivals); ``False`` exempts the
-        burst as the authors' code does (§7 item 1).
-    """
-
-    option: str = "S"
-    requests: int = 384
-    ratio: int = 32
-    buffer: int | None = None
-    server_lr: float = 0.1
-    window: int = 8
-    period: float = 0.75
-    variance: str = "paper"
-    max_batch: int = 64
-    cap_initial_burst: bool = True
-
-    def __post_init__(self) -> None:
-        if self.option not in ("S", "D"):
-            raise ValueError(f"`option` must be S or D, got {self.option!r}")
-        if self.variance not in ("paper", "code"):
-            raise ValueError(f"`variance` must be paper or code, got {self.variance!r}")
-        if self.requests < 1 or self.ratio < 1 or (self.buffer is not None and self.buffer < 1):
-            raise ValueError("`requests`, `ratio` and `buffer` must be >= 1")
-        as_int("requests", self.requests, lo=1, hi=10**5)
-        as_int("ratio", self.ratio, lo=1, hi=10**5)
-        as_float("server_lr", self.server_lr, lo=0, hi=1e4, lo_open=True)
-        as_int("window", self.window, lo=2, hi=10**4)
-        as_float("period", self.period, lo=0, hi=1e6, lo_open=True)
-        as_int("max_batch", self.max_batch, lo=1, hi=4096)
-
-
-@snapshot_type
-@dataclass
-class TaskState:
-    """Server state of one task (§2.2)."""
-
-    params: Params
-    round: int = 0
-    target_requests: int = 0  # R_m
-    buffer_size: int = 1  # b_m
-    outstanding: int = 0  # A_m
-    buffer_sum: Params | None = None
-    buffered: int = 0
-    window: deque = field(default_factory=deque)
-    finished: bool = False
-    updates: int = 0
-    staleness: list[int] = field(default_factory=list)
-
-    @property
-    def mean_staleness(self) -> float:
-        """Mean staleness of the updates received so far (0 before the first)."""
-        return sum(self.staleness) / max(1, len(self.staleness))
-
-
-#: ``on_eval(task, state, time)`` is called after each evaluated aggregation; it returns
-#: whether the task is done (e.g. its test accuracy reached the target), which stops it.
-EvalHook = Callable[[TaskEnv, TaskState, float], bool]
-
-
-def check_stop(task: TaskEnv, st: TaskState, now: float, on_eval: EvalHook,
-               eval_every: int | None, max_rounds: int | None) -> str | None:
-    """After an aggregation: evaluate when due; ``"target"`` if done, ``"cap"`` at the round cap.
-
-    ``eval_every=None`` (evaluations on a simulated-time grid) evaluates only at the cap.
-    """
-    last = max_rounds is not None and st.round >= max_rounds
-    due = last or (eval_every is not None and st.round % eval_every == 0)
-    if due and on_eval(task, st, now):
-        return "target"
-    return "cap" if last else None
-
-
-def split_budget(total: int, shares: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``total`` units in proportion to ``shares``: floors, then the rest at random (§2.6 [code])."""
-    shares = np.asarray(shares, float)
-    base = np.floor(total * shares / shares.sum()).astype(int)
-    extra = rng.choice(len(shares), size=total - base.sum(), replace=True,
-                       p=shares / shares.sum())
-    return base + np.bincount(extra, minlength=len(shares))
-
-
-def realloc_units(total: int, ratio: int, sigma: np.ndarray) -> np.ndarray:
-    """Targets R_m in whole units of r ∝ σ̂_m, at least one unit each (§7 item 5).
-
-    The result sums to ``total`` only when ``total`` is a multiple of ``ratio`` with at least
-    one unit per task; :class:`FedAST` refuses option D otherwise.
-    """
-    units = max(total // ratio, len(sigma))
-    share = units * sigma / sigma.sum()
-    got = np.ones(len(sigma), int)
-    for _ in range(units - len(sigma)):
-        got[int(np.argmax(share - got))] += 1
-    return got * ratio
-
-
-def normalised_variance(window: list[Params]) -> float:
-    """σ̃² = mean_k ‖Δ_k − Δ̄‖² / ‖Δ̄‖² over the last V updates (Algorithm 4, step 2)."""
-    flat = torch.stack([torch.cat([v.flatten() for v in d.values()]) for d in window])
-    mean = flat.mean(0)
-    return float(((flat - mean) ** 2).sum(1).mean() / mean.square().sum().clamp_min(1e-30))
-
-
-class Simulation:
-    """What FedAST and the synchronous baselines share: snapshots for resumable runs.
-
-    :meth:`state_dict` holds everything but what is rebuilt from the config on resume (tasks,
-    executor, seeds, hyperparameters) and what can be recomputed (trained results): task
-    states, event queue, client pool, model versions and the random generators, as plain
-    data (:mod:`wirelessfl.algorithms.fedast.snapshot`, loadable with ``weights_only=True``), so a resumed run
-    continues with the same numbers. ``run(..., on_checkpoint=f)`` calls ``f()`` after each
-    completed aggregation (round), where such a snapshot is clean.
-    """
-
-    _rebuilt = ("tasks", "executor", "seeds", "hp")
-    _recomputed: tuple[str, ...] = ()
-    grid_evals: int  # grid times evaluated so far (set by each simulator's constructor)
-
-    def evaluate_grid(self, now: float, on_eval: EvalHook, interval: float | None) -> None:
-        """Evaluate every active task at each grid time k·``interval`` ≤ ``now`` not yet done.
-
-        Called before the event at ``now`` is applied, so a grid time sees the models of
-        that moment; every method then evaluates at the same simulated times (FedAST E4's
-        time to target, issue 16 item 18). A task whose evaluation reaches its target
-        finishes there (``_finish``).
-        """
-        if interval is None:
-            return
-        while (self.grid_evals + 1) * interval <= now and not all(s.finished for s in self.states):
-            self.grid_evals += 1
-            for j, st in enumerate(self.states):
-                if not st.finished and on_eval(self.tasks[j], st, self.grid_evals * interval):
-                    self._finish(j)
-
-    def _finish(self, j: int) -> None:
-        self.states[j].finished = True
-
-    def state_dict(self) -> dict[str, Any]:
-        """The simulation's state as plain data (tensors, numbers, lists, dicts)."""
-        return encode({k: ({} if k in self._recomputed else v) for k, v in vars(self).items()
-                       if k not in self._rebuilt})
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a :meth:`state_dict` of the same configuration.
-
-        Raises :class:`~wirelessfl.algorithms.fedast.snapshot.SnapshotError` (a ValueError) for a snapshot
-        of another simulation or configuration.
-        """
-        plain = decode(state)
-        mine = {k for k in vars(self) if k not in self._rebuilt}
-        if not isinstance(plain, dict) or set(plain) != mine:
-            raise SnapshotError("the snapshot is of another method or configuration")
-        shapes = [[tuple(v.shape) for v in t.init_params.values()] for t in self.tasks]
-        got = [[tuple(getattr(v, "shape", ())) for v in s.params.values()]
-               for s in plain.get("states", [])]
-        if got != shapes:
-            raise SnapshotError("the snapshot's models do not match the tasks of config.yaml")
-        for k, v in plain.items():  # attributes the snapshot leaves to the config
-            for attr in getattr(type(v), "_snapshot_rebuilt", ()):
-                setattr(v, attr, getattr(getattr(self, k), attr))
-        vars(self).update(plain)
 
 
 class FedAST(Simulation):
@@ -369,36 +178,17 @@ class FedAST(Simulation):
             if self.hp.option == "S":
                 self._send(i, int(e))
 
-    def _realloc(self) -> None:
-        """Algorithm 3 with the variance estimate of Algorithm 4 (option D)."""
-        active = [i for i, s in enumerate(self.states) if not s.finished]
-        period = self.hp.period * len(active) * sum(self.states[i].target_requests for i in active)
-        if self.arrivals_since_realloc < period or any(
-                len(self.states[i].window) < self.hp.window for i in active):
-            return
-        self.arrivals_since_realloc = 0
-        sigma = np.array([self._sigma(i) for i in active])
-        if not np.isfinite(sigma).all() or sigma.sum() <= 0:
-            return
-        total = sum(self.states[i].target_requests for i in active)
-        for i, r in zip(active, realloc_units(total, self.hp.ratio, sigma)):
-            self.states[i].target_requests = int(r)
-
-    def _sigma(self, j: int) -> float:
-        """σ̂ of task j (paper) or the code variant's allocation weight (§7 item 6)."""
-        task, st = self.tasks[j], self.states[j]
-        var = normalised_variance(list(st.window))
-        eta_c, eta_s, tau = task.local.lr, self.hp.server_lr, task.steps
-        if self.hp.variance == "code":
-            return eta_s * var / (eta_c * tau**2)
-        return math.sqrt(eta_c * eta_s * tau * var)
-
     def _replenish(self, j: int) -> None:
         st = self.states[j]
         budget = sum(s.target_requests for s in self.states)
         total_out = sum(s.outstanding for s in self.states)
         k = min(2, max(0, st.target_requests - st.outstanding), max(0, budget - total_out))
         self._send(j, k)
+
+    def _realloc(self) -> None:
+        """Algorithm 3 with the variance estimate of Algorithm 4 (option D)."""
+        if reallocate(self.states, self.tasks, self.hp, self.arrivals_since_realloc):
+            self.arrivals_since_realloc = 0
 
     # ------------------------------------------------------------------ loop
     def run(self, on_eval: EvalHook, *, max_time: float = math.inf, eval_every: int = 1,

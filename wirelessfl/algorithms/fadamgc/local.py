@@ -1,0 +1,98 @@
+"""The local rule of FAdamGC, FA-NT and LocalAdam (``specs/fadamgc.md`` Algorithms 1–2, §3.1).
+
+:class:`TrackedAdam` is Adam whose moments see the corrected gradient ĝ = g + c_i (``pre``,
+FAdamGC), the raw one with the correction added after (``post``, FA-NT) or no correction
+(``none``, LocalAdam); m restarts at 0 each round, v_i persists per client, v̂ is a running
+maximum within the round, no bias correction, ε outside the root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from wirelessfl.engine import client_store
+from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.models.base import FLModel, Params
+
+
+class TrackedAdam(LocalSGD):
+    """The local Adam of Algorithm 1 with the correction ``pre``, ``post`` or ``none``.
+
+    The task's ``state`` is ``{"v": v_i, "y": y_i}`` (missing: zero); its ``broadcast``
+    ``{"y": y, "tracked": client ids of S̃}``.
+    """
+
+    def __init__(self, model: FLModel, hp: LocalHParams, correction: str = "pre",
+                 betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8,
+                 state_dtype: str = "float32", normaliser: str = "elementwise") -> None:
+        super().__init__(model, hp)
+        self.correction, self.betas, self.eps = correction, betas, eps
+        self.state_dtype, self.normaliser = state_dtype, normaliser
+
+    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+        state, sent = task.state or {}, task.broadcast or {}
+
+        def tree(x: Params | None) -> Params:
+            return (client_store.load(x, task.params) if x is not None
+                    else {k: torch.zeros_like(v) for k, v in task.params.items()})
+
+        ctx = {"v": tree(state.get("v"))}
+        if self.correction != "none":
+            y, yi = tree(sent.get("y")), tree(state.get("y"))
+            ctx["c"] = {k: y[k] - yi[k] for k in y}  # constant within the round
+        return ctx
+
+    def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
+        """One step of Algorithm 1 (elementwise, so it also runs on stacked clients)."""
+        b1, b2 = self.betas
+        opt, ctx = carry.opt, carry.ctx
+        if "m" not in opt:  # m restarts at 0; v and v̂ start from the stored v_i
+            opt["m"] = {k: torch.zeros_like(g) for k, g in grads.items()}
+            opt["v"] = dict(ctx["v"])
+            opt["vhat"] = dict(ctx["v"])
+            opt["sum"] = {k: torch.zeros_like(g) for k, g in grads.items()}
+        pre = self.correction == "pre"
+        gh = {k: g + ctx["c"][k] for k, g in grads.items()} if pre else grads
+        m = {k: torch.lerp(opt["m"][k], g, 1 - b1) for k, g in gh.items()}
+        v = {k: torch.addcmul(b2 * opt["v"][k], g, g, value=1 - b2) for k, g in gh.items()}
+        vhat = {k: torch.maximum(opt["vhat"][k], v[k]) for k in v}
+        delta = {}
+        norm = self._root_norm(vhat, carry.batch_dims) if self.normaliser == "norm" else None
+        for k in m:
+            den = (vhat[k].sqrt() if norm is None else
+                   norm.reshape(*norm.shape, *[1] * (m[k].dim() - carry.batch_dims))).add(self.eps)
+            if self.eps > 0:  # den >= ε > 0
+                delta[k] = m[k] / den
+            else:  # ε = 0 (§2.5): a coordinate with v̂ = 0 has m = 0 and does not move
+                delta[k] = torch.where(den > 0, m[k] / den.clamp_min(1e-38), torch.zeros_like(m[k]))
+        step = ({k: d + ctx["c"][k] for k, d in delta.items()} if self.correction == "post"
+                else delta)
+        tracked = delta if self.correction == "post" else grads  # what y_i averages
+        opt["sum"] = {k: opt["sum"][k] + tracked[k] for k in tracked}
+        opt["m"], opt["v"], opt["vhat"] = m, v, vhat
+        carry.params = {k: torch.add(carry.params[k], step[k], alpha=-carry.lr) for k in step}
+        carry.step += 1
+        carry.loss_sum += loss
+        return carry
+
+    @staticmethod
+    def _root_norm(vhat: Params, batch_dims: int) -> torch.Tensor:
+        """‖√v̂‖ over each client's whole model: one scalar per client (§2.5 analysis variant)."""
+        return sum(v.flatten(batch_dims).sum(-1) for v in vhat.values()).sqrt()
+
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+        res = super().client_final(task, carry)
+        old = task.state or {}
+        if not carry.step:
+            return dataclasses.replace(res, state=task.state)
+        state = {"v": client_store.store(carry.opt["v"], self.state_dtype)}
+        sent = task.broadcast or {}
+        if self.correction != "none":
+            if task.client in sent.get("tracked", ()):
+                state["y"] = client_store.store({k: s / carry.step for k, s in
+                                                 carry.opt["sum"].items()}, self.state_dtype)
+            elif old.get("y") is not None:
+                state["y"] = old["y"]
+        return dataclasses.replace(res, state=state)
