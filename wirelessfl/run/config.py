@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ from wirelessfl.net.links import NetworkConfig
 from wirelessfl.run.configtypes import (
     LATER_DEFAULTS,
     AlgorithmConfig,
-    _coerce,
     _lists,
     algorithm_dict,
     build_algorithm,
@@ -260,25 +258,10 @@ def resolve(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"a config must be a mapping, got {type(raw).__name__}")
     check_config_size(raw)
     raw = copy.deepcopy(raw or {})
-    sections = {"data": DataConfig, "model": ModelConfig, "local": LocalHParams}
-    top = {k: v for k, v in raw.items() if k not in (*sections, "algorithm")}
-    built = {k: build_dataclass(cls, raw.get(k), k) for k, cls in sections.items()}
-    built["algorithm"] = build_algorithm({"name": "fedavg", **(raw.get("algorithm") or {})}
-                                         if isinstance(raw.get("algorithm") or {}, dict)
-                                         else raw.get("algorithm"), "algorithm")
-    fields = {f.name for f in dataclasses.fields(RunConfig)} - set(built)
-    for k in top:
-        if k not in fields:
-            raise ConfigError(f"unknown config key '{str(k)[:40]}'; valid top-level keys: "
-                              f"{', '.join(sorted(fields | set(built)))}")
-    hints = typing.get_type_hints(RunConfig)
-    top = {k: _coerce(v, hints[k], k) for k, v in top.items()}
-    try:
-        return RunConfig(**top, **built)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(str(exc).replace("`", "")) from exc
+    algorithm = raw.get("algorithm") or {}
+    if isinstance(algorithm, dict):  # FedAvg unless named
+        raw["algorithm"] = {"name": "fedavg", **algorithm}
+    return build_dataclass(RunConfig, raw, "")
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:

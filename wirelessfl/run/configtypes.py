@@ -164,27 +164,43 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {tp}")
 
 
-def build_dataclass(cls: type, raw: Any, prefix: str) -> Any:
-    """Instantiate dataclass ``cls`` from mapping ``raw``, checking keys and types."""
+def build_dataclass(cls: type, raw: Any, prefix: str, *, built: dict[str, Any] | None = None) -> Any:
+    """Instantiate dataclass ``cls`` from mapping ``raw``, checking keys and types.
+
+    The one config builder: every section (``data``, ``local``, an algorithm's HParams, a
+    task) and every whole config (``prefix`` ``""``) is built here. Nested dataclasses and
+    algorithm sections are built recursively (:func:`_coerce`); ``built`` gives fields the
+    caller has built already (a multi-task run's tasks), which ``raw`` may not set.
+    """
     if raw is None:
         raw = {}
+    where = f"'{prefix}'" if prefix else "a config"
     if not isinstance(raw, dict):
-        raise ConfigError(f"'{prefix}' must be a mapping, got {short(raw)}")
+        raise ConfigError(f"{where} must be a mapping, got {short(raw)}")
+    built = built or {}
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for k in raw:
-        if k not in names:
-            raise ConfigError(f"unknown config key '{prefix}.{str(k)[:40]}'; valid keys under '{prefix}': "
+        if k not in names or k in built:
+            valid = f"valid keys under '{prefix}'" if prefix else "valid top-level keys"
+            raise ConfigError(f"unknown config key '{_key(prefix, str(k)[:40])}'; {valid}: "
                               f"{', '.join(sorted(names))}")
-    kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}") for k, v in raw.items()}
+    kwargs = {k: _coerce(v, hints[k], _key(prefix, k)) for k, v in raw.items()}
     try:
-        return cls(**kwargs)
+        return cls(**kwargs, **built)
     except ConfigError:
         raise
     except (ValueError, TypeError) as exc:
         msg = str(exc).replace("`", "")
         field_named = msg.split(" ", 1)[0].split("[", 1)[0] in names
+        if not prefix:
+            raise ConfigError(msg) from exc
         raise ConfigError(f"{prefix}.{msg}" if field_named else f"{prefix}: {msg}") from exc
+
+
+def _key(prefix: str, name: str) -> str:
+    """A dotted config key: ``name`` under ``prefix`` (at the top level when it is empty)."""
+    return f"{prefix}.{name}" if prefix else name
 
 
 def _lists(value: Any) -> Any:

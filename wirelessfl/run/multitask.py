@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,6 @@ from wirelessfl.run.config import (
     ConfigError,
     DataConfig,
     ModelConfig,
-    _coerce,
     _lists,
     build_dataclass,
     check_name,
@@ -149,26 +147,12 @@ def _task(raw: Any, index: int) -> TaskConfig:
                 "sync_local": LocalHParams}
     built = {k: build_dataclass(cls, t.pop(k, None), f"{prefix}.{k}") for k, cls in sections.items()
              if k in t or k != "sync_local"}
-    return _build(TaskConfig, t, built, f"{prefix}.")
+    return build_dataclass(TaskConfig, t, prefix, built=built)
 
 
 def _with_clients(task: TaskConfig, clients: int) -> TaskConfig:
     """The task on the pool's clients (a task's own ``data.num_clients`` is not used)."""
     return dataclasses.replace(task, data=dataclasses.replace(task.data, num_clients=clients))
-
-
-def _build(cls: type, top: dict[str, Any], built: dict[str, Any], prefix: str) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    for k in top:
-        if k not in names or k in built:
-            raise ConfigError(f"unknown config key '{prefix}{k}'; valid keys: {', '.join(sorted(names))}")
-    hints = typing.get_type_hints(cls)
-    try:
-        return cls(**{k: _coerce(v, hints[k], f"{prefix}{k}") for k, v in top.items()}, **built)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{prefix}{exc}") from exc
 
 
 def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
@@ -205,7 +189,7 @@ def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
         "pool": pool,
         "method": method_cfg,
     }
-    return _build(MultiTaskConfig, raw, built, "")
+    return build_dataclass(MultiTaskConfig, raw, "", built=built)
 
 
 def multitask_to_dict(cfg: MultiTaskConfig) -> dict[str, Any]:
