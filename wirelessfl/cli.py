@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from wirelessfl.report import plot_runs
+    from wirelessfl.report.plotting import plot_runs
     from wirelessfl.run.kinds import kind_of, open_run, run_job
     from wirelessfl.run.records import RunRecord
 
@@ -204,7 +204,8 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from wirelessfl.report import load_figures, missing_runs, regenerate, series_label
+    from wirelessfl.report.figures import regenerate
+    from wirelessfl.report.spec import load_figures, missing_runs, series_label
 
     out = Path(args.out or Path("reports") / args.paper / args.scale)
     extra = _report_args(args, out)
@@ -286,7 +287,7 @@ def _add_executor_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from wirelessfl.report import sweep
+    from wirelessfl.report.figures import sweep
 
     out = Path(args.out or Path("reports") / "sweeps" / Path(args.config).stem)
     extra = _report_args(args, out)

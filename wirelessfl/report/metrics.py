@@ -61,11 +61,6 @@ def nanmean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
-def as_list(x: Any) -> list[Any]:
-    """``x`` as a list (a single value becomes a list of one)."""
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
 def session_starts(rows: list[dict[str, Any]]) -> list[int]:
     """Indices of the rows that open a new session (none for a run without sessions)."""
     return [i for i in range(1, len(rows)) if rows[i].get("session") != rows[i - 1].get("session")

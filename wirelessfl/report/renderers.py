@@ -17,7 +17,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from wirelessfl.report.metrics import (
-    as_list,
     final_accuracy,
     group_runs,
     mean_steps,
@@ -33,6 +32,7 @@ from wirelessfl.report.metrics import (
 from wirelessfl.report.spec import Figure, run_tasks, series_label, show_value, sweep_label
 from wirelessfl.report.tables import (
     LABELS,
+    as_list,
     final_markdown,
     gains_markdown,
     targets_markdown,

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from wirelessfl.report.metrics import as_list
 from wirelessfl.report.spec import Figure, series_label, sweep_label
 from wirelessfl.run.records import atomic_write
 from wirelessfl.run.records import write_csv as _write_rows
@@ -146,3 +145,8 @@ def final_markdown(fig: Figure, table: list[dict[str, Any]], last: int) -> str:
     extra = fig.spec.get("note")
     out = f"# {fig.title}\n\n" + markdown_table(["method", *names], body)
     return out + note + (f"\n{extra}\n" if extra else "")
+
+
+def as_list(x: Any) -> list[Any]:
+    """``x`` as a list (a single value becomes a list of one)."""
+    return list(x) if isinstance(x, (list, tuple)) else [x]

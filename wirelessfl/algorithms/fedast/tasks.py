@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from wirelessfl.data import DatasetSplits
+from wirelessfl.data.arrays import DatasetSplits
 from wirelessfl.engine.client import ClientResult, ClientTask, Executor, LocalHParams, LocalSGD, evaluate
-from wirelessfl.models import FLModel, Params
+from wirelessfl.models.base import FLModel, Params
 
 
 @dataclass(eq=False)
