@@ -25,6 +25,13 @@ Two ways to draw an estimate:
 ``tight_power=True`` (§8.4 item 17) uses ν_j = n_j √P_j min_i |a_jᴴ h_i| so that the weakest
 client transmits at full power P_j instead of P_j / n_j²; the MSE drops by n_j².
 
+**Weighted aggregation and silent clients** (beyond HIST, for any algorithm's uplink):
+``weights`` p_i ≥ 0 (normalised to sum 1) make the estimate Σ_i p_i δ_i with the precoder
+α_i = p_i (m_jᴴ h_i)* / |m_jᴴ h_i|²; the per-client power limit |α_i|² ≤ P_j / n_j² then
+sets ν_j = √P_j min_{p_i > 0} |a_jᴴ h_i| / (n_j p_i), which is (23)–(25) for p_i = 1/n_j.
+A client with p_i = 0 sends nothing and does not limit ν_j (truncated channel inversion,
+Zhu, Wang, Huang, IEEE TWC 2020: clients whose channel is too weak stay silent).
+
 Examples
 --------
 >>> rng = np.random.default_rng(0)
@@ -102,6 +109,9 @@ class AirCompCell:
         σ0², receiver noise power per antenna.
     tight_power : bool
         ν_j = n_j √P_j min_i |a_jᴴ h_i| instead of the paper's √P_j min_i |a_jᴴ h_i|.
+    weights : array_like, shape (..., n), float, or None
+        Aggregation weights p_i ≥ 0 with a positive sum (None: uniform 1/n_j, HIST); a zero
+        weight is a silent client.
     """
 
     h: np.ndarray
@@ -109,6 +119,7 @@ class AirCompCell:
     power: ArrayLike = 1.0
     noise_power: ArrayLike = 1.0
     tight_power: bool = False
+    weights: ArrayLike | None = None
 
     def __post_init__(self) -> None:
         h = as_finite("h", self.h, dtype=complex)
@@ -124,6 +135,17 @@ class AirCompCell:
             raise ValueError("`power` must be > 0 and `noise_power` >= 0 (0: noiseless)")
         object.__setattr__(self, "h", h)
         object.__setattr__(self, "a", a / norm)
+        if self.weights is not None:
+            w = as_finite("weights", self.weights, lo=0)
+            try:
+                w = np.broadcast_to(w, h.shape[:-1])
+            except ValueError:
+                raise ValueError(f"`weights` {w.shape} must broadcast to the clients "
+                                 f"{h.shape[:-1]}") from None
+            total = w.sum(-1, keepdims=True)
+            if not (total > 0).all():
+                raise ValueError("`weights` must have a positive sum in every cell")
+            object.__setattr__(self, "weights", w / total)
 
     @property
     def n_clients(self) -> int:
@@ -132,8 +154,13 @@ class AirCompCell:
 
     @cached_property
     def min_gain(self) -> np.ndarray:
-        """min_i |a_jᴴ h_i|², shape (...)."""
-        return gains_unchecked(self.a, self.h).min(-1)
+        """min_i |a_jᴴ h_i|² (weighted: min over p_i > 0 of |a_jᴴ h_i|² / (n_j p_i)²), shape (...)."""
+        gains = gains_unchecked(self.a, self.h)
+        if self.weights is None:
+            return gains.min(-1)
+        p = self.weights * self.n_clients
+        with np.errstate(divide="ignore"):
+            return np.where(p > 0, gains / np.where(p > 0, p, 1.0) ** 2, np.inf).min(-1)
 
     @cached_property
     def nu(self) -> np.ndarray:
@@ -150,7 +177,9 @@ class AirCompCell:
     def precoders(self) -> np.ndarray:
         """α_i of (23), shape (..., n); |α_i|² ≤ P_j / n_j² (≤ P_j with ``tight_power``)."""
         g = np.einsum("...m,...im->...i", self.beam.conj(), self.h)  # m_jᴴ h_i
-        return g.conj() / (self.n_clients * np.abs(g) ** 2)
+        if self.weights is None:
+            return g.conj() / (self.n_clients * np.abs(g) ** 2)
+        return self.weights * g.conj() / np.abs(g) ** 2
 
     @cached_property
     def mse(self) -> np.ndarray:
@@ -183,11 +212,13 @@ class AirCompCell:
 
     def estimate(self, delta: ArrayLike, rng: np.random.Generator, *,
                  real_part: bool = False) -> np.ndarray:
-        """Fast path (§5.9 step 4): (1/n_j) Σ_i δ_i plus equivalent real Gaussian noise.
+        """Fast path (§5.9 step 4): (1/n_j) Σ_i δ_i (Σ_i p_i δ_i) plus equivalent real noise.
 
         The noise variance is MSE (25) by default (paper-literal), MSE / 2 with
         ``real_part=True`` (the distribution of Re δ̂ from :meth:`receive`).
         """
-        mean = np.asarray(delta, dtype=float).mean(-2)
+        delta = np.asarray(delta, dtype=float)
+        mean = (delta.mean(-2) if self.weights is None
+                else np.einsum("...i,...ik->...k", self.weights, delta))
         var = self.mse / 2.0 if real_part else self.mse
         return mean + rng.standard_normal(mean.shape) * np.sqrt(var)[..., None]

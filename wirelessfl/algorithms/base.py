@@ -47,6 +47,7 @@ from wirelessfl.engine.client import (
 )
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.rng import Seeds
+from wirelessfl.server.aggregation import Aggregator
 from wirelessfl.server.population import Population
 from wirelessfl.server.state import AlgorithmState, RoundPlan, RoundReport, ServerState
 
@@ -73,6 +74,9 @@ class Environment:
         Which clients are present in each round.
     seeds : Seeds
         The run's random streams.
+    uplink : Aggregator or None
+        How the clients' uploads reach the server (None: exactly; an
+        :class:`~wirelessfl.server.aggregation.AirComp` over the air, ``network.aggregation``).
     """
 
     model: FLModel
@@ -83,6 +87,7 @@ class Environment:
     executor: Executor
     population: Population
     seeds: Seeds
+    uplink: Aggregator | None = None
 
     @property
     def num_clients(self) -> int:
@@ -108,6 +113,8 @@ class FederatedAlgorithm(ABC):
 
     #: The type of ``ServerState.opt_state`` (None: the algorithm keeps no state of its own).
     state_type: type[AlgorithmState] | None = None
+    #: Whether every upload goes through ``env.uplink`` (over-the-air runs need it).
+    uses_uplink: bool = False
 
     def __init__(self, env: Environment) -> None:
         self.env = env

@@ -129,13 +129,14 @@ class FedAvg(FederatedAlgorithm):
     """
 
     state_type = ServerOptState
+    uses_uplink = True
 
     def __init__(self, env: Environment, hp: FedAvgHParams = FedAvgHParams(),
                  aggregator: Aggregator | None = None) -> None:
         super().__init__(env)
         self.hp = hp
         self.server_opt = hp.server()
-        self.aggregator = aggregator or Mean()
+        self.aggregator = aggregator or env.uplink or Mean()
         self.sampler: ClientSampler = (AllClients() if hp.clients_per_round is None
                                        else UniformSampler(num=hp.clients_per_round))
 
@@ -184,5 +185,28 @@ class FedAvg(FederatedAlgorithm):
                           mean_buffers(results, state.buffers))
         loss, diag = client_diagnostics(results)
         d = float(num_params(state.params))
-        return new, RoundReport(uplink_params=vectors_up * d, train_loss=loss, clients=diag,
-                                downlink_params=None if vectors_down is None else vectors_down * d)
+        fields = dict(uplink_params=vectors_up * d, train_loss=loss, clients=diag,
+                      downlink_params=None if vectors_down is None else vectors_down * d)
+        if self.aggregator.exact:
+            return new, RoundReport(**fields)
+        mse, silent = self.aggregator.take_log()
+        return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent)
+
+    def uplink_sum(self, state: ServerState, trees: list[Params], coefs: np.ndarray) -> Params:
+        """Σ_i coef_i tree_i of a second uploaded vector, as received over the air.
+
+        For control variates and tracking terms (gradient units, one symbol = 1); only for a
+        non-exact uplink: exact algorithms keep their own arithmetic.
+        """
+        total = float(np.sum(coefs))
+        got = self.aggregator.aggregate(trees, np.asarray(coefs, float),
+                                        self.env.seeds.generator("noise", state.round, 1), unit=1.0)
+        return {k: total * v for k, v in got.items()}
+
+
+@dataclass(frozen=True)
+class UplinkReport(RoundReport):
+    """A round over the air: its mean AirComp MSE per entry (25) and the silent clients."""
+
+    aircomp_mse: float | None = None
+    silent_clients: int | None = None

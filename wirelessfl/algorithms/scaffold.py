@@ -210,7 +210,11 @@ class SCAFFOLD(FedAvg):
               for r in results if r.state is not None]
         coef = (np.full(len(dc), 1.0 / self.env.num_clients) if hp.c_update == "population"
                 else w[[r.state is not None for r in results]] / w.sum())
-        c = {k: c[k] + sum(float(a) * d[k] for a, d in zip(coef, dc)) for k in c}
+        if self.aggregator.exact or not dc:
+            c = {k: c[k] + sum(float(a) * d[k] for a, d in zip(coef, dc)) for k in c}
+        else:  # the Δc_i go up over the air too
+            got = self.uplink_sum(state, dc, coef)
+            c = {k: c[k] + got[k] for k in c}
         new = SCAFFOLDState(c if hp.control_variates else None, u if hp.beta < 1 else None, server)
         return self.finish_round(state, params, new, results,
                                  vectors_up=2 if hp.control_variates else 1,

@@ -216,7 +216,9 @@ def _lists(value: Any) -> Any:
 #: (multi-task runs) leave them out while they hold these values, so that existing runs keep
 #: their keys and their numbers.
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "data": {"tokenizer": None, "max_length": 128, "placement": "auto"}}
+    "data": {"tokenizer": None, "max_length": 128, "placement": "auto"},
+    "network": {"aggregation": "exact", "beamforming": "fast", "truncation_db": None,
+                "normalise": False}}
 
 
 def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:

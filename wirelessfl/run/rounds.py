@@ -34,6 +34,7 @@ from wirelessfl.run.config import ConfigError, RunConfig, resolve, to_dict
 from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.run.shell import Job, Output, execute
+from wirelessfl.server.aggregation import AirComp
 from wirelessfl.server.population import make_population
 from wirelessfl.server.state import to_plain
 
@@ -119,12 +120,20 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
                               "own tokenizer or raise its vocabulary size")
     splits = splits.placed(device, d.placement)
     train = splits.train
+    net = cfg.network
+    uplink = (AirComp(net.snr_db, cfg.local.lr, antennas=net.antennas, method=net.beamforming,
+                      truncation_db=net.truncation_db, normalise=net.normalise)
+              if net.aggregation == "over_the_air" else None)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=make_executor(cfg.engine, device, cfg.max_batch, model),
                       population=make_population(cfg.population, len(client_indices)),
-                      seeds=seeds)
+                      seeds=seeds, uplink=uplink)
     algo_cls = registry.get(cfg.algorithm.name)[1]
+    if uplink is not None and not algo_cls.uses_uplink:
+        raise ConfigError(f"network.aggregation over_the_air: {cfg.algorithm.name} aggregates its "
+                          "own way (HIST: algorithm.aggregation aircomp); use it with the FedAvg "
+                          "family (fedavg, fedprox, scaffold, fadamgc, moon, fedacg, feddyn, ...)")
     algorithm = algo_cls(env, cfg.algorithm.hparams)
     d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
     return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network, d))

@@ -62,10 +62,17 @@ class Aggregator(ABC):
     (channel noise) comes only from ``rng``.
     """
 
+    #: Whether the result is the exact weighted mean (no channel in between).
+    exact: bool = True
+
     @abstractmethod
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator) -> Params:
-        """The server update."""
+                  rng: np.random.Generator, *, unit: float | None = None) -> Params:
+        """The server update.
+
+        ``unit`` is what one transmitted symbol is worth in the vectors' units (over the
+        air the noise scales with it; None: the aggregator's own, e.g. γ for model deltas).
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -75,8 +82,8 @@ class Mean(Aggregator):
     """The exact weighted mean (error-free orthogonal uplinks)."""
 
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator) -> Params:
-        """Weighted mean of ``deltas``; ``rng`` is unused."""
+                  rng: np.random.Generator, *, unit: float | None = None) -> Params:
+        """Weighted mean of ``deltas``; ``rng`` and ``unit`` are unused."""
         return weighted_mean(deltas, weights)
 
 
@@ -88,23 +95,37 @@ def apply_update(params: Params, update: Params, lr: float = 1.0) -> Params:
 
 
 class AirComp(Aggregator):
-    """Over-the-air edge aggregation of one cell (HIST §5.9, eqs. (21)–(27)).
+    """Over-the-air aggregation of one cell or one round's clients (HIST §5.9, eqs. (21)–(28)).
 
-    Each call is one edge round: it draws the clients' SIMO Rayleigh channels h_i ~ CN(0, I_M),
-    solves the receive beam with :func:`solvers.beamforming.solve`, and returns the exact
-    uniform mean of the pseudo-gradients plus i.i.d. real Gaussian noise of variance
-    γ² · MSE (25) per entry. Clients' pseudo-gradients are Δ_i = γ δ_i with δ_i the
-    accumulated gradient (21), so the estimate (26) of the mean δ, times γ, carries noise γ Z:
-    the edge step (27) x̄ − γ δ̂ = x̄ − (mean Δ + γ Z). ``real_part=True`` halves the variance
-    (§8.4 item 16); ``noise_power=0`` gives the exact mean. The MSE of every call is appended
-    to :attr:`mse_log`.
+    Each call is one aggregation: it draws the clients' SIMO Rayleigh channels
+    h_i ~ CN(0, I_M), solves the receive beam with :func:`solvers.beamforming.solve` and
+    returns the weighted mean of the vectors plus i.i.d. real Gaussian noise of variance
+    u² · MSE per entry, with the transceiver of :class:`channels.aircomp.AirCompCell` (its
+    precoders (23), MSE (25)). u is the value of one transmitted symbol: HIST's clients send
+    their accumulated gradients δ_i = Δ_i / γ (21), so for model deltas u = γ (``lr``) and
+    the edge step (27) carries noise γ Z. ``real_part=True`` halves the variance (§8.4 item
+    16); ``noise_power=0`` gives the exact mean. Every call appends its MSE (the variance of
+    one symbol's estimate) to :attr:`mse_log` and its silent clients to :attr:`silent_log`.
+
+    Beyond HIST, for any algorithm's uplink (``network.aggregation: over_the_air``):
+
+    - **weights**: unequal aggregation weights p_i enter the precoders and the power limit
+      (:class:`~channels.aircomp.AirCompCell` ``weights``); equal weights are HIST exactly;
+    - **truncated channel inversion** (``truncation_db``, Zhu, Wang, Huang, IEEE TWC 2020):
+      a client whose average channel gain ‖h_i‖²/M is below the threshold stays silent and
+      the estimate is the weighted mean of the others (None: everyone transmits); the beam
+      is solved for the transmitting clients. If every client is silent the update is zero;
+    - **normalisation** (``normalise``): the clients scale their vectors by one common
+      factor s = max_i RMS(Δ_i) (sent digitally) so that every transmitted symbol has
+      average power ≤ 1, and the server rescales: the noise is s·√MSE per entry, relative
+      to the updates' size, instead of u·√MSE.
 
     Parameters
     ----------
     snr_db : float
-        P_j / σ0² of the cell [dB] (σ0² = ``noise_power``).
+        P / σ0² per client [dB] (σ0² = ``noise_power``); the per-client power limit.
     lr : float
-        Local step size γ.
+        γ, the default symbol value u of :meth:`aggregate`.
     antennas : int
         M (default 10).
     method : str
@@ -113,32 +134,73 @@ class AirComp(Aggregator):
         σ0² (default 1; 0 disables the noise).
     real_part, tight_power : bool
         §8.4 items 16 and 17.
+    truncation_db : float or None
+        Gain threshold of truncated channel inversion [dB] (None: none).
+    normalise : bool
+        Common normalisation before transmission.
     """
 
+    exact = False
+
     def __init__(self, snr_db: float, lr: float, *, antennas: int = 10, method: str = "fast",
-                 noise_power: float = 1.0, real_part: bool = False,
-                 tight_power: bool = False) -> None:
+                 noise_power: float = 1.0, real_part: bool = False, tight_power: bool = False,
+                 truncation_db: float | None = None, normalise: bool = False) -> None:
         if not np.isfinite(snr_db):
             raise ValueError(f"AirComp SNR must be a finite number of dB, got {snr_db}")
-        self.snr_db, self.lr, self.antennas, self.method = snr_db, lr, antennas, method
+        as_float("snr_db", snr_db, lo=-200, hi=200)
+        as_float("lr", lr, lo=0, hi=1e6)
+        if isinstance(antennas, bool) or not isinstance(antennas, (int, np.integer)) or antennas < 1:
+            raise ValueError(f"`antennas` must be an integer >= 1, got {antennas!r}")
+        if method not in beamforming.METHODS:
+            raise ValueError(f"`method` must be one of {', '.join(beamforming.METHODS)}, got {method!r}")
+        as_float("noise_power", noise_power, lo=0, hi=1e12)
+        if truncation_db is not None:
+            as_float("truncation_db", truncation_db, lo=-200, hi=200)
+        self.snr_db, self.lr, self.antennas, self.method = snr_db, lr, int(antennas), method
         self.noise_power, self.real_part, self.tight_power = noise_power, real_part, tight_power
+        self.truncation_db, self.normalise = truncation_db, bool(normalise)
         self.mse_log: list[float] = []
+        self.silent_log: list[int] = []
 
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator) -> Params:
-        """Uniform mean of ``deltas`` plus the AirComp noise of a freshly drawn channel."""
+                  rng: np.random.Generator, *, unit: float | None = None) -> Params:
+        """Weighted mean of ``deltas`` plus the AirComp noise of a freshly drawn channel."""
         channel_rng, noise_rng = rng.spawn(2)
-        h = simo_rayleigh((), len(deltas), self.antennas, channel_rng)
-        beam = beamforming.solve(h, self.method, seed=channel_rng).a
+        n = len(deltas)
+        h = simo_rayleigh((), n, self.antennas, channel_rng)
+        w = np.asarray(weights, dtype=float)
+        if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"need one non-negative weight per client with a positive sum, got {w}")
+        talk = np.ones(n, bool)
+        if self.truncation_db is not None:
+            talk = (np.abs(h) ** 2).mean(-1) >= db_to_lin(self.truncation_db)
+            w = np.where(talk, w, 0.0)
+        self.silent_log.append(int(n - talk.sum()))
+        if not talk.any():  # nobody transmits: nothing is received
+            self.mse_log.append(float("inf"))
+            return {k: torch.zeros_like(v) for k, v in deltas[0].items()}
+        beam = beamforming.solve(h[talk], self.method, seed=channel_rng).a
+        uniform = talk.all() and np.all(w == w[0])
         cell = AirCompCell(h, beam, power=db_to_lin(self.snr_db), noise_power=self.noise_power,
-                           tight_power=self.tight_power)
+                           tight_power=self.tight_power, weights=None if uniform else w)
         mse = float(cell.mse) / (2.0 if self.real_part else 1.0)
         self.mse_log.append(float(cell.mse))
-        mean = weighted_mean(deltas, np.ones(len(deltas)))
+        mean = weighted_mean(deltas, np.ones(n) if uniform else w)
+        scale = self.lr if unit is None else unit
+        if self.normalise:  # one common scale: every symbol of average power <= 1
+            scale = max(float(torch.cat([v.flatten() for v in d.values()]).pow(2).mean().sqrt())
+                        for d, on in zip(deltas, talk) if on)
         gen = torch.Generator(device="cpu").manual_seed(int(noise_rng.integers(2**63)))
-        std = self.lr * mse ** 0.5
+        std = scale * mse ** 0.5
         return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
                 for k, v in mean.items()}
 
+    def take_log(self) -> tuple[float | None, int | None]:
+        """The mean MSE and the silent clients of the calls since the last take; clears."""
+        mse, silent = self.mse_log, self.silent_log
+        self.mse_log, self.silent_log = [], []
+        return (float(np.mean(mse)) if mse else None), (int(sum(silent)) if silent else None)
+
     def __repr__(self) -> str:
-        return f"AirComp(snr_db={self.snr_db}, M={self.antennas}, method={self.method!r})"
+        return (f"AirComp(snr_db={self.snr_db}, M={self.antennas}, method={self.method!r}, "
+                f"truncation_db={self.truncation_db}, normalise={self.normalise})")

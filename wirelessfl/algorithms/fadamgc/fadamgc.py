@@ -209,7 +209,11 @@ class FAdamGC(FedAvg):
 
             dy = [{k: y_of(r.state)[k] - y_of(state.client_states.get(r.client))[k] for k in y}
                   for r in results if r.client in plan.tracked]
-            y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
+            if self.aggregator.exact or not dy:
+                y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
+            else:  # the y_i changes go up over the air too
+                got = self.uplink_sum(state, dy, np.full(len(dy), 1.0 / self.env.num_clients))
+                y = {k: y[k] + got[k] for k in y}
         new = FAdamGCState(y if self.hp.correction != "none" else None, server)
         share = len(plan.tracked) / max(1, len(results))
         return self.finish_round(state, params, new, results, vectors_up=1 + share,

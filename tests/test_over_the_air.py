@@ -1,0 +1,164 @@
+"""Over-the-air aggregation for any round-based algorithm (issue 33, item 1): HIST's AirComp
+transceiver with weights, truncation and normalisation, used by the FedAvg family."""
+
+import numpy as np
+import pytest
+import torch
+
+from channels.aircomp import AirCompCell
+from channels.rayleigh import simo_rayleigh
+from wirelessfl.errors import ConfigError
+from wirelessfl.run.config import resolve
+from wirelessfl.run.rounds import prepare, run
+from wirelessfl.run.records import RunRecord
+from wirelessfl.server.aggregation import AirComp, Mean
+
+RAW = {"seed": 2, "rounds": 3,
+       "data": {"dataset": "synthetic", "num_clients": 10, "samples_per_client": 30},
+       "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 3}}
+OTA = {"model": "aircomp", "aggregation": "over_the_air", "snr_db": 10.0, "antennas": 4}
+
+
+def _trees(rng, n=6, d=400):
+    return [{"w": torch.tensor(rng.standard_normal(d), dtype=torch.float64),
+             "b": torch.tensor(rng.standard_normal(3), dtype=torch.float64)} for _ in range(n)]
+
+
+def _exp(algorithm, network=None, engine="batched", **extra):
+    return prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm,
+                            **({"network": network} if network else {}), **extra}))
+
+
+def _rounds(exp, n=3):
+    state = exp.initial_state()
+    for _ in range(n):
+        state, report = exp.algorithm.apply(state)
+    return state, report
+
+
+@pytest.mark.parametrize("weights", [None, [1, 2, 3, 4, 0, 2]])
+def test_weighted_transceiver_is_unbiased_with_the_closed_form_mse(weights):
+    """(22) simulated literally: E δ̂ = Σ p_i δ_i and Var Re δ̂ = MSE/2 per entry (MC, 2%);
+    every precoder obeys |α_i|² ≤ P/n² and a zero weight sends nothing."""
+    rng = np.random.default_rng(0)
+    h = simo_rayleigh((), 6, 4, rng)
+    a = simo_rayleigh((), 1, 4, rng)[0]
+    cell = AirCompCell(h, a, power=10.0, weights=weights)
+    delta = rng.standard_normal((6, 40_000))
+    p = np.full(6, 1 / 6) if weights is None else np.array(weights) / np.sum(weights)
+    est = cell.receive(delta, rng)
+    err = est.real - p @ delta
+    assert abs(err.mean()) < 4 * np.sqrt(cell.mse / 2 / err.size)
+    assert err.var() == pytest.approx(cell.mse / 2, rel=0.02)
+    assert (np.abs(cell.precoders) ** 2 <= 10.0 / 36 * (1 + 1e-9)).all()
+    if weights is not None:
+        assert cell.precoders[4] == 0
+
+
+@pytest.mark.parametrize("options", [{}, {"truncation_db": -3.0}, {"normalise": True},
+                                     {"truncation_db": -3.0, "normalise": True}])
+def test_over_the_air_estimate_is_unbiased_with_the_logged_mse(options):
+    """The aggregator's estimate minus the exact weighted mean over the transmitting clients,
+    divided by u·√MSE of each call, is N(0, 1): mean 0 and variance 1 within 2% (Monte Carlo)."""
+    rng = np.random.default_rng(1)
+    trees, w = _trees(rng), np.array([1.0, 2.0, 1.0, 3.0, 1.0, 2.0])
+    agg = AirComp(5.0, 0.1, antennas=4, **options)
+    z = []
+    for call in range(300):
+        got = agg.aggregate(trees, w, np.random.default_rng([7, call]))
+        h = simo_rayleigh((), 6, 4, np.random.default_rng([7, call]).spawn(2)[0])
+        talk = ((np.abs(h) ** 2).mean(-1) >= 10 ** (options.get("truncation_db", -999) / 10))
+        if not talk.any():
+            continue
+        p = np.where(talk, w, 0) / np.where(talk, w, 0).sum()
+        exact = sum(pi * t["w"] for pi, t in zip(p, trees))
+        unit = (max(float(torch.cat([t["w"], t["b"]]).pow(2).mean().sqrt())
+                    for t, on in zip(trees, talk) if on) if options.get("normalise") else 0.1)
+        z.append(((got["w"] - exact) / (unit * agg.mse_log[-1] ** 0.5)).numpy())
+    z = np.concatenate(z)
+    assert abs(z.mean()) < 4 / np.sqrt(z.size)
+    assert z.var() == pytest.approx(1.0, rel=0.02)
+    if "truncation_db" in options:
+        assert sum(agg.silent_log) > 0
+
+
+def test_noise_off_is_the_exact_mean_and_no_truncation_is_threshold_minus_infinity():
+    rng = np.random.default_rng(2)
+    trees, w = _trees(rng), np.ones(6)
+    quiet = AirComp(0.0, 0.1, antennas=3, noise_power=0.0).aggregate(trees, w, rng)
+    exact = Mean().aggregate(trees, w, rng)
+    assert all(torch.equal(quiet[k], exact[k]) for k in exact)
+    a = AirComp(0.0, 0.1, antennas=3).aggregate(trees, w, np.random.default_rng(5))
+    b = AirComp(0.0, 0.1, antennas=3, truncation_db=-200.0).aggregate(trees, w, np.random.default_rng(5))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "scaffold", "clients_per_round": 6},
+                                       {"name": "fadamgc", "clients_per_round": 6}])
+def test_noise_off_runs_equal_the_noise_free_run(algorithm):
+    """Every uploaded vector (deltas, SCAFFOLD's Δc_i, FAdamGC's y_i changes) goes over the air;
+    with σ0² = 0 the run is the exact run (SCAFFOLD's and FAdamGC's second vectors up to the
+    order of the float additions)."""
+    exact, _ = _rounds(_exp(algorithm))
+    exp = _exp(algorithm, OTA)
+    exp.algorithm.aggregator.noise_power = 0.0
+    quiet, report = _rounds(exp)
+    for k in exact.params:
+        torch.testing.assert_close(quiet.params[k], exact.params[k], rtol=1e-6, atol=1e-7)
+    assert report.aircomp_mse == 0.0 and report.silent_clients == 0
+
+
+def test_noisy_runs_loop_equals_batched_and_log_the_mse():
+    loop, _ = _rounds(_exp({"name": "fedprox", "mu": 0.1}, OTA, engine="loop"))
+    batched, report = _rounds(_exp({"name": "fedprox", "mu": 0.1}, OTA, engine="batched"))
+    for k in loop.params:
+        torch.testing.assert_close(loop.params[k], batched.params[k], rtol=1e-4, atol=1e-5)
+    assert report.aircomp_mse > 0
+    exact, _ = _rounds(_exp({"name": "fedprox", "mu": 0.1}))
+    assert any(not torch.allclose(exact.params[k], batched.params[k]) for k in exact.params)
+
+
+def test_an_over_the_air_run_resumes_to_the_uninterrupted_rows(tmp_path, interrupt_after):
+    raw = {**RAW, "rounds": 4, "checkpoint_every": 1, "network": {**OTA, "truncation_db": -2.0},
+           "algorithm": {"name": "scaffold", "clients_per_round": 6}}
+    run(prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    with pytest.raises(KeyboardInterrupt):
+        run(interrupt_after(prepare(resolve(raw)), 2), tmp_path / "cut", quiet=True)
+    run(prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+
+    def rows(f):
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
+
+    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+    assert "aircomp_mse" in rows(tmp_path / "full")[-1]
+
+
+@pytest.mark.parametrize("network, match", [
+    ({"model": "tdma", "aggregation": "over_the_air"}, "needs model: aircomp"),
+    ({"model": "aircomp", "truncation_db": -3.0}, "add aggregation: over_the_air"),
+    ({**OTA, "antennas": 0}, "antennas"),
+    ({**OTA, "snr_db": float("nan")}, "snr_db"),
+    ({**OTA, "truncation_db": float("inf")}, "truncation_db"),
+    ({**OTA, "beamforming": "magic"}, "beamforming"),
+])
+def test_hostile_network_settings_are_config_errors(network, match):
+    with pytest.raises(ConfigError, match=match):
+        resolve({**RAW, "network": network})
+
+
+def test_algorithms_that_aggregate_their_own_way_refuse_the_network_uplink():
+    with pytest.raises(ConfigError, match="aggregates its own way"):
+        _exp({"name": "hist", "cells": 2}, OTA)
+
+
+def test_aircomp_refuses_unusable_settings():
+    with pytest.raises(ValueError, match="antennas"):
+        AirComp(10.0, 0.1, antennas=0)
+    with pytest.raises(ValueError, match="finite"):
+        AirComp(float("nan"), 0.1)
+    with pytest.raises(ValueError, match="non-negative weight"):
+        AirComp(10.0, 0.1).aggregate(_trees(np.random.default_rng(0), n=2), np.array([1.0, np.nan]),
+                                     np.random.default_rng(0))
+    with pytest.raises(ValueError, match="power"):
+        AirCompCell(simo_rayleigh((), 3, 2, np.random.default_rng(0)), np.ones(2), power=-1.0)
