@@ -9,8 +9,8 @@ from channels.aircomp import AirCompCell
 from channels.rayleigh import simo_rayleigh
 from wirelessfl.errors import ConfigError
 from wirelessfl.run.config import resolve
-from wirelessfl.run.rounds import prepare, run
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import prepare, run
 from wirelessfl.server.aggregation import AirComp, Mean
 
 RAW = {"seed": 2, "rounds": 3,
