@@ -162,3 +162,13 @@ def test_aircomp_refuses_unusable_settings():
                                      np.random.default_rng(0))
     with pytest.raises(ValueError, match="power"):
         AirCompCell(simo_rayleigh((), 3, 2, np.random.default_rng(0)), np.ones(2), power=-1.0)
+
+
+def test_retime_refuses_settings_that_change_learning(tmp_path):
+    from wirelessfl.run.retime import retime_run
+
+    run(prepare(resolve({**RAW, "rounds": 1, "algorithm": {"name": "fedavg"}})), tmp_path / "r",
+        quiet=True)
+    with pytest.raises(ConfigError, match="change what the run learned"):
+        retime_run(tmp_path / "r", ["network.model=aircomp", "network.aggregation=over_the_air"])
+    assert retime_run(tmp_path / "r", ["network.model=aircomp"])[-1]["sim_time_s"] > 0

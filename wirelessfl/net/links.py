@@ -81,7 +81,9 @@ class NetworkConfig:
         ``over_the_air``: clients whose average channel gain ‖h‖²/M is below this [dB]
         stay silent (truncated channel inversion; None: none).
     normalise : bool
-        ``over_the_air``: one common scale makes every transmitted symbol of power ≤ 1.
+        ``over_the_air``: one common scale makes every transmitted symbol of power ≤ 1 (the
+        literature's transmit normalisation [default true]; false sends gradient-valued
+        symbols as HIST does, whose noise accumulates in SCAFFOLD's c and FAdamGC's y).
     """
 
     model: str = "none"
@@ -95,7 +97,7 @@ class NetworkConfig:
     aggregation: str = "exact"
     beamforming: str = "fast"
     truncation_db: float | None = None
-    normalise: bool = False
+    normalise: bool = True
 
     def __post_init__(self) -> None:
         from solvers.beamforming import METHODS
@@ -113,7 +115,7 @@ class NetworkConfig:
             as_float("truncation_db", self.truncation_db, lo=-200, hi=200)
         inert = [k for k, v, d in (("beamforming", self.beamforming, "fast"),
                                    ("truncation_db", self.truncation_db, None),
-                                   ("normalise", self.normalise, False)) if v != d]
+                                   ("normalise", self.normalise, True)) if v != d]
         if inert and self.aggregation != "over_the_air":
             raise ValueError(f"`{inert[0]}` is a setting of over-the-air aggregation: add "
                              "aggregation: over_the_air (with model: aircomp) or remove it")

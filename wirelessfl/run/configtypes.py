@@ -218,7 +218,7 @@ def _lists(value: Any) -> Any:
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"tokenizer": None, "max_length": 128, "placement": "auto"},
     "network": {"aggregation": "exact", "beamforming": "fast", "truncation_db": None,
-                "normalise": False}}
+                "normalise": True}}
 
 
 def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,11 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     if bad:
         raise ConfigError(f"--set {bad[0]}: re-timing changes only network.* keys (the link), "
                           "not training; train a new run for other changes")
+    learning = [k for k in keys if k.split(".", 1)[-1] in ("aggregation", "beamforming",
+                                                             "truncation_db", "normalise")]
+    if learning:
+        raise ConfigError(f"--set {learning[0]}: over-the-air settings change what the run "
+                          "learned, not only its clock; train a new run for them")
     if any(k in ("network", "network.params_per_vector") for k in keys):
         raise ConfigError("--set network / network.params_per_vector: the payloads are the "
                           "run's; set network.<key> one at a time (model, rate_mbps, snr_db, ...)")
