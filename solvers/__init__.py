@@ -6,8 +6,9 @@ beamforming, HIST eq. (33); :mod:`solvers.beamforming`) with :class:`Beamforming
 :mod:`solvers.mask_sizes`) with :class:`MaskSizeResult`; the latency helpers
 :func:`size_cap`, :func:`uniform_sizes`, :func:`round_latency`,
 :func:`full_model_latency_oma`, :func:`full_model_latency_aircomp` (:mod:`solvers.latency`);
-and the scenario tools behind ``wirelessfl masks`` / ``wirelessfl beamform``
-(:mod:`solvers.scenarios`).
+channel-aware client scheduling :func:`schedule` with :class:`ScheduleResult`
+(:mod:`solvers.scheduling`); and the scenario tools behind ``wirelessfl masks`` /
+``wirelessfl beamform`` (:mod:`solvers.scenarios`).
 """
 
 from channels._lazy import lazy_exports
@@ -21,6 +22,7 @@ _EXPORTS = {
     "size_cap": "solvers.latency", "uniform_sizes": "solvers.latency",
     "round_latency": "solvers.latency", "full_model_latency_oma": "solvers.latency",
     "full_model_latency_aircomp": "solvers.latency",
+    "schedule": "solvers.scheduling", "ScheduleResult": "solvers.scheduling",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
