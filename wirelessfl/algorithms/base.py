@@ -174,6 +174,11 @@ class FederatedAlgorithm(ABC):
                   results: Any) -> tuple[ServerState, RoundReport]:
         """The next server state and the round's report from the clients' results."""
 
+    def sample(self, t: int) -> np.ndarray:
+        """Round ``t``'s clients among those present, by ``self.sampler`` (``sampling`` stream)."""
+        return np.asarray(self.sampler.sample(self.env.population.active(t),
+                                              self.env.seeds.generator("sampling", t)), dtype=int)
+
     def opt_state(self, state: ServerState) -> AlgorithmState | None:
         """``state.opt_state``, or a fresh state of :attr:`state_type` (all fields unset)."""
         if state.opt_state is not None or self.state_type is None:

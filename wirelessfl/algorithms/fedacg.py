@@ -57,8 +57,7 @@ class FedACG(FedAvg):
         self.update = ProximalSGD(env.model, env.local, hp.beta)
 
     def _momentum(self, state: ServerState) -> Params:
-        m = state.opt_state.m if state.opt_state is not None else None
-        return m or {k: torch.zeros_like(v) for k, v in state.params.items()}
+        return self.opt_state(state).m or {k: torch.zeros_like(v) for k, v in state.params.items()}
 
     def start(self, state: ServerState) -> Params:  # noqa: D102
         m = self._momentum(state)

@@ -145,11 +145,6 @@ class FedAvg(FederatedAlgorithm):
         clients = self.sample(state.round)
         return RoundPlan(clients, [self.start(state)] * len(clients), self.broadcast(state, clients))
 
-    def sample(self, t: int) -> np.ndarray:
-        """Round ``t``'s clients among those present (the ``sampling`` stream)."""
-        return np.asarray(self.sampler.sample(self.env.population.active(t),
-                                              self.env.seeds.generator("sampling", t)), dtype=int)
-
     def start(self, state: ServerState) -> Params:
         """The model every client starts from (the global model)."""
         return state.params

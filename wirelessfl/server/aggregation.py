@@ -25,16 +25,22 @@ import torch
 from channels.aircomp import AirCompCell
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
-from channels.validation import as_float
+from channels.validation import as_float, as_int
 from solvers import beamforming
 from wirelessfl.models.base import Params
 
 
+def _weights(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
+    """``weights`` as float64, checked: n of them (n ≥ 1), non-negative, a positive sum."""
+    w = np.asarray(weights, dtype=np.float64)
+    if n == 0 or w.shape != (n,) or not (w >= 0).all() or w.sum() <= 0:
+        raise ValueError(f"need one non-negative weight per tree with a positive sum, got {w}")
+    return w
+
+
 def weighted_mean(trees: Sequence[Params], weights: np.ndarray | Sequence[float]) -> Params:
     """Σ_i w_i tree_i / Σ_i w_i, key by key."""
-    w = np.asarray(weights, dtype=np.float64)
-    if len(trees) == 0 or len(w) != len(trees) or not (w >= 0).all() or w.sum() <= 0:
-        raise ValueError(f"need one non-negative weight per tree with a positive sum, got {w}")
+    w = _weights(weights, len(trees))
     _same_layout(trees[0], *trees[1:])
     w = w / w.sum()
     return {k: torch.stack([t[k] for t in trees]).mul_(
@@ -149,8 +155,7 @@ class AirComp(Aggregator):
             raise ValueError(f"AirComp SNR must be a finite number of dB, got {snr_db}")
         as_float("snr_db", snr_db, lo=-200, hi=200)
         as_float("lr", lr, lo=0, hi=1e6)
-        if isinstance(antennas, bool) or not isinstance(antennas, (int, np.integer)) or antennas < 1:
-            raise ValueError(f"`antennas` must be an integer >= 1, got {antennas!r}")
+        antennas = as_int("antennas", antennas, lo=1, hi=4096)
         if method not in beamforming.METHODS:
             raise ValueError(f"`method` must be one of {', '.join(beamforming.METHODS)}, got {method!r}")
         as_float("noise_power", noise_power, lo=0, hi=1e12)
@@ -168,9 +173,7 @@ class AirComp(Aggregator):
         channel_rng, noise_rng = rng.spawn(2)
         n = len(deltas)
         h = simo_rayleigh((), n, self.antennas, channel_rng)
-        w = np.asarray(weights, dtype=float)
-        if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-            raise ValueError(f"need one non-negative weight per client with a positive sum, got {w}")
+        w = _weights(weights, n)
         talk = np.ones(n, bool)
         if self.truncation_db is not None:
             talk = (np.abs(h) ** 2).mean(-1) >= db_to_lin(self.truncation_db)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -134,13 +135,6 @@ class FAdamGCState(AlgorithmState):
     server: ServerOptState | None = None
 
 
-@dataclass(frozen=True, eq=False)
-class TrackedPlan(RoundPlan):
-    """A round's plan with S̃, the clients whose y_i is refreshed (§2.6)."""
-
-    tracked: frozenset[int] = frozenset()
-
-
 class FAdamGC(FedAvg):
     """FAdamGC, FA-NT or LocalAdam (``correction``) over FedAvg's sampling and server step."""
 
@@ -190,31 +184,30 @@ class FAdamGC(FedAvg):
             state = self.warm_start(state)
         return super().apply(state)
 
-    def configure(self, state: ServerState) -> TrackedPlan:  # noqa: D102
-        clients = self.sample(state.round)
+    def broadcast(self, state: ServerState, clients: np.ndarray) -> dict[str, Any]:
+        """Y and S̃, the round's clients whose y_i is refreshed (§2.6)."""
         y = self.opt_state(state).y or {k: torch.zeros_like(v) for k, v in state.params.items()}
-        tracked = frozenset(self._tracked(clients, state.round))
-        return TrackedPlan(clients, [state.params] * len(clients), {"y": y, "tracked": tracked},
-                           tracked=tracked)
+        return {"y": y, "tracked": frozenset(self._tracked(clients, state.round))}
 
-    def aggregate(self, state: ServerState, plan: TrackedPlan,  # noqa: D102
+    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
-        y, zeros = plan.broadcast["y"], {k: torch.zeros_like(v) for k, v in state.params.items()}
-        if plan.tracked:  # y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i)
+        y, tracked = plan.broadcast["y"], plan.broadcast["tracked"]
+        zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        if tracked:  # y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i)
             def y_of(tree: dict | None) -> Params:
                 got = (tree or {}).get("y")
                 return zeros if got is None else client_store.load(got, zeros)
 
             dy = [{k: y_of(r.state)[k] - y_of(state.client_states.get(r.client))[k] for k in y}
-                  for r in results if r.client in plan.tracked]
+                  for r in results if r.client in tracked]
             if self.aggregator.exact or not dy:
                 y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
             else:  # the y_i changes go up over the air too
                 got = self.uplink_sum(state, dy, np.full(len(dy), 1.0 / self.env.num_clients))
                 y = {k: y[k] + got[k] for k in y}
         new = FAdamGCState(y if self.hp.correction != "none" else None, server)
-        share = len(plan.tracked) / max(1, len(results))
+        share = len(tracked) / max(1, len(results))
         return self.finish_round(state, params, new, results, vectors_up=1 + share,
                                  vectors_down=1 if self.hp.correction == "none" else 2)

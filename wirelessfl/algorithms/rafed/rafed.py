@@ -152,8 +152,7 @@ class RAFed(FederatedAlgorithm):
         """Clients, their ratios r_n (0: sits out), masks and starts C(θ_q) ⊙ m_{n,q}."""
         t, hp, env = state.round, self.hp, self.env
         params, d = state.params, num_params(state.params)
-        clients = np.asarray(self.sampler.sample(env.population.active(t),
-                                                 env.seeds.generator("sampling", t)))
+        clients = self.sample(t)
         ratios, seconds = self._ratios(t, clients, d)
         clients, ratios, seconds = clients[ratios > 0], ratios[ratios > 0], seconds[ratios > 0]
         sent = compress(params, hp.compression, bits=hp.bits, keep=hp.keep,
