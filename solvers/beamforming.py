@@ -263,7 +263,9 @@ def _fast(h: np.ndarray, rng: np.random.Generator, *, random_starts: int = 10,
         w = np.maximum(1.0 - (g - g.min(-1, keepdims=True)) / taus[t], 0.0)
         grad = (w * p) @ hn
         grad -= (a.real * grad.real + a.imag * grad.imag).sum(-1, keepdims=True) * a
-        a = _unit(a + steps[t] * _unit(grad))
+        norm = np.sqrt((grad.real ** 2 + grad.imag ** 2).sum(-1, keepdims=True))
+        # a zero tangent gradient (one distinct client: the matched filter) stays put
+        a = _unit(a + steps[t] * grad / np.where(norm > 0, norm, 1.0))
     return best_a, best_g * scale, start * scale, total
 
 

@@ -28,6 +28,7 @@ How each paper plugs in:
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from wirelessfl.engine.client import (
     scheduled_lr,
 )
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.net.digital import DigitalUplink
 from wirelessfl.rng import Seeds
 from wirelessfl.server.aggregation import Aggregator
 from wirelessfl.server.population import Population
@@ -77,6 +79,10 @@ class Environment:
     uplink : Aggregator or None
         How the clients' uploads reach the server (None: exactly; an
         :class:`~wirelessfl.server.aggregation.AirComp` over the air, ``network.aggregation``).
+    link : DigitalUplink or None
+        A digital uplink that shapes learning (``network.deadline_s``, ``scheduler``,
+        ``compression``; :mod:`wirelessfl.net.digital`): who is scheduled, who arrives and
+        with what compression. None: the link only times the rounds.
     """
 
     model: FLModel
@@ -88,6 +94,7 @@ class Environment:
     population: Population
     seeds: Seeds
     uplink: Aggregator | None = None
+    link: DigitalUplink | None = None
 
     @property
     def num_clients(self) -> int:
@@ -156,9 +163,33 @@ class FederatedAlgorithm(ABC):
                            buffers={k: v.to(device) for k, v in self.env.model.buffers_state().items()})
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:
-        """Run round ``state.round`` (configure, train, aggregate); the next state and its report."""
+        """Run round ``state.round`` (configure, train, aggregate); the next state and its report.
+
+        Over a digital uplink that shapes learning (``env.link``) only the results that
+        arrive by the deadline are aggregated (compressed as the link fits them) and the
+        report carries the :class:`~wirelessfl.net.digital.Delivery` and its duration.
+        """
         plan = self.configure(state)
-        return self.aggregate(state, plan, self.train(state, plan))
+        results = self.train(state, plan)
+        link = self.env.link
+        if link is None:
+            return self.aggregate(state, plan, results)
+        vectors = [self.upload_vectors(plan, r) for r in results]
+        kept, delivery = link.deliver(state.round, results, vectors, num_params(state.params))
+        if kept:
+            new, report = self.aggregate(state, plan, kept)
+        else:  # nobody arrived: the model stays, the round passes
+            loss, diag = client_diagnostics(results)
+            new = dataclasses.replace(state, round=state.round + 1)
+            report = RoundReport(uplink_params=float(np.mean(vectors)) * num_params(state.params),
+                                 train_loss=loss, clients=diag)
+        return new, dataclasses.replace(
+            report, latency_s=delivery.seconds, delivery=delivery,
+            cumulative={**report.cumulative, "dropped_clients": float(len(delivery.dropped))})
+
+    def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
+        """d-vectors client ``result.client`` uploads this round (1: its model update)."""
+        return 1.0
 
     @abstractmethod
     def configure(self, state: ServerState) -> RoundPlan:
@@ -175,7 +206,14 @@ class FederatedAlgorithm(ABC):
         """The next server state and the round's report from the clients' results."""
 
     def sample(self, t: int) -> np.ndarray:
-        """Round ``t``'s clients among those present, by ``self.sampler`` (``sampling`` stream)."""
+        """Round ``t``'s clients among those present, by ``self.sampler`` (``sampling`` stream).
+
+        Over a channel-aware digital link (``network.scheduler``) the link schedules
+        ``self.sampler.num`` clients by the round's channels instead.
+        """
+        link = self.env.link
+        if link is not None and link.schedules:
+            return link.schedule(t, int(self.sampler.num), self.env.population.active)
         return np.asarray(self.sampler.sample(self.env.population.active(t),
                                               self.env.seeds.generator("sampling", t)), dtype=int)
 

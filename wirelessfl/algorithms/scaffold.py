@@ -190,6 +190,10 @@ class SCAFFOLD(FedAvg):
         return {**({"c": c} if self.hp.control_variates else {}),
                 **({"u": u} if self.hp.beta < 1 else {})}
 
+    def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
+        """Δ_i and, with control variates, Δc_i."""
+        return 2.0 if self.hp.control_variates else 1.0
+
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         t, hp = state.round, self.hp

@@ -16,8 +16,18 @@ Models (``network.model``):
 - ``tdma``: HIST's OMA uplink (``specs/hist.md`` §4.1, §6.4): SIMO Rayleigh channels drawn
   each round, R_i = B log2(1 + SNR ‖h_i‖²), the clients upload one after another; the round
   takes max_i steps_i·``step_seconds`` + Σ_i up/R_i;
+- ``fdma``: the band split equally among the round's S clients, all uploading at once at
+  the same SNR (rate R_i/S, as RA-Fed's FDMA); the round takes max_i steps_i·``step_seconds``
+  + max_i S·up/R_i;
 - ``aircomp``: HIST's over-the-air uplink, eq. (34): max_i steps_i·``step_seconds`` +
   d t_s Δf / B, whatever the number of clients.
+
+Under ``tdma`` and ``fdma`` every client of the population has a channel each round, drawn
+from the ``("network", t)`` stream for all N clients at once (a client's channel does not
+depend on who else is sampled), so channel-aware schedulers, deadlines and the clock read
+one channel state (:mod:`wirelessfl.net.digital`). With ``deadline_s``, ``scheduler`` or
+``compression`` the link changes what is learned, not only the clock: clients that miss the
+deadline are dropped from the round's aggregate (:mod:`solvers.uplink`).
 
 As in HIST, downlinks are free under ``tdma`` and ``aircomp`` (the server broadcasts);
 payloads are ``bits_per_param`` bits per parameter (fp32).
@@ -42,9 +52,15 @@ from channels.rates import BANDWIDTH_HZ, SUBCARRIER_HZ, SYMBOL_S, tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
 from channels.validation import as_float, as_int
+from solvers.uplink import deadline_outage
 
-LINK_MODELS = ("none", "fixed", "tdma", "aircomp")
+LINK_MODELS = ("none", "fixed", "tdma", "fdma", "aircomp")
 AGGREGATIONS = ("exact", "over_the_air")
+DIGITAL = ("tdma", "fdma")
+COMPRESSIONS = ("none", "quantize", "topk")
+#: Settings that change what a run learns, not only its clock (re-timing refuses them).
+LEARNING_KEYS = ("aggregation", "beamforming", "truncation_db", "normalise", "deadline_s",
+                 "scheduler", "compression", "max_bits")
 
 
 @dataclass(frozen=True)
@@ -84,6 +100,22 @@ class NetworkConfig:
         ``over_the_air``: one common scale makes every transmitted symbol of power ≤ 1 (the
         literature's transmit normalisation [default true]; false sends gradient-valued
         symbols as HIST does, whose noise accumulates in SCAFFOLD's c and FAdamGC's y).
+    deadline_s : float or None
+        ``tdma``/``fdma``: the round deadline T [s] from the round's start (computation
+        included); a client whose upload ends later is dropped from the round's aggregate
+        (None: no deadline) [default None].
+    scheduler : str
+        ``tdma``/``fdma``: who of the present clients transmits, K =
+        ``algorithm.hparams.clients_per_round`` of them: ``uniform`` (the algorithm's own
+        sampler), ``best_channel``, ``proportional_fair`` or ``age``
+        (:func:`solvers.schedule`, reading the round's channels) [default uniform].
+    compression : str
+        With ``deadline_s``: ``quantize`` (stochastic b-bit quantisation) or ``topk`` of each
+        client's model update, fitted per client so its upload meets the deadline in its
+        equal share of the link (:func:`solvers.uplink.fit_bit_widths`); ``none`` sends fp32
+        [default none].
+    max_bits : int
+        The most bits per entry of fitted quantisation (16; fp32 when the whole vector fits).
     """
 
     model: str = "none"
@@ -98,9 +130,14 @@ class NetworkConfig:
     beamforming: str = "fast"
     truncation_db: float | None = None
     normalise: bool = True
+    deadline_s: float | None = None
+    scheduler: str = "uniform"
+    compression: str = "none"
+    max_bits: int = 16
 
     def __post_init__(self) -> None:
         from solvers.beamforming import METHODS
+        from solvers.scheduling import POLICIES
 
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"`aggregation` must be one of {', '.join(AGGREGATIONS)}, got "
@@ -121,6 +158,24 @@ class NetworkConfig:
                              "aggregation: over_the_air (with model: aircomp) or remove it")
         if self.model not in LINK_MODELS:
             raise ValueError(f"`model` must be one of {', '.join(LINK_MODELS)}, got {self.model!r}")
+        if self.deadline_s is not None:
+            as_float("deadline_s", self.deadline_s, lo=0, hi=1e12, lo_open=True)
+        if self.scheduler not in POLICIES:
+            raise ValueError(f"`scheduler` must be one of {', '.join(POLICIES)}, got "
+                             f"{self.scheduler!r}")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"`compression` must be one of {', '.join(COMPRESSIONS)}, got "
+                             f"{self.compression!r}")
+        as_int("max_bits", self.max_bits, lo=1, hi=24)
+        digital = [k for k, v, d in (("deadline_s", self.deadline_s, None),
+                                     ("scheduler", self.scheduler, "uniform"),
+                                     ("compression", self.compression, "none"),
+                                     ("max_bits", self.max_bits, 16)) if v != d]
+        if digital and self.model not in DIGITAL:
+            raise ValueError(f"`{digital[0]}` is a setting of digital links: use it with model: "
+                             "tdma or fdma")
+        if (self.compression != "none" or self.max_bits != 16) and self.deadline_s is None:
+            raise ValueError("`compression` is fitted to the deadline: set deadline_s too")
         as_float("rate_mbps", self.rate_mbps, lo=0, hi=1e9, lo_open=True)
         as_float("step_seconds", self.step_seconds, lo=0, hi=1e6)
         as_int("bits_per_param", self.bits_per_param, lo=1, hi=64)
@@ -137,49 +192,75 @@ class RoundCost:
 
     Payloads are per participating client, in parameters as timed (already scaled by
     ``params_per_vector``); ``max_steps`` the most local steps any client took; ``clients``
-    how many took part (the channels ``tdma`` draws).
+    how many took part; ``ids`` which (sorted) and ``population`` N, so ``tdma``/``fdma``
+    read each client's own channel of the round's N (None in rows written before: the
+    channels of an S-client draw, as those runs were timed).
     """
 
     uplink: float
     downlink: float
     max_steps: float
     clients: int
+    population: int | None = None
+    ids: tuple[int, ...] | None = None
 
     @classmethod
-    def from_report(cls, report: Any, scale: float = 1.0) -> RoundCost:
+    def from_report(cls, report: Any, scale: float = 1.0,
+                    population: int | None = None) -> RoundCost:
         """The cost of a :class:`~wirelessfl.algorithms.base.RoundReport` (payloads × scale)."""
         steps = [float(c.get("steps", 0)) for c in report.clients.values()] or [0.0]
         up = report.uplink_params
         down = up if report.downlink_params is None else report.downlink_params
-        return cls(float(up) * scale, float(down) * scale, max(steps), len(steps))
+        ids = tuple(sorted(int(c) for c in report.clients))
+        known = population is not None and ids and ids[-1] < population
+        return cls(float(up) * scale, float(down) * scale, max(steps), len(steps),
+                   population if known else None, ids if known else None)
 
-    def as_list(self) -> list[float]:
-        """``[uplink, downlink, max_steps, clients]``, as logged in a run's metrics rows."""
-        return [self.uplink, self.downlink, self.max_steps, self.clients]
+    def as_list(self) -> list[Any]:
+        """``[uplink, downlink, max_steps, clients(, N, ids)]``, as logged in metrics rows."""
+        head = [self.uplink, self.downlink, self.max_steps, self.clients]
+        return head if self.ids is None else [*head, self.population, list(self.ids)]
 
     @classmethod
     def from_list(cls, values: Any) -> RoundCost:
         """The inverse of :meth:`as_list` (checked: a damaged row raises ValueError)."""
-        if not isinstance(values, (list, tuple)) or len(values) != 4:
-            raise ValueError(f"a round cost is [uplink, downlink, max_steps, clients], got "
-                             f"{str(values)[:60]}")
+        if not isinstance(values, (list, tuple)) or len(values) not in (4, 6):
+            raise ValueError(f"a round cost is [uplink, downlink, max_steps, clients(, N, "
+                             f"ids)], got {str(values)[:60]}")
         up = as_float("uplink", values[0], lo=0, hi=1e15)
         down = as_float("downlink", values[1], lo=0, hi=1e15)
         steps = as_float("max_steps", values[2], lo=0, hi=1e12)
-        return cls(up, down, steps, as_int("clients", values[3], lo=1, hi=10**9))
+        clients = as_int("clients", values[3], lo=1, hi=10**9)
+        if len(values) == 4:
+            return cls(up, down, steps, clients)
+        n = as_int("population", values[4], lo=1, hi=10**9)
+        ids = values[5]
+        if (not isinstance(ids, (list, tuple)) or len(ids) != clients
+                or not all(isinstance(i, int) and 0 <= i < n for i in ids)):
+            raise ValueError(f"a round cost's ids must be {clients} client ids below {n}, got "
+                             f"{str(ids)[:60]}")
+        return cls(up, down, steps, clients, n, tuple(ids))
 
 
 class LinkModel:
     """Round duration from a round's report under one :class:`NetworkConfig`."""
 
-    def __init__(self, cfg: NetworkConfig, num_params: int | None = None) -> None:
+    def __init__(self, cfg: NetworkConfig, num_params: int | None = None,
+                 num_clients: int | None = None) -> None:
         self.cfg = cfg
         self.scale = (1.0 if cfg.params_per_vector is None or not num_params
                       else cfg.params_per_vector / num_params)
+        self.num_clients = num_clients
 
     def cost(self, report: Any) -> RoundCost:
         """The round's :class:`RoundCost` with this model's ``params_per_vector`` scaling."""
-        return RoundCost.from_report(report, self.scale)
+        return RoundCost.from_report(report, self.scale, self.num_clients)
+
+    def rates(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Full-band rates R_i = B log2(1 + SNR ‖h_i‖²) of n clients' drawn channels, (n,)."""
+        cfg = self.cfg
+        h = simo_rayleigh((), n, cfg.antennas, rng)
+        return tdma_rate(h, db_to_lin(cfg.snr_db), cfg.bandwidth_hz)
 
     def round_seconds(self, report: Any, rng: np.random.Generator) -> float | None:
         """Seconds of the round ``report`` describes (None for ``none``)."""
@@ -196,10 +277,11 @@ class LinkModel:
         if cfg.model == "fixed":  # every client has the same payloads and its own link
             rate = cfg.rate_mbps * 1e6
             return float(down / rate + compute + up / rate)
-        if cfg.model == "tdma":
-            h = simo_rayleigh((), cost.clients, cfg.antennas, rng)
-            rates = tdma_rate(h, db_to_lin(cfg.snr_db), cfg.bandwidth_hz)
-            return float(compute + (up / rates).sum())
+        if cfg.model in DIGITAL:
+            rates = (self.rates(cost.clients, rng) if cost.ids is None
+                     else self.rates(cost.population, rng)[list(cost.ids)])
+            return float(deadline_outage(rates, up, None, access=cfg.model,
+                                         compute_s=compute).seconds)
         # aircomp, eq. (34): one symbol per uploaded entry, all clients at once
         return float(compute + cost.uplink * SYMBOL_S * SUBCARRIER_HZ / cfg.bandwidth_hz)
 

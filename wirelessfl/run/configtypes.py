@@ -218,7 +218,8 @@ def _lists(value: Any) -> Any:
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"tokenizer": None, "max_length": 128, "placement": "auto"},
     "network": {"aggregation": "exact", "beamforming": "fast", "truncation_db": None,
-                "normalise": True}}
+                "normalise": True, "deadline_s": None, "scheduler": "uniform",
+                "compression": "none", "max_bits": 16}}
 
 
 def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wirelessfl.errors import RunFolderError
-from wirelessfl.net.links import LinkModel, retime
+from wirelessfl.net.links import LEARNING_KEYS, LinkModel, retime
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, apply_overrides
 from wirelessfl.run.kinds import kind_of, resolve_config
@@ -36,17 +36,24 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     if bad:
         raise ConfigError(f"--set {bad[0]}: re-timing changes only network.* keys (the link), "
                           "not training; train a new run for other changes")
-    learning = [k for k in keys if k.split(".", 1)[-1] in ("aggregation", "beamforming",
-                                                             "truncation_db", "normalise")]
+    learning = [k for k in keys if k.split(".", 1)[-1] in LEARNING_KEYS]
     if learning:
-        raise ConfigError(f"--set {learning[0]}: over-the-air settings change what the run "
-                          "learned, not only its clock; train a new run for them")
+        raise ConfigError(f"--set {learning[0]}: this setting changes what the run learned, not "
+                          "only its clock; train a new run for it")
     if any(k in ("network", "network.params_per_vector") for k in keys):
         raise ConfigError("--set network / network.params_per_vector: the payloads are the "
                           "run's; set network.<key> one at a time (model, rate_mbps, snr_db, ...)")
     raw = record.config()
     if kind_of(raw).name != "rounds" or "algorithm" not in raw:
         raise ConfigError(f"{folder} is not a round-based run; only those can be re-timed")
+    net = raw.get("network") or {}
+    shaped = [k for k, default in (("deadline_s", None), ("scheduler", "uniform"),
+                                   ("compression", "none"))
+              if isinstance(net, dict) and net.get(k, default) != default]
+    if shaped:
+        raise ConfigError(f"{folder} was trained with network.{shaped[0]}: its link decided who "
+                          "was aggregated, so another link would change what it learned; train "
+                          "a new run instead")
     cfg = resolve_config(apply_overrides(raw, overrides))
     rows = record.rows()
     if not rows:

@@ -28,6 +28,7 @@ from wirelessfl.engine.batched import BatchedExecutor
 from wirelessfl.engine.client import Executor, LocalSGD, LoopExecutor, evaluate
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
+from wirelessfl.net.digital import DigitalUplink
 from wirelessfl.net.links import LinkModel, RoundCost
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, RunConfig, resolve, to_dict
@@ -124,19 +125,31 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     uplink = (AirComp(net.snr_db, cfg.local.lr, antennas=net.antennas, method=net.beamforming,
                       truncation_db=net.truncation_db, normalise=net.normalise)
               if net.aggregation == "over_the_air" else None)
+    d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
+    link = LinkModel(net, d, len(client_indices))
+    shaping = [k for k, v, default in (("deadline_s", net.deadline_s, None),
+                                       ("scheduler", net.scheduler, "uniform"),
+                                       ("compression", net.compression, "none")) if v != default]
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=make_executor(cfg.engine, device, cfg.max_batch, model),
                       population=make_population(cfg.population, len(client_indices)),
-                      seeds=seeds, uplink=uplink)
+                      seeds=seeds, uplink=uplink,
+                      link=DigitalUplink(link, len(client_indices), seeds) if shaping else None)
     algo_cls = registry.get(cfg.algorithm.name)[1]
     if uplink is not None and not algo_cls.uses_uplink:
         raise ConfigError(f"network.aggregation over_the_air: {cfg.algorithm.name} aggregates its "
                           "own way (HIST: algorithm.aggregation aircomp); use it with the FedAvg "
                           "family (fedavg, fedprox, scaffold, fadamgc, moon, fedacg, feddyn, ...)")
+    if shaping and not algo_cls.uses_uplink:
+        raise ConfigError(f"network.{shaping[0]}: {cfg.algorithm.name} schedules and times its "
+                          "own uplink; use it with the FedAvg family (fedavg, fedprox, scaffold, "
+                          "fadamgc, moon, fedacg, feddyn, ...)")
     algorithm = algo_cls(env, cfg.algorithm.hparams)
-    d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
-    return Experiment(cfg, device, seeds, splits, model, algorithm, LinkModel(cfg.network, d))
+    if net.scheduler != "uniform" and not hasattr(algorithm.sampler, "num"):
+        raise ConfigError(f"network.scheduler {net.scheduler} picks K clients a round: set "
+                          "algorithm.hparams.clients_per_round (K)")
+    return Experiment(cfg, device, seeds, splits, model, algorithm, link)
 
 
 def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
@@ -269,7 +282,7 @@ class RoundsJob(Job):
         self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
         self.totals = dict(ckpt.get("totals", {}))
         costs = ckpt.get("round_costs", [])
-        if not isinstance(costs, list) or not all(isinstance(c, list) and len(c) == 4
+        if not isinstance(costs, list) or not all(isinstance(c, list) and len(c) in (4, 6)
                                                   for c in costs):
             raise RunFolderError("--resume: the checkpoint's round costs are damaged; start the "
                                  "run again with another --out")

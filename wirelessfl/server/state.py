@@ -151,6 +151,9 @@ class RoundReport:
     downlink_params : float or None
         Parameters sent to each participating client (None: as many as uploaded); with
         ``uplink_params`` and the clients' ``steps`` what :mod:`wirelessfl.net.links` times.
+    delivery : Any
+        Over a digital link that shapes learning, the round's
+        :class:`~wirelessfl.net.digital.Delivery` (who arrived, the fitted widths); logged.
     """
 
     uplink_params: float
@@ -159,10 +162,12 @@ class RoundReport:
     clients: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     cumulative: Mapping[str, float] = field(default_factory=dict)
     downlink_params: float | None = None
+    delivery: Any = None
 
     def logged(self) -> dict[str, Any]:
-        """The set fields a subclass adds (mask sizes, coverage, ...), logged in the rows."""
+        """The set fields a subclass adds (mask sizes, coverage, ...) and the delivery's."""
         base = {f.name for f in dataclasses.fields(RoundReport)}
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in base and getattr(self, f.name) is not None}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in base and getattr(self, f.name) is not None}
+        return out if self.delivery is None else {**out, **self.delivery.logged()}
 

@@ -189,6 +189,10 @@ class FAdamGC(FedAvg):
         y = self.opt_state(state).y or {k: torch.zeros_like(v) for k, v in state.params.items()}
         return {"y": y, "tracked": frozenset(self._tracked(clients, state.round))}
 
+    def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
+        """Δ_i, and Δy_i for a client of S̃."""
+        return 2.0 if result.client in plan.broadcast["tracked"] else 1.0
+
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)
