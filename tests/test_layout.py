@@ -65,6 +65,13 @@ def _rows(folder):
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in wirelessfl.RunRecord(folder).rows()]
 
 
+def _costs_as_before(rows):
+    """Rows with each round cost's first four entries (rows written before the costs named
+    their clients, issue 33, hold only those)."""
+    return [{**r, "round_costs": [c[:4] for c in r["round_costs"]]} if "round_costs" in r else r
+            for r in rows]
+
+
 @pytest.mark.parametrize("name", ["scaffold", "fadamgc", "fedadam", "ramfed", "hist"])
 def test_a_run_folder_written_before_the_layout_change_resumes(tmp_path, name):
     """The folders were cut after 2 of 4 rounds by the code before the layout change."""
@@ -74,4 +81,5 @@ def test_a_run_folder_written_before_the_layout_change_resumes(tmp_path, name):
     wirelessfl.run_job(wirelessfl.open_run(raw), cut, resume=True, quiet=True)
     wirelessfl.run_job(wirelessfl.open_run(raw), tmp_path / "full", quiet=True)
     assert [r["round"] for r in _rows(cut)] == [0, 1, 2, 3, 4]
-    assert _rows(cut) == _rows(tmp_path / "full")
+    assert _costs_as_before(_rows(cut)) == _costs_as_before(_rows(tmp_path / "full"))
+    assert _rows(cut)[3:] == _rows(tmp_path / "full")[3:]

@@ -72,6 +72,8 @@ class Delivery:
         out: dict[str, Any] = {"arrived": list(self.arrived), "dropped": list(self.dropped)}
         if self.bits_per_param is not None:
             out["bits_per_param"] = list(self.bits_per_param)
+            out["mean_bits_per_param"] = (float(np.mean(self.bits_per_param))
+                                          if self.bits_per_param else float("nan"))
         if self.keep is not None:
             out["keep"] = list(self.keep)
         return out
