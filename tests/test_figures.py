@@ -97,6 +97,23 @@ def test_figures_yaml_is_not_a_preset_and_hist_figures_resolve():
     assert {r.key for r in fedast["e4"].runs} == {r.key for r in fedast["e4_curves"].runs}
 
 
+def test_codesign_figures_resolve_to_the_links_they_compare():
+    from wirelessfl.run.config import resolve
+
+    figs = {f.name: f for f in load_figures("codesign", "quick")}
+    assert set(figs) == {"snr", "noise_free", "antennas", "clients", "scheduling",
+                         "scheduling_curves", "bit_widths"}
+    nets = {(r.panel, r.series, r.value): resolve(r.raw).network for r in figs["snr"].runs}
+    assert len(nets) == 2 * 4 * 5 and all(
+        (n.aggregation == "over_the_air") == p.startswith("AirComp") for (p, _, _), n in nets.items())
+    assert {n.snr_db for n in nets.values()} == {-10, 0, 10, 20, 30}
+    sched = [resolve(r.raw) for r in figs["scheduling"].runs]
+    assert {c.network.scheduler for c in sched} == {"uniform", "best_channel",
+                                                    "proportional_fair", "age"}
+    assert {(c.network.antennas, c.algorithm.hparams.clients_per_round) for c in sched} == {(1, 5)}
+    assert {r.key for r in figs["scheduling"].runs} == {r.key for r in figs["scheduling_curves"].runs}
+
+
 def test_multitask_times_to_target_on_hand_made_rows():
     rows = [{"task": "a", "sim_time": 1.0, "test_accuracy": 0.8},
             {"task": "b", "sim_time": 2.0, "test_accuracy": 0.5},

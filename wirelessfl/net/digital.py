@@ -76,6 +76,7 @@ class Delivery:
                                           if self.bits_per_param else float("nan"))
         if self.keep is not None:
             out["keep"] = list(self.keep)
+            out["mean_keep"] = float(np.mean(self.keep)) if self.keep else float("nan")
         return out
 
 
