@@ -157,6 +157,41 @@ def test_nobody_in_time_keeps_the_model():
     assert all(torch.equal(new.params[k], state.params[k]) for k in state.params)
 
 
+def test_late_uploads_join_the_next_round_and_their_clients_rest():
+    exp = prepare(resolve(_raw({**TDMA, "deadline_s": 1.2, "late": "next_round"})))
+    algo, link = exp.algorithm, exp.algorithm.env.link
+    state = exp.initial_state()
+    plan = algo.configure(state)
+    results = {r.client: r for r in algo.train(state, plan)}
+    s1, report = algo.apply(state)
+    d = report.delivery
+    up = 10**6 * 32 / link.rates(0)[plan.clients]
+    ends = 0.03 + np.cumsum(np.sort(up))  # shortest first
+    order = plan.clients[np.argsort(up)]
+    assert list(d.late) == sorted(order[(ends > 1.2) & (ends <= 2.4)].tolist()) and d.late
+    assert [r.client for r in s1.late] == list(d.late)
+    assert set(d.dropped) == set(order[ends > 2.4].tolist())
+    # round 1: the late clients are not sampled, and their round-0 updates are aggregated
+    plan1 = algo.configure(s1)
+    assert not set(plan1.clients) & set(d.late)
+    fresh = algo.train(s1, plan1)
+    s2, report1 = algo.apply(s1)
+    arrived = [r for r in fresh if r.client in report1.delivery.arrived]
+    want, _ = algo.aggregate(s1, plan1, [results[c] for c in d.late] + arrived)
+    for k in want.params:
+        assert torch.equal(s2.params[k], want.params[k])
+
+
+def test_late_arrivals_refuse_what_they_cannot_serve():
+    with pytest.raises(ConfigError, match="set deadline_s"):
+        resolve(_raw({**TDMA, "late": "next_round"}))
+    with pytest.raises(ConfigError, match="scheduler uniform"):
+        resolve(_raw({**TDMA, "deadline_s": 1.0, "late": "next_round", "scheduler": "age"}))
+    with pytest.raises(ConfigError, match="late: drop"):
+        prepare(resolve(_raw({**TDMA, "deadline_s": 1.0, "late": "next_round"},
+                             {"name": "fadamgc", "clients_per_round": 5})))
+
+
 @pytest.mark.parametrize("policy", ["best_channel", "proportional_fair", "age"])
 def test_schedulers_read_the_rounds_channels(policy):
     exp = prepare(resolve(_raw({**TDMA, "scheduler": policy})))
@@ -199,6 +234,7 @@ def test_scaffold_counts_its_control_variates_in_the_upload():
 @pytest.mark.parametrize("network", [
     {**TDMA, "deadline_s": 0.6, "scheduler": "proportional_fair"},
     {**TDMA, "model": "fdma", "deadline_s": 0.4, "compression": "topk", "scheduler": "age"},
+    {**TDMA, "deadline_s": 1.2, "late": "next_round"},
 ])
 def test_a_run_under_outage_and_scheduling_resumes_to_the_uninterrupted_rows(
         tmp_path, interrupt_after, network):
@@ -209,6 +245,8 @@ def test_a_run_under_outage_and_scheduling_resumes_to_the_uninterrupted_rows(
     run(prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
     assert "arrived" in _rows(tmp_path / "full")[-1]
+    if network.get("late"):
+        assert any(r.get("late") for r in _rows(tmp_path / "full"))
 
 
 def test_channels_belong_to_clients_not_to_who_is_sampled():

@@ -122,6 +122,8 @@ class FederatedAlgorithm(ABC):
     state_type: type[AlgorithmState] | None = None
     #: Whether every upload goes through ``env.uplink`` (over-the-air runs need it).
     uses_uplink: bool = False
+    #: Whether an upload may join the next round's aggregate (``network.late: next_round``).
+    takes_late_uploads: bool = True
 
     def __init__(self, env: Environment) -> None:
         self.env = env
@@ -175,7 +177,9 @@ class FederatedAlgorithm(ABC):
         if link is None:
             return self.aggregate(state, plan, results)
         vectors = [self.upload_vectors(plan, r) for r in results]
-        kept, delivery = link.deliver(state.round, results, vectors, num_params(state.params))
+        kept, delivery, later = link.deliver(state.round, results, vectors,
+                                             num_params(state.params))
+        kept = [*state.late, *kept]  # last round's late uploads arrive first
         if kept:
             new, report = self.aggregate(state, plan, kept)
         else:  # nobody arrived: the model stays, the round passes
@@ -183,6 +187,7 @@ class FederatedAlgorithm(ABC):
             new = dataclasses.replace(state, round=state.round + 1)
             report = RoundReport(uplink_params=float(np.mean(vectors)) * num_params(state.params),
                                  train_loss=loss, clients=diag)
+        new = dataclasses.replace(new, late=tuple(later))
         return new, dataclasses.replace(
             report, latency_s=delivery.seconds, delivery=delivery,
             cumulative={**report.cumulative, "dropped_clients": float(len(delivery.dropped))})
@@ -205,17 +210,21 @@ class FederatedAlgorithm(ABC):
                   results: Any) -> tuple[ServerState, RoundReport]:
         """The next server state and the round's report from the clients' results."""
 
-    def sample(self, t: int) -> np.ndarray:
+    def sample(self, t: int, busy: Sequence[int] = ()) -> np.ndarray:
         """Round ``t``'s clients among those present, by ``self.sampler`` (``sampling`` stream).
 
         Over a channel-aware digital link (``network.scheduler``) the link schedules
-        ``self.sampler.num`` clients by the round's channels instead.
+        ``self.sampler.num`` clients by the round's channels instead. ``busy`` clients (still
+        uploading a late update) are not available.
         """
         link = self.env.link
         if link is not None and link.schedules:
             return link.schedule(t, int(self.sampler.num), self.env.population.active)
-        return np.asarray(self.sampler.sample(self.env.population.active(t),
-                                              self.env.seeds.generator("sampling", t)), dtype=int)
+        available = self.env.population.active(t)
+        if len(busy):
+            available = np.setdiff1d(available, np.asarray(busy, dtype=int))
+        return np.asarray(self.sampler.sample(available, self.env.seeds.generator("sampling", t)),
+                          dtype=int)
 
     def opt_state(self, state: ServerState) -> AlgorithmState | None:
         """``state.opt_state``, or a fresh state of :attr:`state_type` (all fields unset)."""

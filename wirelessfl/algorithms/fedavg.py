@@ -142,7 +142,7 @@ class FedAvg(FederatedAlgorithm):
 
     # ------------------------------------------------------------------ configure
     def configure(self, state: ServerState) -> RoundPlan:  # noqa: D102
-        clients = self.sample(state.round)
+        clients = self.sample(state.round, busy=[r.client for r in state.late])
         return RoundPlan(clients, [self.start(state)] * len(clients), self.broadcast(state, clients))
 
     def start(self, state: ServerState) -> Params:

@@ -16,7 +16,10 @@ read one channel state, and a client's channel does not depend on who else is sa
   the round's computation; :func:`solvers.uplink.deadline_outage` says who finishes by T
   (``tdma``: one after another, shortest first; ``fdma``: at once on B/S) and the others are
   dropped from the aggregate, as if not sampled (their client states stay). The round lasts
-  until the last arrival, or T when someone missed it.
+  until the last arrival, or T when someone missed it. With ``network.late: next_round`` a
+  client whose upload ends by 2T instead joins the next round's aggregate with its own
+  round's update (stale by one round) and is not sampled in that round; the channel time its
+  upload takes beyond T is not charged to the next round.
 - **Compression** (``network.compression``): the model update of each client is quantised
   (stochastic b-bit) or sparsified (top-k) with RA-Fed's operator C
   (:func:`wirelessfl.net.compression.compress`), the widths fitted so its upload meets the
@@ -51,7 +54,7 @@ class Delivery:
     Attributes
     ----------
     arrived, dropped : tuple of int
-        The clients whose uploads met the deadline, and those that did not.
+        The clients whose uploads met the deadline, and those that did not (nor arrive late).
     seconds : float
         The round's duration [s].
     bits_per_param : tuple of float or None
@@ -59,6 +62,8 @@ class Delivery:
         (fp32: 32; top-k counts its kept values).
     keep : tuple of float or None
         With ``topk``, the fraction of entries each arrived client sent.
+    late : tuple of int
+        With ``late: next_round``, the clients whose uploads join the next round.
     """
 
     arrived: tuple[int, ...]
@@ -66,10 +71,13 @@ class Delivery:
     seconds: float
     bits_per_param: tuple[float, ...] | None = None
     keep: tuple[float, ...] | None = None
+    late: tuple[int, ...] = ()
 
     def logged(self) -> dict[str, Any]:
         """The fields logged in a metrics row (the round's arrivals and widths)."""
         out: dict[str, Any] = {"arrived": list(self.arrived), "dropped": list(self.dropped)}
+        if self.late:
+            out["late"] = list(self.late)
         if self.bits_per_param is not None:
             out["bits_per_param"] = list(self.bits_per_param)
             out["mean_bits_per_param"] = (float(np.mean(self.bits_per_param))
@@ -139,16 +147,16 @@ class DigitalUplink:
 
     # ------------------------------------------------------------------ delivery
     def deliver(self, t: int, results: Sequence[Any], vectors: Sequence[float],
-                num_params: int) -> tuple[list[Any], Delivery]:
-        """Round t's results that reach the server (compressed), and the :class:`Delivery`.
+                num_params: int) -> tuple[list[Any], Delivery, list[Any]]:
+        """Round t's arrived results (compressed), its :class:`Delivery`, and the late ones.
 
-        ``vectors`` are the d-vectors each client uploads (in the order of ``results``),
-        ``num_params`` d.
+        The late results join the next round (``late: next_round``). ``vectors`` are the
+        d-vectors each client uploads (in the order of ``results``), ``num_params`` d.
         """
         cfg, scale = self.cfg, self.link.scale
         ids = np.array([int(r.client) for r in results], dtype=int)
         if not len(ids):
-            return [], Delivery((), (), 0.0)
+            return [], Delivery((), (), 0.0), []
         rates = self.rates(t)[ids]
         compute = max(r.num_steps for r in results) * cfg.step_seconds
         d = num_params * scale
@@ -165,15 +173,22 @@ class DigitalUplink:
             payload = widths.payload_bits
         out = deadline_outage(rates, payload, cfg.deadline_s, access=cfg.model, compute_s=compute)
         arrived = out.arrived if widths is None else out.arrived & widths.fits
+        late = ~arrived & (out.finish_s <= 2 * cfg.deadline_s) if cfg.late == "next_round" \
+            else np.zeros_like(arrived)
+        if widths is not None:
+            late &= widths.fits
         kept = [self._compressed(t, r, widths, i) if widths is not None else r
                 for i, r in enumerate(results) if arrived[i]]
+        later = [self._compressed(t, r, widths, i) if widths is not None else r
+                 for i, r in enumerate(results) if late[i]]
         delivery = Delivery(
-            tuple(int(c) for c in ids[arrived]), tuple(int(c) for c in ids[~arrived]),
+            tuple(int(c) for c in ids[arrived]), tuple(int(c) for c in ids[~arrived & ~late]),
             float(out.seconds),
             None if widths is None else tuple(float(b) for b in widths.bits[arrived]),
             None if widths is None or cfg.compression != "topk"
-            else tuple(float(k) for k in widths.keep[arrived]))
-        return kept, delivery
+            else tuple(float(k) for k in widths.keep[arrived]),
+            tuple(int(c) for c in ids[late]))
+        return kept, delivery, later
 
     def _compressed(self, t: int, result: Any, widths: Any, i: int) -> Any:
         """``result`` with its update C(Δ) at client i's fitted width (as is when fp32 fits)."""

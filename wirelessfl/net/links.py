@@ -58,9 +58,10 @@ LINK_MODELS = ("none", "fixed", "tdma", "fdma", "aircomp")
 AGGREGATIONS = ("exact", "over_the_air")
 DIGITAL = ("tdma", "fdma")
 COMPRESSIONS = ("none", "quantize", "topk")
+LATE = ("drop", "next_round")
 #: Settings that change what a run learns, not only its clock (re-timing refuses them).
 LEARNING_KEYS = ("aggregation", "beamforming", "truncation_db", "normalise", "deadline_s",
-                 "scheduler", "compression", "max_bits")
+                 "scheduler", "compression", "max_bits", "late")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ class NetworkConfig:
         [default none].
     max_bits : int
         The most bits per entry of fitted quantisation (16; fp32 when the whole vector fits).
+    late : str
+        With ``deadline_s``: ``drop`` a client that misses the deadline, or let it arrive
+        ``next_round`` when its upload ends by 2T (it joins the next round's aggregate with
+        the update of its own round and is not sampled meanwhile; later ones are dropped)
+        [default drop].
     """
 
     model: str = "none"
@@ -134,6 +140,7 @@ class NetworkConfig:
     scheduler: str = "uniform"
     compression: str = "none"
     max_bits: int = 16
+    late: str = "drop"
 
     def __post_init__(self) -> None:
         from solvers.beamforming import METHODS
@@ -167,15 +174,25 @@ class NetworkConfig:
             raise ValueError(f"`compression` must be one of {', '.join(COMPRESSIONS)}, got "
                              f"{self.compression!r}")
         as_int("max_bits", self.max_bits, lo=1, hi=24)
+        if self.late not in LATE:
+            raise ValueError(f"`late` must be one of {', '.join(LATE)}, got {self.late!r}")
         digital = [k for k, v, d in (("deadline_s", self.deadline_s, None),
                                      ("scheduler", self.scheduler, "uniform"),
                                      ("compression", self.compression, "none"),
-                                     ("max_bits", self.max_bits, 16)) if v != d]
+                                     ("max_bits", self.max_bits, 16),
+                                     ("late", self.late, "drop")) if v != d]
         if digital and self.model not in DIGITAL:
             raise ValueError(f"`{digital[0]}` is a setting of digital links: use it with model: "
                              "tdma or fdma")
         if (self.compression != "none" or self.max_bits != 16) and self.deadline_s is None:
             raise ValueError("`compression` is fitted to the deadline: set deadline_s too")
+        if self.late != "drop" and self.deadline_s is None:
+            raise ValueError("`late` says what happens to uploads that miss the deadline: set "
+                             "deadline_s too")
+        if self.late != "drop" and self.scheduler != "uniform":
+            raise ValueError("`late: next_round` keeps late clients busy in the next round, "
+                             "which the channel-aware schedulers do not model: use scheduler "
+                             "uniform with it")
         as_float("rate_mbps", self.rate_mbps, lo=0, hi=1e9, lo_open=True)
         as_float("step_seconds", self.step_seconds, lo=0, hi=1e6)
         as_int("bits_per_param", self.bits_per_param, lo=1, hi=64)

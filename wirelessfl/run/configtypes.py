@@ -219,7 +219,7 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"tokenizer": None, "max_length": 128, "placement": "auto"},
     "network": {"aggregation": "exact", "beamforming": "fast", "truncation_db": None,
                 "normalise": True, "deadline_s": None, "scheduler": "uniform",
-                "compression": "none", "max_bits": 16}}
+                "compression": "none", "max_bits": 16, "late": "drop"}}
 
 
 def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ time themselves are timed by the run's network model (:mod:`wirelessfl.net.links
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from wirelessfl.data import (
     load_dataset,
 )
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import Executor, LocalSGD, LoopExecutor, evaluate
+from wirelessfl.engine.client import ClientResult, Executor, LocalSGD, LoopExecutor, evaluate
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.digital import DigitalUplink
@@ -145,6 +146,10 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         raise ConfigError(f"network.{shaping[0]}: {cfg.algorithm.name} schedules and times its "
                           "own uplink; use it with the FedAvg family (fedavg, fedprox, scaffold, "
                           "fadamgc, moon, fedacg, feddyn, ...)")
+    if net.late != "drop" and not algo_cls.takes_late_uploads:
+        raise ConfigError(f"network.late next_round: {cfg.algorithm.name} sums the second "
+                          "vectors of its round's clients only, so a late one would be lost; "
+                          "use late: drop with it")
     algorithm = algo_cls(env, cfg.algorithm.hparams)
     if net.scheduler != "uniform" and not hasattr(algorithm.sampler, "num"):
         raise ConfigError(f"network.scheduler {net.scheduler} picks K clients a round: set "
@@ -159,7 +164,9 @@ def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
             "client_states": dict(state.client_states),  # already on the CPU (client_store)
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time,
-            "totals": dict(totals)}
+            "totals": dict(totals),
+            **({"late": [_to_device(dataclasses.asdict(r), torch.device("cpu"))
+                         for r in state.late]} if state.late else {})}
 
 
 def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
@@ -190,7 +197,24 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
                              "with another --out") from None
     return ServerState({k: v.to(exp.device) for k, v in params.items()}, t, opt_state,
                        dict(ckpt.get("client_states") or {}),  # the store stays on the CPU
-                       {k: v.to(exp.device) for k, v in buffers.items()})
+                       {k: v.to(exp.device) for k, v in buffers.items()},
+                       _late_uploads(ckpt.get("late", []), init.params, exp))
+
+
+def _late_uploads(plain: Any, params: Params, exp: Experiment) -> tuple[ClientResult, ...]:
+    """The checkpoint's pending late uploads, checked against the model (``network.late``)."""
+    fields = {f.name for f in dataclasses.fields(ClientResult)}
+    shapes = {k: tuple(v.shape) for k, v in params.items()}
+    if not isinstance(plain, list) or not all(
+            isinstance(r, dict) and set(r) == fields and isinstance(r["delta"], dict)
+            and {k: tuple(getattr(v, "shape", ())) for k, v in r["delta"].items()} == shapes
+            and isinstance(r["client"], int) and 0 <= r["client"] < exp.algorithm.env.num_clients
+            for r in plain):
+        raise RunFolderError("--resume: the checkpoint's late uploads do not fit the model of "
+                             "config.yaml; the folder is damaged: start the run again with "
+                             "another --out")
+    return tuple(ClientResult(**{**r, "delta": {k: v.to(exp.device) for k, v in r["delta"].items()}})
+                 for r in plain)
 
 
 def _to_device(value: Any, device: torch.device) -> Any:

@@ -102,6 +102,9 @@ class ServerState:
         Per-client persistent state (Adam moments, correction terms), by client id.
     buffers : Params
         The global model's buffers (BatchNorm running statistics; empty without them).
+    late : tuple of ClientResult
+        Uploads that missed the last round's deadline and join this round's aggregate
+        (``network.late: next_round``); their clients are not sampled this round.
     """
 
     params: Params
@@ -109,6 +112,7 @@ class ServerState:
     opt_state: AlgorithmState | None = None
     client_states: Mapping[int, Any] = field(default_factory=dict)
     buffers: Params = field(default_factory=dict)
+    late: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

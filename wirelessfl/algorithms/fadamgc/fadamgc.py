@@ -189,6 +189,9 @@ class FAdamGC(FedAvg):
         y = self.opt_state(state).y or {k: torch.zeros_like(v) for k, v in state.params.items()}
         return {"y": y, "tracked": frozenset(self._tracked(clients, state.round))}
 
+    #: y ← y + Σ_{S̃} Δy_i counts the round's S̃ only; a late Δy_i would leave y behind.
+    takes_late_uploads = False
+
     def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
         """Δ_i, and Δy_i for a client of S̃."""
         return 2.0 if result.client in plan.broadcast["tracked"] else 1.0
