@@ -172,3 +172,39 @@ def test_retime_refuses_settings_that_change_learning(tmp_path):
     with pytest.raises(ConfigError, match="what the run learned"):
         retime_run(tmp_path / "r", ["network.model=aircomp", "network.aggregation=over_the_air"])
     assert retime_run(tmp_path / "r", ["network.model=aircomp"])[-1]["sim_time_s"] > 0
+
+
+@pytest.mark.parametrize("name", ["rafed", "ramfed"])
+def test_rafed_over_the_air_is_exact_without_noise_and_unbiased_with_it(name):
+    """RA-Fed's masked slices add up in the air: with σ0² = 0 the run is the exact one; with
+    noise the received sum is Σ_n w_n m_n ⊙ D_n plus noise of variance (Σw)² u² MSE per entry,
+    which the coverage then divides (a Monte Carlo over the noise of one aggregation)."""
+    algorithm = {"name": name, "clients_per_round": 6, "ratios": [1.0, 0.5, 0.25]}
+    exact, _ = _rounds(_exp(algorithm))
+    exp = _exp(algorithm, OTA)
+    exp.algorithm.env.uplink.noise_power = 0.0
+    quiet, report = _rounds(exp)
+    for k in exact.params:
+        torch.testing.assert_close(quiet.params[k], exact.params[k], rtol=1e-6, atol=1e-7)
+    assert report.aircomp_mse == 0.0
+
+    air = AirComp(10.0, 0.05, antennas=4, normalise=False)
+    rng = np.random.default_rng(7)
+    trees, w = _trees(rng, n=5, d=4000), np.array([1.0, 2.0, 1.0, 3.0, 1.0])
+    for t in trees:  # scattered slices: zeros off each client's mask
+        t["w"][rng.random(4000) < 0.5] = 0.0
+    want = sum(float(a) * t["w"] for a, t in zip(w, trees))
+    errs = []
+    for s in range(40):
+        got = air.aggregate(trees, w, np.random.default_rng(100 + s), unit=1.0)
+        errs.append((w.sum() * got["w"] - want).numpy())
+    mse = np.mean(air.mse_log)
+    errs = np.concatenate(errs)
+    assert abs(errs.mean()) < 4 * w.sum() * np.sqrt(mse / errs.size * 2)
+    assert errs.var() == pytest.approx(w.sum() ** 2 * mse, rel=0.15)
+
+
+def test_rafed_logs_its_aircomp_mse_over_the_air():
+    exp = _exp({"name": "rafed", "clients_per_round": 6}, OTA)
+    _, report = _rounds(exp, 2)
+    assert report.aircomp_mse > 0 and "aircomp_mse" in report.logged()

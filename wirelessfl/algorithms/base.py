@@ -122,6 +122,8 @@ class FederatedAlgorithm(ABC):
     state_type: type[AlgorithmState] | None = None
     #: Whether every upload goes through ``env.uplink`` (over-the-air runs need it).
     uses_uplink: bool = False
+    #: Whether its rounds run over a digital link that shapes learning (``env.link``).
+    uses_digital_link: bool = False
     #: Whether an upload may join the next round's aggregate (``network.late: next_round``).
     takes_late_uploads: bool = True
 

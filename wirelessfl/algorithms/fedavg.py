@@ -130,6 +130,7 @@ class FedAvg(FederatedAlgorithm):
 
     state_type = ServerOptState
     uses_uplink = True
+    uses_digital_link = True
 
     def __init__(self, env: Environment, hp: FedAvgHParams = FedAvgHParams(),
                  aggregator: Aggregator | None = None) -> None:

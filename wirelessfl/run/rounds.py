@@ -141,8 +141,9 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     if uplink is not None and not algo_cls.uses_uplink:
         raise ConfigError(f"network.aggregation over_the_air: {cfg.algorithm.name} aggregates its "
                           "own way (HIST: algorithm.aggregation aircomp); use it with the FedAvg "
-                          "family (fedavg, fedprox, scaffold, fadamgc, moon, fedacg, feddyn, ...)")
-    if shaping and not algo_cls.uses_uplink:
+                          "family (fedavg, fedprox, scaffold, fadamgc, moon, fedacg, feddyn, ...) "
+                          "or RA-Fed / RAM-Fed")
+    if shaping and not algo_cls.uses_digital_link:
         raise ConfigError(f"network.{shaping[0]}: {cfg.algorithm.name} schedules and times its "
                           "own uplink; use it with the FedAvg family (fedavg, fedprox, scaffold, "
                           "fadamgc, moon, fedacg, feddyn, ...)")

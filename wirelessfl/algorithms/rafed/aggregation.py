@@ -8,11 +8,17 @@ With Γ_q = Σ_n m_{n,q} the coordinate-wise coverage of round q:
 
 Each client's sliced update is added into one full-size accumulator at its indices (no N
 full-size copies); the memories u_n are full-size trees in the client store (CPU).
+
+Over the air (``network.aggregation: over_the_air``) the sum Σ_n w_n m_n ⊙ (·) is what the
+clients' simultaneous transmissions add up to: each client sends its update scattered into
+a full-size vector (zeros off its mask), the server receives the weighted sum plus AirComp
+noise, and divides by the coverage it knows from the masks, so a coordinate few clients
+cover gets proportionally more noise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +64,8 @@ class SubmodelReport(RoundReport):
         Γ*, the smallest coverage seen so far (inf before any).
     memory_mb : float or None
         RAM-Fed's memory store [MiB] (None for RA-Fed).
+    aircomp_mse, silent_clients : float or int or None
+        Over the air: the round's AirComp MSE per entry (25) and its silent clients.
     """
 
     coverage_min: float | None = None
@@ -71,18 +79,22 @@ class SubmodelReport(RoundReport):
     compression_w2_sq: float | None = None
     gamma_star: float | None = None
     memory_mb: float | None = None
+    aircomp_mse: float | None = None
+    silent_clients: int | None = None
 
 
 def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequence[ClientResult],
                        weights: np.ndarray, lr: float, *, memory_dtype: str | None = None,
                        client_states: Mapping[int, Any] | None = None,
-                       usum: Params | None = None, num_clients: int = 1
+                       usum: Params | None = None, num_clients: int = 1,
+                       uplink: Callable[[list[Params], np.ndarray], Params] | None = None
                        ) -> tuple[Params, Params | None, dict[int, Any], Params]:
     """θ_{q+1}, the new Σ_n u_n, the new memories and the coverage Γ_q.
 
     ``memory_dtype`` None is RA-Fed; a store dtype (``float32``/``float16``) is RAM-Fed with
     its memories in ``client_states`` and Σ_n u_n in ``usum`` (None: zero) over
     ``num_clients`` N. ``results`` hold the sliced updates D_{q,n} of the clients of ``subs``.
+    ``uplink(trees, w)`` returns Σ_n w_n tree_n as received over the air (None: exactly).
     """
     memory = memory_dtype is not None
     acc = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -92,9 +104,12 @@ def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequen
         usum = usum or {k: torch.zeros(v.shape) for k, v in params.items()}
         dsum = {k: torch.zeros(v.shape) for k, v in params.items()}
         dtype = client_store.STORE_DTYPES[memory_dtype]
+    sent = []  # over the air: each client's scattered contribution
     for sub, res, w in zip(subs, results, weights):
         mem = states.get(res.client) if memory else None
         new_mem = {}
+        mine = {k: torch.zeros_like(v) for k, v in params.items()} if uplink else None
+        into, scale = (mine, 1.0) if uplink else (acc, w)
         for k in params:
             idx = sub.index(k) if k in sub.dims else (slice(None),)
             part = res.delta[k]
@@ -103,16 +118,20 @@ def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequen
                           else torch.zeros(params[k].shape, dtype=dtype))
                 old = stored[idx].float()    # (a view where idx is basic: used first)
                 fresh = (part / lr).to("cpu", torch.float32)
-                acc[k][idx] += w * (fresh - old).to(acc[k].device)
+                into[k][idx] += scale * (fresh - old).to(acc[k].device)
                 kept = fresh.to(stored.dtype)  # what the store holds (float16: rounded)
                 dsum[k][idx] += kept.float() - old
                 stored[idx] = kept
                 new_mem[k] = stored
             else:
-                acc[k][idx] += w * part
+                into[k][idx] += scale * part
             cov[k][idx] += w
         if memory:
             states[res.client] = new_mem
+        if uplink:
+            sent.append(mine)
+    if uplink and sent:
+        acc = uplink(sent, np.asarray(weights, float))
     covered = {k: c.clamp(min=1e-30) for k, c in cov.items()}
     if not memory:
         return {k: params[k] - acc[k] / covered[k] for k in params}, usum, states, cov

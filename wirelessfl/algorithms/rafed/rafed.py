@@ -103,6 +103,9 @@ class RAFed(FederatedAlgorithm):
 
     state_type = RAFedState
 
+    #: Over the air, the clients' scattered updates add up in the air (coverage from the masks).
+    uses_uplink = True
+
     def __init__(self, env: Environment, hp: RAFedHParams = RAFedHParams()) -> None:  # noqa: B008
         super().__init__(env)
         self.hp = hp
@@ -175,10 +178,13 @@ class RAFed(FederatedAlgorithm):
         opt = self.opt_state(state)
         weights = (np.array([r.num_samples for r in results], float)
                    if hp.weighting == "samples" else np.ones(len(results)))
+        air = self.env.uplink
         new_params, usum, states, cov = coverage_aggregate(
             params, plan.subs, results, weights, plan.lr,
             memory_dtype=hp.memory_dtype if hp.memory else None, client_states=state.client_states,
-            usum=opt.usum, num_clients=self.env.num_clients)
+            usum=opt.usum, num_clients=self.env.num_clients,
+            uplink=None if air is None else self._over_the_air(state.round, plan.lr))
+        mse, silent = air.take_log() if air is not None else (None, None)
         loss, diag = client_diagnostics(results)
         sliced = [s.slice(params) for s in plan.subs]  # each client's θ_q ⊙ m, for sizes and ŵ₁²
         sizes = np.array([num_params(p) for p in sliced], float)
@@ -196,7 +202,21 @@ class RAFed(FederatedAlgorithm):
             compression_w2_sq=(relative_error(params, plan.sent) if hp.compression != "none"
                                else None),
             gamma_star=prev if gamma_star is None else gamma_star,
-            memory_mb=client_store.nbytes(states) / 2**20 if hp.memory else None)
+            memory_mb=client_store.nbytes(states) / 2**20 if hp.memory else None,
+            aircomp_mse=mse, silent_clients=silent)
+
+    def _over_the_air(self, t: int, lr: float):
+        """Σ_n w_n tree_n as received over the air in round t (``network.aggregation``).
+
+        A symbol is a gradient: RA-Fed's D_n/γ, RAM-Fed's Δ − u_n (already /γ).
+        """
+        unit = 1.0 if self.hp.memory else lr
+
+        def received(trees: list[Params], w: np.ndarray) -> Params:
+            got = self.env.uplink.aggregate(trees, w, self.env.seeds.generator("noise", t),
+                                            unit=unit)
+            return {k: float(w.sum()) * v for k, v in got.items()}
+        return received
 
     @property
     def _timed(self) -> bool:
