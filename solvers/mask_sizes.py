@@ -318,10 +318,23 @@ def _solve_one_kernel(c: np.ndarray, total: int, u: np.ndarray) -> np.ndarray:  
     return d
 
 
+def _jit(func):
+    """``func`` compiled by Numba, its machine code cached on disk only where that can be.
+
+    Numba's on-disk cache goes beside the source or under ``NUMBA_CACHE_DIR``; a read-only
+    install run by a user without a writable home has neither, and then the kernel is
+    compiled in memory (at its first call) instead of failing at import.
+    """
+    try:
+        return _numba.njit(cache=True)(func)
+    except RuntimeError:  # "no locator available": nowhere to cache
+        return _numba.njit(cache=False)(func)
+
+
 try:  # a compiled single-instance path when Numba is there (optional extra [fast])
     import numba as _numba
 
-    _solve_one_kernel = _numba.njit(cache=True)(_solve_one_kernel)
+    _solve_one_kernel = _jit(_solve_one_kernel)
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - the batched path serves
     HAVE_NUMBA = False
@@ -362,7 +375,7 @@ def _quick_kernel(c: np.ndarray, total: int, cap: int):  # pragma: no cover - co
 
 
 if HAVE_NUMBA:
-    _quick_kernel = _numba.njit(cache=True)(_quick_kernel)
+    _quick_kernel = _jit(_quick_kernel)
 
 
 def _solve_exact(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> np.ndarray:

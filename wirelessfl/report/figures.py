@@ -9,6 +9,7 @@ folder with a ``README.md`` listing every output.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from wirelessfl.report.tables import write_text
 from wirelessfl.run.config import ConfigError, apply_overrides
 from wirelessfl.run.kinds import canonical
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.safe_io import open_new, refuse_link
 
 
 def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
@@ -81,17 +83,41 @@ REPORT_MARK = ".wirelessfl-report"
 def _claim_report_folder(root: Path) -> None:
     """Use ``root`` only if it is new, empty or a report folder made here (else ConfigError).
 
-    A folder from before the mark existed is recognised by its ``runs/`` folder. Nothing
-    that this tool did not write is ever overwritten.
+    A folder from before the mark existed is recognised by a ``runs/`` folder of config-hash
+    run folders only, beside nothing or this tool's ``README.md``. Nothing that this
+    tool did not write is ever overwritten, and no link is written through.
     """
+    refuse_link(root)
     if root.exists() and not root.is_dir():
         raise ConfigError(f"report folder {root} is a file; give a folder with --out")
-    if (root.is_dir() and any(root.iterdir()) and not (root / REPORT_MARK).is_file()
-            and not (root / "runs").is_dir()):
+    if root.is_dir() and any(root.iterdir()) and not _is_report_folder(root):
         raise ConfigError(f"report folder {root} holds files this tool did not write; give a "
                           "new or empty folder with --out (nothing is overwritten)")
     root.mkdir(parents=True, exist_ok=True)
-    (root / REPORT_MARK).touch()
+    mark = root / REPORT_MARK
+    refuse_link(mark)
+    if not mark.is_file():
+        with open_new(mark):
+            pass
+
+
+def _is_report_folder(root: Path) -> bool:
+    """Whether ``root`` carries the mark, or is a report folder from before the mark."""
+    mark = root / REPORT_MARK
+    if mark.is_file() and not mark.is_symlink():
+        return True
+    readme, runs = root / "README.md", root / "runs"
+    if not (runs.is_dir() and not runs.is_symlink()) or not all(
+            re.fullmatch(r"[0-9a-f]{12}", p.name) and p.is_dir() and not p.is_symlink()
+            for p in runs.iterdir()):
+        return False
+    if {p.name for p in root.iterdir()} == {"runs"}:
+        return True
+    try:
+        return (readme.is_file() and not readme.is_symlink()
+                and readme.open("rb").read(64).startswith(b"# Regenerated figures and tables"))
+    except OSError:
+        return False
 
 
 def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,

@@ -39,7 +39,7 @@ def plot_runs(folders: Sequence[str | Path], out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:  # written aside and renamed: an interrupted save leaves no half-written PNG
-        atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        atomic_write(out, lambda fh: fig.savefig(fh, dpi=120, format="png"))
     finally:
         plt.close(fig)
     return out

@@ -180,7 +180,7 @@ def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
     f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
     f.tight_layout()
     png = out / f"{fig.name}.png"
-    atomic_write(png, lambda tmp: f.savefig(tmp, dpi=120, format="png"))
+    atomic_write(png, lambda fh: f.savefig(fh, dpi=120, format="png"))
     plt.close(f)
     return [png, write_csv(out / f"{fig.name}.csv", table)]
 

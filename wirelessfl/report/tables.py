@@ -28,7 +28,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def write_text(path: Path, text: str) -> Path:
     """A text file (a markdown table, a README), written atomically; returns ``path``."""
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    atomic_write(path, lambda fh: fh.write(text.encode()))
     return path
 
 

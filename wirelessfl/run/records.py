@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import io
 import json
 import math
 import os
@@ -43,6 +44,9 @@ import yaml
 import wirelessfl
 from wirelessfl.errors import RunFolderError
 from wirelessfl.run.configtypes import without_later_defaults
+from wirelessfl.run.safe_io import atomic_write, open_append, open_new, refuse_link
+
+__all__ = ["RunRecord", "atomic_write", "load_plain", "params_to_mb", "write_csv"]
 
 BYTES_PER_PARAM = 4
 MB = 2**20
@@ -62,18 +66,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
-
-
-def atomic_write(path: Path, write) -> None:
-    """``write(tmp)`` then rename over ``path``: an interrupted write leaves ``path`` as it was."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def load_plain(path: str | Path, what: str) -> Any:
@@ -124,10 +116,11 @@ class RunRecord:
         if self.folder.exists() and not self.folder.is_dir():
             raise RunFolderError(f"run folder {self.folder} is a file, not a folder; choose "
                                  "another --out")
+        refuse_link(self.folder)
         if not self.folder.exists():
             self.folder.mkdir(parents=True)
             self._created_folder = True
-        fh = open(self.folder / self.LOCK, "a")  # noqa: SIM115 - held until close()
+        fh = open_append(self.folder / self.LOCK)  # held until close()
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -165,12 +158,14 @@ class RunRecord:
     def create(self, config: dict[str, Any], seed: int, device: str) -> None:
         """Write the config and metadata of a new run (no metrics yet)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         meta = {"seed": seed, "version": wirelessfl.__version__, "git_commit": git_commit(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device,
                 "torch": torch.__version__}
-        (self.folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        self.metrics_path.write_text("")
+        for name, text in (("config.yaml", yaml.safe_dump(config, sort_keys=False)),
+                           ("meta.json", json.dumps(meta, indent=2) + "\n"),
+                           ("metrics.jsonl", "")):
+            with open_new(self.folder / name) as fh:
+                fh.write(text)
 
     def open(self, config: dict[str, Any], seed: int, device: str, *,
              resume: bool) -> dict[str, Any] | None:
@@ -277,15 +272,17 @@ class RunRecord:
     def append(self, row: dict[str, Any]) -> None:
         """Append one metrics row, flush it to disk, extend the CSV.
 
+        JSON has no NaN or Infinity: a non-finite number is written as null.
+
         The CSV gets one more line when the row brings no new column, and is rewritten
         otherwise (so appending stays cheap for runs with thousands of evaluations).
         """
-        with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        with open_append(self.metrics_path) as fh:
+            fh.write(json.dumps(_finite_json(row), allow_nan=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         if self._csv_keys is not None and set(row) <= set(self._csv_keys):
-            with open(self.folder / "metrics.csv", "a", newline="") as fh:
+            with open_append(self.folder / "metrics.csv") as fh:
                 csv.DictWriter(fh, fieldnames=self._csv_keys).writerow(_csv_row(row))
         else:
             self._write_csv(self.rows())
@@ -293,7 +290,8 @@ class RunRecord:
     def keep(self, rows: list[dict[str, Any]]) -> None:
         """Replace the metric rows by ``rows`` (the ones a checkpoint had seen)."""
         atomic_write(self.metrics_path,
-                      lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in rows)))
+                     lambda fh: fh.write("".join(json.dumps(_finite_json(r), allow_nan=False) + "\n"
+                                                 for r in rows).encode()))
         self._write_csv(rows)
 
     def _write_csv(self, rows: list[dict[str, Any]]) -> None:
@@ -302,7 +300,7 @@ class RunRecord:
     def save_checkpoint(self, payload: dict[str, Any]) -> None:
         """Write the checkpoint atomically, as plain data (numpy values become Python/torch)."""
         payload = _plain(payload)
-        atomic_write(self.checkpoint_path, lambda p: torch.save(payload, p))
+        atomic_write(self.checkpoint_path, lambda fh: torch.save(payload, fh))
 
     def load_checkpoint(self) -> dict[str, Any] | None:
         """The last checkpoint, or None."""
@@ -316,7 +314,8 @@ class RunRecord:
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json``."""
         atomic_write(self.folder / "summary.json",
-                      lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+                     lambda fh: fh.write((json.dumps(_finite_json(summary), indent=2, allow_nan=False)
+                                          + "\n").encode()))
 
     def summary(self) -> dict[str, Any] | None:
         """The stored summary, if the run finished."""
@@ -327,6 +326,17 @@ class RunRecord:
             return json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             return None
+
+
+def _finite_json(value: Any) -> Any:
+    """``value`` with non-finite floats as None (JSON has no NaN or Infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:
@@ -357,12 +367,13 @@ def write_csv(path: Path, rows: list[dict[str, Any]], *, blank_nan: bool = False
     """
     keys = list(dict.fromkeys(k for r in rows for k in r))
 
-    def write(tmp: Path) -> None:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=keys)
-            w.writeheader()
-            for r in rows:
-                w.writerow(_csv_row(r, blank_nan))
+    def write(fh: Any) -> None:
+        text = io.StringIO(newline="")
+        w = csv.DictWriter(text, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow(_csv_row(r, blank_nan))
+        fh.write(text.getvalue().encode())
 
     atomic_write(path, write)
     return keys

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,10 @@ def _evaluate_row(exp: Experiment, state: ServerState, uplink: float,
                   sim_time: float | None) -> dict[str, Any]:
     acc, loss = evaluate(exp.model, state.params, exp.splits.test, device=exp.device,
                          buffers=state.buffers)
+    if not (math.isfinite(acc) and math.isfinite(loss)):
+        raise TrainingDiverged(f"{exp.config.name}, round {state.round}: the test loss became "
+                               f"{loss} (the model's outputs overflow); lower the learning "
+                               "rate(s) and start again with another --out")
     row = {"round": state.round, "sim_time_s": sim_time, "uplink_params_per_client": uplink,
            "uplink_mb_per_client": params_to_mb(uplink), "test_accuracy": acc,
            "test_loss": loss}

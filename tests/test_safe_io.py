@@ -1,0 +1,170 @@
+"""No write through a planted link, no foreign file overwritten, no non-standard JSON (issue 32)."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from wirelessfl.cli import main
+from wirelessfl.errors import RunFolderError
+from wirelessfl.run import rounds as runner
+from wirelessfl.run.config import resolve
+from wirelessfl.run.records import RunRecord
+from wirelessfl.run.safe_io import atomic_write, open_append, open_new
+
+RAW = {"name": "tiny", "seed": 5, "rounds": 3, "checkpoint_every": 1,
+       "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},
+       "model": {"name": "fcnn", "options": {"hidden": 8}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 2}}
+
+
+def _victim(tmp_path):
+    v = tmp_path / "victim.txt"
+    v.write_text("precious")
+    return v
+
+
+def test_atomic_write_refuses_a_link_and_skips_planted_temporaries(tmp_path):
+    victim = _victim(tmp_path)
+    target = tmp_path / "out.json"
+    os.symlink(victim, target)
+    with pytest.raises(RunFolderError, match="symbolic link"):
+        atomic_write(target, lambda fh: fh.write(b"x"))
+    os.unlink(target)
+    for i in range(3):  # every temporary name this process would try first
+        os.symlink(victim, tmp_path / f".out.json.{os.getpid()}.{i}.tmp")
+    atomic_write(target, lambda fh: fh.write(b"new"))
+    assert target.read_bytes() == b"new" and victim.read_text() == "precious"
+    assert not target.is_symlink()
+
+
+def test_open_new_and_append_never_follow_links(tmp_path):
+    victim = _victim(tmp_path)
+    os.symlink(victim, tmp_path / "a")
+    with pytest.raises(RunFolderError, match="symbolic link"):
+        open_new(tmp_path / "a")
+    with pytest.raises(RunFolderError, match="symbolic link"):
+        open_append(tmp_path / "a")
+    (tmp_path / "b").write_text("mine")
+    with pytest.raises(RunFolderError, match="never overwrites"):
+        open_new(tmp_path / "b")
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("name", ["checkpoint.pt", "metrics.jsonl", "metrics.csv", "summary.json",
+                                  ".lock", "checkpoint.pt.tmp", "metrics.csv.tmp"])
+def test_a_link_planted_in_a_run_folder_is_never_written_through(tmp_path, capsys, name):
+    out = tmp_path / "run"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**RAW, "rounds": 2}))
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    victim = _victim(tmp_path)
+    (out / name).unlink(missing_ok=True)
+    os.symlink(victim, out / name)
+    cfg.write_text(yaml.safe_dump({**RAW, "rounds": 2}))
+    code = main(["run", str(cfg), "--out", str(out), "--resume", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert victim.read_text() == "precious"
+    if name.endswith(".tmp"):  # a name the tool does not use any more: harmless
+        assert code == 0
+    else:
+        assert code == 2 and len(err.splitlines()) == 1, err
+
+
+def test_a_run_folder_that_is_a_link_is_refused(tmp_path, capsys):
+    real = tmp_path / "real"
+    real.mkdir()
+    os.symlink(real, tmp_path / "link")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(RAW))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "link"), "--quiet"]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    assert not any(real.iterdir())
+
+
+def test_a_foreign_readme_beside_runs_survives_figures_and_sweep(tmp_path, capsys):
+    proj = tmp_path / "proj"
+    (proj / "runs" / "tiny-20261123-101010").mkdir(parents=True)   # what `wirelessfl run` makes
+    (proj / "README.md").write_text("# my project\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(RAW))
+    assert main(["sweep", str(cfg), "--grid", "local.lr=0.05", "--out", str(proj),
+                 "--quiet"]) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert (proj / "README.md").read_text() == "# my project\n"
+
+
+def test_a_report_readme_that_is_a_link_is_not_written_through(tmp_path, capsys):
+    rep = tmp_path / "rep"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**RAW, "rounds": 1}))
+    assert main(["sweep", str(cfg), "--grid", "local.lr=0.05", "--out", str(rep), "--quiet"]) == 0
+    victim = _victim(tmp_path)
+    (rep / "README.md").unlink()
+    os.symlink(victim, rep / "README.md")
+    assert main(["sweep", str(cfg), "--grid", "local.lr=0.05", "--out", str(rep), "--quiet"]) == 2
+    assert "symbolic link" in capsys.readouterr().err and victim.read_text() == "precious"
+
+
+def test_rows_hold_standard_json_only(tmp_path):
+    record = RunRecord(tmp_path / "r")
+    with record.writing({"name": "x"}, 0, "cpu", resume=False):
+        record.append({"round": 0, "test_accuracy": 0.5, "aircomp_mse": float("inf"),
+                       "train_loss": float("nan"), "nested": [1.0, float("-inf")]})
+        record.write_summary({"final_loss": float("nan")})
+    text = (tmp_path / "r" / "metrics.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"round": 0, "test_accuracy": 0.5, "aircomp_mse": None,
+                                "train_loss": None, "nested": [1.0, None]}
+    assert json.loads((tmp_path / "r" / "summary.json").read_text()) == {"final_loss": None}
+
+
+def test_an_infinite_test_loss_stops_the_run(tmp_path, monkeypatch):
+    from wirelessfl.errors import TrainingDiverged
+
+    exp = runner.prepare(resolve(RAW))
+    real = runner.evaluate
+    calls = []
+
+    def overflowing(*a, **k):
+        calls.append(1)
+        acc, loss = real(*a, **k)
+        return (acc, float("inf")) if len(calls) > 1 else (acc, loss)
+
+    monkeypatch.setattr(runner, "evaluate", overflowing)
+    with pytest.raises(TrainingDiverged, match="test loss"):
+        runner.run(exp, tmp_path / "r", quiet=True)
+
+
+def test_numba_kernels_compile_without_a_writable_cache(monkeypatch):
+    """A read-only install with no writable home: Numba has nowhere to cache, and the
+    kernel is then compiled in memory instead of failing at import."""
+    numba = pytest.importorskip("numba")
+    from solvers import mask_sizes
+
+    real = numba.njit
+
+    def no_locator(*args, cache=False, **kw):
+        if cache:
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'x'")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mask_sizes._numba, "njit", no_locator)
+
+    def double(x):
+        return 2 * x
+
+    assert mask_sizes._jit(double)(21) == 42
+
+
+def test_the_cli_starts_with_an_unwritable_home_and_cache(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HOME": str(tmp_path / "missing"), "NUMBA_CACHE_DIR": "/dev/null/x",
+           "MPLCONFIGDIR": "/dev/null/x", "XDG_CACHE_HOME": "/dev/null/x"}
+    out = subprocess.run([sys.executable, "-c", "import solvers.mask_sizes, wirelessfl.cli;"
+                          "wirelessfl.cli.main(['--help'])"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert "Traceback" not in out.stderr, out.stderr[-500:]
