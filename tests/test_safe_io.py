@@ -168,3 +168,37 @@ def test_the_cli_starts_with_an_unwritable_home_and_cache(tmp_path):
                           "wirelessfl.cli.main(['--help'])"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert "Traceback" not in out.stderr, out.stderr[-500:]
+
+
+DEEP_FLOW = "a: " + "[" * 3000 + "]" * 3000 + "\n"
+DEEP_BLOCK = "".join(" " * i + f"k{i}:\n" for i in range(200)) + " " * 200 + "v: 1\n"
+
+
+@pytest.mark.parametrize("text", [DEEP_FLOW, DEEP_BLOCK, "- " * 500 + "x\n"])
+def test_deeply_nested_yaml_is_one_line_everywhere(tmp_path, capsys, text):
+    cfg = tmp_path / "deep.yaml"
+    cfg.write_text(text)
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nested more than" in err and len(err.splitlines()) == 1
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(RAW))
+    assert main(["run", str(ok), "--out", str(tmp_path / "o2"), "--quiet",
+                 "--set", "local.lr=" + "[" * 3000 + "]" * 3000]) == 2
+    assert "nested more than" in capsys.readouterr().err
+
+
+def test_a_damaged_run_folder_with_deep_rows_or_config_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**RAW, "rounds": 2}))
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    rows = (out / "metrics.jsonl").read_text()
+    (out / "metrics.jsonl").write_text(rows + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert main(["plot", str(out), "--out", str(tmp_path / "p.png")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    (out / "metrics.jsonl").write_text(rows)
+    (out / "config.yaml").write_text(DEEP_FLOW)
+    assert main(["run", str(cfg), "--out", str(out), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nested" in err and len(err.splitlines()) == 1

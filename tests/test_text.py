@@ -137,7 +137,7 @@ def test_malformed_files_are_one_line_errors(tmp_path):
     (tmp_path / "sst2").mkdir()
     (tmp_path / "SST-2" / "train.tsv").unlink()
     (tmp_path / "sst2" / "train.jsonl").write_text('{"sentence": "a", "label": 1}\n{oops\n')
-    with pytest.raises(DataFileError, match="line 2 is not JSON"):
+    with pytest.raises(DataFileError, match="line 2: not valid JSON"):
         read_split("sst2", tmp_path, ("train",))
 
 
@@ -311,3 +311,27 @@ def test_dynamic_table2_ag_news_smoke_run(tmp_path):
     run(prepare(resolve(raw)), tmp_path / "run", quiet=True)
     rows = RunRecord(tmp_path / "run").rows()
     assert rows[-1]["round"] == 6 and {r["session"] for r in rows if r["round"]} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("lines, match", [
+    (['["a b", 1]', '["c d", 0]'], "JSON list, not an object"),
+    (['{"sentence": "a b", "label": 1.5}'], "not a whole number"),
+    (['{"sentence": null, "label": 1}'], "not text"),
+    (['{"sentence": "a b", "label": true}'], "boolean"),
+    (['[' * 5000 + ']' * 5000], "nested more than"),
+])
+def test_text_rows_of_the_wrong_type_are_refused_not_misread(tmp_path, lines, match):
+    folder = tmp_path / "sst2"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFileError, match=match) as err:
+        read_split("sst2", tmp_path, ("train",))
+    assert "\n" not in str(err.value)
+
+
+def test_a_huge_tsv_field_is_read_or_refused_in_one_line(tmp_path):
+    from wirelessfl.data.text import _read_tsv
+
+    path = tmp_path / "t.tsv"
+    path.write_text("sentence\tlabel\n" + "a" * 200_000 + "\t1\n")
+    assert len(_read_tsv(path)[0]["sentence"]) == 200_000

@@ -61,3 +61,67 @@ def check_config_size(raw: Any, where: str = "config", limit: int = MAX_CONFIG_N
             stack.extend(node.values())
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
+
+
+#: Deepest nesting of lists and mappings a YAML or JSON text may have (parsers recurse).
+MAX_NESTING = 64
+#: Largest YAML or JSON text parsed at once [bytes].
+MAX_TEXT_BYTES = 16 * 2**20
+
+
+def check_nesting(text: str, where: str, limit: int = MAX_NESTING) -> None:
+    """Refuse a YAML or JSON text nested deeper than ``limit`` before it is parsed.
+
+    Flow nesting counts open brackets and braces; block nesting counts the indentation
+    levels and the ``- `` markers that open a level on one line. Brackets inside strings
+    count too (a text needs more than ``limit`` of them to be refused).
+    """
+    if len(text) > MAX_TEXT_BYTES:
+        raise ConfigError(f"{where}: over {MAX_TEXT_BYTES // 2**20} MiB of text; give a smaller file")
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    if deepest <= limit:
+        indents: list[int] = []
+        for line in text.splitlines():
+            body = line.lstrip(" ")
+            if not body or body.startswith("#"):
+                continue
+            indent = len(line) - len(body)
+            while indents and indents[-1] >= indent:
+                indents.pop()
+            indents.append(indent)
+            dashes = len(body) - len(body.lstrip("- "))
+            deepest = max(deepest, len(indents) + dashes // 2)
+    if deepest > limit:
+        raise ConfigError(f"{where}: nested more than {limit} levels deep; flatten it")
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` with bounded size and nesting; a ConfigError of one line."""
+    import yaml
+
+    check_nesting(text, where)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML ({type(exc).__name__})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply; flatten it") from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads(text)`` with bounded size and nesting; a ConfigError of one line."""
+    import json
+
+    check_nesting(text, where)
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ConfigError(f"{where}: not valid JSON ({str(exc)[:80]})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply; flatten it") from None

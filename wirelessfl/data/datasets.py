@@ -41,6 +41,7 @@ import torch
 from channels.validation import as_float, as_int, check_memory
 from wirelessfl.data import text
 from wirelessfl.data.arrays import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits
+from wirelessfl.errors import parse_json
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -420,7 +421,7 @@ def _leaf_users(folder: Path) -> dict[str, dict[str, list]]:
     users: dict[str, dict[str, list]] = {}
     for path in sorted(folder.glob("*.json")):
         try:
-            doc = json.loads(path.read_text())
+            doc = parse_json(path.read_text(), str(path))
             for user, data in doc["user_data"].items():
                 x, y = data["x"], data["y"]
                 if not (isinstance(x, list) and isinstance(y, list) and len(x) == len(y)

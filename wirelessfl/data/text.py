@@ -29,9 +29,9 @@ models (:mod:`wirelessfl.models.text`), so they live in the shared
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from wirelessfl.data.arrays import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits
+from wirelessfl.errors import ConfigError, parse_json
 
 
 @dataclass(frozen=True)
@@ -183,16 +184,16 @@ def _rows(task: TextTask, records: list[dict] | list[list[str]], path, name: str
             if isinstance(rec, list):  # AG News original: class, title, description
                 if len(rec) != 3:
                     raise ValueError(f"{len(rec)} fields, AG News rows have 3")
-                texts.append((f"{rec[1]} {rec[2]}",))
-                labels.append(int(rec[0]) - 1)
+                texts.append((f"{_text(rec[1])} {_text(rec[2])}",))
+                labels.append(_label(rec[0]) - 1)
                 continue
             if name == "ag_news" and "text" not in rec and "title" in rec:
-                rec = {**rec, "text": f"{rec['title']} {rec.get('description', '')}"}
+                rec = {**rec, "text": f"{_text(rec['title'])} {_text(rec.get('description', ''))}"}
             key = task.label if task.label in rec else "label"
             raw = rec[key]
-            label = task.label_names[raw] if task.label_names and raw in task.label_names \
-                else int(raw)
-            texts.append(tuple(str(rec[c]) for c in task.columns))
+            label = task.label_names[raw] if task.label_names and isinstance(raw, str) \
+                and raw in task.label_names else _label(raw)
+            texts.append(tuple(_text(rec[c]) for c in task.columns))
             labels.append(label)
         except (KeyError, ValueError, TypeError) as exc:
             raise DataFileError(f"{where}: row {i + 1} is malformed ({exc.__class__.__name__}: "
@@ -201,17 +202,61 @@ def _rows(task: TextTask, records: list[dict] | list[list[str]], path, name: str
     return texts, labels
 
 
+def _text(value: object) -> str:
+    """A text field: a string (a number is read as its digits; null or a list is refused)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+        raise ValueError(f"a text field holds {type(value).__name__} {str(value)[:20]!r}, "
+                         "not text")
+    return value if isinstance(value, str) else str(value)
+
+
+def _label(value: object) -> int:
+    """An integer class label: an int, a whole float, or a string of digits (else refused)."""
+    if isinstance(value, bool):
+        raise ValueError(f"label {value!r} is a boolean, not a class index")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"label {value!r} is not a whole number")
+        return int(value)
+    if isinstance(value, str):
+        s = value.strip()
+        if not s.lstrip("-").isdigit():
+            raise ValueError(f"label {value[:20]!r} is not an integer")
+        return int(s)
+    if isinstance(value, int):
+        return value
+    raise ValueError(f"label {str(value)[:20]!r} is a {type(value).__name__}, not an integer")
+
+
+#: Longest CSV/TSV field read [characters] (Python's default is 128 KiB).
+MAX_FIELD = 16 * 2**20
+
+
+@contextlib.contextmanager
+def _csv_errors(path: Path):
+    """CSV fields up to :data:`MAX_FIELD`; a malformed file is one DataFileError."""
+    before = csv.field_size_limit(MAX_FIELD)
+    try:
+        yield
+    except csv.Error as exc:
+        raise DataFileError(f"{path}: not a readable CSV/TSV file ({str(exc)[:80]}); fields "
+                            f"may hold at most {MAX_FIELD // 2**20} Mi characters") from None
+    finally:
+        csv.field_size_limit(before)
+
+
 def _read_tsv(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8", newline="") as fh:
+    with _csv_errors(path), open(path, encoding="utf-8", newline="") as fh:
         return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def _read_csv(path: Path) -> list:
     text = path.read_text(encoding="utf-8")
-    rows = list(csv.reader(io.StringIO(text)))
-    if rows and rows[0] and rows[0][0].strip().isdigit():  # headerless (AG News original)
-        return rows
-    return list(csv.DictReader(io.StringIO(text)))
+    with _csv_errors(path):
+        rows = list(csv.reader(io.StringIO(text)))
+        if rows and rows[0] and rows[0][0].strip().isdigit():  # headerless (AG News original)
+            return rows
+        return list(csv.DictReader(io.StringIO(text)))
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -220,9 +265,13 @@ def _read_jsonl(path: Path) -> list[dict]:
         for i, line in enumerate(fh):
             if line.strip():
                 try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    raise DataFileError(f"{path}: line {i + 1} is not JSON") from None
+                    row = parse_json(line, f"{path}: line {i + 1}")
+                except ConfigError as exc:
+                    raise DataFileError(str(exc)) from None
+                if not isinstance(row, dict):
+                    raise DataFileError(f"{path}: line {i + 1} is a JSON {type(row).__name__}, "
+                                        "not an object with the text and label fields")
+                out.append(row)
     return out
 
 

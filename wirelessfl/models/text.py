@@ -20,13 +20,13 @@ Both need the ``[text]`` extra (``transformers``, ``peft``) only for GPT-2.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from wirelessfl.errors import parse_json
 from wirelessfl.models import layers
 from wirelessfl.models.base import FLModel
 
@@ -37,8 +37,9 @@ def gpt2_size(config: dict[str, Any] | None, model_dir: str | None) -> int:
     """Parameters of a GPT-2 before it is built: from ``config`` or the folder's config.json."""
     if model_dir is not None:
         try:
-            config = json.loads((Path(model_dir).expanduser() / "config.json").read_text())
-        except (OSError, ValueError):
+            config = parse_json((Path(model_dir).expanduser() / "config.json").read_text(),
+                                "config.json")
+        except (OSError, ValueError, UnicodeDecodeError):
             return 0  # the constructor says what is missing
     c = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, **(config or {})}
     e = int(c["n_embd"])

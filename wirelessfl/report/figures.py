@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wirelessfl.errors import parse_yaml, short
 from wirelessfl.report.local import execute_local
 from wirelessfl.report.ray_executor import RayOptions, execute_ray
 from wirelessfl.report.renderers import RENDERERS
@@ -153,7 +154,7 @@ def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
         if not sep or not key.strip() or not values.strip():
             raise ConfigError(f"--grid {item[:60]!r}: write KEY=V1,V2,... (e.g. local.lr=0.01,0.03)")
         try:
-            axis = [(key.strip(), yaml.safe_load(v)) for v in values.split(",")]
+            axis = [(key.strip(), parse_yaml(v, f"--grid {short(key)}")) for v in values.split(",")]
         except yaml.YAMLError:
             raise ConfigError(f"--grid {item[:60]!r}: a value is not a YAML scalar") from None
         shown = [show_value(v) for _, v in axis]

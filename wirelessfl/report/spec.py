@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wirelessfl.errors import parse_yaml
 from wirelessfl.run.config import ConfigError, apply_overrides, presets_dir, without_later_defaults
 from wirelessfl.run.kinds import canonical
 from wirelessfl.run.records import RunRecord
@@ -97,18 +98,18 @@ class Figure:
 def load_figures(paper: str, scale: str, only: list[str] | None = None,
                  extra: list[str] | None = None) -> list[Figure]:
     """The figures of ``experiments/<paper>/figures.yaml`` at ``scale`` (all checked)."""
-    import yaml
-
     path = presets_dir() / paper / "figures.yaml"
     if not path.is_file():
         known = sorted(p.parent.name for p in presets_dir().glob("*/figures.yaml"))
         raise ConfigError(f"no figures for paper {paper!r}; papers with figures: {', '.join(known)}")
     if scale not in SCALES:
         raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+    doc = parse_yaml(path.read_text(), str(path))
+    missing = [k for k in ("base", "scales", "figures")
+               if not isinstance(doc, dict) or not isinstance(doc.get(k), dict)]
+    if missing:
+        raise ConfigError(f"{path}: needs a mapping `{missing[0]}` (figures.yaml holds base, "
+                          "scales and figures)")
     figures = doc["figures"]
     unknown = sorted(set(only or ()) - set(figures))
     if unknown:

@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from wirelessfl.algorithms.dynamic.initial_model import InitialModelConfig
 from wirelessfl.data.arrays import PLACEMENTS
 from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.data.text import TEXT_DATASETS
 from wirelessfl.engine.client import LocalHParams
-from wirelessfl.errors import ConfigError, check_config_size, short
+from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, short
 from wirelessfl.net.links import NetworkConfig
 from wirelessfl.run.configtypes import (
     LATER_DEFAULTS,
@@ -282,10 +280,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if not all(keys):
             raise ConfigError(f"--set {short(path)}: the key must be names joined by dots, e.g. "
                               "local.lr=0.05")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {path}: cannot parse value {short(text)}") from exc
+        value = parse_yaml(text, f"--set {short(path)}")
         check_config_size(value, f"--set {path}")
         node = raw
         for k in keys[:-1]:
@@ -332,9 +327,7 @@ def load_raw(preset_or_path: str) -> dict[str, Any]:
     try:
         if path.stat().st_size > 4 * 2**20:
             raise ConfigError(f"{path}: over 4 MiB, too large for a config file")
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from exc
+        raw = parse_yaml(path.read_text(), str(path)) or {}
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read ({type(exc).__name__})") from exc
     if not isinstance(raw, dict):

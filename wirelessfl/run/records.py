@@ -42,7 +42,7 @@ import torch
 import yaml
 
 import wirelessfl
-from wirelessfl.errors import RunFolderError
+from wirelessfl.errors import ConfigError, RunFolderError, parse_json, parse_yaml
 from wirelessfl.run.configtypes import without_later_defaults
 from wirelessfl.run.safe_io import atomic_write, open_append, open_new, refuse_link
 
@@ -231,9 +231,11 @@ class RunRecord:
             raise RunFolderError(f"{self.folder} holds no run (no config.yaml); pass a preset or "
                                  "YAML file, or --out of an existing run folder")
         try:
-            raw = yaml.safe_load(path.read_text())
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raw = parse_yaml(path.read_text(), str(path))
+        except UnicodeDecodeError as exc:
             raise RunFolderError(f"{path} is damaged ({type(exc).__name__})") from None
+        except ConfigError as exc:
+            raise RunFolderError(f"{exc} (the run folder is damaged)") from None
         if not isinstance(raw, dict):
             raise RunFolderError(f"{path} is damaged (not a mapping)")
         return raw
@@ -247,8 +249,8 @@ class RunRecord:
             if not line:
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = parse_json(line, str(self.metrics_path))
+            except ConfigError:
                 row = None
             if not isinstance(row, dict) or not isinstance(row.get("round"), int):
                 raise RunFolderError(f"{self.metrics_path} line {n} is damaged (truncated or "
@@ -323,9 +325,10 @@ class RunRecord:
         if not path.is_file():
             return None
         try:
-            return json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            got = parse_json(path.read_text(), str(path))
+        except (ConfigError, UnicodeDecodeError):
             return None
+        return got if isinstance(got, dict) else None
 
 
 def _finite_json(value: Any) -> Any:
