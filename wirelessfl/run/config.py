@@ -245,6 +245,24 @@ class RunConfig:
                               f"population.groups={groups} so that each session is one group")
         if self.data.unseen_labels and self.data.partition != "two_group":
             raise ConfigError("data.unseen_labels is for data.partition two_group")
+        pop = self.population
+        if pop.kind == "alternating" and pop.rounds_per_session >= self.rounds:
+            raise ConfigError(f"population.rounds_per_session = {pop.rounds_per_session} is not "
+                              f"shorter than the run's {self.rounds} rounds: no session would "
+                              "ever end; lower it or raise rounds")
+        late = [e.get("round") for e in pop.events if isinstance(e, dict)
+                and isinstance(e.get("round"), int) and e["round"] >= self.rounds]
+        if late:
+            raise ConfigError(f"population.events: an event at round {late[0]} comes after the "
+                              f"run's {self.rounds} rounds and would never happen; remove it or "
+                              "raise rounds")
+        if self.initial_model.rule != "none" and pop.kind == "alternating":
+            sessions = -(-self.rounds // pop.rounds_per_session)
+            if self.initial_model.pilot_sessions >= sessions:
+                raise ConfigError(f"initial_model.pilot_sessions = "
+                                  f"{self.initial_model.pilot_sessions} covers all {sessions} "
+                                  "sessions of the run, so the rule would never act; lower it or "
+                                  "raise rounds")
 
 
 # --------------------------------------------------------------------------- typed building

@@ -153,6 +153,10 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
                           "vectors of its round's clients only, so a late one would be lost; "
                           "use late: drop with it")
     algorithm = algo_cls(env, cfg.algorithm.hparams)
+    k = getattr(getattr(algorithm, "sampler", None), "num", None)
+    if k is not None and k > len(client_indices):
+        raise ConfigError(f"algorithm.clients_per_round = {k} is more than the "
+                          f"{len(client_indices)} clients; lower it (or omit it: all take part)")
     if net.scheduler != "uniform" and not hasattr(algorithm.sampler, "num"):
         raise ConfigError(f"network.scheduler {net.scheduler} picks K clients a round: set "
                           "algorithm.hparams.clients_per_round (K)")

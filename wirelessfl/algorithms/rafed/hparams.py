@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from channels.rates import BANDWIDTH_HZ
@@ -109,6 +110,23 @@ class RAFedHParams:
         as_float("cycles_per_step", self.cycles_per_step, lo=0, hi=1e15)
         if self.step_widths and self.policy != "prefix":
             raise ValueError("`step_widths` (FjORD's ordered dropout) needs policy: prefix")
+        defaults = {f.name: f.default for f in dataclasses.fields(type(self))}
+        inert = [("fraction", self.fraction is not None and self.ratios != defaults["ratios"],
+                  "replaces `ratios`: give one of them"),
+                 ("gamma_min", self.gamma_min != defaults["gamma_min"]
+                  and self.policy != "coverage_aware", "is a setting of policy coverage_aware"),
+                 ("deadline_s", self.deadline_s is not None and self.resources != "deadline",
+                  "is a setting of resources: deadline"),
+                 ("deadline_quantile", self.deadline_quantile != defaults["deadline_quantile"]
+                  and (self.resources != "deadline" or self.deadline_s is not None),
+                  "sets the deadline of resources: deadline when deadline_s is not given"),
+                 ("bits", self.bits != defaults["bits"] and self.compression != "quantize",
+                  "is a setting of compression: quantize"),
+                 ("keep", self.keep != defaults["keep"] and self.compression != "topk",
+                  "is a setting of compression: topk")]
+        for key, bad, why in inert:
+            if bad:
+                raise ValueError(f"`{key}` {why}; as set it would not take effect")
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,13 @@ class RAFed(FederatedAlgorithm):
         # F_n drawn once per client, the first ⌊N/2⌋ clients from the first range (as HIST's cells)
         self.cpu_hz = draw_cpu(n, 1, env.seeds.generator("cpu"), cpu_ghz=hp.cpu_ghz).ravel()
         self.steps = np.array([steps_per_call(len(i), env.local) for i in env.client_indices])
+        if hp.resources == "deadline" and hp.deadline_s is not None:  # can anyone take part?
+            d = sum(int(np.prod(s)) for s in self.shapes.values())
+            ratios, _ = self._ratios(0, np.arange(n), d)
+            if not (ratios > 0).any():
+                raise ValueError(f"deadline_s = {hp.deadline_s:g}: in round 0 no client meets it "
+                                 "even with the smallest ratio level, so no client would train; "
+                                 "raise deadline_s or add a smaller level to `ratios`")
 
     # ------------------------------------------------------------------ the round's phases
     def configure(self, state: ServerState) -> SubmodelPlan:
