@@ -202,3 +202,30 @@ def test_a_damaged_run_folder_with_deep_rows_or_config_is_one_line(tmp_path, cap
     assert main(["run", str(cfg), "--out", str(out), "--resume", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "nested" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("patch, match", [
+    ({"algorithm": {"name": "rafed", "fraction": 0.5, "ratios": [1.0, 0.5]}}, "replaces ratios"),
+    ({"algorithm": {"name": "rafed", "gamma_min": 3}}, "coverage_aware"),
+    ({"algorithm": {"name": "rafed", "deadline_s": 2.0}}, "resources: deadline"),
+    ({"algorithm": {"name": "rafed", "bits": 4}}, "compression: quantize"),
+    ({"algorithm": {"name": "rafed", "keep": 0.3, "compression": "quantize"}}, "compression: topk"),
+    ({"population": {"kind": "alternating", "rounds_per_session": 3}}, "no session would"),
+    ({"population": {"kind": "events", "events": [{"round": 0, "join": [0, 1]},
+                                                  {"round": 9, "join": [2]}]}}, "never happen"),
+    ({"rounds": 4, "population": {"kind": "alternating", "rounds_per_session": 2},
+      "initial_model": {"rule": "previous", "pilot_sessions": 2}}, "would never act"),
+])
+def test_settings_that_cannot_take_effect_are_refused(patch, match):
+    with pytest.raises(ValueError, match=match) as err:
+        resolve({**RAW, **patch})
+    assert "\n" not in str(err.value)
+
+
+def test_runs_nobody_can_take_part_in_are_refused_before_training():
+    with pytest.raises(ValueError, match="more than the 6 clients"):
+        runner.prepare(resolve({**RAW, "algorithm": {"name": "fedavg", "clients_per_round": 7}}))
+    with pytest.raises(ValueError, match="no client meets it"):
+        runner.prepare(resolve({**RAW, "algorithm": {"name": "rafed", "ratios": [1.0, 0.5],
+                                                     "resources": "deadline",
+                                                     "deadline_s": 1e-9}}))
