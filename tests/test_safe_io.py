@@ -229,3 +229,32 @@ def test_runs_nobody_can_take_part_in_are_refused_before_training():
         runner.prepare(resolve({**RAW, "algorithm": {"name": "rafed", "ratios": [1.0, 0.5],
                                                      "resources": "deadline",
                                                      "deadline_s": 1e-9}}))
+
+
+def test_an_unreachable_ray_address_is_refused_at_once():
+    import time
+
+    from wirelessfl.report.ray_executor import _reachable
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="no Ray cluster answers"):
+        _reachable("127.0.0.1:1")
+    assert time.perf_counter() - start < 10
+
+
+def test_sizes_that_drive_work_are_checked_first(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**RAW, "rounds": 2}))
+    assert main(["sweep", str(cfg), "--grid", "rounds=1,1.0", "--out", str(tmp_path / "s")]) == 2
+    assert "give the same run" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="more than the 60000 training samples"):
+        runner.prepare(resolve({**RAW, "data": {"dataset": "fashion_mnist", "partition": "iid",
+                                                "num_clients": 100_000}}))
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    rows = [json.loads(s) for s in (out / "metrics.jsonl").read_text().splitlines()]
+    rows[1]["round_costs"] = rows[1]["round_costs"] * 200_000
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["retime", str(out), "--set", "network.model=tdma"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "round costs" in err and len(err.splitlines()) == 1

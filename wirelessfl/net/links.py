@@ -315,13 +315,18 @@ def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[floa
     """
     if link.cfg.model == "none":
         return [None] * len(rows)
-    total, out = 0.0, []
+    total, out, total_rounds = 0.0, [], 0
     for row in rows:
         costs = row.get("round_costs")
         if row["round"] > 0 and not isinstance(costs, list):
             raise ValueError(f"row of round {row['round']} has no round_costs: the run predates "
                              "per-round costs; train it again to re-time it")
         first = row["round"] - len(costs or [])
+        if first < 0 or first < total_rounds:
+            raise ValueError(f"row of round {row['round']} claims {len(costs or [])} round costs, "
+                             "more than the rounds since the previous row: the run folder is "
+                             "damaged")
+        total_rounds = row["round"]
         for i, values in enumerate(costs or []):
             seconds = link.seconds(RoundCost.from_list(values),
                                    seeds.generator("network", first + i + 1))

@@ -179,6 +179,11 @@ def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
             raw = apply_overrides(base, override_pairs({**dict(point), "seed": seed}))
             canonical(raw)  # fail before any training
             runs.append(RunSpec("final accuracy", label, None, seed, raw))
+    seen: dict[str, str] = {}
+    for r in runs:
+        if seen.setdefault(r.key, r.series) != r.series:
+            raise ConfigError(f"--grid: {seen[r.key]} and {r.series} give the same run (equal "
+                              "values written two ways); give each value once")
     fig = Figure("sweep", {"kind": "final_accuracy", "last": 1,
                            "title": f"sweep of {config} over {', '.join(a[0][0] for a in axes)}"},
                  tuple(runs), scale="")

@@ -79,6 +79,19 @@ def _task(run: Any, root: str, threads: int, index: str) -> str:
     return run_in_process(run, Path(root), threads, index)
 
 
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse, within ``timeout_s``, a HOST:PORT no Ray cluster answers on (Ray would retry on)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--address {address}: no Ray cluster answers there "
+                         f"({getattr(exc, 'strerror', None) or type(exc).__name__}); start one "
+                         "with `ray start --head` or leave --address out") from None
+
+
 def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
                 log: Callable[[str], None] = print, quiet: bool = False) -> None:
     """Train ``runs`` (:class:`~wirelessfl.report.figures.RunSpec`) as Ray tasks under ``root``."""
@@ -88,6 +101,8 @@ def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
     from tqdm import tqdm
 
     started = not ray.is_initialized()
+    if started and options.address and options.address != "auto":
+        _reachable(options.address)
     if started:
         kw: dict[str, Any] = {"address": options.address} if options.address else {
             "num_cpus": os.cpu_count() or 1}

@@ -67,5 +67,9 @@ def partition_data(cfg: RunConfig, splits: DatasetSplits, seeds: Seeds) -> tuple
             raise ConfigError(f"dataset {splits.name!r} has no natural clients; choose another "
                               "data.partition (e.g. iid or shards)")
         return splits.natural_partition
+    n, samples = cfg.data.num_clients, len(splits.train)
+    if n > samples:
+        raise ConfigError(f"data.num_clients = {n} is more than the {samples} training samples "
+                          f"of {splits.name}: every client needs data; use at most {samples}")
     partitioner = make_partitioner(cfg, splits.train.num_classes)
     return partitioner.partition(splits.train.labels(), seeds.generator("partition"))
