@@ -165,6 +165,10 @@ class AirCompCell:
     @cached_property
     def nu(self) -> np.ndarray:
         """Receive normalisation ν_j (times n_j with ``tight_power``), shape (...)."""
+        if not (self.min_gain > 0).all():
+            raise ValueError("a transmitting client has |a^H h_i| = 0 (a zero channel, or a beam "
+                             "orthogonal to it): no power scaling reaches the server; drop that "
+                             "client (weight 0) or choose another beam")
         scale = self.n_clients if self.tight_power else 1.0
         return scale * np.sqrt(np.asarray(self.power, dtype=float) * self.min_gain)
 
@@ -205,7 +209,7 @@ class AirCompCell:
         ndarray, shape (..., K), complex
             δ̂_k; its real part is (24) with noise variance MSE / 2, its mean the exact average.
         """
-        delta = np.asarray(delta, dtype=float)
+        delta = as_finite("delta", delta)
         signal = np.einsum("...im,...i,...ik->...mk", self.h, self.precoders, delta)
         z = complex_normal(signal.shape, rng, np.asarray(self.noise_power)[..., None, None])
         return np.einsum("...m,...mk->...k", self.beam.conj(), signal + z)
@@ -217,7 +221,7 @@ class AirCompCell:
         The noise variance is MSE (25) by default (paper-literal), MSE / 2 with
         ``real_part=True`` (the distribution of Re δ̂ from :meth:`receive`).
         """
-        delta = np.asarray(delta, dtype=float)
+        delta = as_finite("delta", delta)
         mean = (delta.mean(-2) if self.weights is None
                 else np.einsum("...i,...ik->...k", self.weights, delta))
         var = self.mse / 2.0 if real_part else self.mse

@@ -112,6 +112,9 @@ def _check(h: ArrayLike) -> np.ndarray:
         raise ValueError("`h` is too large: |h_i|^2 overflows float64 (entries above ~1e150); "
                          "rescale the channels (the optimal beam does not change)")
     if not (energy > 0).all():
+        if (np.abs(h) > 0).any(axis=-1).all():  # nonzero entries whose squares underflow
+            raise ValueError("`h` is too small: |h_i|^2 underflows float64 (entries below "
+                             "~1e-140); rescale the channels (the optimal beam does not change)")
         raise ValueError("a client's channel h_i is all zero: min_i |a^H h_i|^2 = 0 for every "
                          "beam; drop that client")
     if not (energy >= 1e-280).all():
@@ -463,6 +466,10 @@ def solve(h: ArrayLike, method: str = "fast", *, seed: int | np.random.Generator
                      f"beamforming {shape[:-2]} instances of n={shape[-2]}, M={shape[-1]}",
                      "solve fewer or smaller instances at a time")
     h = _check(h)
+    if not (isinstance(seed, np.random.Generator)
+            or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0)):
+        raise ValueError(f"`seed` must be an integer >= 0 or a numpy.random.Generator, got "
+                         f"{str(seed)[:40]!r}")
     rng = np.random.default_rng(seed)
     batch = h.shape[:-2]
     closed = None if method == "random" else _closed_form(h)

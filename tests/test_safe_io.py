@@ -258,3 +258,67 @@ def test_sizes_that_drive_work_are_checked_first(tmp_path, capsys):
     assert main(["retime", str(out), "--set", "network.model=tdma"]) == 2
     err = capsys.readouterr().err.strip()
     assert "round costs" in err and len(err.splitlines()) == 1
+
+
+def _api_cases():
+    import numpy as np
+    import torch
+
+    from channels.aircomp import AirCompCell
+    from channels.rayleigh import simo_rayleigh
+    from solvers.beamforming import solve
+    from wirelessfl.algorithms.dynamic.initial_model import blend, distances, fingerprint, pilot_model
+    from wirelessfl.models.base import UnitGroup, UnitSlice
+    from wirelessfl.net.compression import compress
+    from wirelessfl.server.optimizers import ServerOptimizer
+    from wirelessfl.server.population import AlternatingGroups, Static
+    from wirelessfl.server.submodel import Submodel
+
+    h = simo_rayleigh((), 3, 2, np.random.default_rng(0))
+    w = {"w": torch.zeros(3, 1)}
+    nan = {"w": torch.full((3, 1), float("nan"))}
+    group = [UnitGroup("g", 4, (UnitSlice("w", 0, 1),))]
+    like = {"w": torch.zeros(4, 2)}
+    return [
+        (lambda: ServerOptimizer("adam").step(w, {"w": torch.zeros(1, 3)}, None), "shape"),
+        (lambda: ServerOptimizer("sgd").step(w, nan, None), "NaN"),
+        (lambda: ServerOptimizer("sgd").step(w, {"v": torch.zeros(3, 1)}, None), "keys"),
+        (lambda: ServerOptimizer("sgd").step(w, {"w": [1, 2, 3]}, None), "tensor"),
+        (lambda: Submodel(group, {"g": [0, 0, 1]}, like), "repeat"),
+        (lambda: Submodel(group, {"g": [0.5, 1.0]}, like), "integers"),
+        (lambda: Submodel(group, {"g": [0, 9]}, like), r"\[0, 4\)"),
+        (lambda: Static(clients=[0, 1]).active(-1), "`t`"),
+        (lambda: AlternatingGroups(groups=[[0], [1]], rounds_per_session=2).session(-3), "`t`"),
+        (lambda: compress({"w": "x"}, "quantize", gen=None), "tensor"),
+        (lambda: compress(w, "quantize", gen=3), "gen"),
+        (lambda: pilot_model([w, {"w": torch.zeros(2)}]), "shape"),
+        (lambda: fingerprint(w, nan, ["w"]), "NaN"),
+        (lambda: fingerprint(w, w, ["v"]), "trainable"),
+        (lambda: distances(w, [{"v": torch.zeros(3, 1)}]), "keys"),
+        (lambda: blend([w, w], torch.tensor([0.5, float("nan")])), "NaN"),
+        (lambda: blend([w, w], [0.5, 0.5]), "1-d tensor"),
+        (lambda: AirCompCell(np.vstack([h[:2], np.zeros((1, 2))]), np.ones(2), power=10.0).mse,
+         "no power scaling"),
+        (lambda: AirCompCell(h, np.ones(2), power=10.0).estimate(np.full((3, 4), np.nan),
+                                                                  np.random.default_rng(0)), "delta"),
+        (lambda: simo_rayleigh((), 3, 2, None), "rng"),
+        (lambda: solve(h, seed="x"), "seed"),
+        (lambda: solve(h * 1e-170), "too small"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(22))
+def test_public_functions_name_the_bad_argument(case):
+    call, match = _api_cases()[case]
+    with pytest.raises((ValueError, TypeError), match=match) as err:
+        call()
+    assert "\n" not in str(err.value)
+
+
+def test_quantising_huge_finite_values_stays_finite():
+    import torch
+
+    from wirelessfl.net.compression import compress
+
+    got = compress({"w": torch.tensor([3e38, -3e38, 1.0])}, "quantize", bits=4, gen=None)["w"]
+    assert bool(torch.isfinite(got).all()) and got[0] == 3e38 and got[1] == -3e38

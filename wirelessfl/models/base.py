@@ -125,3 +125,33 @@ def linear_group(name: str, size: int, nxt: str, width: int = 1) -> UnitGroup:
     """Units of linear/conv layer ``name`` whose outputs feed layer ``nxt``."""
     return UnitGroup(name, size, (UnitSlice(f"{name}.weight", 0), UnitSlice(f"{name}.bias", 0),
                                   UnitSlice(f"{nxt}.weight", 1, width)))
+
+
+def check_tree(name: str, tree: object, like: Params | None = None, *,
+               finite: bool = True) -> Params:
+    """``tree`` checked as a parameter tree: a mapping of names to tensors.
+
+    With ``like``, the names and every shape must match it exactly (no broadcasting); with
+    ``finite``, floating entries must be finite. Raises TypeError/ValueError naming ``name``.
+    """
+    if not isinstance(tree, dict):
+        raise TypeError(f"`{name}` must be a mapping of parameter names to tensors, got "
+                        f"{type(tree).__name__}")
+    for k, v in tree.items():
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"`{name}`[{str(k)[:40]!r}] must be a tensor, got {type(v).__name__}")
+    if like is not None:
+        if set(tree) != set(like):
+            extra, missing = sorted(set(tree) - set(like)), sorted(set(like) - set(tree))
+            raise ValueError(f"`{name}` has keys {'+' + str(extra[:2]) if extra else ''}"
+                             f"{' -' + str(missing[:2]) if missing else ''} that differ from the "
+                             "model's; give one tensor per parameter")
+        for k, v in tree.items():
+            if tuple(v.shape) != tuple(like[k].shape):
+                raise ValueError(f"`{name}`[{k!r}] has shape {tuple(v.shape)}, the parameter "
+                                 f"{tuple(like[k].shape)}")
+    if finite:
+        bad = [k for k, v in tree.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise ValueError(f"`{name}`[{bad[0]!r}] holds NaN or Inf")
+    return tree

@@ -28,7 +28,7 @@ import math
 import torch
 
 from channels.validation import as_float, as_int
-from wirelessfl.models.base import Params
+from wirelessfl.models.base import Params, check_tree
 
 OPERATORS = ("none", "quantize", "topk")
 
@@ -36,6 +36,9 @@ OPERATORS = ("none", "quantize", "topk")
 def compress(params: Params, operator: str, *, bits: int = 8, keep: float = 0.1,
              gen: torch.Generator | None) -> Params:
     """C(θ) for ``operator`` (``bits`` for ``quantize``, ``keep`` for ``topk``)."""
+    check_tree("params", params, finite=False)
+    if gen is not None and not isinstance(gen, torch.Generator):
+        raise TypeError(f"`gen` must be a torch.Generator or None, got {type(gen).__name__}")
     if operator == "none":
         return params
     if operator == "quantize":
@@ -57,6 +60,9 @@ def _finite(params: Params) -> Params:
 
 
 def _quantize(v: torch.Tensor, bits: int, gen: torch.Generator | None) -> torch.Tensor:
+    if not bool(torch.isfinite(v.max() - v.min())):  # the span overflows its dtype (±3e38)
+        return _quantize(v.double(), bits, gen).clamp(torch.finfo(v.dtype).min,
+                                                      torch.finfo(v.dtype).max).to(v.dtype)
     lo, hi = v.min(), v.max()
     step = (hi - lo) / (2**bits - 1)
     if float(step) == 0.0:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from channels.validation import as_float
-from wirelessfl.models.base import Params
+from wirelessfl.models.base import Params, check_tree
 from wirelessfl.server.state import AlgorithmState
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam", "amsgrad", "yogi", "adagrad")
@@ -92,7 +92,16 @@ class ServerOptimizer:
 
     def step(self, params: Params, g: Params, state: ServerOptState | None
              ) -> tuple[Params, ServerOptState | None]:
-        """One server step along the aggregated descent direction ``g``; the new state."""
+        """One server step along the aggregated descent direction ``g``; the new state.
+
+        ``g`` must have the keys and shapes of ``params`` and be finite (checked).
+        """
+        check_tree("params", params, finite=False)
+        check_tree("g", g, params)
+        for field in ("m", "v", "vhat"):
+            held = getattr(state, field, None) if state is not None else None
+            if held is not None:
+                check_tree(f"state.{field}", held, params)
         if self.name == "sgd":
             return {k: params[k] - self.lr * g[k] for k in params}, state
         state = state or ServerOptState()

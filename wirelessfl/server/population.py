@@ -110,6 +110,11 @@ def make_population(cfg: PopulationConfig, num_clients: int) -> Population:
     return EventSessions(events=cfg.events, num_clients=num_clients)
 
 
+def check_round(t: object) -> int:
+    """``t`` as a round index: an integer ≥ 0 (ValueError naming ``t`` otherwise)."""
+    return as_int("t", t, lo=0, hi=10**12)
+
+
 class Population(ABC):
     """Which clients are present in a round.
 
@@ -138,6 +143,7 @@ class Static(Population):
         self.clients = np.sort(np.asarray(clients, dtype=np.int64))
 
     def active(self, t: int) -> np.ndarray:  # noqa: D102
+        check_round(t)
         return self.clients
 
 
@@ -153,7 +159,7 @@ class AlternatingGroups(Population):
         self.order = tuple(int(g) for g in (order or range(len(self.groups))))
 
     def session(self, t: int) -> int:  # noqa: D102
-        return t // self.rounds_per_session
+        return check_round(t) // self.rounds_per_session
 
     def active(self, t: int) -> np.ndarray:  # noqa: D102
         group = self.groups[self.order[self.session(t) % len(self.order)]]
@@ -212,7 +218,7 @@ class EventSessions(Population):
         return ids
 
     def session(self, t: int) -> int:  # noqa: D102
-        return int(np.searchsorted(self.starts, t, side="right") - 1)
+        return int(np.searchsorted(self.starts, check_round(t), side="right") - 1)
 
     def active(self, t: int) -> np.ndarray:  # noqa: D102
         return self.sets[self.session(t)]

@@ -61,7 +61,20 @@ class Submodel:
 
     def __init__(self, groups: Sequence[UnitGroup], selection: Selection, like: Params) -> None:
         by_name = {g.name: g for g in groups}
-        self.selection = {name: torch.as_tensor(u, dtype=torch.long) for name, u in selection.items()}
+        if not isinstance(selection, dict):
+            raise TypeError(f"`selection` must map unit-group names to unit indices, got "
+                            f"{type(selection).__name__}")
+        self.selection = {}
+        for name, u in selection.items():
+            got = torch.as_tensor(u)
+            if got.is_floating_point() or got.is_complex() or got.dtype == torch.bool \
+                    or got.dim() != 1:
+                raise ValueError(f"unit indices of {str(name)[:40]!r} must be a 1-d list of "
+                                 f"integers, got {got.dtype} of shape {tuple(got.shape)}")
+            if got.numel() != torch.unique(got).numel():
+                raise ValueError(f"unit indices of {str(name)[:40]!r} repeat a unit; give each "
+                                 "kept unit once")
+            self.selection[name] = got.to(torch.long)
         self.dims: dict[str, dict[int, torch.Tensor]] = {}
         for name, units in self.selection.items():
             if name not in by_name:

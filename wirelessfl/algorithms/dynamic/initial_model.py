@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from channels.validation import as_float, as_int
-from wirelessfl.models.base import Params
+from wirelessfl.models.base import Params, check_tree
 
 SIMILARITIES = ("two_norm", "inner_product")
 
@@ -41,12 +41,18 @@ def pilot_model(finals: Sequence[Params]) -> Params:
     """Eq. (3): w_Pilot = (1/P) Σ_s w_s^last over the P pilot sessions' final models."""
     if not finals:
         raise ValueError("the pilot model needs at least one pilot session's final model")
+    for i, f in enumerate(finals):
+        check_tree(f"finals[{i}]", f, check_tree("finals[0]", finals[0]))
     return {k: torch.stack([f[k].float() for f in finals]).mean(0).to(finals[0][k].dtype)
             if finals[0][k].is_floating_point() else finals[-1][k].clone() for k in finals[0]}
 
 
 def fingerprint(after: Params, pilot: Params, trainable: Sequence[str]) -> Params:
     """§2.3: G_s = w_s^(V) − w_Pilot over the trainable parameters (not the buffers)."""
+    check_tree("pilot", pilot, check_tree("after", after))
+    missing = [k for k in trainable if k not in after]
+    if missing:
+        raise ValueError(f"`trainable` names {missing[0]!r}, which the models do not have")
     return {k: (after[k] - pilot[k]).detach().to("cpu", torch.float32) for k in trainable}
 
 
@@ -69,6 +75,9 @@ def distances(current: Params, stored: Sequence[Params], similarity: str = "two_
     if similarity not in SIMILARITIES:
         raise ValueError(f"`similarity` must be one of {', '.join(SIMILARITIES)}, "
                          f"got {similarity!r}")
+    check_tree("current", current)
+    for i, g in enumerate(stored):
+        check_tree(f"stored[{i}]", g, current)
     if literal_eq5:
         return torch.stack([torch.sqrt(sum(((current[k] - g[k]) ** 2).sum() for k in current))
                             for g in stored])
@@ -101,9 +110,15 @@ def similarity_weights(current: Params, stored: Sequence[Params], scale: float,
 
 def blend(models: Sequence[Params], weights: torch.Tensor) -> Params:
     """Σ_z α_z w_z over the whole state; integer entries from the most recent model (§2.4)."""
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 1:
+        raise TypeError("`weights` must be a 1-d tensor, one weight per model")
     if len(models) != len(weights) or not models:
         raise ValueError(f"{len(models)} models for {len(weights)} weights")
+    for i, m in enumerate(models):
+        check_tree(f"models[{i}]", m, models[-1])
     w = weights.to(torch.float64)
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("`weights` holds NaN or Inf")
     if not math.isclose(float(w.sum()), 1.0, rel_tol=1e-9) or bool((w < 0).any()):
         raise ValueError("blend weights must be non-negative and sum to 1")
     out = {}
