@@ -354,7 +354,10 @@ class RoundsJob(Job):
             t0 = self.state.round
             if t0 > 0 and population.session(t0) != population.session(t0 - 1):
                 self.state = self.starts(self.state, t0, population.session(t0))
-            self.state, report = exp.algorithm.apply(self.state)
+            try:
+                self.state, report = exp.algorithm.apply(self.state)
+            except TrainingDiverged as exc:
+                raise TrainingDiverged(f"{cfg.name}, round {t0 + 1}: {exc}") from None
             t = self.state.round
             check_finite(self.state.params, f"{cfg.name}, round {t}")
             self.uplink += report.uplink_params

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from channels.validation import as_float
+from wirelessfl.errors import TrainingDiverged
 from wirelessfl.models.base import Params, check_tree
 from wirelessfl.server.state import AlgorithmState
 
@@ -94,10 +95,16 @@ class ServerOptimizer:
              ) -> tuple[Params, ServerOptState | None]:
         """One server step along the aggregated descent direction ``g``; the new state.
 
-        ``g`` must have the keys and shapes of ``params`` and be finite (checked).
+        ``g`` must have the keys and shapes of ``params`` (checked); a NaN or infinite ``g`` is
+        training that diverged (:class:`~wirelessfl.errors.TrainingDiverged`).
         """
         check_tree("params", params, finite=False)
-        check_tree("g", g, params)
+        check_tree("g", g, params, finite=False)
+        bad = [k for k, v in g.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise TrainingDiverged(f"the aggregated update became NaN/Inf ({bad[0]}); the loss "
+                                   "diverged - lower the learning rate(s) and start again with "
+                                   "another --out")
         for field in ("m", "v", "vhat"):
             held = getattr(state, field, None) if state is not None else None
             if held is not None:
