@@ -93,6 +93,11 @@ def complex_normal(shape: tuple[int, ...], rng: np.random.Generator,
     return z * np.sqrt(np.asarray(variance, dtype=float) / 2.0)
 
 
+def _check_rng(rng: object) -> None:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"`rng` must be a numpy.random.Generator, got {type(rng).__name__}")
+
+
 @dataclass(frozen=True)
 class AirCompCell:
     """The AirComp transceiver of one cell (or a batch of cells).
@@ -209,10 +214,24 @@ class AirCompCell:
         ndarray, shape (..., K), complex
             δ̂_k; its real part is (24) with noise variance MSE / 2, its mean the exact average.
         """
-        delta = as_finite("delta", delta)
+        delta = self._delta(delta)
+        _check_rng(rng)
         signal = np.einsum("...im,...i,...ik->...mk", self.h, self.precoders, delta)
         z = complex_normal(signal.shape, rng, np.asarray(self.noise_power)[..., None, None])
         return np.einsum("...m,...mk->...k", self.beam.conj(), signal + z)
+
+    def _delta(self, delta: ArrayLike) -> np.ndarray:
+        """``delta`` checked: real, finite, shape (..., n, K) matching the cells."""
+        d = as_finite("delta", delta)
+        if d.ndim < 2 or d.shape[-2] != self.n_clients:
+            raise ValueError(f"`delta` must have shape (..., {self.n_clients}, K), one row per "
+                             f"client, got {d.shape}")
+        try:
+            np.broadcast_shapes(d.shape[:-2], self.h.shape[:-2])
+        except ValueError:
+            raise ValueError(f"`delta` of shape {d.shape} does not match the cells "
+                             f"{self.h.shape[:-2]}") from None
+        return d
 
     def estimate(self, delta: ArrayLike, rng: np.random.Generator, *,
                  real_part: bool = False) -> np.ndarray:
@@ -221,7 +240,8 @@ class AirCompCell:
         The noise variance is MSE (25) by default (paper-literal), MSE / 2 with
         ``real_part=True`` (the distribution of Re δ̂ from :meth:`receive`).
         """
-        delta = as_finite("delta", delta)
+        delta = self._delta(delta)
+        _check_rng(rng)
         mean = (delta.mean(-2) if self.weights is None
                 else np.einsum("...i,...ik->...k", self.weights, delta))
         var = self.mse / 2.0 if real_part else self.mse

@@ -49,11 +49,9 @@ def simo_rayleigh(batch_shape: tuple[int, ...], n_clients: int, n_antennas: int,
     shape = (*batch_shape, n_clients, n_antennas)
     check_memory(48.0 * float(np.prod(shape, dtype=float)), f"channels of shape {shape}",
                  "draw fewer instances, clients or antennas")
+    g = None if gain is None else as_finite("gain", gain, lo=0, shape=shape[:-1])
     h = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) / np.sqrt(2.0)
-    if gain is not None:
-        g = np.asarray(gain, dtype=float)
-        if (g < 0).any() or not np.isfinite(g).all():
-            raise ValueError("`gain` must be finite and >= 0")
+    if g is not None:
         h = h * np.sqrt(g)[..., None]
     return h
 

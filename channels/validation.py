@@ -85,12 +85,23 @@ def as_int(name: str, value: object, *, lo: int | None = None, hi: int | None = 
 
 
 def as_finite(name: str, x: ArrayLike, *, lo: float | None = None, hi: float | None = None,
-              lo_open: bool = False, hi_open: bool = False, dtype=float) -> np.ndarray:
-    """``x`` as an array of finite values in the given range (complex: finite only)."""
+              lo_open: bool = False, hi_open: bool = False, dtype=float,
+              shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``x`` as an array of finite values in the given range (complex: finite only).
+
+    A real ``dtype`` refuses complex input (its imaginary part would be dropped); with
+    ``shape``, the array is broadcast to it (a read-only view) or refused naming ``name``.
+    """
+    if isinstance(x, (str, bytes)) or x is None:
+        raise ValueError(f"`{name}` must be an array of numbers, got {short(x)}")
+    if not np.issubdtype(np.dtype(dtype), np.complexfloating) and np.iscomplexobj(x):
+        raise ValueError(f"`{name}` must be real, got complex values")
     try:
         arr = np.asarray(x, dtype=dtype)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"`{name}` must be an array of numbers ({exc})") from None
+        raise ValueError(f"`{name}` must be an array of numbers ({str(exc)[:80]})") from None
+    if shape is not None:
+        arr = broadcast(name, arr, shape)
     if not np.isfinite(arr).all():
         raise ValueError(f"`{name}` must be finite everywhere (it holds NaN or Inf)")
     if not np.iscomplexobj(arr):
@@ -121,3 +132,25 @@ def check_memory(nbytes: float, what: str, fix: str) -> None:
     if not nbytes <= budget:
         raise ValueError(f"{what} needs about {nbytes / 2**30:.3g} GiB, more than the "
                          f"{budget / 2**30:.3g} GiB this machine allows (WIRELESSFL_MAX_BYTES); {fix}")
+
+
+def broadcast(name: str, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``x`` broadcast to ``shape`` (a read-only view), else ValueError naming ``name``."""
+    try:
+        return np.broadcast_to(x, shape)
+    except ValueError:
+        raise ValueError(f"`{name}` of shape {np.shape(x)} does not broadcast to {tuple(shape)}"
+                         ) from None
+
+
+def as_mask(name: str, x: ArrayLike, shape: tuple[int, ...]) -> np.ndarray:
+    """``x`` as a boolean array broadcast to ``shape``; 0/1 integers are accepted."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise ValueError(f"`{name}` must be a boolean array, got {short(x)}")
+    arr = np.asarray(x)
+    if arr.dtype != bool:
+        if arr.dtype.kind not in "iu" or not np.isin(arr, (0, 1)).all():
+            raise ValueError(f"`{name}` must be a boolean array (or 0/1 integers), got "
+                             f"{arr.dtype} values")
+        arr = arr.astype(bool)
+    return broadcast(name, arr, shape)

@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from channels.aircomp import gains_unchecked as gains
-from channels.validation import as_float, as_int, check_memory
+from channels.validation import as_float, as_int, check_memory, short
 
 METHODS = ("fast", "certified", "sca", "sdr", "eigen", "strongest", "random")
 
@@ -129,7 +129,12 @@ def working_bytes(shape: tuple[int, ...], method: str = "fast", random_starts: i
     ``"fast"`` keeps every start of every instance: (n + 1 + random starts) beams and their
     n gains, a few complex copies of each; the other methods a few copies of ``h``.
     """
-    *batch, n, m = (int(x) for x in shape)
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {', '.join(METHODS)}; got {short(method)}")
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (tuple, list)) or len(shape) < 2:
+        raise ValueError(f"`shape` must be a tuple (..., n, M) of sizes, got {short(shape)}")
+    *batch, n, m = (as_int("shape", x, lo=0) for x in shape)
+    random_starts = as_int("random_starts", random_starts, lo=0, hi=100_000)
     inst = float(np.prod(batch, dtype=float)) if batch else 1.0
     if method in ("fast", "certified"):
         starts = n + 1 + random_starts
@@ -137,8 +142,19 @@ def working_bytes(shape: tuple[int, ...], method: str = "fast", random_starts: i
     return inst * 4 * 16.0 * n * m
 
 
+_FAST_OPTIONS = ("random_starts", "explore_iters", "keep", "refine_iters", "tau", "step")
+OPTIONS = {"fast": _FAST_OPTIONS, "certified": (*_FAST_OPTIONS, "randomizations", "solver"),
+           "sca": ("tol", "max_iter", "random_starts", "multistart", "solver"),
+           "sdr": ("randomizations", "solver")}
+
+
 def _check_options(method: str, options: dict) -> None:
-    """Each option of ``method`` finite and in range (ValueError naming it)."""
+    """Each option of ``method`` known, finite and in range (ValueError naming it)."""
+    unknown = sorted(set(options) - set(OPTIONS.get(method, ())))
+    if unknown:
+        takes = ", ".join(OPTIONS.get(method, ())) or "none"
+        raise ValueError(f"unknown option `{str(unknown[0])[:40]}` for method {method!r}; it takes "
+                         f"{takes}")
     for key in ("random_starts", "explore_iters", "refine_iters", "max_iter", "randomizations",
                 "keep"):
         if key in options and not (key == "keep" and options[key] is None):
@@ -153,6 +169,8 @@ def _check_options(method: str, options: dict) -> None:
                 as_float(key, v, lo=0, hi=10, lo_open=True)
     if "tol" in options:
         as_float("tol", options["tol"], lo=0, hi=1, lo_open=True)
+    if "multistart" in options and not isinstance(options["multistart"], bool):
+        raise ValueError(f"`multistart` must be true or false, got {short(options['multistart'])}")
     if "solver" in options:
         import cvxpy as cp
 

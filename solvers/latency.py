@@ -36,15 +36,23 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from channels.rates import BANDWIDTH_HZ, SUBCARRIER_HZ, SYMBOL_S
-from channels.validation import as_finite, as_float, as_int
+from channels.validation import as_finite, as_float, as_int, as_mask, short
 
 
-def _cells_iv(name: str, x: ArrayLike, client_mask: ArrayLike | None) -> tuple[np.ndarray, np.ndarray]:
-    x = np.asarray(x, dtype=float)
+def _cells_iv(name: str, x: ArrayLike, client_mask: ArrayLike | None,
+              shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(x, (str, bytes)) or x is None or np.iscomplexobj(x):
+        raise ValueError(f"`{name}` must be a real array of shape (..., N, n), got {short(x)}")
+    try:
+        x = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be an array of numbers") from None
     if x.ndim < 2:
         raise ValueError(f"`{name}` must have shape (..., N, n), got {x.shape}")
-    mask = np.ones(x.shape, bool) if client_mask is None else np.broadcast_to(
-        np.asarray(client_mask, bool), x.shape)
+    if shape is not None and x.shape != shape:
+        raise ValueError(f"`{name}` must have the shape of `cpu_hz` {shape}, got {x.shape}")
+    mask = np.ones(x.shape, bool) if client_mask is None else as_mask(
+        "client_mask", client_mask, x.shape)
     if not (mask.sum(-1) > 0).all():
         raise ValueError("every cell needs at least one client (client_mask has an empty cell)")
     bad = mask & ~(np.isfinite(x) & (x > 0))
@@ -108,7 +116,7 @@ def full_model_latency_oma(cpu_hz: ArrayLike, rate_bps: ArrayLike, *, local_step
     ndarray, shape (..., N), float [s]
     """
     cpu, mask = _cells_iv("cpu_hz", cpu_hz, client_mask)
-    rate, _ = _cells_iv("rate_bps", rate_bps, mask)
+    rate, _ = _cells_iv("rate_bps", rate_bps, mask, cpu.shape)
     _scalars(local_steps=local_steps, cycles_per_step=cycles_per_step, model_bits=model_bits)
     compute = local_steps * cycles_per_step / np.where(mask, cpu, 1.0)
     upload = model_bits / np.where(mask, rate, 1.0)
@@ -146,6 +154,9 @@ def full_model_latency_aircomp(cpu_hz: ArrayLike, *, local_steps: int, cycles_pe
     cpu, mask = _cells_iv("cpu_hz", cpu_hz, client_mask)
     _scalars(local_steps=local_steps, cycles_per_step=cycles_per_step, num_params=num_params,
              bandwidth_hz=bandwidth_hz, subcarrier_hz=subcarrier_hz, symbol_s=symbol_s)
+    if subcarrier_hz > bandwidth_hz:
+        raise ValueError(f"`subcarrier_hz` ({subcarrier_hz:g}) must not exceed `bandwidth_hz` "
+                         f"({bandwidth_hz:g}): the band holds no subcarrier")
     compute = _masked_max(local_steps * cycles_per_step / np.where(mask, cpu, 1.0), mask)
     with np.errstate(over="ignore"):
         return _overflow_checked(compute + num_params * symbol_s * subcarrier_hz / bandwidth_hz,
@@ -156,7 +167,7 @@ def edge_round_latency(full_latency: ArrayLike, sizes: ArrayLike, total: int) ->
     """τ_j = C_j d_j / D for mask sizes d_j out of D (eqs. (17), (35)) [s], shape (..., N)."""
     total = as_int("total", total, lo=1)
     c = as_finite("full_latency", full_latency, lo=0)
-    d = as_finite("sizes", sizes, lo=0)
+    d = as_finite("sizes", sizes, lo=0, hi=total, shape=c.shape)
     with np.errstate(over="ignore"):
         return _overflow_checked(c * d / float(total), "the edge-round latency")
 

@@ -87,6 +87,8 @@ class MaskSizeResult:
 
 def _solve_iv(unit_latency: ArrayLike, total: int, cap: ArrayLike | None,
               backend: str) -> tuple[np.ndarray, int, np.ndarray]:
+    if np.iscomplexobj(unit_latency):
+        raise ValueError("`unit_latency` must be real, got complex values")
     try:
         c = np.asarray(unit_latency, dtype=float)
     except (TypeError, ValueError):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from channels.validation import as_finite, as_float, as_int
+from channels.validation import as_finite, as_float, as_int, as_mask
 
 POLICIES = ("uniform", "best_channel", "proportional_fair", "age")
 
@@ -104,14 +104,13 @@ def schedule(rate_bps: ArrayLike, k: int, policy: str = "best_channel", *,
     elif policy == "proportional_fair":
         if average_bps is None:
             raise ValueError("policy proportional_fair needs `average_bps`, each client's average rate")
-        avg = as_finite("average_bps", average_bps, lo=0, lo_open=True)
-        score = rate / np.broadcast_to(avg, rate.shape)
+        score = rate / as_finite("average_bps", average_bps, lo=0, lo_open=True, shape=rate.shape)
     else:
         if age is None:
             raise ValueError("policy age needs `age`, the rounds since each client was scheduled")
-        a = as_finite("age", age, lo=0)
+        a = as_finite("age", age, lo=0, shape=rate.shape)
         # the oldest first; among equal ages the higher rate (rate / (1 + max rate) < 1)
-        score = np.broadcast_to(np.floor(a), rate.shape) + rate / (1.0 + rate.max(-1, keepdims=True))
+        score = np.floor(a) + rate / (1.0 + rate.max(-1, keepdims=True))
     order = np.argsort(-score, axis=-1, kind="stable")[..., :k]
     mask = np.zeros(rate.shape, bool)
     np.put_along_axis(mask, order, True, axis=-1)
@@ -123,11 +122,11 @@ def update_average(average_bps: ArrayLike, rate_bps: ArrayLike, mask: ArrayLike,
     """R̄ ← (1 − 1/w) R̄ + (1/w) R·1[scheduled]: proportional fair's average [bit/s], (..., N)."""
     w = as_float("window", window, lo=1, hi=1e9)
     avg = as_finite("average_bps", average_bps, lo=0)
-    rate = as_finite("rate_bps", rate_bps, lo=0)
-    return (1 - 1 / w) * avg + (1 / w) * rate * np.asarray(mask, bool)
+    rate = as_finite("rate_bps", rate_bps, lo=0, shape=avg.shape)
+    return (1 - 1 / w) * avg + (1 / w) * rate * as_mask("mask", mask, avg.shape)
 
 
 def update_age(age: ArrayLike, mask: ArrayLike) -> np.ndarray:
     """Rounds since last scheduled: 0 for the scheduled clients, one more for the others."""
     a = as_finite("age", age, lo=0)
-    return np.where(np.asarray(mask, bool), 0, a + 1)
+    return np.where(as_mask("mask", mask, a.shape), 0, a + 1)

@@ -39,7 +39,7 @@ from numpy.typing import ArrayLike
 
 from channels.aircomp import AirCompCell
 from channels.units import db_to_lin
-from channels.validation import as_finite, as_float, as_int
+from channels.validation import as_finite, as_float, as_int, as_mask
 
 ACCESS = ("tdma", "fdma")
 OPERATORS = ("quantize", "topk")
@@ -77,12 +77,7 @@ def _iv(rate_bps: ArrayLike, access: str, compute_s: ArrayLike,
     rate = as_finite("rate_bps", rate_bps, lo=0)
     if rate.ndim < 1 or rate.shape[-1] < 1:
         raise ValueError(f"`rate_bps` must have shape (..., S) with S >= 1, got {rate.shape}")
-    compute = as_finite("compute_s", compute_s, lo=0)
-    try:
-        compute = np.broadcast_to(compute, rate.shape[:-1])
-    except ValueError:
-        raise ValueError(f"`compute_s` {compute.shape} must broadcast to the instances "
-                         f"{rate.shape[:-1]}") from None
+    compute = as_finite("compute_s", compute_s, lo=0, shape=rate.shape[:-1])
     deadline = math.inf if deadline_s is None else as_float("deadline_s", deadline_s, lo=0,
                                                             hi=1e12, lo_open=True)
     return rate, compute, deadline
@@ -114,7 +109,7 @@ def deadline_outage(rate_bps: ArrayLike, payload_bits: ArrayLike, deadline_s: fl
         c + max_i S b_i / R_i (``fdma``), exactly the clock of ``network.model``.
     """
     rate, compute, deadline = _iv(rate_bps, access, compute_s, deadline_s)
-    bits = np.broadcast_to(as_finite("payload_bits", payload_bits, lo=0), rate.shape)
+    bits = as_finite("payload_bits", payload_bits, lo=0, shape=rate.shape)
     s = rate.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore"):
         up = np.where(bits > 0, bits / np.where(rate > 0, rate, 1.0), 0.0)
@@ -219,7 +214,7 @@ def fit_bit_widths(rate_bps: ArrayLike, num_params: int, deadline_s: float, *,
     full_bits = as_int("full_bits", full_bits, lo=1, hi=64)
     max_bits = as_int("max_bits", max_bits, lo=1, hi=min(24, full_bits))
     tensors = as_int("num_tensors", num_tensors, lo=1, hi=10**9)
-    other = np.broadcast_to(as_finite("other_bits", other_bits, lo=0), rate.shape)
+    other = as_finite("other_bits", other_bits, lo=0, shape=rate.shape)
     s = rate.shape[-1]
     left = np.maximum(deadline - compute, 0.0)[..., None]
     budget = rate * left / s
@@ -298,12 +293,12 @@ def aircomp_mse(h: ArrayLike, *, snr_db: float, selection: ArrayLike | None = No
         raise ValueError(f"`h` must have shape (..., n, M), got {h.shape}")
     snr = db_to_lin(as_float("snr_db", snr_db, lo=-200, hi=200))
     n = h.shape[-2]
-    sel = (np.ones(h.shape[:-1], bool) if selection is None
-           else np.broadcast_to(np.asarray(selection, bool), h.shape[:-1]))
     if selection is not None and np.shape(selection)[-1:] != (n,):
         raise ValueError(f"`selection` must have shape (..., {n}), got {np.shape(selection)}")
-    w = np.ones(h.shape[:-1]) if weights is None else np.broadcast_to(
-        as_finite("weights", weights, lo=0), h.shape[:-1])
+    sel = (np.ones(h.shape[:-1], bool) if selection is None
+           else as_mask("selection", selection, h.shape[:-1]))
+    w = np.ones(h.shape[:-1]) if weights is None else as_finite(
+        "weights", weights, lo=0, shape=h.shape[:-1])
     w = np.where(sel, w, 0.0)
     empty = w.sum(-1) == 0
     w = np.where(empty[..., None], 1.0, w)  # placeholder; its MSE is reported as inf
@@ -313,6 +308,11 @@ def aircomp_mse(h: ArrayLike, *, snr_db: float, selection: ArrayLike | None = No
         a = solve(np.where((w > 0)[..., None], h, copy), method, seed=seed).a
     else:
         a = as_finite("beam", beam, dtype=complex)
+        if a.shape[-1:] != h.shape[-1:]:
+            raise ValueError(f"`beam` must have shape (..., {h.shape[-1]}) (one weight per "
+                             f"antenna), got {a.shape}")
+        if not (np.abs(a).sum(-1) > 0).all():
+            raise ValueError("`beam` must be non-zero in every instance")
     cell = AirCompCell(h, a, power=snr, weights=w)
     mse = np.where(empty, np.inf, cell.mse)
     return AirCompMSE(mse, cell.a, np.where(empty, 0.0, cell.min_gain))

@@ -81,5 +81,23 @@ def test_a_run_folder_written_before_the_layout_change_resumes(tmp_path, name):
     wirelessfl.run_job(wirelessfl.open_run(raw), cut, resume=True, quiet=True)
     wirelessfl.run_job(wirelessfl.open_run(raw), tmp_path / "full", quiet=True)
     assert [r["round"] for r in _rows(cut)] == [0, 1, 2, 3, 4]
-    assert _costs_as_before(_rows(cut)) == _costs_as_before(_rows(tmp_path / "full"))
-    assert _rows(cut)[3:] == _rows(tmp_path / "full")[3:]
+    # the cut rows were computed on another machine (its numpy/BLAS): equal to float
+    # precision, not bit for bit; the same machine's resumes are exact (test_hardening)
+    _close(_costs_as_before(_rows(cut)), _costs_as_before(_rows(tmp_path / "full")))
+    _close(_rows(cut)[3:], _rows(tmp_path / "full")[3:])
+
+
+def _close(a, b):
+    """Equal structures, floats to 1e-5 relative."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b)
+        for k in a:
+            _close(a[k], b[k])
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _close(x, y)
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-7)
+    else:
+        assert a == b

@@ -195,10 +195,16 @@ def _rows(task: TextTask, records: list[dict] | list[list[str]], path, name: str
                 and raw in task.label_names else _label(raw)
             texts.append(tuple(_text(rec[c]) for c in task.columns))
             labels.append(label)
+            if not 0 <= labels[-1] < task.num_classes:
+                raise ValueError(f"label {labels[-1]} is outside the {task.num_classes} classes "
+                                 f"0..{task.num_classes - 1}")
         except (KeyError, ValueError, TypeError) as exc:
             raise DataFileError(f"{where}: row {i + 1} is malformed ({exc.__class__.__name__}: "
                                 f"{str(exc)[:80]}); expected columns "
                                 f"{', '.join(task.columns)} and {task.label}") from None
+    if not texts:
+        raise DataFileError(f"{where}: holds no rows; expected columns "
+                            f"{', '.join(task.columns)} and {task.label} ({task.hint})")
     return texts, labels
 
 

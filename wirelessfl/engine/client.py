@@ -94,9 +94,10 @@ class LocalHParams:
     def __post_init__(self) -> None:
         as_float("lr", self.lr, lo=0, hi=1e6, lo_open=True)
         as_int("batch_size", self.batch_size, lo=1, hi=10**6)
-        as_int("steps", self.steps, lo=0, hi=MAX_LOCAL_STEPS)
         if self.epochs is not None:
             as_int("epochs", self.epochs, lo=1, hi=10**4)
+        else:  # zero steps would train nothing
+            as_int("steps", self.steps, lo=1, hi=MAX_LOCAL_STEPS)
         as_float("momentum", self.momentum, lo=0, hi=1, hi_open=True)
         as_float("weight_decay", self.weight_decay, lo=0, hi=1e3)
         if len(self.betas) != 2:

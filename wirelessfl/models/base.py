@@ -128,11 +128,13 @@ def linear_group(name: str, size: int, nxt: str, width: int = 1) -> UnitGroup:
 
 
 def check_tree(name: str, tree: object, like: Params | None = None, *,
-               finite: bool = True) -> Params:
+               finite: bool = True, floating: bool = False) -> Params:
     """``tree`` checked as a parameter tree: a mapping of names to tensors.
 
-    With ``like``, the names and every shape must match it exactly (no broadcasting); with
-    ``finite``, floating entries must be finite. Raises TypeError/ValueError naming ``name``.
+    With ``like``, the names, every shape and every dtype kind (floating or not) must match
+    it exactly (no broadcasting); with ``finite``, floating entries must be finite; with
+    ``floating``, every entry must be a floating tensor. Raises TypeError/ValueError naming
+    ``name``.
     """
     if not isinstance(tree, dict):
         raise TypeError(f"`{name}` must be a mapping of parameter names to tensors, got "
@@ -140,6 +142,8 @@ def check_tree(name: str, tree: object, like: Params | None = None, *,
     for k, v in tree.items():
         if not isinstance(v, torch.Tensor):
             raise TypeError(f"`{name}`[{str(k)[:40]!r}] must be a tensor, got {type(v).__name__}")
+        if floating and not v.is_floating_point():
+            raise TypeError(f"`{name}`[{str(k)[:40]!r}] must be a floating tensor, got {v.dtype}")
     if like is not None:
         if set(tree) != set(like):
             extra, missing = sorted(set(tree) - set(like)), sorted(set(like) - set(tree))
@@ -150,8 +154,12 @@ def check_tree(name: str, tree: object, like: Params | None = None, *,
             if tuple(v.shape) != tuple(like[k].shape):
                 raise ValueError(f"`{name}`[{k!r}] has shape {tuple(v.shape)}, the parameter "
                                  f"{tuple(like[k].shape)}")
+            if v.is_floating_point() != like[k].is_floating_point():
+                raise TypeError(f"`{name}`[{k!r}] has dtype {v.dtype}, the parameter "
+                                f"{like[k].dtype}")
     if finite:
-        bad = [k for k, v in tree.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        bad = [k for k, v in tree.items() if v.is_floating_point() and not v.is_meta
+               and not bool(torch.isfinite(v).all())]
         if bad:
             raise ValueError(f"`{name}`[{bad[0]!r}] holds NaN or Inf")
     return tree

@@ -20,6 +20,8 @@ Both need the ``[text]`` extra (``transformers``, ``peft``) only for GPT-2.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,30 @@ from wirelessfl.models import layers
 from wirelessfl.models.base import FLModel
 
 LORA_TARGETS = ("c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+
+
+@contextlib.contextmanager
+def _quiet_hf(what: str):
+    """Hugging Face loading without its log reports; any failure one ValueError: ``what``."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    except ValueError as exc:
+        raise ValueError(f"gpt2_lora: {what}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+                         ) from None
+    except Exception as exc:  # noqa: BLE001 - any failure of a user's file is one message
+        raise ValueError(f"gpt2_lora: {what} ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def gpt2_size(config: dict[str, Any] | None, model_dir: str | None) -> int:
@@ -111,7 +137,8 @@ class GPT2LoRA(FLModel):
             if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
                 raise ValueError(f"model_dir {path} must hold config.json and model.safetensors "
                                  "(a local GPT-2; .bin weights are not read)")
-            cfg = GPT2Config.from_pretrained(str(path), local_files_only=True)
+            with _quiet_hf(f"{path / 'config.json'} is not a GPT-2 config"):
+                cfg = GPT2Config.from_pretrained(str(path), local_files_only=True)
         else:
             cfg = GPT2Config(**{"bos_token_id": config.get("eos_token_id"), **config})
         cfg.num_labels = num_classes
@@ -121,8 +148,10 @@ class GPT2LoRA(FLModel):
         cfg.pad_token_id = cfg.eos_token_id
         cfg._attn_implementation = "eager"   # the SDPA mask path does not run under vmap
         if model_dir is not None:
-            net = GPT2ForSequenceClassification.from_pretrained(
-                str(path), config=cfg, local_files_only=True, use_safetensors=True)
+            with _quiet_hf(f"{path / 'model.safetensors'} cannot be loaded with its config.json "
+                           "(damaged, or the weights of another model)"):
+                net = GPT2ForSequenceClassification.from_pretrained(
+                    str(path), config=cfg, local_files_only=True, use_safetensors=True)
         else:
             net = GPT2ForSequenceClassification(cfg)
         lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=lora_dropout, fan_in_fan_out=True,

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -442,7 +443,9 @@ class ResNetProjection(FLModel):
 
                 theirs = load_file(str(file))
             else:
-                theirs = torch.load(file, map_location="cpu", weights_only=True)
+                with warnings.catch_warnings():  # a foreign pickle's protocol warning
+                    warnings.simplefilter("ignore")
+                    theirs = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is one message
             raise ValueError(f"model.options.pretrained: cannot read {file.name} as weights "
                              f"({type(exc).__name__})") from None

@@ -28,6 +28,7 @@ import math
 import torch
 
 from channels.validation import as_float, as_int
+from wirelessfl.errors import short
 from wirelessfl.models.base import Params, check_tree
 
 OPERATORS = ("none", "quantize", "topk")
@@ -36,7 +37,7 @@ OPERATORS = ("none", "quantize", "topk")
 def compress(params: Params, operator: str, *, bits: int = 8, keep: float = 0.1,
              gen: torch.Generator | None) -> Params:
     """C(θ) for ``operator`` (``bits`` for ``quantize``, ``keep`` for ``topk``)."""
-    check_tree("params", params, finite=False)
+    check_tree("params", params, finite=False, floating=True)
     if gen is not None and not isinstance(gen, torch.Generator):
         raise TypeError(f"`gen` must be a torch.Generator or None, got {type(gen).__name__}")
     if operator == "none":
@@ -47,7 +48,8 @@ def compress(params: Params, operator: str, *, bits: int = 8, keep: float = 0.1,
     if operator == "topk":
         keep = as_float("keep", keep, lo=0, hi=1, lo_open=True)
         return {k: _topk(v, keep) for k, v in _finite(params).items()}
-    raise ValueError(f"compression must be one of {', '.join(OPERATORS)}, got {operator!r}")
+    raise ValueError(f"`operator` (the compression) must be one of {', '.join(OPERATORS)}, "
+                     f"got {short(operator)}")
 
 
 def _finite(params: Params) -> Params:
@@ -55,7 +57,7 @@ def _finite(params: Params) -> Params:
     ok = torch.stack([torch.isfinite(v).all() for v in params.values()]) if params else None
     if ok is not None and not bool(ok.all()):
         name = next(k for k, v in params.items() if not bool(torch.isfinite(v).all()))
-        raise ValueError(f"parameter {name!r} holds NaN or Inf; it cannot be compressed")
+        raise ValueError(f"`params`[{name!r}] holds NaN or Inf; it cannot be compressed")
     return params
 
 
@@ -87,12 +89,15 @@ def _topk(v: torch.Tensor, keep: float) -> torch.Tensor:
 def quantize_bound(params: Params, bits: int) -> float:
     """The bound Σ_tensors n s²/4 on E‖C(θ) − θ‖² of ``quantize`` (s its grid step)."""
     bits = as_int("bits", bits, lo=1, hi=24)
+    check_tree("params", params, floating=True)
     return sum(v.numel() * float((v.max() - v.min()) / (2**bits - 1)) ** 2 / 4
                for v in params.values())
 
 
 def relative_error(params: Params, compressed: Params) -> float:
     """Measured w₂² = ‖C(θ) − θ‖² / ‖θ‖²."""
+    check_tree("params", params, floating=True)
+    check_tree("compressed", compressed, params)
     num = sum(float((compressed[k] - v).pow(2).sum()) for k, v in params.items())
     den = sum(float(v.pow(2).sum()) for v in params.values())
     return num / den if den > 0 else 0.0

@@ -345,9 +345,12 @@ def load_raw(preset_or_path: str) -> dict[str, Any]:
     try:
         if path.stat().st_size > 4 * 2**20:
             raise ConfigError(f"{path}: over 4 MiB, too large for a config file")
-        raw = parse_yaml(path.read_text(), str(path)) or {}
+        raw = parse_yaml(path.read_text(), str(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read ({type(exc).__name__})") from exc
+    if raw is None:
+        raise ConfigError(f"{path} is empty; a config names at least its data, model and rounds "
+                          "(start from a preset: `wirelessfl list`)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping")
     check_config_size(raw, str(path))

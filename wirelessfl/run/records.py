@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,11 +76,29 @@ def load_plain(path: str | Path, what: str) -> Any:
     CPU. A damaged or foreign file is a :class:`~wirelessfl.errors.RunFolderError`.
     """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a foreign pickle's protocol warning is not for users
+            warnings.simplefilter("ignore")
+            return _fresh(torch.load(path, map_location="cpu", weights_only=True))
     except Exception as exc:  # noqa: BLE001 - any failure of an untrusted file is one error
         raise RunFolderError(f"{what} {path} cannot be read safely ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); it is "
                              "damaged or was not written by wirelessfl") from None
+
+
+def _fresh(obj: Any) -> Any:
+    """Each tensor of a loaded object copied into its own allocation.
+
+    Loaded tensors can share one storage at arbitrary offsets; vectorised CPU kernels
+    (AVX-512) may then sum in another order than for the freshly allocated tensors of an
+    uninterrupted run, and a resumed run would differ in the last bits.
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.clone(memory_format=torch.contiguous_format)
+    if isinstance(obj, dict):
+        return {k: _fresh(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fresh(v) for v in obj)
+    return obj
 
 
 class RunRecord:
@@ -112,11 +131,32 @@ class RunRecord:
         return (self.folder / "config.yaml").is_file()
 
     # ------------------------------------------------------------------ lock and ownership
-    def _lock(self) -> None:
+    FILES = ("config.yaml", "meta.json", "metrics.jsonl", "metrics.csv", "summary.json",
+             "checkpoint.pt", "accuracy.png", LOCK)
+
+    def _lock(self, resume: bool = False) -> None:
+        """Lock the folder; refused before anything is written there when it is not ours.
+
+        A link as the folder or at any of a run's file names is refused; with ``resume`` a
+        folder without a run is refused before the lock file is made.
+        """
         if self.folder.exists() and not self.folder.is_dir():
             raise RunFolderError(f"run folder {self.folder} is a file, not a folder; choose "
                                  "another --out")
         refuse_link(self.folder)
+        if self.folder.is_dir():
+            for name in self.FILES:
+                if (self.folder / name).is_symlink():
+                    raise RunFolderError(f"{self.folder / name} is a link, which the run would "
+                                         "read or write through; remove it (nothing was changed)")
+            if resume and not self.exists():
+                raise RunFolderError(f"--resume: {self.folder} holds no run (no config.yaml); "
+                                     "nothing was changed there. Start the run in a new folder "
+                                     "with --out")
+            if not resume and not self.exists() and self._foreign():
+                raise RunFolderError(
+                    f"--out {self.folder} is not empty ({', '.join(self._foreign()[:3])}, "
+                    "...) and holds no run; choose a new or empty folder")
         if not self.folder.exists():
             self.folder.mkdir(parents=True)
             self._created_folder = True
@@ -179,7 +219,7 @@ class RunRecord:
         if resume and not self.folder.is_dir():
             raise RunFolderError(f"--resume: {self.folder} does not exist; start a new run "
                                  "without --resume")
-        self._lock()
+        self._lock(resume)
         try:
             if not resume:
                 if self.exists():
@@ -198,6 +238,7 @@ class RunRecord:
             if without_later_defaults(self.config()) != without_later_defaults(config):
                 raise RunFolderError(f"--resume: {self.folder} was made with a different config; "
                                      "resume with the same preset and --set values (or none)")
+            self.check_meta(seed)
             return self.load_checkpoint()
         except BaseException:
             self.close()
@@ -222,6 +263,20 @@ class RunRecord:
             raise
         finally:
             self.close()
+
+    def check_meta(self, seed: int) -> None:
+        """``meta.json`` read back: a JSON object with this run's seed (else RunFolderError)."""
+        path = self.folder / "meta.json"
+        try:
+            meta = parse_json(path.read_text(), str(path))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise RunFolderError(f"{path} is damaged or missing ({str(exc)[:80]}); the run "
+                                 "folder was changed after the run wrote it - restore it or "
+                                 "start again with another --out") from None
+        if not isinstance(meta, dict) or meta.get("seed") != seed:
+            raise RunFolderError(f"{path} does not describe this run (seed {seed}); the run "
+                                 "folder was changed after the run wrote it - restore it or "
+                                 "start again with another --out")
 
     # ------------------------------------------------------------------ rows
     def config(self) -> dict[str, Any]:
@@ -384,4 +439,10 @@ def write_csv(path: Path, rows: list[dict[str, Any]], *, blank_nan: bool = False
 
 def first_reaching(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
     """The first row whose test accuracy is ≥ ``target`` (``specs/hist.md`` §6.6)."""
-    return next((r for r in rows if r["test_accuracy"] >= target), None)
+    return next((r for r in rows if is_number(r.get("test_accuracy")) and r["test_accuracy"] >= target),
+                None)
+
+
+def is_number(x: object) -> bool:
+    """Whether ``x`` is a JSON number (an int or float, not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

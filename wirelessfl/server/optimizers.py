@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from channels.validation import as_float
-from wirelessfl.errors import TrainingDiverged
+from wirelessfl.errors import TrainingDiverged, short
 from wirelessfl.models.base import Params, check_tree
 from wirelessfl.server.state import AlgorithmState
 
@@ -78,12 +78,12 @@ class ServerOptimizer:
     def __init__(self, name: str = "sgd", *, lr: float = 1.0, momentum: float = 0.9,
                  betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8) -> None:
         if name not in SERVER_OPTIMIZERS:
-            raise ValueError(f"`server_optimizer` must be one of {', '.join(SERVER_OPTIMIZERS)}, "
-                             f"got {name!r}")
+            raise ValueError(f"the server optimizer `name` (`server_optimizer`) must be one of "
+                             f"{', '.join(SERVER_OPTIMIZERS)}, got {short(name)}")
         self.name = name
         self.lr = as_float("server_lr", lr, lo=0, hi=1e6, lo_open=True)
         self.momentum = as_float("server_momentum", momentum, lo=0, hi=1, hi_open=True)
-        if len(betas) != 2:
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"`server_betas` must be two numbers, got {betas}")
         self.betas = tuple(as_float("server_betas", b, lo=0, hi=1, hi_open=True) for b in betas)
         self.eps = as_float("server_eps", eps, lo=0, hi=1, lo_open=True)
@@ -98,8 +98,10 @@ class ServerOptimizer:
         ``g`` must have the keys and shapes of ``params`` (checked); a NaN or infinite ``g`` is
         training that diverged (:class:`~wirelessfl.errors.TrainingDiverged`).
         """
-        check_tree("params", params, finite=False)
+        check_tree("params", params, floating=True)
         check_tree("g", g, params, finite=False)
+        if state is not None and not isinstance(state, ServerOptState):
+            raise TypeError(f"`state` must be a ServerOptState or None, got {type(state).__name__}")
         bad = [k for k, v in g.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
         if bad:
             raise TrainingDiverged(f"the aggregated update became NaN/Inf ({bad[0]}); the loss "

@@ -97,6 +97,9 @@ class PopulationConfig:
 
 def make_population(cfg: PopulationConfig, num_clients: int) -> Population:
     """The :class:`Population` of ``cfg`` over clients ``0..num_clients-1`` (checked)."""
+    if not isinstance(cfg, PopulationConfig):
+        raise TypeError(f"`cfg` must be a PopulationConfig, got {type(cfg).__name__}")
+    num_clients = as_int("num_clients", num_clients, lo=1, hi=10**9)
     if cfg.kind == "static":
         return Static(clients=np.arange(num_clients))
     if cfg.kind == "alternating":
@@ -112,7 +115,7 @@ def make_population(cfg: PopulationConfig, num_clients: int) -> Population:
 
 def check_round(t: object) -> int:
     """``t`` as a round index: an integer ≥ 0 (ValueError naming ``t`` otherwise)."""
-    return as_int("t", t, lo=0, hi=10**12)
+    return as_int("t", t, lo=0, hi=10**12)  # the message names `t`, the round
 
 
 class Population(ABC):

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from wirelessfl.models.base import Params, UnitGroup
+from wirelessfl.models.base import Params, UnitGroup, check_tree
 
 Selection = Mapping[str, torch.Tensor]
 
@@ -61,6 +61,7 @@ class Submodel:
 
     def __init__(self, groups: Sequence[UnitGroup], selection: Selection, like: Params) -> None:
         by_name = {g.name: g for g in groups}
+        check_tree("like", like, finite=False)
         if not isinstance(selection, dict):
             raise TypeError(f"`selection` must map unit-group names to unit indices, got "
                             f"{type(selection).__name__}")
@@ -84,10 +85,25 @@ class Submodel:
             if units.numel() and (units.min() < 0 or units.max() >= group.size):
                 raise ValueError(f"unit indices of {name!r} must lie in [0, {group.size})")
             for s in group.slices:
+                if s.param not in like or not 0 <= s.dim < like[s.param].dim() or \
+                        like[s.param].shape[s.dim] != group.size * s.width * s.blocks:
+                    raise ValueError(f"`like` must hold the full-size parameter {s.param!r} of "
+                                     f"unit group {name!r} ({group.size} units); give the "
+                                     "model's full parameters")
                 device = like[s.param].device
                 self.dims.setdefault(s.param, {})[s.dim] = _expand(units.to(device), s.width,
                                                                    s.blocks, group.size)
         self._index = {p: self._index_tuple(d) for p, d in self.dims.items()}
+        # shapes and dtypes only (meta tensors), to check the trees handed to the views
+        self._like = {k: torch.empty(v.shape, dtype=v.dtype, device="meta") for k, v in like.items()}
+        self._sub_like = {k: torch.empty(self._sliced_shape(k, v.shape), dtype=v.dtype,
+                                         device="meta") for k, v in like.items()}
+
+    def _sliced_shape(self, name: str, shape: torch.Size) -> tuple[int, ...]:
+        out = list(shape)
+        for d, idx in self.dims.get(name, {}).items():
+            out[d] = int(idx.numel())
+        return tuple(out)
 
     @staticmethod
     def _index_tuple(dims: dict[int, torch.Tensor]) -> tuple:
@@ -103,6 +119,7 @@ class Submodel:
 
     def slice(self, params: Params) -> Params:
         """The submodel's parameters: sliced where units own them, shared ones as they are."""
+        check_tree("params", params, self._like)
         out = {}
         for k, v in params.items():
             dims = self.dims.get(k)
@@ -119,6 +136,8 @@ class Submodel:
 
         Parameters not touched by the selection are taken from ``sub`` whole.
         """
+        check_tree("full", full, self._like)
+        check_tree("sub", sub, self._sub_like)
         out = {}
         for k, v in full.items():
             if k not in self._index:
@@ -131,6 +150,7 @@ class Submodel:
 
     def mask(self, like: Params) -> Params:
         """0/1 masks of full size: 1 on the kept entries of sliced parameters, 1 on shared ones."""
+        check_tree("like", like, self._like)
         out = {}
         for k, v in like.items():
             if k not in self._index:
@@ -143,7 +163,8 @@ class Submodel:
 
     def num_params(self, like: Params) -> int:
         """Number of parameters of the sliced submodel."""
-        return sum(int(v.numel()) for v in self.slice(like).values())
+        check_tree("like", like, self._like, finite=False)
+        return sum(int(v.numel()) for v in self._sub_like.values())
 
 
 def random_disjoint_selections(groups: Sequence[UnitGroup], sizes: Sequence[Sequence[int]],
@@ -167,7 +188,15 @@ def random_disjoint_selections(groups: Sequence[UnitGroup], sizes: Sequence[Sequ
     list of dict
         One selection per cell.
     """
-    sizes = [list(map(int, s)) for s in sizes]
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"`rng` must be a numpy.random.Generator, got {type(rng).__name__}")
+    try:
+        rows = [np.asarray(s) for s in sizes]
+        if any(r.ndim != 1 or r.dtype.kind not in "iu" for r in rows):
+            raise TypeError
+    except TypeError:
+        raise TypeError("`sizes` must be rows of integers, one row per group") from None
+    sizes = [r.tolist() for r in rows]
     n_cells = {len(s) for s in sizes}
     if len(sizes) != len(groups) or len(n_cells) != 1:
         raise ValueError("`sizes` must have one row per group, all rows of the same length")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from channels.validation import as_float, as_int
+from wirelessfl.errors import short
 from wirelessfl.models.base import Params, check_tree
 
 SIMILARITIES = ("two_norm", "inner_product")
@@ -39,10 +40,9 @@ def cpu_copy(tree: Params) -> Params:
 
 def pilot_model(finals: Sequence[Params]) -> Params:
     """Eq. (3): w_Pilot = (1/P) Σ_s w_s^last over the P pilot sessions' final models."""
-    if not finals:
-        raise ValueError("the pilot model needs at least one pilot session's final model")
+    finals = _models("finals", finals)
     for i, f in enumerate(finals):
-        check_tree(f"finals[{i}]", f, check_tree("finals[0]", finals[0]))
+        check_tree(f"finals[{i}]", f, finals[0])
     return {k: torch.stack([f[k].float() for f in finals]).mean(0).to(finals[0][k].dtype)
             if finals[0][k].is_floating_point() else finals[-1][k].clone() for k in finals[0]}
 
@@ -50,10 +50,23 @@ def pilot_model(finals: Sequence[Params]) -> Params:
 def fingerprint(after: Params, pilot: Params, trainable: Sequence[str]) -> Params:
     """§2.3: G_s = w_s^(V) − w_Pilot over the trainable parameters (not the buffers)."""
     check_tree("pilot", pilot, check_tree("after", after))
+    if isinstance(trainable, (str, bytes)) or not isinstance(trainable, Sequence) or not all(
+            isinstance(k, str) for k in trainable):
+        raise TypeError(f"`trainable` must be a list of parameter names, got {short(trainable)}")
     missing = [k for k in trainable if k not in after]
     if missing:
         raise ValueError(f"`trainable` names {missing[0]!r}, which the models do not have")
     return {k: (after[k] - pilot[k]).detach().to("cpu", torch.float32) for k in trainable}
+
+
+def _models(name: str, models: object) -> Sequence[Params]:
+    """``models`` checked as a non-empty list of trees (checked one by one by the caller)."""
+    if isinstance(models, (str, bytes, dict)) or not isinstance(models, Sequence):
+        raise TypeError(f"`{name}` must be a list of parameter trees, got "
+                        f"{type(models).__name__}")
+    if not models:
+        raise ValueError(f"`{name}` is empty; at least one session's model is needed")
+    return models
 
 
 def _layers(g: Params) -> list[str]:
@@ -75,7 +88,8 @@ def distances(current: Params, stored: Sequence[Params], similarity: str = "two_
     if similarity not in SIMILARITIES:
         raise ValueError(f"`similarity` must be one of {', '.join(SIMILARITIES)}, "
                          f"got {similarity!r}")
-    check_tree("current", current)
+    check_tree("current", current, floating=True)
+    stored = _models("stored", stored)
     for i, g in enumerate(stored):
         check_tree(f"stored[{i}]", g, current)
     if literal_eq5:
@@ -100,9 +114,8 @@ def distances(current: Params, stored: Sequence[Params], similarity: str = "two_
 def similarity_weights(current: Params, stored: Sequence[Params], scale: float,
                        similarity: str = "two_norm", literal_eq5: bool = False) -> torch.Tensor:
     """α_{s,·} of eq. (5): softmin(R·d) (``two_norm``) or softmax(R·⟨·,·⟩) (``inner_product``)."""
-    as_float("R", scale, lo=0, hi=1e6)
-    if not stored:
-        raise ValueError("similarity weights need at least one stored fingerprint")
+    as_float("scale", scale, lo=0, hi=1e6)  # R of eq. (5)
+    _models("stored", stored)
     d = distances(current, stored, similarity, literal_eq5).to(torch.float64)
     logits = scale * d if similarity == "inner_product" and not literal_eq5 else -scale * d
     return torch.softmax(logits, 0)
@@ -112,10 +125,12 @@ def blend(models: Sequence[Params], weights: torch.Tensor) -> Params:
     """Σ_z α_z w_z over the whole state; integer entries from the most recent model (§2.4)."""
     if not isinstance(weights, torch.Tensor) or weights.dim() != 1:
         raise TypeError("`weights` must be a 1-d tensor, one weight per model")
-    if len(models) != len(weights) or not models:
+    models = _models("models", models)
+    if len(models) != len(weights):
         raise ValueError(f"{len(models)} models for {len(weights)} weights")
+    last = check_tree(f"models[{len(models) - 1}]", models[-1])
     for i, m in enumerate(models):
-        check_tree(f"models[{i}]", m, models[-1])
+        check_tree(f"models[{i}]", m, last)
     w = weights.to(torch.float64)
     if not bool(torch.isfinite(w).all()):
         raise ValueError("`weights` holds NaN or Inf")
@@ -150,6 +165,10 @@ class SessionStore:
 
     def add(self, final: Params, fp: Params | None = None) -> None:
         """Store a session's final model (and its fingerprint, for the proposed method)."""
+        check_tree("final", final, self.models[0] if self.models else None)
+        if fp is not None:
+            check_tree("fp", fp, self.fingerprints[0] if self.fingerprints else None,
+                       floating=True)
         self.models.append(cpu_copy(final))
         if fp is not None:
             self.fingerprints.append(cpu_copy(fp))
@@ -166,6 +185,9 @@ class SessionStore:
     def average(self) -> Params:
         """The *Average* baseline: the unweighted mean of the stored models (§3 item 2)."""
         n = len(self.models)
+        if not n:
+            raise ValueError("the session store holds no model yet; add a session's final "
+                             "model first")
         return blend(self.models, torch.full((n,), 1.0 / n, dtype=torch.float64))
 
     def initial_model(self, current_fp: Params, scale: float, similarity: str = "two_norm",
@@ -238,6 +260,8 @@ class InitialModelConfig:
                              f"{self.similarity!r}")
         if self.history is not None:
             as_int("history", self.history, lo=1, hi=10**6)
+        if not isinstance(self.literal_eq5, bool):
+            raise TypeError(f"`literal_eq5` must be true or false, got {short(self.literal_eq5)}")
 
     @property
     def fingerprinted(self) -> bool:

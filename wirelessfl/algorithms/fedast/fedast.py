@@ -18,9 +18,10 @@ Local training runs lazily, batched and in bounded chunks: a request's result de
 on its model snapshot, its client's data and its seed (§4.3), so when a completion is popped
 whose result is missing, the ``max_batch`` untrained outstanding requests that complete
 first are trained together (one executor call per task). At most ``max_batch`` results are
-held at once, whatever R; a request keeps its model version until its result is consumed,
-so snapshots store versions, never results (a resumed run trains them again, with the same
-numbers).
+held at once, whatever R; a request keeps its model version until its result is consumed.
+Snapshots hold those results too (at most ``max_batch`` deltas): a stacked group of other
+requests can differ from the original group in the last bits, so a resumed run that trained
+them again would drift from the uninterrupted one.
 
 Defaults for what the paper leaves open are those of §7: availability cap on distinct busy
 clients, applied to the initial burst too (``cap_initial_burst``; the authors' code exempts
@@ -70,8 +71,6 @@ class FedAST(Simulation):
     hp : FedASTHParams
         Server hyperparameters.
     """
-
-    _recomputed = ("results",)
 
     def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
                  hp: FedASTHParams) -> None:

@@ -75,7 +75,7 @@ class Simulation:
     """What FedAST and the synchronous baselines share: snapshots for resumable runs.
 
     :meth:`state_dict` holds everything but what is rebuilt from the config on resume (tasks,
-    executor, seeds, hyperparameters) and what can be recomputed (trained results): task
+    executor, seeds, hyperparameters) and what a subclass names in ``_recomputed``: task
     states, event queue, client pool, model versions and the random generators, as plain
     data (:mod:`wirelessfl.algorithms.fedast.snapshot`, loadable with ``weights_only=True``), so a resumed run
     continues with the same numbers. ``run(..., on_checkpoint=f)`` calls ``f()`` after each

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from channels.validation import as_int
+from channels.validation import as_float, as_int, short
 from wirelessfl.models.base import UnitGroup
 
 POLICIES = ("random", "static", "prefix", "rolling", "coverage_aware")
@@ -40,8 +40,7 @@ POLICIES = ("random", "static", "prefix", "rolling", "coverage_aware")
 
 def kept_units(group: UnitGroup, ratio: float) -> int:
     """The number of units kept, ⌈r H⌉ for ratio r ∈ (0, 1], rounded up to the group's multiple."""
-    if not 0 < ratio <= 1:
-        raise ValueError(f"a neuron ratio must lie in (0, 1], got {ratio}")
+    ratio = as_float("ratio", ratio, lo=0, hi=1, lo_open=True)  # a neuron ratio r
     k = max(1, math.ceil(ratio * group.size - 1e-9))
     m = group.multiple
     return min(group.size, -(-k // m) * m)
@@ -67,9 +66,16 @@ def draw(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], roun
         Γ_min of ``coverage_aware``.
     """
     if policy not in POLICIES:
-        raise ValueError(f"mask policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        raise ValueError(f"mask `policy` must be one of {', '.join(POLICIES)}, got {short(policy)}")
     round_ = as_int("round_", round_, lo=0)
     gamma_min = as_int("gamma_min", gamma_min, lo=1, hi=10**6)
+    if isinstance(ratios, (str, bytes)) or not isinstance(ratios, Sequence | np.ndarray):
+        raise TypeError(f"`ratios` must be a list of neuron ratios, one per client, got "
+                        f"{short(ratios)}")
+    for r in ratios:
+        as_float("ratios", r, lo=0, hi=1, lo_open=True)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"`rng` must be a numpy.random.Generator, got {type(rng).__name__}")
     out: list[dict[str, torch.Tensor]] = [{} for _ in ratios]
     for g in groups:
         ks = np.array([kept_units(g, r) for r in ratios])
@@ -117,6 +123,13 @@ def parameter_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size
     """
     from wirelessfl.server.submodel import Submodel
 
+    ratio = as_float("ratio", ratio, lo=0, hi=1, lo_open=True)
+    if not isinstance(shapes, dict):
+        raise TypeError(f"`shapes` must map parameter names to shapes, got {type(shapes).__name__}")
+    missing = sorted({s.param for g in groups for s in g.slices} - set(shapes))
+    if missing:
+        raise ValueError(f"`shapes` lacks the parameter {missing[0]!r} of a unit group; give "
+                         "every parameter's shape")
     like = {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
     prefix = {g.name: torch.arange(kept_units(g, ratio)) for g in groups}
     total = sum(int(torch.Size(s).numel()) for s in shapes.values())
@@ -131,8 +144,7 @@ def ratio_for_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size
     about 0.71 for a CNN, about 0.545 for the 784-200-200-10 MLP (whose first layer, next to
     the input, scales with r alone). Bisection over r; the fraction is monotone in r.
     """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"a parameter fraction must lie in (0, 1], got {fraction}")
+    as_float("fraction", fraction, lo=0, hi=1, lo_open=True)
     lo, hi = 0.0, 1.0
     for _ in range(40):
         mid = (lo + hi) / 2
