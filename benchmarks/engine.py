@@ -4,7 +4,7 @@
     python benchmarks/engine.py --rules --json     # local rules: FedProx, SCAFFOLD, MOON vs FedAvg
     python benchmarks/engine.py --resnet --device cuda --json   # ResNet-18, 100 clients, S = 10
 
-Workloads (``specs/hist.md`` §6): FCNN and LeNet-5, 60 clients (shards), H = 20, batch 50,
+Workloads (``docs/papers/hist.md`` §6): FCNN and LeNet-5, 60 clients (shards), H = 20, batch 50,
 E = 5, as HIST with N = 4 (uniform masks) and as HFedAvg. For each backend (``loop``,
 ``batched``) it reports the seconds per global round (median over ``--rounds``), the
 achieved GFLOP/s of the client steps (FLOPs of one round counted with

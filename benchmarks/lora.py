@@ -6,7 +6,7 @@
 One round of ``--clients`` clients, each one local epoch over ``--samples`` token sequences
 of ``--length`` (batch ``--batch``; SST-2 at n = 100 is about 670 samples per client), on a
 GPT-2 built from a config (``small`` is GPT-2 small's architecture, 124M; weights random:
-speed does not depend on them) with LoRA r = 16 on the four projections (``fadamgc.md``
+speed does not depend on them) with LoRA r = 16 on the four projections (``docs/papers/fadamgc.md``
 §4.2). The same tasks run on the loop engine and on the batched engine (clients stacked
 under ``vmap``); printed: seconds per round for each, their ratio, the trainable share and
 on a GPU the peak memory.

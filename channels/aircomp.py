@@ -1,12 +1,12 @@
 """AirComp aggregation in one cell: precoding, the received signal and its MSE.
 
-Fang, Han, Brinton, arXiv 2310.17890, Sec. V (``specs/hist.md`` §5.3–5.4, §5.9, §8.4).
-Every client i of cell j sends the same entry k at once; the M-antenna edge server combines
+Fang, Han, Brinton, arXiv 2310.17890, Sec. V (``docs/papers/hist.md`` §5.3–5.4, §5.9, §8.4).
+Every client i of cell j sends the same entry k at once; the M-antenna edge server combines::
 
     (22)  δ̂_k = m_jᴴ ( Σ_i h_i α_i δ_{i,k} + z_k ),   z_k ~ CN(0, σ0² I_M),
 
 with the channel-inversion precoder (23) α_i = (1/n_j) (m_jᴴ h_i)* / |m_jᴴ h_i|² and the
-receive beam m_j = a_j / ν_j, ‖a_j‖ = 1, ν_j = √P_j min_i |a_jᴴ h_i|. The estimate is then
+receive beam m_j = a_j / ν_j, ‖a_j‖ = 1, ν_j = √P_j min_i |a_jᴴ h_i|. The estimate is then::
 
     (24)  δ̂_k = (1/n_j) Σ_i δ_{i,k} + a_jᴴ z_k / ν_j,   unbiased, with
     (25)  MSE_j = σ0² / (P_j min_i |a_jᴴ h_i|²)  per entry, and

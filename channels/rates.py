@@ -1,4 +1,4 @@
-"""Uplink rates and AirComp timing (``specs/hist.md`` §6.4 and eq. (34)).
+"""Uplink rates and AirComp timing (``docs/papers/hist.md`` §6.4 and eq. (34)).
 
 Examples
 --------

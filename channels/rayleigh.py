@@ -1,4 +1,4 @@
-"""SIMO Rayleigh block fading (Fang, Han, Brinton, arXiv 2310.17890, ``specs/hist.md`` §5.3, §6.4).
+"""SIMO Rayleigh block fading (Fang, Han, Brinton, arXiv 2310.17890, ``docs/papers/hist.md`` §5.3, §6.4).
 
 Each single-antenna client i sees an M-antenna edge server through h_i ~ CN(0, g_i I_M):
 unit-variance Rayleigh fading per complex entry (variance 1/2 per real dimension) times an

@@ -1,6 +1,6 @@
 """Max-min receive beamforming for AirComp: problem (33) of HIST.
 
-Fang, Han, Brinton, arXiv 2310.17890, Sec. V-B (``specs/hist.md`` §5.5–5.6):
+Fang, Han, Brinton, arXiv 2310.17890, Sec. V-B (``docs/papers/hist.md`` §5.5–5.6):
 
     (33)  maximise_a  g(a) = min_i |aᴴ h_i|²   subject to  ‖a‖ ≤ 1,
 

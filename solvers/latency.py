@@ -1,7 +1,7 @@
 """Round latency of HIST under OMA/TDMA and AirComp uploads.
 
 Fang, Han, Brinton, "Federated Learning over Hierarchical Wireless Networks: Training Latency
-Minimization via Submodel Partitioning", arXiv 2310.17890 (``specs/hist.md`` §4.1, §5.7).
+Minimization via Submodel Partitioning", arXiv 2310.17890 (``docs/papers/hist.md`` §4.1, §5.7).
 
 Only client computation and uplinks count (edge/cloud processing and downlinks are free).
 Both models are linear in the mask size: an edge round of cell j with a submodel of d_j of
@@ -10,12 +10,12 @@ model:
 
 - OMA, eq. (17): C_j = max_{i∈C_j} (H V_0 / F_i + n_j L_0 / R_i) — the paper's literal form,
   which charges n_j upload slots as long as client i's own; ``tdma="exact"`` uses
-  max_i H V_0/F_i + Σ_i L_0/R_i instead (``specs/hist.md`` §8 item 21);
+  max_i H V_0/F_i + Σ_i L_0/R_i instead (``docs/papers/hist.md`` §8 item 21);
 - AirComp, eq. (35): C_j = max_i H V_0 / F_i + d t_s Δf / B (eq. (34): one entry per subcarrier
   and OFDM symbol, independent of n_j).
 
 A global round takes max_j E τ_j (eq. (18)); HFedAvg is d_j = d. With masks counted in
-hidden units (``specs/hist.md`` §4.3 [default]) d_j/d is replaced by k_j/K.
+hidden units (``docs/papers/hist.md`` §4.3 [default]) d_j/d is replaced by k_j/K.
 
 Cells with different client counts are padded to a common n_max and carry ``client_mask``.
 

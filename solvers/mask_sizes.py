@@ -1,6 +1,6 @@
 """Latency-optimal mask sizes: the MILP (20)/(36) of HIST.
 
-Fang, Han, Brinton, arXiv 2310.17890, Sec. IV and V-C (``specs/hist.md`` §4.2, §5.7):
+Fang, Han, Brinton, arXiv 2310.17890, Sec. IV and V-C (``docs/papers/hist.md`` §4.2, §5.7):
 
     minimise τ  subject to  c_j d_j ≤ τ (all j),  Σ_j d_j = D,  0 ≤ d_j ≤ U_j,  d_j ∈ Z,
 
@@ -458,7 +458,7 @@ def solve(unit_latency: ArrayLike, total: int, cap: ArrayLike | None = None, *,
 
     ``offset`` σ_j (0 by default: (20)/(36) as printed) is the part of a cell's upload that
     does not depend on its mask, in units: HIST's shared parameters over the parameters per
-    unit (``specs/hist.md`` §4.3), so the latency optimised is the one logged.
+    unit (``docs/papers/hist.md`` §4.3), so the latency optimised is the one logged.
 
     Parameters
     ----------

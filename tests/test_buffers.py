@@ -126,7 +126,7 @@ def test_resnet18_with_batchnorm_trains_batched():
 
 
 def test_svhn_cnn_has_the_papers_shape_and_trains_batched_as_in_the_loop():
-    """dynamic_clients.md §4.1 SVHNEfficient: five 3×3 conv+BN layers, fc 2048 → 256 → 10.
+    """docs/papers/dynamic_clients.md §4.1 SVHNEfficient: five 3×3 conv+BN layers, fc 2048 → 256 → 10.
 
     Max-pooling routes each gradient to its window's argmax, and two near-equal entries can
     swap under the batched kernels' rounding (with average pooling the engines agree to
@@ -169,7 +169,8 @@ def _torchvision_layout(model):
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
 def test_resnet_projection_loads_a_local_backbone_and_only_the_backbone(tmp_path, suffix):
-    """dynamic_clients.md §4.1: ResNet-18 backbone (pretrained when a file is given), head 512→512→256."""
+    """docs/papers/dynamic_clients.md §4.1: ResNet-18 backbone (pretrained when a file is given),
+    head 512→512→256."""
     from safetensors.torch import save_file
 
     source = build_model("resnet_proj", (3, 32, 32), 10, seed=1)

@@ -1,4 +1,4 @@
-"""FAdamGC, FA-NT and LocalAdam: the sanity tests of fadamgc.md §2.9."""
+"""FAdamGC, FA-NT and LocalAdam: the sanity tests of docs/papers/fadamgc.md §2.9."""
 
 import numpy as np
 import pytest

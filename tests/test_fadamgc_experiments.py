@@ -11,7 +11,7 @@ from wirelessfl.run.config import apply_overrides, resolve
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import prepare, run
 
-RESNET18_D = 11_173_962   # the CIFAR ResNet-18's parameter count (fadamgc.md §5.4)
+RESNET18_D = 11_173_962   # the CIFAR ResNet-18's parameter count (docs/papers/fadamgc.md §5.4)
 
 
 def test_paper_scale_lists_every_run_with_the_papers_setting():

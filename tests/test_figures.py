@@ -221,7 +221,8 @@ SESSIONS_TOY = {
 
 
 def test_transition_tables_average_the_first_rounds_of_each_session(tmp_path, monkeypatch):
-    """dynamic_clients.md §4.3: transition k = session P+1+k, mean of its first rounds, over seeds."""
+    """docs/papers/dynamic_clients.md §4.3: transition k = session P+1+k, mean of its first
+    rounds, over seeds."""
     from wirelessfl.report import panel_grid, session_starts, transition_accuracy
 
     root = tmp_path / "experiments"

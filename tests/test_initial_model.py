@@ -1,4 +1,4 @@
-"""Similarity-weighted initial models (dynamic_clients.md §2.2-2.5): the arithmetic."""
+"""Similarity-weighted initial models (docs/papers/dynamic_clients.md §2.2-2.5): the arithmetic."""
 
 import pytest
 import torch

@@ -127,7 +127,7 @@ def test_fedavg_m_with_beta_one_is_fedavg(engine):
 
 
 def test_scaffold_m_control_variate_is_the_mean_raw_gradient():
-    """c_i⁺ = (1/K) Σ_k g_k along the momentum-steered path (Cheng et al.; fadamgc.md §3.4)."""
+    """c_i⁺ = (1/K) Σ_k g_k along the momentum-steered path (Cheng et al.; docs/papers/fadamgc.md §3.4)."""
     exp = _exp({"name": "scaffold"})
     model = exp.model
     hp = LocalHParams(lr=0.1, batch_size=10, steps=3)
@@ -306,7 +306,7 @@ def test_a_restarted_schedule_survives_a_resume(tmp_path):
 
 @pytest.mark.parametrize("engine", ["loop", "batched"])
 def test_continuous_with_no_distillation_is_fedavg(engine):
-    """dynamic_clients.md §3 item 3 with λ_KL = 0: FedAvg-style training, bit for bit."""
+    """docs/papers/dynamic_clients.md §3 item 3 with λ_KL = 0: FedAvg-style training, bit for bit."""
     _close(_rounds(_exp({"name": "continuous", "kl_coefficient": 0.0}, engine)),
            _rounds(_exp({"name": "fedavg"}, engine)), rtol=0, atol=0)
 

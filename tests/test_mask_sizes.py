@@ -57,7 +57,7 @@ def test_exact_latency_is_the_dth_smallest_marginal_latency():
 
 
 def test_tie_break_against_brute_force():
-    """Optimal latency first, then the smallest max d_j (specs/hist.md §4.2)."""
+    """Optimal latency first, then the smallest max d_j (docs/papers/hist.md §4.2)."""
     rng = np.random.default_rng(1)
     for _ in range(80):
         n, total = int(rng.integers(1, 4)), int(rng.integers(0, 9))

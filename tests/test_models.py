@@ -8,13 +8,13 @@ from wirelessfl.server.submodel import Submodel, random_disjoint_selections
 
 
 @pytest.mark.parametrize("name,shape,opts,count", [
-    ("fcnn", (1, 28, 28), {}, 238_510),            # specs/hist.md §6.2
+    ("fcnn", (1, 28, 28), {}, 238_510),            # docs/papers/hist.md §6.2
     ("lenet5", (1, 28, 28), {}, 44_426),
     ("lenet5", (1, 28, 28), {"padded": True}, 61_706),
     ("cifar_cnn", (3, 32, 32), {}, 541_094),
     ("mlp", (1, 28, 28), {}, 199_210),
-    ("feddyn_cnn", (3, 32, 32), {}, 797_962),       # specs/fedast.md §4.4, ~798k
-    ("char_lstm", (80,), {}, 45_650),     # 10 classes here; 52,720 with 80 (specs/fedast.md §4.4, ~53k)
+    ("feddyn_cnn", (3, 32, 32), {}, 797_962),       # docs/papers/fedast.md §4.4, ~798k
+    ("char_lstm", (80,), {}, 45_650),     # 10 classes here; 52,720 with 80 (docs/papers/fedast.md §4.4, ~53k)
     ("resnet18", (3, 32, 32), {}, 11_173_962),      # ~11.2M
 ])
 def test_parameter_counts(name, shape, opts, count):

@@ -57,7 +57,7 @@ def test_hist_keeps_its_own_latency_under_any_network(tmp_path):
 
 
 def test_resnet18_vectors_at_100_mbps_give_the_per_round_costs_implied_by_table2():
-    # fadamgc.md §4.6 / §5.4: 7.2 (2 vectors), 10.8 (3), 12.6 (3.5), 17.4 (5; we keep 17.9)
+    # docs/papers/fadamgc.md §4.6 / §5.4: 7.2 (2 vectors), 10.8 (3), 12.6 (3.5), 17.4 (5; we keep 17.9)
     import torch
 
     from wirelessfl.models import build_model

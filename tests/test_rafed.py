@@ -1,4 +1,4 @@
-"""RA-Fed / RAM-Fed (specs/rafed.md): limits, memory, masks, policies, operator C."""
+"""RA-Fed / RAM-Fed (docs/papers/rafed.md): limits, memory, masks, policies, operator C."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Algorithm 1 at session starts (dynamic_clients.md §2.2-2.6, §3): pilot, fingerprints, rules."""
+"""Algorithm 1 at session starts (docs/papers/dynamic_clients.md §2.2-2.6, §3): pilot, fingerprints, rules."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Sessions of arriving and departing clients (dynamic_clients.md §1, §2.7, §4.2, §7 item 9)."""
+"""Sessions of arriving and departing clients (docs/papers/dynamic_clients.md §1, §2.7, §4.2, §7 item 9)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""HIST's bound evaluator and the constants 100, 1356, 60 of Theorem 1 (specs/hist.md §3.5)."""
+"""HIST's bound evaluator and the constants 100, 1356, 60 of Theorem 1 (docs/papers/hist.md §3.5)."""
 
 import numpy as np
 import pytest

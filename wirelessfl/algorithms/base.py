@@ -143,7 +143,7 @@ class FederatedAlgorithm(ABC):
         return scheduled_lr(self.env.local, t - self.schedule_origin)
 
     def start_session(self, state: ServerState, t: int) -> ServerState:
-        """Round ``t`` opens a new session (``dynamic_clients.md`` §2.7, §4.3).
+        """Round ``t`` opens a new session (``docs/papers/dynamic_clients.md`` §2.7, §4.3).
 
         The learning-rate schedule restarts and the algorithm's state is reset: the server
         optimiser's (SCAFFOLD's c, FedACG's m, FedAdam's moments) and every client's
@@ -276,7 +276,7 @@ def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int
 
 
 def mean_buffers(results: Sequence[ClientResult], current: Params) -> Params:
-    """The clients' buffers averaged (plain mean, no correction, ``fadamgc.md`` §2.8).
+    """The clients' buffers averaged (plain mean, no correction, ``docs/papers/fadamgc.md`` §2.8).
 
     Floating buffers (running means and variances) are averaged; integer ones (batch
     counters) take the largest value. Without client buffers, ``current`` is kept.

@@ -1,6 +1,6 @@
 """FedACG (Kim et al., CVPR 2024): accelerated client gradient through a lookahead start.
 
-``dynamic_clients.md`` §2.7: the server sends w_g + λ m; client k trains from it on
+``docs/papers/dynamic_clients.md`` §2.7: the server sends w_g + λ m; client k trains from it on
 CE + β/2 ‖w − (w_g + λ m)‖² and uploads Δ_k = w_k − (w_g + λ m); the server sets
 m ← λ m + Σ_k p_k Δ_k and w_g ← w_g + m. The proximal term is :class:`ProximalSGD`'s
 gradient, so both engines run it. λ = β = 0 is FedAvg. Defaults: β = 0.01, λ = 0.85 (the

@@ -7,7 +7,7 @@ x ← x − η_s Σ_i w_i Δ_i, with w_i ∝ n_i (data size, the paper's weighti
 
 The server step is a :class:`~wirelessfl.server.optimizers.ServerOptimizer` (``server_optimizer``):
 ``sgd`` is the rule above, ``momentum`` FedAvgM (Hsu et al.), and the adaptive rules give
-FedAdam, FedAMS, FedYogi and FedAdagrad (Reddi et al. 2021; ``fadamgc.md`` §3.5–3.6), each
+FedAdam, FedAMS, FedYogi and FedAdagrad (Reddi et al. 2021; ``docs/papers/fadamgc.md`` §3.5–3.6), each
 registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 """
 
@@ -53,9 +53,9 @@ class FedAvgHParams:
     server_momentum : float
         μ of ``momentum``.
     server_betas : tuple of float
-        (β1, β2) of the adaptive rules (0.9, 0.99: ``fadamgc.md`` §4.4).
+        (β1, β2) of the adaptive rules (0.9, 0.99: ``docs/papers/fadamgc.md`` §4.4).
     server_eps : float
-        ε of the adaptive rules (1e-8, outside the root; ``fadamgc.md`` §3.5).
+        ε of the adaptive rules (1e-8, outside the root; ``docs/papers/fadamgc.md`` §3.5).
     """
 
     clients_per_round: int | None = None
@@ -83,7 +83,7 @@ class FedAvgHParams:
 
 @dataclass(frozen=True)
 class FedAdamHParams(FedAvgHParams):
-    """FedAdam (``fadamgc.md`` §3.5): plain local SGD, Adam on the server, η_g = 1e-3 (Table 4)."""
+    """FedAdam (``docs/papers/fadamgc.md`` §3.5): local SGD, Adam on the server, η_g = 1e-3 (Table 4)."""
 
     server_lr: float = 1e-3
     weighting: str = "uniform"
@@ -92,7 +92,7 @@ class FedAdamHParams(FedAvgHParams):
 
 @dataclass(frozen=True)
 class FedAMSHParams(FedAdamHParams):
-    """FedAMS (``fadamgc.md`` §3.6): FedAdam with v̂ = max(v̂, v, ε) on the server."""
+    """FedAMS (``docs/papers/fadamgc.md`` §3.6): FedAdam with v̂ = max(v̂, v, ε) on the server."""
 
     server_optimizer: str = "amsgrad"
 

@@ -4,7 +4,7 @@ The proximal term enters as its gradient μ (w − w_start), the local rule's
 :meth:`~wirelessfl.engine.client.LocalSGD.correct` (no extra autograd graph), so both engines run
 it on the stacked clients. μ = 0 is FedAvg exactly; the reported training loss is the data
 loss.
-Defaults: μ = 1 (``dynamic_clients.md`` §2.7, ``prox_alpha``).
+Defaults: μ = 1 (``docs/papers/dynamic_clients.md`` §2.7, ``prox_alpha``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """MOON (Li, He and Song, CVPR 2021): model-contrastive federated learning.
 
-``dynamic_clients.md`` §2.7: the client minimises CE + μ · CE([cos(z, z_g), cos(z, z_prev)]/τ, 0)
+``docs/papers/dynamic_clients.md`` §2.7: the client minimises CE + μ · CE([cos(z, z_g), cos(z, z_prev)]/τ, 0)
 on each batch, with z the features of the local model (the models' ``features=True``
 output: the penultimate ReLU layer, or the pooled ResNet features), z_g those of the model
 the server sent (the round's start) and z_prev those of the client's own previous local

@@ -1,6 +1,6 @@
 """SCAFFOLD (Karimireddy et al., ICML 2020) and the server-momentum forms of Cheng et al. 2023.
 
-One local rule covers SCAFFOLD, SCAFFOLD-M and FedAvg-M (``fadamgc.md`` §3.3–3.4): client i
+One local rule covers SCAFFOLD, SCAFFOLD-M and FedAvg-M (``docs/papers/fadamgc.md`` §3.3–3.4): client i
 steps along d = β (g − c_i + c) + (1 − β) u, with u the server's momentum (the mean local
 direction of the previous round) and, without control variates, c = c_i = 0. β = 1 and no
 control variates is FedAvg; β = 1 with them is SCAFFOLD; β < 1 (0.1 [default]) gives the
@@ -15,7 +15,7 @@ steps, then c_i⁺ = c_i − c + (x − y)/(K η_l); it uploads Δy and Δc_i = 
 x ← x + η_g mean_S(Δy) (through its :class:`~wirelessfl.server.optimizers.ServerOptimizer`, η_g = 1
 by default), c ← c + (1/N) Σ_S Δc_i (``c_update: population``, the paper) or
 c + Σ_S p_i Δc_i with the round's aggregation weights (``weighted``, the dynamic-clients code,
-``dynamic_clients.md`` §2.7). c and c_i start at zero [default]; c_i live in
+``docs/papers/dynamic_clients.md`` §2.7). c and c_i start at zero [default]; c_i live in
 ``ServerState.client_states`` on the CPU.
 
 ``reference_quirks`` reproduces the dynamic-clients reference code: no (c − c_i) correction
@@ -81,7 +81,7 @@ class SCAFFOLDHParams(FedAvgHParams):
 
 @dataclass(frozen=True)
 class SCAFFOLDMHParams(SCAFFOLDHParams):
-    """SCAFFOLD-M (``fadamgc.md`` §3.4): β = 0.1 [default], control variates, uniform weights."""
+    """SCAFFOLD-M (``docs/papers/fadamgc.md`` §3.4): β = 0.1 [default], control variates, uniform weights."""
 
     beta: float = 0.1
     weighting: str = "uniform"
@@ -89,7 +89,7 @@ class SCAFFOLDMHParams(SCAFFOLDHParams):
 
 @dataclass(frozen=True)
 class FedAvgMHParams(SCAFFOLDHParams):
-    """FedAvg-M (``fadamgc.md`` §3.3): β = 0.1 [default], no control variates, uniform weights."""
+    """FedAvg-M (``docs/papers/fadamgc.md`` §3.3): β = 0.1 [default], no control variates, uniform weights."""
 
     beta: float = 0.1
     control_variates: bool = False

@@ -10,17 +10,17 @@ Supported names (see :data:`DATASETS`):
 - ``tinyimagenet``: the standard ``tiny-imagenet-200/`` folder in ``data_dir`` (``wnids.txt``,
   ``train/<wnid>/images/*.JPEG``, ``val/images/*.JPEG`` with ``val/val_annotations.txt``);
   200 classes of 64×64 RGB images, the labelled ``val`` split serving as the test set (the
-  ``test`` images carry no labels), as in FAdamGC's image experiments (``fadamgc.md`` §4.1);
+  ``test`` images carry no labels), as in FAdamGC's image experiments (``docs/papers/fadamgc.md`` §4.1);
 - ``svhn``: the standard ``train_32x32.mat`` / ``test_32x32.mat`` (MATLAB v5, read with
   :func:`scipy.io.loadmat`, data only) in ``data_dir`` or ``data_dir/svhn``; label 10 is the
   digit 0 (stored as class 0), normalised with the dynamic-clients paper's statistics
-  (``dynamic_clients.md`` §4.1); the ``extra`` split is not used;
+  (``docs/papers/dynamic_clients.md`` §4.1); the ``extra`` split is not used;
 - ``synthetic``: Synthetic(α, β) of Li et al., "Federated Optimization in Heterogeneous
   Networks" (FedProx, MLSys 2020) as packaged by LEAF. It needs no files and comes with a
   natural per-client split.
 
-Normalisation follows the specs: HIST (``specs/hist.md`` §6.1) uses mean 0.5 / std 0.5 per
-channel for Fashion-MNIST and CIFAR-10; FedAST (``specs/fedast.md`` §4.4) uses (0.1307, 0.3081)
+Normalisation follows the specs: HIST (``docs/papers/hist.md`` §6.1) uses mean 0.5 / std 0.5 per
+channel for Fashion-MNIST and CIFAR-10; FedAST (``docs/papers/fedast.md`` §4.4) uses (0.1307, 0.3081)
 for MNIST and the CIFAR-100 statistics below. ``normalization="auto"`` picks these per dataset;
 any named entry of :data:`NORMALIZATIONS` or ``"none"`` can be asked for instead.
 """
@@ -64,7 +64,7 @@ _AUTO_NORMALIZATION = {
     "cifar10": "half3",  # HIST §6.1, FedAST §4.4
     "cifar100": "cifar100",  # FedAST §4.4 [code]
     "tinyimagenet": "tinyimagenet",  # the training set's channel statistics [default]
-    "svhn": "svhn",  # dynamic_clients.md §4.1 [code]
+    "svhn": "svhn",  # docs/papers/dynamic_clients.md §4.1 [code]
 }
 
 
@@ -444,7 +444,7 @@ def _encode(text: list[str]) -> np.ndarray:
 
 
 def shakespeare(folder: Path | None, num_clients: int, rng: np.random.Generator) -> DatasetSplits:
-    """LEAF Shakespeare (``specs/fedast.md`` §4.5): next-character prediction, one role per client.
+    """LEAF Shakespeare (``docs/papers/fedast.md`` §4.5): next-character prediction, one role per client.
 
     Reads LEAF's JSON files under ``<data_dir>/shakespeare/{train,test}/`` (or
     ``<data_dir>/{train,test}/``), made with ``-s niid --sf 1.0 -k 0 -t sample -tf 0.8``.

@@ -6,14 +6,14 @@ reuse only where an option asks for it by name), never loops without bound, and 
 
 - :class:`IID` — uniform random equal split;
 - :class:`Shards` — HIST case (i), "fully non-iid": sort by label, cut 2U shards, 2 per client
-  (``specs/hist.md`` §6.1, after McMahan et al. 2017);
+  (``docs/papers/hist.md`` §6.1, after McMahan et al. 2017);
 - :class:`CellIIDShards` — HIST case (ii), iid across cells and shards within each cell;
 - :class:`DirichletOverClients` — per class, proportions ~ Dir(α) over clients (Flower /
   FL-bench convention, Hsu et al. 2019), resampled until every client has ``min_size``;
 - :class:`DirichletPerClient` — per client, label distribution ~ Dir(α) over classes and a fixed
-  sample count (FedAST ``specs/fedast.md`` §4.5, dynamic clients §4.2);
+  sample count (FedAST ``docs/papers/fedast.md`` §4.5, dynamic clients §4.2);
 - :class:`TwoGroupOverlap` — two client groups A, B with overlapping label sets
-  (``specs/dynamic_clients.md`` §4.2);
+  (``docs/papers/dynamic_clients.md`` §4.2);
 - :class:`LabelSets` — Two-Shard, Half, Partial-Overlap, Distinct (the same paper's
   Tables 8-11).
 """
@@ -121,7 +121,7 @@ def _shard_split(indices: np.ndarray, labels: np.ndarray, num_clients: int,
 
 
 class Shards(Partitioner):
-    """HIST case (i), "fully non-iid" (``specs/hist.md`` §6.1).
+    """HIST case (i), "fully non-iid" (``docs/papers/hist.md`` §6.1).
 
     Sort the training set by label, cut it into ``shards_per_client·U`` equal shards
     (120 shards of 500 for Fashion-MNIST with U = 60), give each client
@@ -144,7 +144,7 @@ class Shards(Partitioner):
 
 
 class CellIIDShards(Partitioner):
-    """HIST case (ii), iid across cells, non-iid within a cell (``specs/hist.md`` §6.1).
+    """HIST case (ii), iid across cells, non-iid within a cell (``docs/papers/hist.md`` §6.1).
 
     Split the training set uniformly at random into N equal parts, one per cell; inside
     cell j apply :class:`Shards` with ``shards_per_client·n_j`` shards. Clients are numbered
@@ -314,7 +314,7 @@ class _LabelPools:
 class DirichletPerClient(Partitioner):
     """Per client, label distribution p ~ Dir(α·1_C) and a fixed sample count.
 
-    FedAST convention (``specs/fedast.md`` §4.5): each of the U clients draws
+    FedAST convention (``docs/papers/fedast.md`` §4.5): each of the U clients draws
     ``samples_per_client`` samples with label shares p from per-label pools, without
     replacement. Counts are rounded by largest remainder so each client gets exactly
     ``samples_per_client`` **[default]** (the FedAST code rounds each label separately).
@@ -375,7 +375,7 @@ def deal_labels(labels: np.ndarray, sets: Sequence[np.ndarray], rng: np.random.G
 
 
 def two_group_labels(num_classes: int, overlap: float) -> tuple[np.ndarray, np.ndarray]:
-    """Label sets of groups A and B (``specs/dynamic_clients.md`` §4.2).
+    """Label sets of groups A and B (``docs/papers/dynamic_clients.md`` §4.2).
 
     Examples
     --------
@@ -397,7 +397,7 @@ def two_group_labels(num_classes: int, overlap: float) -> tuple[np.ndarray, np.n
 
 
 class TwoGroupOverlap(Partitioner):
-    """Two client groups with overlapping label sets (``specs/dynamic_clients.md`` §4.2).
+    """Two client groups with overlapping label sets (``docs/papers/dynamic_clients.md`` §4.2).
 
     Clients ``0..G-1`` form group A and ``G..2G-1`` group B; their label sets come from
     :func:`two_group_labels`. Within a group each client gets an equal quota of the group's
@@ -466,7 +466,7 @@ LABEL_SET_KINDS = ("two_shard", "half", "partial_overlap", "distinct")
 
 def label_sets(kind: str, num_clients: int, num_classes: int,
                rng: np.random.Generator) -> list[np.ndarray]:
-    """Each client's labels under an alternative distribution (``dynamic_clients.md`` §4.2).
+    """Each client's labels under an alternative distribution (``docs/papers/dynamic_clients.md`` §4.2).
 
     - ``two_shard``: labels in U = min(L, 10) units (a label, or for L = 100 a batch of 10
       consecutive labels); each unit is cut into 2N/U shards and each client gets 2 shards

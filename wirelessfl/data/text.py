@@ -15,9 +15,9 @@ folder names (e.g. ``SST-2`` or ``sst2``) and in ``data_dir`` itself, in these l
   (AG News ``title``/``description`` also accepted).
 
 The training split is ``train``; the test split is the labelled ``validation``/``dev`` one for
-GLUE (its test labels are hidden, ``fadamgc.md`` §4.2 [D]) and ``test`` for AG News and
+GLUE (its test labels are hidden, ``docs/papers/fadamgc.md`` §4.2 [D]) and ``test`` for AG News and
 20 Newsgroups. AG News joins title + " " + description and maps labels 1–4 to 0–3
-(``dynamic_clients.md`` §4.1).
+(``docs/papers/dynamic_clients.md`` §4.1).
 
 Tokenisation uses ``transformers.AutoTokenizer.from_pretrained(dir, local_files_only=True)``
 on a local folder (GPT-2's ``vocab.json``/``merges.txt`` or ``tokenizer.json``; BERT's
@@ -116,7 +116,7 @@ def load_tokenizer(folder: Path | None, name: str):
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise DataFileError(f"tokenizer folder {path}: cannot be loaded "
                             f"({str(exc).splitlines()[0][:120]})") from None
-    if tok.pad_token is None:   # GPT-2: pad = EOS (fadamgc.md §4.2 [D])
+    if tok.pad_token is None:   # GPT-2: pad = EOS (docs/papers/fadamgc.md §4.2 [D])
         tok.pad_token = tok.eos_token
     return tok
 

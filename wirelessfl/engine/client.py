@@ -14,7 +14,7 @@ An *executor* decides how the functions run over many clients: :class:`LoopExecu
 clients one after another (the reference); a batched executor (stacked clients) plugs in
 behind the same :class:`Executor` interface.
 
-Mini-batch order [code, ``specs/hist.md`` §2.4]: the client reshuffles its local data every
+Mini-batch order [code, ``docs/papers/hist.md`` §2.4]: the client reshuffles its local data every
 epoch and cycles through it; ``steps`` counts SGD steps, not epochs. With ``epochs`` set, a
 call runs that many epochs instead (FedAST §4.6: 3 epochs, last partial batch dropped).
 """
@@ -59,7 +59,7 @@ class LocalHParams:
     optimizer : str
         ``"sgd"`` or ``"adam"``.
     momentum : float
-        SGD momentum (state is reset every call, ``specs/hist.md`` §2.4 [default]).
+        SGD momentum (state is reset every call, ``docs/papers/hist.md`` §2.4 [default]).
     weight_decay : float
         L2 coefficient added to the gradient.
     betas : tuple of float
@@ -68,7 +68,7 @@ class LocalHParams:
         Adam's ε.
     schedule : str
         Client learning rate over rounds: ``constant`` or ``poly`` (γ_t = (γ − γ_min)(1 −
-        t/T)^p + γ_min, restarted on demand, e.g. at each session of ``dynamic_clients.md``
+        t/T)^p + γ_min, restarted on demand, e.g. at each session of ``docs/papers/dynamic_clients.md``
         §4.3).
     schedule_power, schedule_rounds : float, int
         p and T of ``poly`` (T is required for it).

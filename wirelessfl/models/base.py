@@ -1,6 +1,6 @@
 """Models with declared partitionable hidden units.
 
-HIST (``specs/hist.md`` §1.3) and RA-Fed (``specs/rafed.md`` §2.1) train *submodels*: a
+HIST (``docs/papers/hist.md`` §1.3) and RA-Fed (``docs/papers/rafed.md`` §2.1) train *submodels*: a
 hidden unit is kept or dropped together with every parameter it owns (its row of incoming
 weights, its bias, its column of outgoing weights). Each model here declares those
 ownerships as :class:`UnitGroup` objects, so an algorithm can slice a submodel out of the
@@ -40,7 +40,7 @@ class UnitSlice:
     blocks : int
         Blocks of the group's size stacked along ``dim``, each holding one slot per unit:
         4 for an LSTM's gate rows (i, f, g, o), so hidden unit j owns rows j, H + j, 2H + j
-        and 3H + j (``specs/rafed.md`` §2.1.1: the same index in every gate block).
+        and 3H + j (``docs/papers/rafed.md`` §2.1.1: the same index in every gate block).
     """
 
     param: str
@@ -77,7 +77,7 @@ class UnitGroup:
     multiple: int = 1
 
     def params_per_unit(self, shapes: dict[str, torch.Size]) -> int:
-        """Parameters one unit owns (q in ``specs/hist.md`` §4.3)."""
+        """Parameters one unit owns (q in ``docs/papers/hist.md`` §4.3)."""
         total = 0
         for s in self.slices:
             shape = shapes[s.param]
@@ -90,7 +90,7 @@ class FLModel(nn.Module):
 
     Subclasses set ``unit_groups`` (all partitionable groups, input side first) and
     ``hist_groups`` (the groups HIST splits by default: the FC hidden layers, every second
-    hidden layer for deeper MLPs, ``specs/hist.md`` §1.3(c, d)). ``paper_volumes`` =
+    hidden layer for deeper MLPs, ``docs/papers/hist.md`` §1.3(c, d)). ``paper_volumes`` =
     (size MB, vol_c, vol_f) of HIST's uplink accounting (§6.6), where the paper's numbers
     differ from the parameter count (LeNet-5, CIFAR CNN).
     """
@@ -107,7 +107,7 @@ class FLModel(nn.Module):
         """A detached copy of the buffers (BatchNorm running statistics), empty if none.
 
         Clients update their own copy in training; the server averages them (plain mean,
-        ``fadamgc.md`` §2.8). Frozen parameters (``requires_grad=False``, e.g. a LoRA base)
+        ``docs/papers/fadamgc.md`` §2.8). Frozen parameters (``requires_grad=False``, e.g. a LoRA base)
         stay in the module: no client trains or sends them.
         """
         return {k: v.detach().clone() for k, v in self.named_buffers()}

@@ -2,7 +2,7 @@
 
 Inputs are token ids stored as floats with padding marked −1 (:mod:`wirelessfl.data.text`).
 
-- :class:`GPT2LoRA` (``fadamgc.md`` §4.2): Hugging Face ``GPT2ForSequenceClassification``
+- :class:`GPT2LoRA` (``docs/papers/fadamgc.md`` §4.2): Hugging Face ``GPT2ForSequenceClassification``
   from a local model folder (``model_dir``: ``config.json`` and ``model.safetensors``; nothing
   is downloaded, and only safetensors weights are read, so no file can run code) or, for
   tests and smoke runs, built from ``config`` (a dict of ``GPT2Config`` fields) with random
@@ -12,7 +12,7 @@ Inputs are token ids stored as floats with padding marked −1 (:mod:`wirelessfl
   (``requires_grad=False``), so :meth:`~wirelessfl.models.base.FLModel.params` — what clients
   train, send, correct and what the cost model counts — holds only the adapters and the head.
   Attention is the eager implementation: it runs under ``vmap`` (the batched engine).
-- :class:`FastText` (``dynamic_clients.md`` §4.1): a 300-d embedding averaged over the
+- :class:`FastText` (``docs/papers/dynamic_clients.md`` §4.1): a 300-d embedding averaged over the
   non-pad tokens, then linear → classes; the vocabulary is BERT-base-uncased's 30,522 by default.
 
 Both need the ``[text]`` extra (``transformers``, ``peft``) only for GPT-2.

@@ -1,10 +1,10 @@
 """The models of the five papers.
 
-- :class:`FCNN` — HIST's 784-300-10 fully connected net with dropout 0.5 (``specs/hist.md`` §6.2);
+- :class:`FCNN` — HIST's 784-300-10 fully connected net with dropout 0.5 (``docs/papers/hist.md`` §6.2);
   input size follows the dataset.
 - :class:`LeNet5` — HIST's LeNet-5 (unpadded, 44,426 parameters, default; or conv1 padded,
-  61,706 parameters, ``specs/hist.md`` §6.2 and §8 item 15); FedAST's variant has no dropout
-  and a ReLU on the logits (``specs/fedast.md`` §4.4).
+  61,706 parameters, ``docs/papers/hist.md`` §6.2 and §8 item 15); FedAST's variant has no dropout
+  and a ReLU on the logits (``docs/papers/fedast.md`` §4.4).
 - :class:`CifarCNN` — HIST's CIFAR CNN (541,094 parameters).
 - :class:`MLP` — FedAST's MNIST MLP 784-200-200-10 (FedDyn).
 - :class:`ResNet18` — CIFAR-style ResNet-18 with GroupNorm (2 groups), FedAST §4.4.
@@ -67,7 +67,7 @@ class Linear(FLModel):
 
     It has no hidden layer, so its MOON representation (``features=True``) is its output,
     the logits **[default]**: the dynamic-clients paper runs MOON on its MNIST/FMNIST
-    linear model (``specs/dynamic_clients.md`` Table 5) without saying which vector it
+    linear model (``docs/papers/dynamic_clients.md`` Table 5) without saying which vector it
     contrasts.
     """
 
@@ -101,7 +101,7 @@ class FCNN(FLModel):
 class MLP(FLModel):
     """FedAST's MNIST MLP in → 200 → 200 → classes (ReLU).
 
-    HIST splits ``fc1`` only (every second hidden layer, ``specs/hist.md`` §1.3(c)).
+    HIST splits ``fc1`` only (every second hidden layer, ``docs/papers/hist.md`` §1.3(c)).
     """
 
     def __init__(self, sample_shape: tuple[int, ...], num_classes: int,
@@ -124,7 +124,7 @@ class LeNet5(FLModel):
 
     ``padded=False`` (default, HIST's 0.169 MB model) gives fc1 an input of 256 on 28×28
     images; ``padded=True`` pads conv1 by 2 (fc1 input 400). HIST splits the 120 units of
-    ``fc1`` (``specs/hist.md`` §1.3(d)); conv layers and ``fc3`` are shared. The conv
+    ``fc1`` (``docs/papers/hist.md`` §1.3(d)); conv layers and ``fc3`` are shared. The conv
     channels are declared too, for RA-Fed. The paper's accounting uses 0.169 MB with 2,572
     conv and 59,134 FC parameters (§6.6, §8 item 15), for either variant.
     """
@@ -194,7 +194,7 @@ class CifarCNN(FLModel):
 class FedDynCNN(FLModel):
     """FedAST's CIFAR-10 CNN (FedDyn): conv5×5 3→64, pool, conv5×5 64→64, pool, FC 1600-384-192.
 
-    797,962 parameters on 32 × 32 inputs (``specs/fedast.md`` §4.4, ≈798k).
+    797,962 parameters on 32 × 32 inputs (``docs/papers/fedast.md`` §4.4, ≈798k).
     """
 
     def __init__(self, sample_shape: tuple[int, ...], num_classes: int) -> None:
@@ -220,7 +220,7 @@ class FedDynCNN(FLModel):
 class CharLSTM(FLModel):
     """FedAST's Shakespeare LSTM: embedding 8, one LSTM layer of 100 units, FC on the last step.
 
-    ``specs/fedast.md`` §4.4 [code]: vocabulary 80, sequence length 80; 52,720 parameters
+    ``docs/papers/fedast.md`` §4.4 [code]: vocabulary 80, sequence length 80; 52,720 parameters
     (two gate biases, as ``nn.LSTM``). The cell is written out with :mod:`layers` so stacked
     clients batch through ``vmap``; the state starts at zero for every batch (§7 item 22).
     Inputs are character indices (stored as floats by the dataset).
@@ -278,7 +278,7 @@ class _Block(nn.Module):
 
 
 class SVHNEfficient(FLModel):
-    """The dynamic-clients paper's SVHN CNN (``dynamic_clients.md`` §4.1, [CODE]).
+    """The dynamic-clients paper's SVHN CNN (``docs/papers/dynamic_clients.md`` §4.1, [CODE]).
 
     [conv 32, BN, ReLU, conv 32, BN, ReLU, max-pool] → [conv 64, BN, ReLU, conv 64, BN, ReLU,
     max-pool] → [conv 128, BN, ReLU, max-pool] → fc1 2048 → 256, ReLU, dropout 0.4 → fc2 256 →
@@ -325,7 +325,7 @@ class ResNet18(FLModel):
 
     Partitionable units are the inner channels of every basic block (conv1's outputs, their
     GroupNorm affine pair, conv2's inputs): slicing them keeps the residual streams intact
-    (``specs/rafed.md`` §2.1.1). A sliced block must keep a channel count divisible by the
+    (``docs/papers/rafed.md`` §2.1.1). A sliced block must keep a channel count divisible by the
     2 GroupNorm groups. ``augment`` applies :func:`random_crop_flip` to training inputs
     (FedAST's CIFAR-100 task).
     """
@@ -357,11 +357,13 @@ class ResNet18(FLModel):
 
 
 class ResNet18BN(FLModel):
-    """CIFAR-style ResNet-18 with BatchNorm (``fadamgc.md`` §4.1, §7 item 7): 3×3 stem, no max-pool.
+    """CIFAR-style ResNet-18 with BatchNorm (``docs/papers/fadamgc.md`` §4.1, §7 item 7).
+
+    3×3 stem, no max-pool.
 
     The BatchNorm running statistics are buffers: each client updates its own copy during
     local training (both engines) and the server averages them (plain mean, no correction,
-    ``fadamgc.md`` §2.8). No partitionable units (submodels of BatchNorm layers would need
+    ``docs/papers/fadamgc.md`` §2.8). No partitionable units (submodels of BatchNorm layers would need
     their statistics sliced too). ``augment`` applies :func:`random_crop_flip`.
     """
 
@@ -383,7 +385,7 @@ class ResNet18BN(FLModel):
 
 
 class ResNetProjection(FLModel):
-    """The dynamic-clients paper's CIFAR / Tiny ImageNet model (``dynamic_clients.md`` §4.1).
+    """The dynamic-clients paper's CIFAR / Tiny ImageNet model (``docs/papers/dynamic_clients.md`` §4.1).
 
     An ImageNet ResNet-18 (``depth=18``) or ResNet-34 (``depth=34``) backbone with
     BatchNorm (7×7 stride-2 stem, 3×3 max-pool, basic blocks, global average pool to 512,

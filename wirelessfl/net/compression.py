@@ -1,4 +1,4 @@
-"""The operator C applied to the global model before it is masked and sent (``specs/rafed.md`` §2.1.4).
+"""The operator C applied to the global model before it is masked and sent (``docs/papers/rafed.md`` §2.1.4).
 
 The seed leaves C undefined and assumes only E‖C(θ) − θ‖² ≤ w₂² E‖θ‖² (A4). Here:
 

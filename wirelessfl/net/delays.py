@@ -1,9 +1,9 @@
-"""Per-request latency models of asynchronous training (FedAST, ``specs/fedast.md`` §4.2).
+"""Per-request latency models of asynchronous training (FedAST, ``docs/papers/fedast.md`` §4.2).
 
 A request of task m sent to client i lasts D, drawn when it is sent from the ``delays``
 stream: :class:`ShiftedExponential` is FedAST's model (speed classes from
 :func:`speed_classes`); :class:`WirelessLatency` is local compute plus a TDMA upload over a
-fresh Rayleigh channel, as HIST's OMA latency (``specs/hist.md`` §6.4) for one client at a
+fresh Rayleigh channel, as HIST's OMA latency (``docs/papers/hist.md`` §6.4) for one client at a
 time. The event-driven clock that uses them is :mod:`wirelessfl.algorithms.fedast.simtime`.
 """
 
@@ -32,7 +32,7 @@ class LatencyModel(ABC):
 
 
 class ShiftedExponential(LatencyModel):
-    """FedAST's latency (``specs/fedast.md`` §4.2): D = τ_m (β + Exp(mean 2β)), β = κ c_m s_i.
+    """FedAST's latency (``docs/papers/fedast.md`` §4.2): D = τ_m (β + Exp(mean 2β)), β = κ c_m s_i.
 
     Parameters
     ----------
@@ -67,7 +67,7 @@ class WirelessLatency(LatencyModel):
 
     D = τ_m C_m / f_i + bits_m / R_i with R_i = B log2(1 + SNR_i ‖h‖²) drawn per request
     (``channels.tdma_rate``, maximum-ratio reception over M antennas), as HIST's OMA
-    latency model (``specs/hist.md`` §6.4) for one client at a time. Time in seconds.
+    latency model (``docs/papers/hist.md`` §6.4) for one client at a time. Time in seconds.
 
     Parameters
     ----------

@@ -11,9 +11,9 @@ Models (``network.model``):
 
 - ``none`` (default): no simulated time;
 - ``fixed``: independent links of ``rate_mbps`` per client in both directions (FAdamGC's
-  100 Mbps, ``fadamgc.md`` §4.6); a client takes down/R + steps·``step_seconds`` + up/R and
+  100 Mbps, ``docs/papers/fadamgc.md`` §4.6); a client takes down/R + steps·``step_seconds`` + up/R and
   the round lasts as long as its slowest client;
-- ``tdma``: HIST's OMA uplink (``specs/hist.md`` §4.1, §6.4): SIMO Rayleigh channels drawn
+- ``tdma``: HIST's OMA uplink (``docs/papers/hist.md`` §4.1, §6.4): SIMO Rayleigh channels drawn
   each round, R_i = B log2(1 + SNR ‖h_i‖²), the clients upload one after another; the round
   takes max_i steps_i·``step_seconds`` + Σ_i up/R_i;
 - ``fdma``: the band split equally among the round's S clients, all uploading at once at
@@ -73,13 +73,13 @@ class NetworkConfig:
     model : str
         One of :data:`LINK_MODELS`.
     rate_mbps : float
-        Per-client link rate of ``fixed`` [Mbit/s] (100, ``fadamgc.md`` §4.6).
+        Per-client link rate of ``fixed`` [Mbit/s] (100, ``docs/papers/fadamgc.md`` §4.6).
     step_seconds : float
         Time of one local step [s] (0: communication only).
     bits_per_param : int
         Bits per parameter (32: fp32).
     snr_db : float
-        Transmit SNR of ``tdma`` [dB] (30, ``specs/hist.md`` §6.4).
+        Transmit SNR of ``tdma`` [dB] (30, ``docs/papers/hist.md`` §6.4).
     antennas : int
         Receive antennas M of ``tdma`` (maximum-ratio reception).
     bandwidth_hz : float

@@ -1,6 +1,6 @@
 """Clients' compute and radio resources, and what they cost in seconds.
 
-**HIST's scenario** (``specs/hist.md`` §6.4).
+**HIST's scenario** (``docs/papers/hist.md`` §6.4).
 
 Per global round: CPU frequencies F_i ~ U(1, 2) GHz in cells j ≤ N/2 and U(2, 4) GHz beyond
 (drawn once per client by default [default]); SIMO Rayleigh channels h_i ~ CN(0, I_M) with
@@ -8,7 +8,7 @@ M = 10 drawn afresh; SNR 30 dB in the first half of the cells and 40 dB in the r
 rate R_i = B log2(1 + SNR ‖h_i‖²) with B = 9 MHz. :func:`unit_latency` turns them into the
 per-unit latency the mask-size solver takes.
 
-**RA-Fed's resources** (beyond the paper, ``specs/rafed.md``): each round's clients share
+**RA-Fed's resources** (beyond the paper, ``docs/papers/rafed.md``): each round's clients share
 the band (FDMA) over fresh Rayleigh channels (:func:`draw_fdma_rates`); a submodel of
 parameter fraction f costs f times the full model's compute and upload
 (:func:`full_model_seconds`), and under a deadline each client takes the largest ratio
@@ -105,7 +105,7 @@ def unit_latency(res: Resources, *, scheme: str, units: int, num_params: int,
                  bits_per_param: int = 32, client_mask: np.ndarray | None = None) -> np.ndarray:
     """c_j = C_j / K: a cell's edge-round latency per unit of mask [s], shape (N,).
 
-    Masks are counted in hidden units (``specs/hist.md`` §4.3 [default]): a cell with k_j of
+    Masks are counted in hidden units (``docs/papers/hist.md`` §4.3 [default]): a cell with k_j of
     the K units uploads and computes a fraction k_j/K ≈ d_j/d of the model. ``local_steps``
     may be one H per client (N, n); ``client_mask`` (N, n) marks the real clients of cells
     padded to a common size (padded entries do not enter the max).

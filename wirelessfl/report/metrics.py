@@ -86,7 +86,7 @@ def mean_steps(rows: list[dict[str, Any]], key: str = "test_accuracy",
 
     Each task (default: all of the run's) counts with its latest evaluation; before its
     first, an accuracy counts as 0 and a loss as NaN. With ``test_accuracy`` over all tasks
-    this is ``specs/fedast.md`` §7 item 11's curve for M identical tasks.
+    this is ``docs/papers/fedast.md`` §7 item 11's curve for M identical tasks.
     """
     tasks = tasks or sorted({r["task"] for r in rows})
     rows = sorted((r for r in rows if r["task"] in tasks), key=lambda r: r["sim_time"])

@@ -95,7 +95,7 @@ def render_transitions(fig: Figure, root: Path, out: Path) -> list[Path]:
 
     A row per panel (and sweep value), a column per transition k (``transitions``, default
     1, 2, 3) and series; a cell is the mean over seeds (± sample std) of
-    :func:`transition_accuracy` at session P + 1 + k (``dynamic_clients.md`` §4.3, P the
+    :func:`transition_accuracy` at session P + 1 + k (``docs/papers/dynamic_clients.md`` §4.3, P the
     run's pilot sessions). ``reference``: per panel the paper's cells in the same column
     order (per sweep value when swept). With ``method`` the note counts, per transition,
     the rows where it is ≥ each other series and where it is best.
@@ -222,7 +222,7 @@ def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
 def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
     """Mean time to target per sweep value (bars per series) and the gain of ``method``.
 
-    Gain over ``baseline``: (T_baseline − T_method) / T_baseline (``specs/fedast.md`` §4.7).
+    Gain over ``baseline``: (T_baseline − T_method) / T_baseline (``docs/papers/fedast.md`` §4.7).
     ``metric``: ``mean_accuracy`` (default) or ``all_done``.
     """
     method, baseline = fig.spec["method"], fig.spec["baseline"]

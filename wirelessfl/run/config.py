@@ -85,7 +85,7 @@ class DataConfig:
         Label overlap of the two groups (two_group).
     share_overlap : bool
         two_group: a label both groups hold gives its samples to both (the reference code,
-        ``dynamic_clients.md`` §7 item 21; default) or splits them half and half (False).
+        ``docs/papers/dynamic_clients.md`` §7 item 21; default) or splits them half and half (False).
     unseen_labels : int
         two_group: labels held out of A and B and brought by a third group C with B's
         labels (Table 12; 0 = none).

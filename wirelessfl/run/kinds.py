@@ -135,8 +135,11 @@ def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConf
         Multi-task runs: write a snapshot after a round once this many wall seconds have
         passed (0: every round). Round-based runs checkpoint every ``checkpoint_every`` rounds.
 
-    Raises ``ValueError`` (a :class:`~wirelessfl.errors.ConfigError` or a data error) for any
-    bad input; writes nothing.
+    Raises
+    ------
+    ValueError
+        A :class:`~wirelessfl.errors.ConfigError` or a data error, for any bad input;
+        nothing is written.
     """
     kind = kind_of(config)
     cfg = config if not isinstance(config, dict) else kind.resolve(config)

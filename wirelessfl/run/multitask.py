@@ -1,4 +1,4 @@
-"""Multi-task runs in simulated time: FedAST and its baselines (``specs/fedast.md``).
+"""Multi-task runs in simulated time: FedAST and its baselines (``docs/papers/fedast.md``).
 
 A preset with a ``tasks:`` list is a multi-task run::
 

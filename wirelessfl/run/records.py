@@ -18,7 +18,7 @@ A new run needs a folder that does not exist or is empty: nothing a run did not 
 ever overwritten. A resumed run must find its own ``config.yaml`` and metric rows that run
 without gaps or duplicates up to its checkpoint (:meth:`RunRecord.check_rows`).
 
-MB are 4-byte parameters / 2^20, as in ``specs/hist.md`` §6.2 and §6.6.
+MB are 4-byte parameters / 2^20, as in ``docs/papers/hist.md`` §6.2 and §6.6.
 """
 
 from __future__ import annotations
@@ -438,7 +438,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]], *, blank_nan: bool = False
 
 
 def first_reaching(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
-    """The first row whose test accuracy is ≥ ``target`` (``specs/hist.md`` §6.6)."""
+    """The first row whose test accuracy is ≥ ``target`` (``docs/papers/hist.md`` §6.6)."""
     return next((r for r in rows if is_number(r.get("test_accuracy")) and r["test_accuracy"] >= target),
                 None)
 

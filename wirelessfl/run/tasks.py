@@ -1,4 +1,4 @@
-"""Tasks trained side by side on one client pool (FedAST, ``specs/fedast.md`` §4.4–4.6).
+"""Tasks trained side by side on one client pool (FedAST, ``docs/papers/fedast.md`` §4.4–4.6).
 
 A *task* is a dataset, a model, local hyperparameters, a target accuracy and a latency
 constant c_m (§4.2). :data:`TASKS` is the paper's registry; :func:`build_tasks` turns task

@@ -6,7 +6,7 @@ descent direction, start − end, :mod:`wirelessfl.server.aggregation`) and call
 :class:`ServerOptState` of parameter trees (zero-initialised on the first step), kept in the
 algorithm's server state and checkpointed with it.
 
-Rules (``fadamgc.md`` §3.5–3.6, §7 item 5: no bias correction, ε outside the root,
+Rules (``docs/papers/fadamgc.md`` §3.5–3.6, §7 item 5: no bias correction, ε outside the root,
 zero-initialised moments; Reddi et al. 2021 for Yogi and Adagrad), with η the server rate:
 
 - ``sgd``: x ← x − η g (η = 1 is FedAvg's plain averaging);

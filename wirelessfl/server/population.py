@@ -1,7 +1,7 @@
 """Client populations: which clients exist (are available) in each round.
 
 FedAvg and HIST use a static population. The dynamic-clients paper
-(``specs/dynamic_clients.md`` §1, §4.2) works in *sessions*: maximal runs of rounds with an
+(``docs/papers/dynamic_clients.md`` §1, §4.2) works in *sessions*: maximal runs of rounds with an
 unchanged client set. Its experiments alternate two groups A, B (at each transition all
 active clients leave and the other group arrives); any list of join/leave events is a
 population too (§7 item 9), each change of the active set starting a new session.

@@ -1,8 +1,8 @@
 """Submodels: slicing the units a client keeps out of the global parameters, and back.
 
 A *selection* maps unit-group names to the indices of the units kept. HIST draws disjoint
-selections, one per cell (``specs/hist.md`` §1.3(b), §4.4); RA-Fed draws one per client
-(``specs/rafed.md`` §2.1). :class:`Submodel` turns a selection into per-parameter index
+selections, one per cell (``docs/papers/hist.md`` §1.3(b), §4.4); RA-Fed draws one per client
+(``docs/papers/rafed.md`` §2.1). :class:`Submodel` turns a selection into per-parameter index
 tuples and offers three views of the same thing:
 
 - :meth:`Submodel.slice` — the physically smaller parameters (the fast, sliced form);
@@ -169,7 +169,7 @@ class Submodel:
 
 def random_disjoint_selections(groups: Sequence[UnitGroup], sizes: Sequence[Sequence[int]],
                                rng: np.random.Generator) -> list[dict[str, torch.Tensor]]:
-    """Disjoint, covering selections with given sizes (``specs/hist.md`` §4.4).
+    """Disjoint, covering selections with given sizes (``docs/papers/hist.md`` §4.4).
 
     For each group draw a uniform random permutation of its K units and cut it into
     consecutive blocks of the requested sizes.

@@ -1,6 +1,6 @@
 """Cells of a hierarchical network: which clients each edge server serves.
 
-``specs/hist.md`` §1.1 and §6.1: N edge servers, cell j serves n_j clients; with
+``docs/papers/hist.md`` §1.1 and §6.1: N edge servers, cell j serves n_j clients; with
 ``Topology.even`` client u belongs to cell ⌊u / n⌋ [code], and with U not divisible by N
 the ``U mod N`` last clients take no part (e.g. 60 clients, N = 8: 7 per cell, 56 active).
 
@@ -76,5 +76,5 @@ class Topology:
 
     @property
     def n_tilde(self) -> float:
-        """Ñ = Σ_j 1 / n_j (``specs/hist.md`` §1.2)."""
+        """Ñ = Σ_j 1 / n_j (``docs/papers/hist.md`` §1.2)."""
         return float(sum(1.0 / n for n in self.clients_per_cell))

@@ -1,4 +1,6 @@
-"""Continuous: the dynamic-clients paper's distillation baseline (``dynamic_clients.md`` §3 item 3).
+"""Continuous: the dynamic-clients paper's distillation baseline.
+
+``docs/papers/dynamic_clients.md`` §3 item 3.
 
 Each client minimises CE + λ_KL · KL(softmax(z_teacher) ‖ softmax(z_student)) per batch
 ("batchmean": the per-sample KL summed over classes, averaged over the batch) with

@@ -1,4 +1,4 @@
-"""Similarity-weighted initial models for new sessions (``dynamic_clients.md`` §2.2–2.5).
+"""Similarity-weighted initial models for new sessions (``docs/papers/dynamic_clients.md`` §2.2–2.5).
 
 The pieces of Algorithm 1 that are pure arithmetic on model states, shared by the proposed
 method and its baselines:

@@ -1,4 +1,4 @@
-"""Algorithm 1 of the dynamic-clients paper at session starts (``dynamic_clients.md`` §2.6).
+"""Algorithm 1 of the dynamic-clients paper at session starts (``docs/papers/dynamic_clients.md`` §2.6).
 
 :class:`SessionStarts` is called by the run loop at the first round of every session after
 the first. It stores the finished session's final model (the pilot models until session P,

@@ -1,4 +1,4 @@
-"""FAdamGC: federated Adam with gradient correction before the moments (``specs/fadamgc.md``).
+"""FAdamGC: federated Adam with gradient correction before the moments (``docs/papers/fadamgc.md``).
 
 One local rule, :class:`TrackedAdam`, gives the three Adam-type methods of the paper; they
 differ in where the drift correction c_i = y − y_i enters (§2.2, §3.1–3.2):
@@ -53,7 +53,7 @@ ADAMS = ("algorithm1", "library")
 
 @dataclass(frozen=True)
 class FAdamGCHParams(FedAvgHParams):
-    """FAdamGC's hyperparameters (``fadamgc.md`` §2.6); ``server_lr`` is η_g, ``local.lr`` η_l.
+    """FAdamGC's hyperparameters (``docs/papers/fadamgc.md`` §2.6); ``server_lr`` is η_g, ``local.lr`` η_l.
 
     Attributes
     ----------
@@ -115,14 +115,14 @@ class FAdamGCHParams(FedAvgHParams):
 
 @dataclass(frozen=True)
 class FANTHParams(FAdamGCHParams):
-    """FA-NT (``fadamgc.md`` §3.2): the correction after the moments."""
+    """FA-NT (``docs/papers/fadamgc.md`` §3.2): the correction after the moments."""
 
     correction: str = "post"
 
 
 @dataclass(frozen=True)
 class LocalAdamHParams(FAdamGCHParams):
-    """LocalAdam (``fadamgc.md`` §3.1): Algorithm 1 without the correction."""
+    """LocalAdam (``docs/papers/fadamgc.md`` §3.1): Algorithm 1 without the correction."""
 
     correction: str = "none"
 

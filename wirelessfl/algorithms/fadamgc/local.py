@@ -1,4 +1,4 @@
-"""The local rule of FAdamGC, FA-NT and LocalAdam (``specs/fadamgc.md`` Algorithms 1–2, §3.1).
+"""The local rule of FAdamGC, FA-NT and LocalAdam (``docs/papers/fadamgc.md`` Algorithms 1–2, §3.1).
 
 :class:`TrackedAdam` is Adam whose moments see the corrected gradient ĝ = g + c_i (``pre``,
 FAdamGC), the raw one with the correction added after (``post``, FA-NT) or no correction

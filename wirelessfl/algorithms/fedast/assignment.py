@@ -1,4 +1,4 @@
-"""How Sync-ST's variants assign a round's clients to the tasks (``specs/fedast.md`` §3.1–3.4).
+"""How Sync-ST's variants assign a round's clients to the tasks (``docs/papers/fedast.md`` §3.1–3.4).
 
 :class:`RandomAssignment` (Sync-ST: random blocks), :class:`BayesAssignment`
 (Sync-Bayes-ST: a Gaussian process with a Matérn-3/2 kernel over past assignments and

@@ -1,4 +1,4 @@
-"""Centralized training: the reference line of FedAST's Figs. 3/13 (``specs/fedast.md`` §3.7).
+"""Centralized training: the reference line of FedAST's Figs. 3/13 (``docs/papers/fedast.md`` §3.7).
 
 One model per task trained on the pooled data of every client. The paper gives no details;
 the spec's **[default]**, used here: the task's architecture, plain SGD with the task's

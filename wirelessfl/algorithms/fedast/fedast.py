@@ -1,6 +1,6 @@
 """FedAST: buffered asynchronous training of several tasks on one client pool.
 
-``specs/fedast.md`` §2 (Algorithms 1–4), run as a discrete-event simulation (§2.3, §4.3)
+``docs/papers/fedast.md`` §2 (Algorithms 1–4), run as a discrete-event simulation (§2.3, §4.3)
 on the shared :mod:`wirelessfl.algorithms.fedast.simtime` parts: an
 :class:`~wirelessfl.algorithms.fedast.simtime.EventQueue` of completions, a
 :class:`~wirelessfl.algorithms.fedast.simtime.ClientPool` (FIFO queues, availability cap)

@@ -1,4 +1,4 @@
-"""Hyperparameters of FedAST (``specs/fedast.md`` §2, §7) and of Sync-ST (§3)."""
+"""Hyperparameters of FedAST (``docs/papers/fedast.md`` §2, §7) and of Sync-ST (§3)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Simulated time: completion events and per-request latency models.
 
-Asynchronous algorithms (FedAST, ``specs/fedast.md`` §4.3) and latency accounting share one
+Asynchronous algorithms (FedAST, ``docs/papers/fedast.md`` §4.3) and latency accounting share one
 clock. A request sent at time t to client i gets its duration D drawn when it is sent and
 completes at ``max(t, F_i) + D`` (FIFO service at the client); the :class:`EventQueue`
 pops completions in time order, ties broken by insertion order so runs are reproducible.
@@ -76,7 +76,7 @@ class Request:
 
 @snapshot_type
 class ClientPool:
-    """Clients' FIFO queues and the availability cap (``specs/fedast.md`` §4.1, §4.3).
+    """Clients' FIFO queues and the availability cap (``docs/papers/fedast.md`` §4.1, §4.3).
 
     A request sent at t to client i completes at ``max(t, F_i) + D`` and sets ``F_i`` to
     that time. A client is *busy* while it has outstanding (not cancelled, not completed)

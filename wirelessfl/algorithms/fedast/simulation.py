@@ -1,4 +1,4 @@
-"""The simulation base of FedAST and its synchronous baselines (``specs/fedast.md`` §2.3, §4.3).
+"""The simulation base of FedAST and its synchronous baselines (``docs/papers/fedast.md`` §2.3, §4.3).
 
 Several tasks train on one client pool in simulated time: each task's server state is a
 :class:`TaskState`; :class:`Simulation` holds what every method shares (evaluation on a

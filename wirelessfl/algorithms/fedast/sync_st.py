@@ -1,4 +1,6 @@
-"""Synchronous simultaneous training of several tasks: Sync-ST and its variants (``specs/fedast.md`` §3).
+"""Synchronous simultaneous training of several tasks: Sync-ST and its variants.
+
+``docs/papers/fedast.md`` §3.
 
 Each global round starting at t0 draws Σ_m n_m distinct clients (a random permutation of
 the N) and splits them across the active tasks; each trains its task's current model once.

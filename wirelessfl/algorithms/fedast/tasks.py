@@ -1,4 +1,4 @@
-"""A task as the FedAST simulation sees it (``specs/fedast.md`` §4.4–4.6), and its local training.
+"""A task as the FedAST simulation sees it (``docs/papers/fedast.md`` §4.4–4.6), and its local training.
 
 :class:`TaskEnv` is built from a task's config by :func:`wirelessfl.run.tasks.build_tasks`;
 :func:`train_requests` runs a batch of one task's requests through the client engine.

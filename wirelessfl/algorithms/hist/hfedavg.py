@@ -1,6 +1,6 @@
 """Hierarchical FedAvg (HFedAvg): cloud → N edge servers → clients.
 
-The baseline of HIST (Fang, Han, Brinton, arXiv 2310.17890, ``specs/hist.md`` §2.3;
+The baseline of HIST (Fang, Han, Brinton, arXiv 2310.17890, ``docs/papers/hist.md`` §2.3;
 Liu et al., "Client-Edge-Cloud Hierarchical Federated Learning", ICC 2020). In each global
 round every cell starts from the global model; for E edge rounds its clients run H local SGD
 steps and the edge server averages them uniformly (eq. (6)); the cloud then averages the N

@@ -1,6 +1,6 @@
 """HIST: hierarchical independent submodel training (Algorithm 1 of HIST).
 
-Fang, Han, Brinton, arXiv 2310.17890 (``specs/hist.md`` §2, §4, §5). Each global round t:
+Fang, Han, Brinton, arXiv 2310.17890 (``docs/papers/hist.md`` §2, §4, §5). Each global round t:
 
 1. draw the round's CPU frequencies and channels (§6.4) and turn them into per-unit
    latencies c_j (:func:`wirelessfl.net.resources.unit_latency`);

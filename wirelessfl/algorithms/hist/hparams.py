@@ -1,4 +1,4 @@
-"""HIST's hyperparameters (``specs/hist.md`` §6) and the paper's uplink accounting (§6.6)."""
+"""HIST's hyperparameters (``docs/papers/hist.md`` §6) and the paper's uplink accounting (§6.6)."""
 
 from __future__ import annotations
 

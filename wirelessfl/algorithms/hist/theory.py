@@ -1,6 +1,6 @@
 """HIST's convergence bounds: Theorem 1 (14), Theorem 2 (29) and the step-size rule (13).
 
-Fang, Han, Brinton, arXiv 2310.17890, Sec. III and V (``specs/hist.md`` §3). The bound on
+Fang, Han, Brinton, arXiv 2310.17890, Sec. III and V (``docs/papers/hist.md`` §3). The bound on
 (1/TE) Σ_t Σ_e E‖∇f(x̂^{t,e})‖² is a sum of six terms,
 
     (I)   4 (f(x̄⁰) − f*) / (γ T E H)            initialisation

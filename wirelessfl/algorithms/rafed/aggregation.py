@@ -1,4 +1,4 @@
-"""The two methods' aggregations (``specs/rafed.md`` §2.2, §2.3) and the coverage they log.
+"""The two methods' aggregations (``docs/papers/rafed.md`` §2.2, §2.3) and the coverage they log.
 
 With Γ_q = Σ_n m_{n,q} the coordinate-wise coverage of round q:
 

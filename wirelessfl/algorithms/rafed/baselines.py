@@ -1,4 +1,4 @@
-"""The submodel baselines of ``specs/rafed.md`` §3, each RA-Fed's round with other settings.
+"""The submodel baselines of ``docs/papers/rafed.md`` §3, each RA-Fed's round with other settings.
 
 FedAvg-small (everyone at the smallest level, prefix), HeteroFL (nested prefixes and the
 1/r scaler), Federated Dropout (one keep ratio, random units), FedRolex (a rolling window)

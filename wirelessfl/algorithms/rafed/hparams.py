@@ -1,4 +1,4 @@
-"""RA-Fed's hyperparameters (``specs/rafed.md``), shared by RAM-Fed and the §3 baselines."""
+"""RA-Fed's hyperparameters (``docs/papers/rafed.md``), shared by RAM-Fed and the §3 baselines."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The local rule of every submodel method (``specs/rafed.md`` §2–3): :class:`SubmodelSGD`."""
+"""The local rule of every submodel method (``docs/papers/rafed.md`` §2–3): :class:`SubmodelSGD`."""
 
 from __future__ import annotations
 

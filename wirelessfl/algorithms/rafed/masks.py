@@ -1,4 +1,4 @@
-"""Neuron index sets of resource-adaptive submodels (``specs/rafed.md`` §2.1.1–2.1.3).
+"""Neuron index sets of resource-adaptive submodels (``docs/papers/rafed.md`` §2.1.1–2.1.3).
 
 Client n with resource ratio r_n keeps k = ⌈r_n H_ℓ⌉ of the H_ℓ units of every prunable
 layer ℓ (rounded up to the group's ``multiple``, e.g. an even count under GroupNorm(2));
@@ -116,7 +116,7 @@ def _coverage_aware(size: int, ks: np.ndarray, gamma_min: int,
 
 def parameter_fraction(groups: Sequence[UnitGroup], shapes: dict[str, torch.Size],
                        ratio: float) -> float:
-    """‖m‖₁/d of a submodel keeping ⌈r H⌉ units of every group (``specs/rafed.md`` §2.1.2).
+    """‖m‖₁/d of a submodel keeping ⌈r H⌉ units of every group (``docs/papers/rafed.md`` §2.1.2).
 
     Which units does not matter, only how many: a weight between two prunable layers keeps
     about r² of its entries, one next to the input or output layer about r.

@@ -1,4 +1,4 @@
-"""RA-Fed and RAM-Fed: submodels from arbitrarily assigned neurons (``specs/rafed.md``).
+"""RA-Fed and RAM-Fed: submodels from arbitrarily assigned neurons (``docs/papers/rafed.md``).
 
 Each round q every participating client n gets a selection of units (a neuron index set per
 prunable layer, :mod:`wirelessfl.algorithms.rafed.masks`) of ratio r_n, trains the submodel from
