@@ -109,7 +109,8 @@ def main() -> None:
             same, delays, where = 0, [], {}
             for i in range(args.trials):
                 # mostly while training (after the first checkpoint), some at start-up
-                delay = rng.uniform(0.3, first) if i < args.trials // 5 else rng.uniform(first, span)
+                delay = (rng.uniform(0.3, first) if i < args.trials // 5
+                         else rng.uniform(first, first + 0.75 * (span - first)))
                 out, w = trial(cfg, root / f"{kind}-{i}", delay)
                 same += _rows(out) == want
                 delays.append(round(delay, 2))

@@ -56,3 +56,46 @@ def test_every_public_name_has_a_docstring():
 def test_the_license_matches_pyproject():
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
     assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_list_algorithms_names_every_entry_with_a_preset(capsys):
+    from wirelessfl import registry
+    from wirelessfl.cli import main
+
+    assert main(["list", "--algorithms"]) == 0
+    out = capsys.readouterr().out
+    listed = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")}
+    assert listed == set(registry.names())
+    table = registry.algorithm_table()
+    assert all(e.presets for e in table), [e.name for e in table if not e.presets]
+    fedprox = next(e for e in table if e.name == "fedprox")
+    assert fedprox.defaults["mu"] == 1.0 and "mu=1.0" in out
+
+
+def test_every_preset_resolves():
+    import wirelessfl
+    from wirelessfl.run.config import list_presets, load_raw
+
+    presets = list_presets()
+    assert len(presets) >= 30
+    for path in presets.values():
+        wirelessfl.resolve_config(load_raw(str(path)))
+
+
+def test_a_timed_run_is_plotted_against_simulated_time_with_a_title(tmp_path):
+    import yaml
+
+    from wirelessfl.cli import main
+    from wirelessfl.report.plotting import _title, plot_axes
+    from wirelessfl.run.records import RunRecord
+
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "timed", "seed": 1, "rounds": 2, "network": {"model": "tdma"},
+        "data": {"dataset": "synthetic", "num_clients": 4, "samples_per_client": 20},
+        "model": {"name": "fcnn", "options": {"hidden": 4}},
+        "local": {"lr": 0.05, "batch_size": 10, "steps": 1}}))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    rec = RunRecord(tmp_path / "r")
+    assert [k for k, _ in plot_axes([rec])] == ["round", "uplink_mb_per_client", "sim_time_s"]
+    assert _title([rec]) == "timed · fedavg · synthetic · 4 clients"

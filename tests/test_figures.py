@@ -71,6 +71,11 @@ def test_runs_are_shared_reused_and_rendered(toy):
     assert table[0]["HIST paper"] == "1.0" and table[1]["HIST reached"].endswith("/2")
     assert to_target(rows, 2.0, "round") != to_target(rows, 2.0, "round")  # never: NaN
     assert "| 20% |" in (toy / "tab.md").read_text()
+    # a later --only keeps the other figures in the report's index
+    regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lambda _: None)
+    index = (toy / "README.md").read_text()
+    assert all(f"**{n}**" in index for n in ("curves", "bars", "tab")), index
+    assert index.count("**tab**") == 1
 
 
 def test_scales_change_the_runs_and_bad_names_are_refused(toy):
@@ -332,3 +337,20 @@ def test_a_foreign_report_folder_is_refused_and_left_as_it_was(tmp_path, capsys)
     assert "did not write" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["README.md"]
     assert (out / "README.md").read_text() == "my notes"
+
+
+def test_missing_data_is_one_error_before_any_run(tmp_path, monkeypatch, capsys):
+    from wirelessfl.cli import main
+
+    root = tmp_path / "experiments"
+    (root / "toy").mkdir(parents=True)
+    doc = {**TOY, "base": {**TOY["base"], "data": {"dataset": "cifar10", "num_clients": 8}}}
+    (root / "toy" / "figures.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    empty = tmp_path / "data"
+    empty.mkdir()
+    code = main(["figures", "toy", "--out", str(tmp_path / "rep"), "--data-dir", str(empty),
+                 "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "need cifar10" in err, err
+    assert not list((tmp_path / "rep").glob("runs/*"))

@@ -59,6 +59,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if args.algorithms:
+        return _list_algorithms()
     presets = list_presets()
     if not presets:
         print("no presets found (looked under experiments/)")
@@ -68,6 +70,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
         except ValueError as exc:  # one broken preset does not hide the others
             desc = f"(unreadable: {str(exc).splitlines()[0][:80]})"
         print(f"{name:28s} {desc}")
+    return 0
+
+
+def _list_algorithms() -> int:
+    """Every registered algorithm: kind, one line, hyperparameters with defaults, presets."""
+    from wirelessfl.registry import algorithm_table
+
+    for entry in algorithm_table():
+        print(f"{entry.name:14s} {entry.kind:10s} {entry.summary}")
+        print(f"{'':25s} {', '.join(f'{k}={v!r}' for k, v in entry.defaults.items()) or '-'}")
+        print(f"{'':25s} presets: {', '.join(entry.presets) or '(none)'}")
     return 0
 
 
@@ -352,7 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multi-task runs: snapshot after a round once this many wall seconds "
                         "have passed (0: every round; default 60)")
     r.set_defaults(func=_cmd_run)
-    lst = sub.add_parser("list", help="list presets")
+    lst = sub.add_parser("list", help="list presets (or, with --algorithms, the algorithms)")
+    lst.add_argument("--algorithms", action="store_true",
+                     help="every registered algorithm with its hyperparameters and presets")
     lst.set_defaults(func=_cmd_list)
     pl = sub.add_parser("plot", help="plot run folders to a PNG")
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")

@@ -54,18 +54,34 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
 def render(figures: list[Figure], root: Path) -> list[Path]:
     """Write every figure's outputs and a README listing them; skip figures with missing runs."""
     root.mkdir(parents=True, exist_ok=True)
-    outputs, lines = [], []
+    readme = root / "README.md"
+    entries = _index_entries(readme)  # earlier calls' figures stay listed (--only X, then Y)
+    outputs = []
     for fig in figures:
         if any(RunRecord(run_folder(root, r)).summary() is None for r in fig.runs):
-            lines.append(f"- {fig.name}: runs missing (run `wirelessfl figures` again)")
+            entries[fig.name] = f"- {fig.name}: runs missing (run `wirelessfl figures` again)"
             continue
         paths = RENDERERS[fig.spec["kind"]](fig, root, root)
         outputs += paths
-        lines.append(f"- **{fig.name}** — {fig.title}: "
-                     + ", ".join(f"[{p.name}]({p.name})" for p in paths))
-    readme = root / "README.md"
-    write_text(readme, "# Regenerated figures and tables\n\n" + "\n".join(lines) + "\n")
+        entries[fig.name] = (f"- **{fig.name}** — {fig.title}: "
+                             + ", ".join(f"[{p.name}]({p.name})" for p in paths))
+    write_text(readme, "# Regenerated figures and tables\n\n" + "\n".join(entries.values()) + "\n")
     return [*outputs, readme]
+
+
+_ENTRY = re.compile(r"^- (?:\*\*(?P<a>[^*]+)\*\*|(?P<b>[^:\s]+):)")
+
+
+def _index_entries(readme: Path) -> dict[str, str]:
+    """Figure name → its line in a report README written here before (empty if none)."""
+    if not readme.is_file() or readme.is_symlink():
+        return {}
+    out = {}
+    for line in readme.read_text(errors="replace").splitlines():
+        m = _ENTRY.match(line)
+        if m:
+            out[m.group("a") or m.group("b")] = line
+    return out
 
 
 def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
@@ -128,8 +144,39 @@ def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
     todo = missing_runs(figures, root)
     log(f"{what}: {len(todo)} of {len({r.key for f in figures for r in f.runs})} runs to do; "
         f"report folder {root}")
+    check_data(todo)
     execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray)
     return render(figures, root)
+
+
+#: Datasets read from files: checked once before any run starts.
+FILE_DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "tinyimagenet")
+
+
+def check_data(runs: list[RunSpec]) -> None:
+    """Refuse (one ConfigError, before anything trains) runs whose dataset files are missing.
+
+    Each distinct (dataset, data folder) is looked up once; a missing one names the runs'
+    dataset and how to get it, instead of every run being skipped with the same line.
+    """
+    from wirelessfl.data import load_dataset
+    from wirelessfl.data.arrays import DataNotFoundError
+
+    seen = set()
+    for r in runs:
+        data = r.raw.get("data") if isinstance(r.raw, dict) else None
+        if not isinstance(data, dict) or data.get("dataset") not in FILE_DATASETS:
+            continue
+        key = (data["dataset"], data.get("data_dir"))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            load_dataset(key[0], data_dir=key[1])
+        except DataNotFoundError as exc:
+            n = sum(1 for q in runs if isinstance(q.raw.get("data"), dict)
+                    and (q.raw["data"].get("dataset"), q.raw["data"].get("data_dir")) == key)
+            raise ConfigError(f"{n} run(s) need {key[0]}: {str(exc).splitlines()[0]}") from None
 
 
 def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,

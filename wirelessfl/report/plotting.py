@@ -25,20 +25,21 @@ def plot_runs(folders: Sequence[str | Path], out: str | Path) -> Path:
         if not any(is_number(row.get("test_accuracy")) for row in r.rows()):
             raise ValueError(f"{r.folder}: no metrics row has a test_accuracy; the plot shows "
                              "test accuracy (is metrics.jsonl damaged?)")
-    axes = [(k, label) for k, label in _AXES if any(k in r.rows()[0] for r in records)]
+    axes = plot_axes(records)
     fig, ax = plt.subplots(1, len(axes), figsize=(4.6 * len(axes), 3.6), squeeze=False)
     for rec in records:
         rows = rec.rows()
         name = rec.folder.name
         for a, (key, label) in zip(ax[0], axes):
-            pts = [(r[key], r["test_accuracy"]) for r in rows
-                   if is_number(r.get(key)) and is_number(r.get("test_accuracy"))]
+            pts = [(_x(r, key), r["test_accuracy"]) for r in rows
+                   if is_number(_x(r, key)) and is_number(r.get("test_accuracy"))]
             if pts:
                 a.plot(*zip(*pts), marker="." if len(pts) < 40 else None, label=name)
             a.set_xlabel(label)
             a.set_ylabel("test accuracy")
             a.grid(alpha=0.3)
     ax[0][0].legend(fontsize=8)
+    fig.suptitle(_title(records), fontsize=10)
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -47,3 +48,33 @@ def plot_runs(folders: Sequence[str | Path], out: str | Path) -> Path:
     finally:
         plt.close(fig)
     return out
+
+
+def plot_axes(records: Sequence[RunRecord]) -> list[tuple[str, str]]:
+    """The x-axes (row key, label) that some row of the runs has: rounds, uplink, simulated time."""
+    return [(k, label) for k, label in _AXES
+            if any(is_number(row.get(k)) for r in records for row in r.rows())]
+
+
+def _x(row: dict, key: str) -> object:
+    """``row[key]``; a timed run's round 0 (before any round) is at simulated time 0."""
+    if key == "sim_time_s" and row.get(key) is None and row.get("round") == 0:
+        return 0.0
+    return row.get(key)
+
+
+def _title(records: list[RunRecord]) -> str:
+    """The run's name and settings (one run), else how many runs."""
+    if len(records) > 1:
+        return f"test accuracy of {len(records)} runs"
+    try:
+        cfg = records[0].config()
+    except ValueError:
+        return records[0].folder.name
+    data, algo = cfg.get("data") or {}, cfg.get("algorithm") or cfg.get("method") or {}
+    parts = [str(cfg.get("name", records[0].folder.name)),
+             str(algo.get("name", "")) if isinstance(algo, dict) else "",
+             str(data.get("dataset", "")) if isinstance(data, dict) else "",
+             f"{data.get('num_clients')} clients" if isinstance(data, dict)
+             and data.get("num_clients") else ""]
+    return " · ".join(p for p in parts if p)
