@@ -66,7 +66,9 @@ def test_list_algorithms_names_every_entry_with_a_preset(capsys):
     out = capsys.readouterr().out
     listed = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")}
     assert listed == set(registry.names())
-    table = registry.algorithm_table()
+    from wirelessfl.run.config import algorithm_table
+
+    table = algorithm_table()
     assert all(e.presets for e in table), [e.name for e in table if not e.presets]
     fedprox = next(e for e in table if e.name == "fedprox")
     assert fedprox.defaults["mu"] == 1.0 and "mu=1.0" in out

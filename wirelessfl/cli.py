@@ -75,7 +75,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _list_algorithms() -> int:
     """Every registered algorithm: kind, one line, hyperparameters with defaults, presets."""
-    from wirelessfl.registry import algorithm_table
+    from wirelessfl.run.config import algorithm_table
 
     for entry in algorithm_table():
         print(f"{entry.name:14s} {entry.kind:10s} {entry.summary}")

@@ -17,7 +17,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 
 _A = "wirelessfl.algorithms."
@@ -76,6 +75,8 @@ def register(name: str, hparams: type, algorithm: type, *, kind: str = "rounds")
     'FedAvg'
     >>> unregister("my_fedavg")
     """
+    import dataclasses
+
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"`name` must be an identifier such as 'my_fedavg', got {name!r}")
     if name in ENTRIES:
@@ -114,54 +115,3 @@ def get(name: str) -> tuple[type, type]:
     _, module, hp, algo = ENTRIES[name]
     mod = importlib.import_module(module)
     return getattr(mod, hp), getattr(mod, algo)
-
-
-@dataclasses.dataclass(frozen=True)
-class AlgorithmEntry:
-    """One registered algorithm as ``wirelessfl list --algorithms`` shows it.
-
-    Attributes
-    ----------
-    name, kind : str
-        The registry name and ``rounds`` or ``simulation``.
-    summary : str
-        The first line of its hyperparameter class's docstring.
-    defaults : dict
-        Each hyperparameter (a config's ``algorithm``/``method`` key) and its default.
-    presets : tuple of str
-        The presets that run it.
-    """
-
-    name: str
-    kind: str
-    summary: str
-    defaults: dict
-    presets: tuple[str, ...]
-
-
-def algorithm_table() -> list[AlgorithmEntry]:
-    """Every registered algorithm with its hyperparameters' defaults and its presets."""
-    from wirelessfl.run.config import list_presets, load_raw
-
-    used: dict[str, list[str]] = {}
-    for preset, path in list_presets().items():
-        try:
-            raw = load_raw(str(path))
-        except ValueError:
-            continue
-        section = raw.get("algorithm") or raw.get("method") or {}
-        used.setdefault(section.get("name", "fedavg") if isinstance(section, dict) else "fedavg",
-                        []).append(preset)
-    out = []
-    for name in ENTRIES:
-        hp, _ = get(name)
-        defaults = {}
-        for f in dataclasses.fields(hp):
-            if f.default is not dataclasses.MISSING:
-                defaults[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                defaults[f.name] = f.default_factory()
-        doc = (hp.__doc__ or "").strip().splitlines()
-        out.append(AlgorithmEntry(name, ENTRIES[name][0], doc[0].replace("``", "") if doc else "",
-                                  defaults, tuple(used.get(name, ()))))
-    return out

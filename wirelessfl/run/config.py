@@ -355,3 +355,54 @@ def load_raw(preset_or_path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: a config must be a YAML mapping")
     check_config_size(raw, str(path))
     return raw
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmEntry:
+    """One registered algorithm as ``wirelessfl list --algorithms`` shows it.
+
+    Attributes
+    ----------
+    name, kind : str
+        The registry name and ``rounds`` or ``simulation``.
+    summary : str
+        The first line of its hyperparameter class's docstring.
+    defaults : dict
+        Each hyperparameter (a config's ``algorithm``/``method`` key) and its default.
+    presets : tuple of str
+        The presets that run it.
+    """
+
+    name: str
+    kind: str
+    summary: str
+    defaults: dict
+    presets: tuple[str, ...]
+
+
+def algorithm_table() -> list[AlgorithmEntry]:
+    """Every registered algorithm with its hyperparameters' defaults and its presets."""
+    from wirelessfl import registry
+
+    used: dict[str, list[str]] = {}
+    for preset, path in list_presets().items():
+        try:
+            raw = load_raw(str(path))
+        except ValueError:
+            continue
+        section = raw.get("algorithm") or raw.get("method") or {}
+        used.setdefault(section.get("name", "fedavg") if isinstance(section, dict) else "fedavg",
+                        []).append(preset)
+    out = []
+    for name in registry.ENTRIES:
+        hp, _ = registry.get(name)
+        defaults = {}
+        for f in dataclasses.fields(hp):
+            if f.default is not dataclasses.MISSING:
+                defaults[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                defaults[f.name] = f.default_factory()
+        doc = (hp.__doc__ or "").strip().splitlines()
+        out.append(AlgorithmEntry(name, registry.ENTRIES[name][0], doc[0].replace("``", "") if doc else "",
+                                  defaults, tuple(used.get(name, ()))))
+    return out
