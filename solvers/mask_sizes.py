@@ -333,6 +333,35 @@ def _jit(func):
         return _numba.njit(cache=False)(func)
 
 
+#: Seconds a first kernel call may take before a one-line notice says it is compiling.
+COMPILE_NOTICE_S = 2.0
+
+
+def _announced(kernel, *args):
+    """``kernel(*args)``; a first call that compiles (slow) says so on stderr, once.
+
+    Numba compiles a kernel at its first call, which can take from seconds to a minute
+    when no cached machine code exists; a call that outlasts :data:`COMPILE_NOTICE_S`
+    prints one line so a user does not think the tool hangs.
+    """
+    if kernel.signatures:  # compiled (or loaded from the cache) in this process already
+        return kernel(*args)
+    import sys
+    import threading
+
+    def notice() -> None:
+        print("wirelessfl: note: compiling the mask-size kernels (first use here; cached "
+              "afterwards where the install is writable)...", file=sys.stderr, flush=True)
+
+    timer = threading.Timer(COMPILE_NOTICE_S, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        return kernel(*args)
+    finally:
+        timer.cancel()
+
+
 try:  # a compiled single-instance path when Numba is there (optional extra [fast])
     import numba as _numba
 
@@ -356,7 +385,7 @@ def _quick(unit_latency: ArrayLike, total: object, cap: object, backend: str,
             and 0 <= total <= MAX_TOTAL and 0 <= cap <= MAX_TOTAL
             and cap * unit_latency.size >= total):
         return None
-    ok, sizes, latency = _quick_kernel(unit_latency, total, cap)
+    ok, sizes, latency = _announced(_quick_kernel, unit_latency, total, cap)
     return (sizes, np.float64(latency)) if ok else None
 
 
@@ -383,7 +412,7 @@ if HAVE_NUMBA:
 def _solve_exact(c: np.ndarray, total: int, u: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Both stages on a (B, N) view of the batch."""
     if HAVE_NUMBA and c.ndim == 1 and c.size <= SCALAR_CELLS and not s.any():
-        return _solve_one_kernel(c, total, u)
+        return _announced(_solve_one_kernel, c, total, u)
     c2, u2, s2 = (x.reshape(-1, c.shape[-1]) for x in (c, u, s))
     with np.errstate(divide="ignore", invalid="ignore"):  # c_j = 0 cells, by design
         if (s2 == 0).all():

@@ -101,3 +101,64 @@ def test_a_timed_run_is_plotted_against_simulated_time_with_a_title(tmp_path):
     rec = RunRecord(tmp_path / "r")
     assert [k for k, _ in plot_axes([rec])] == ["round", "uplink_mb_per_client", "sim_time_s"]
     assert _title([rec]) == "timed · fedavg · synthetic · 4 clients"
+
+
+def test_a_multitask_run_that_stops_at_its_targets_counts_evaluations():
+    from wirelessfl.run.multitask import SimulationJob, resolve_multitask
+
+    raw = {"tasks": ["synthetic_linear"], "seed": 0, "device": "cpu",
+           "pool": {"clients": 10, "available": 5},
+           "method": {"name": "fedast", "requests": 4, "ratio": 2}, "max_rounds": 3}
+    job = SimulationJob(resolve_multitask(raw), 60.0)
+    assert job.progress_total is None and job.progress_unit == "eval"  # no made-up ETA
+    timed = SimulationJob(resolve_multitask({**raw, "max_rounds": None, "stop_at_target": False,
+                                            "max_time": 50.0}), 60.0)
+    assert timed.progress_total == 50.0 and timed.progress_unit == "t"
+
+
+def test_a_first_kernel_call_that_compiles_says_so_once(monkeypatch, capsys):
+    pytest.importorskip("numba")
+    import numpy as np
+
+    from solvers import mask_sizes as ms
+
+    def twice(x):
+        return 2 * x
+
+    kernel = ms._jit(twice)
+    monkeypatch.setattr(ms, "COMPILE_NOTICE_S", 0.0)
+    assert ms._announced(kernel, np.ones(3)).tolist() == [2.0, 2.0, 2.0]
+    assert ms._announced(kernel, np.ones(3)).tolist() == [2.0, 2.0, 2.0]
+    import time
+
+    time.sleep(0.05)  # the notice is printed by a timer thread
+    err = capsys.readouterr().err
+    assert err.count("compiling the mask-size kernels") == 1, err
+
+
+def test_sweep_bars_start_at_zero_name_the_grid_and_carry_no_legend(tmp_path, monkeypatch):
+    import yaml
+
+    from wirelessfl.report import renderers
+    from wirelessfl.report.figures import sweep
+
+    seen = {}
+    real = renderers._finish
+
+    def capture(fig, f, ax, out, table, **kw):
+        a = ax[0][0]
+        seen.update(ylim=a.get_ylim(), xlabel=a.get_xlabel(), legend=kw.get("legend", True),
+                    title=fig.title)
+        return real(fig, f, ax, out, table, **kw)
+
+    monkeypatch.setattr(renderers, "_finish", capture)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "sw", "seed": 0, "rounds": 1,
+        "data": {"dataset": "synthetic", "num_clients": 4, "samples_per_client": 20},
+        "model": {"name": "fcnn", "options": {"hidden": 4}},
+        "local": {"lr": 0.05, "batch_size": 10, "steps": 1}}))
+    sweep(str(cfg), ["local.lr=0.01,0.1", "local.steps=1,2"], [0], tmp_path / "rep", quiet=True,
+          log=lambda _: None)
+    assert seen["ylim"][0] == 0.0 and seen["xlabel"] == "local.lr, local.steps"
+    assert seen["legend"] is False and "1 seed" in seen["title"]

@@ -17,7 +17,9 @@ The public API is importable from here (each name loads its wing on first use):
   :func:`open_run`, :func:`run_job`, :class:`RunConfig`, :class:`ConfigError`;
 - records: :class:`RunRecord` (a run folder's config, rows, summary);
 - reports: :func:`regenerate`, :func:`sweep`, :func:`plot_runs`;
-- building blocks: :func:`register_algorithm`, :func:`algorithm_names`,
+- your own pieces: :func:`register_algorithm`, :func:`register_local_rule`,
+  :func:`register_model`, :func:`register_dataset`;
+- building blocks: :func:`algorithm_names`,
   :func:`get_algorithm`, :class:`FederatedAlgorithm`, :class:`ServerState`,
   :class:`RoundReport`, :class:`Environment`, :class:`LocalSGD`, :class:`LocalHParams`,
   :class:`ClientTask`, :class:`ClientResult`, :func:`build_model`, :func:`load_dataset`.
@@ -40,6 +42,9 @@ _EXPORTS: dict[str, str | tuple[str, str]] = {
     "sweep": "wirelessfl.report",
     "plot_runs": "wirelessfl.report",
     "register_algorithm": ("wirelessfl.registry", "register"),
+    "register_local_rule": "wirelessfl.algorithms.rules",
+    "register_model": "wirelessfl.models",
+    "register_dataset": "wirelessfl.data.datasets",
     "algorithm_names": ("wirelessfl.registry", "names"),
     "get_algorithm": ("wirelessfl.registry", "get"),
     "FederatedAlgorithm": "wirelessfl.algorithms.base",

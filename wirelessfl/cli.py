@@ -29,6 +29,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from wirelessfl.report.plotting import plot_runs
     from wirelessfl.run.kinds import kind_of, open_run, run_job
     from wirelessfl.run.records import RunRecord
+    from wirelessfl.run.trackers import make_trackers
 
     if args.config == "":
         raise ConfigError("name a preset or YAML file (`wirelessfl list` shows presets)")
@@ -46,9 +47,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError("--deterministic is for round-based runs, not multi-task ones")
         overrides.append("deterministic=true")
     job = open_run(apply_overrides(raw, overrides), checkpoint_every_s=args.checkpoint_every)
+    make_trackers(args.tracker)  # a missing library is refused before the run folder is made
     out = Path(args.out) if args.out else Path("runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        summary = run_job(job, out, resume=args.resume, quiet=args.quiet)
+        summary = run_job(job, out, resume=args.resume, quiet=args.quiet, trackers=args.tracker)
     except KeyboardInterrupt:
         print(f"\ninterrupted; {job.kept} are kept in {out}. Continue with: "
               f"wirelessfl run --resume --out {out}", file=sys.stderr)
@@ -361,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PyTorch deterministic algorithms (an op without one stops the run)")
     r.add_argument("--resume", action="store_true", help="continue the run in --out")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--tracker", action="append", choices=["tensorboard", "mlflow", "wandb"],
+                   help="also send the rows to this run tracker (repeatable; the run folder "
+                        "stays the record)")
     r.add_argument("--checkpoint-every", type=_finite(0.0), default=60.0, metavar="SECONDS",
                    help="multi-task runs: snapshot after a round once this many wall seconds "
                         "have passed (0: every round; default 60)")

@@ -52,6 +52,8 @@ class FedDynHParams(FedAvgHParams):
 class DynamicSGD(LocalSGD):
     """Local SGD on g − h_i + α (θ − θ_start); the client state is h_i."""
 
+    elementwise = True  # its gradient hooks act entry by entry: safe on stacked clients
+
     def __init__(self, model: FLModel, hp: LocalHParams, alpha: float) -> None:
         super().__init__(model, hp)
         self.alpha = alpha

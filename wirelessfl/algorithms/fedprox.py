@@ -34,6 +34,8 @@ class FedProxHParams(FedAvgHParams):
 class ProximalSGD(LocalSGD):
     """Local SGD on CE + μ/2 ‖w − w_start‖²."""
 
+    elementwise = True  # its gradient hooks act entry by entry: safe on stacked clients
+
     def __init__(self, model: FLModel, hp: LocalHParams, mu: float) -> None:
         super().__init__(model, hp)
         self.mu = mu

@@ -103,6 +103,8 @@ class ControlledSGD(LocalSGD):
     ``state`` is c_i. Without ``control_variates`` there is no c, no c_i and no new state.
     """
 
+    elementwise = True  # its gradient hooks act entry by entry: safe on stacked clients
+
     def __init__(self, model: FLModel, hp: LocalHParams, corrected: bool = True,
                  beta: float = 1.0, control_variates: bool = True,
                  state_dtype: str = "float32") -> None:

@@ -12,6 +12,7 @@ from wirelessfl.data.datasets import (
     NORMALIZATIONS,
     load_dataset,
     read_idx,
+    register_dataset,
     synthetic,
 )
 from wirelessfl.data.partition import (
@@ -31,7 +32,8 @@ from wirelessfl.data.partition import (
 __all__ = [
     "DATASETS", "NORMALIZATIONS", "PLACEMENTS", "ArrayDataset", "DataFileError", "DataNotFoundError",
     "DatasetSplits",
-    "load_dataset", "read_idx", "synthetic", "IID", "CellIIDShards", "DirichletOverClients",
+    "load_dataset", "read_idx",
+    "register_dataset", "synthetic", "IID", "CellIIDShards", "DirichletOverClients",
     "DirichletPerClient", "Partitioner", "Shards", "TwoGroupOverlap", "two_group_labels",
     "LABEL_SET_KINDS", "LabelSets", "label_sets",
 ]

@@ -31,7 +31,7 @@ import gzip
 import json
 import pickle
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,7 +41,7 @@ import torch
 from channels.validation import as_float, as_int, check_memory
 from wirelessfl.data import text
 from wirelessfl.data.arrays import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits
-from wirelessfl.errors import parse_json
+from wirelessfl.errors import parse_json, short
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -495,6 +495,41 @@ _NUM_CLASSES = {"fashion_mnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100
                 "tinyimagenet": 200, "svhn": 10}
 
 
+#: Datasets added by :func:`register_dataset`: name → loader(data_dir) → DatasetSplits.
+USER_DATASETS: dict[str, Callable[[Path | None], DatasetSplits]] = {}
+
+
+def register_dataset(name: str, loader: Callable[[Path | None], DatasetSplits]) -> None:
+    """Add a dataset under ``name``, from a user's own code; configs then name it.
+
+    ``loader(data_dir)`` gets ``data.data_dir`` (a folder, or None) and returns a
+    :class:`~wirelessfl.data.arrays.DatasetSplits` of in-memory train and test sets; the
+    partitioners, engines and reports then treat it as any built-in dataset. The returned
+    sets are checked (float inputs, integer labels, equal lengths, finite values).
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"`name` must be an identifier such as 'my_data', got {short(name)}")
+    if name in DATASETS + text.TEXT_DATASETS or name in USER_DATASETS:
+        raise ValueError(f"`name` {name!r} is a dataset already; choose another name")
+    if not callable(loader):
+        raise TypeError(f"`loader` must be a function data_dir -> DatasetSplits, got {short(loader)}")
+    USER_DATASETS[name] = loader
+
+
+def _user_dataset(name: str, folder: Path | None) -> DatasetSplits:
+    splits = USER_DATASETS[name](folder)
+    if not isinstance(splits, DatasetSplits):
+        raise TypeError(f"the loader of dataset {name!r} must return a DatasetSplits, got "
+                        f"{type(splits).__name__}")
+    for split, ds in (("train", splits.train), ("test", splits.test)):
+        if not isinstance(ds, ArrayDataset) or not ds.x.is_floating_point() \
+                or ds.y.dtype != torch.long or len(ds.x) != len(ds.y) or not len(ds.y) \
+                or not bool(torch.isfinite(ds.x).all()):
+            raise DataFileError(f"dataset {name!r}: its {split} set must be an ArrayDataset of "
+                                "finite float inputs and as many int64 labels (at least one)")
+    return splits
+
+
 def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization: str = "auto",
                  rng: np.random.Generator | None = None, num_clients: int | None = None,
                  synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
@@ -517,12 +552,14 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
         Text datasets (:mod:`wirelessfl.data.text`): the local tokenizer folder and tokens
         per sample.
     """
-    if name not in DATASETS + text.TEXT_DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of "
-                         f"{', '.join(DATASETS + text.TEXT_DATASETS)}")
+    if name not in DATASETS + text.TEXT_DATASETS and name not in USER_DATASETS:
+        raise ValueError(f"unknown dataset {short(name)}; choose one of "
+                         f"{', '.join(DATASETS + text.TEXT_DATASETS + tuple(USER_DATASETS))}")
     folder = Path(data_dir).expanduser().resolve() if data_dir is not None else None
     if folder is not None and not folder.is_dir():
         raise DataNotFoundError(f"--data-dir {data_dir} is not a folder")
+    if name in USER_DATASETS:
+        return _user_dataset(name, folder)
     if name == "synthetic":
         if rng is None or num_clients is None:
             raise ValueError("dataset 'synthetic' needs `rng` and `num_clients`")

@@ -37,6 +37,7 @@ correction and optimiser on the stacks, and ends each client with the rule's
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -84,6 +85,7 @@ class BatchedExecutor(Executor):
         self.device = torch.device(device)
         self.max_batch = max_batch
         self._loop = LoopExecutor(device)
+        self._checked: dict[type, bool] = {}  # undeclared rules checked against the loop
         if self.device.type == "cpu":
             retain_freed_memory()
 
@@ -92,8 +94,12 @@ class BatchedExecutor(Executor):
 
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
             hp: LocalHParams) -> list[ClientResult]:
-        """Train every task, one stacked group at a time; results in task order."""
-        if not isinstance(update, LocalSGD):
+        """Train every task, one stacked group at a time; results in task order.
+
+        A rule that is not elementwise (:attr:`~wirelessfl.engine.client.LocalSGD.elementwise`)
+        runs on the loop engine instead.
+        """
+        if not isinstance(update, LocalSGD) or not self._batchable(update, data, tasks, hp):
             return self._loop.run(update, data, tasks, hp)
         groups: dict[tuple, list[int]] = {}
         for i, t in enumerate(tasks):
@@ -106,6 +112,36 @@ class BatchedExecutor(Executor):
                 for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk], hp)):
                     out[i] = r
         return out  # type: ignore[return-value]
+
+    def _batchable(self, update: LocalSGD, data: ArrayDataset, tasks: Sequence[ClientTask],
+                   hp: LocalHParams) -> bool:
+        """Whether ``update`` may run stacked: declared elementwise, or checked once.
+
+        An undeclared rule that overrides ``correct`` or ``descend`` trains the first two
+        clients both ways on its first call; if the numbers differ it runs on the loop
+        from then on (a one-line notice on stderr), instead of silently diverging.
+        """
+        rule = type(update)
+        if rule.elementwise is not None:
+            return bool(rule.elementwise)
+        if rule.correct is LocalSGD.correct and rule.descend is LocalSGD.descend:
+            return True
+        if rule not in self._checked:
+            pair = [t for t in tasks if _signature(t, hp) == _signature(tasks[0], hp)][:2]
+            if len(pair) < 2:
+                return True  # nothing stacked to check yet
+            stacked = self._run_group(update, data, pair, hp)
+            alone = self._loop.run(update, data, pair, hp)
+            same = all(torch.allclose(s.delta[k], a.delta[k].to(s.delta[k].device), rtol=1e-4,
+                                      atol=1e-6)
+                       for s, a in zip(stacked, alone) for k in s.delta)
+            self._checked[rule] = same
+            if not same:
+                print(f"wirelessfl: note: local rule {rule.__name__} gives other numbers on "
+                      "stacked clients (its correct/descend is not elementwise); it runs one "
+                      "client at a time. Set elementwise = False on it to skip this check.",
+                      file=sys.stderr)
+        return self._checked[rule]
 
     def _run_group(self, update: LocalSGD, data: ArrayDataset, tasks: list[ClientTask],
                    hp: LocalHParams) -> list[ClientResult]:

@@ -303,6 +303,13 @@ class LocalSGD(ClientUpdate):
       start (SCAFFOLD's control variates, FedProx's proximal gradient μ(w − w_start));
     - :meth:`client_final` — the pseudo-gradient and the new client state.
 
+    :meth:`correct` and :meth:`descend` see the *stacked* clients on the batched engine, so
+    they must act entry by entry (a per-tensor norm would mix clients). A rule says so with
+    the class attribute :attr:`elementwise`: ``True`` (batched), ``False`` (always run one
+    client at a time), or ``None`` (not declared: a rule that overrides those hooks is
+    checked against the loop on its first call and falls back to it, with a one-line
+    notice, when the numbers differ).
+
     Parameters
     ----------
     model : FLModel
@@ -310,6 +317,9 @@ class LocalSGD(ClientUpdate):
     hp : LocalHParams
         Local hyperparameters.
     """
+
+    #: Whether :meth:`correct`/:meth:`descend` act entry by entry (None: not declared).
+    elementwise: bool | None = None
 
     def __init__(self, model: FLModel, hp: LocalHParams) -> None:
         self.model, self.hp = model, hp

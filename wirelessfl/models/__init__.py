@@ -45,6 +45,28 @@ GPT2_CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", 
                     "eos_token_id", "bos_token_id", "resid_pdrop", "embd_pdrop", "attn_pdrop")
 
 
+def register_model(name: str, cls: type[FLModel]) -> None:
+    """Add a model under ``name``, from a user's own code; configs then name it.
+
+    ``cls`` subclasses :class:`FLModel` and is built as ``cls(sample_shape, num_classes,
+    **options)`` (``model.options`` of a config). A name taken is refused.
+
+    Examples
+    --------
+    >>> register_model("my_fcnn", FCNN)
+    >>> type(build_model("my_fcnn", (1, 28, 28), 10, seed=0)).__name__
+    'FCNN'
+    >>> del MODELS["my_fcnn"]
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"`name` must be an identifier such as 'my_cnn', got {short(name)}")
+    if name in MODELS:
+        raise ValueError(f"`name` {name!r} is a model already; choose another name")
+    if not (isinstance(cls, type) and issubclass(cls, FLModel)):
+        raise TypeError(f"`cls` must be a subclass of wirelessfl.models.FLModel, got {short(cls)}")
+    MODELS[name] = cls
+
+
 def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, seed: int,
                 **options: Any) -> FLModel:
     """Build model ``name`` for inputs of ``sample_shape``, initialised from ``seed``.
@@ -132,6 +154,6 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
                 as_int(where, v, lo=1, hi=10**6)
 
 
-__all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS",
+__all__ = ["FLModel", "Params", "UnitGroup", "UnitSlice", "linear_group", "MODELS", "register_model",
            "build_model", "FCNN", "MLP", "CharLSTM", "CifarCNN", "FedDynCNN", "LeNet5", "Linear", "ResNet18",
            "ResNet18BN", "ResNetProjection", "SVHNEfficient", "FastText", "GPT2LoRA"]

@@ -231,7 +231,8 @@ def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
         if seen.setdefault(r.key, r.series) != r.series:
             raise ConfigError(f"--grid: {seen[r.key]} and {r.series} give the same run (equal "
                               "values written two ways); give each value once")
-    fig = Figure("sweep", {"kind": "final_accuracy", "last": 1,
-                           "title": f"sweep of {config} over {', '.join(a[0][0] for a in axes)}"},
+    over = ", ".join(keys)
+    fig = Figure("sweep", {"kind": "final_accuracy", "last": 1, "xlabel": over,
+                           "title": f"sweep of {config} over {over} ({len(seeds)} seed(s))"},
                  tuple(runs), scale="")
     return _complete([fig], root, "sweep", quiet=quiet, log=log, jobs=jobs, ray=ray)

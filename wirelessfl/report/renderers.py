@@ -174,8 +174,9 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
 
 
 def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
-            table: list[dict[str, Any]]) -> list[Path]:
-    ax[0][0].legend(fontsize=7)
+            table: list[dict[str, Any]], *, legend: bool = True) -> list[Path]:
+    if legend:
+        ax[0][0].legend(fontsize=7)
     # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
     f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
     f.tight_layout()
@@ -371,16 +372,18 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
             x = [s for (p, s) in lines if p == panel].index(series)
             a.bar(x, pts[0]["final_accuracy_mean"], yerr=pts[0]["final_accuracy_std"],
                   capsize=3, label=series)
-        a.set(xlabel=sweep_label(fig, "method"), ylabel=f"final accuracy (last {last} evals)",
-              title=panel)
+        a.set(xlabel=fig.spec.get("xlabel") or sweep_label(fig, "method"),
+              ylabel=f"final accuracy (last {last} evals)", title=panel)
         a.grid(alpha=0.3)
-    if not fig.spec.get("sweep"):
+    bars = not fig.spec.get("sweep")
+    if bars:  # bars start at 0 (a cut axis exaggerates gaps); their names are the ticks
         for i, panel in enumerate(panels):
             names = [s for (p, s) in lines if p == panel]
             ax[i][0].set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
-            lo = min(lines[(panel, s)][0]["final_accuracy_mean"] for s in names)
-            ax[i][0].set_ylim(max(0.0, lo - 0.1), None)
-    paths = _finish(fig, f, ax, out, table)
+            hi = max(lines[(panel, s)][0]["final_accuracy_mean"]
+                     + lines[(panel, s)][0]["final_accuracy_std"] for s in names)
+            ax[i][0].set_ylim(0.0, min(1.0, hi + 0.05) if hi > 0 else 1.0)
+    paths = _finish(fig, f, ax, out, table, legend=not bars)
     md = out / f"{fig.name}.md"
     write_text(md, final_markdown(fig, table, last))
     return [*paths, md]

@@ -87,12 +87,16 @@ class Figure:
     spec: dict[str, Any]
     runs: tuple[RunSpec, ...]
     scale: str = "quick"
+    #: The settings the scale changes (``key=value``), so a title says what was run.
+    settings: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
-        """The figure's title, with the scale its runs use (a user's sweep has none)."""
-        scale = f" [{self.scale} scale]" if self.scale else ""
-        return f"{self.spec.get('title', self.name)}{scale}"
+        """The figure's title, with the scale its runs use and what that scale changes."""
+        if not self.scale:  # a user's sweep
+            return str(self.spec.get("title", self.name))
+        changed = f": {', '.join(self.settings)}" if self.settings else ""
+        return f"{self.spec.get('title', self.name)} [{self.scale} scale{changed}]"
 
 
 def load_figures(paper: str, scale: str, only: list[str] | None = None,
@@ -140,7 +144,9 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                                                             "seed": seed}))
                         canonical(raw)  # fail before any training
                         runs.append(RunSpec(panel, series, value, seed, raw))
-        out.append(Figure(name, spec, tuple(runs), scale))
+        changed = {**scale_doc.get("overrides", {}), **(fig.get(scale) or {}).get("overrides", {})}
+        settings = tuple(f"{str(k).rsplit('.', 1)[-1]}={v}" for k, v in sorted(changed.items()))
+        out.append(Figure(name, spec, tuple(runs), scale, settings))
     return out
 
 

@@ -32,6 +32,7 @@ from wirelessfl.run import config as single
 from wirelessfl.run import multitask
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.shell import Job, execute
+from wirelessfl.run.trackers import make_trackers
 
 
 class RunKind(ABC):
@@ -146,11 +147,14 @@ def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConf
     return kind.open(cfg, checkpoint_every_s=checkpoint_every_s)
 
 
-def run_job(job: Job, out: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+def run_job(job: Job, out: str | Path, *, resume: bool = False, quiet: bool = False,
+            trackers: list[str] | None = None) -> dict[str, Any]:
     """Run ``job`` into run folder ``out`` (locked, never overwritten); return its summary.
 
     Without ``resume``, ``out`` must not exist or be empty; with it, ``out`` must hold a run
     of the same resolved config, which continues from its checkpoint and ends with the
-    numbers of an uninterrupted run.
+    numbers of an uninterrupted run. ``trackers`` names run trackers (``tensorboard``,
+    ``mlflow``, ``wandb``: :mod:`wirelessfl.run.trackers`) that also receive the rows.
     """
-    return execute(RunRecord(out), job, resume=resume, quiet=quiet)
+    return execute(RunRecord(out), job, resume=resume, quiet=quiet,
+                   trackers=make_trackers(trackers))

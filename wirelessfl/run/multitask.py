@@ -255,7 +255,13 @@ class SimulationJob(Job):
         self.cfg, self.every = cfg, as_float("checkpoint_every_s", checkpoint_every_s, lo=0)
         self.sim, self.tasks = build_simulator(cfg)
         self.resolved, self.seed = multitask_to_dict(cfg), cfg.seed
-        self.device, self.name, self.progress_total = str(self.tasks[0].device), cfg.name, cfg.max_time
+        self.device, self.name = str(self.tasks[0].device), cfg.name
+        # simulated time is the bar's scale only when max_time is what ends the run; a run
+        # that stops at its targets or after max_rounds ends at a time nobody knows ahead:
+        # it counts evaluations (no percentage, no made-up ETA), simulated time beside it
+        self.open_ended = cfg.stop_at_target or cfg.max_rounds is not None
+        self.progress_total = None if self.open_ended else cfg.max_time
+        self.progress_unit = "eval" if self.open_ended else "t"
         self.rows, self.end = 0, 0.0
 
     def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
@@ -282,6 +288,9 @@ class SimulationJob(Job):
             record.check_rows(mine, sorted({r["round"] for r in mine}), key=lambda r: r["round"])
         return kept
 
+    def progress(self) -> float:  # noqa: D102
+        return float(self.rows) if self.open_ended else float(getattr(self.sim, "time", 0.0))
+
     def advance(self, out: Output) -> None:  # noqa: D102
         cfg, sim = self.cfg, self.sim
         saved = [time.perf_counter()]
@@ -292,7 +301,9 @@ class SimulationJob(Job):
             out.row({"task": task.name, "round": st.round, "sim_time": now,
                      "test_accuracy": acc, "test_loss": loss, "updates": st.updates,
                      "staleness_mean": st.mean_staleness, "requests": st.target_requests,
-                     "buffer": st.buffer_size}, progress=now, note=f"{task.name} {acc:.3f}")
+                     "buffer": st.buffer_size},
+                    progress=self.rows + 1 if self.open_ended else now,
+                    note=f"t={now:.4g} {task.name} {acc:.3f}")
             self.rows += 1
             return cfg.stop_at_target and acc >= task.config.target
 

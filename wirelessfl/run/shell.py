@@ -12,20 +12,25 @@ summary. The wall clock carries over a resume.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 from tqdm import tqdm
 
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.trackers import Tracker, step_of
 
 
 class Output:
     """What a job's :meth:`Job.advance` reports through: rows, progress, checkpoints."""
 
-    def __init__(self, record: RunRecord, bar: tqdm, start: float) -> None:
+    def __init__(self, record: RunRecord, bar: tqdm, start: float,
+                 trackers: Sequence[Tracker] = ()) -> None:
         self.record, self._bar, self._start = record, bar, start
+        self.trackers, self._rows = list(trackers), len(record.rows()) if trackers else 0
 
     def wall(self) -> float:
         """Wall seconds of the run so far (including before a resume)."""
@@ -33,7 +38,16 @@ class Output:
 
     def row(self, row: dict[str, Any], *, progress: float | None = None, note: str = "") -> None:
         """Append a metrics row (with ``wall_s``), move the progress bar to ``progress``."""
-        self.record.append({**row, "wall_s": self.wall()})
+        row = {**row, "wall_s": self.wall()}
+        self.record.append(row)
+        for t in list(self.trackers):  # the folder is the record; a tracker failing is a note
+            try:
+                t.log(row, step_of(row, self._rows))
+            except Exception as exc:  # noqa: BLE001 - any failure of a tracker's library
+                print(f"wirelessfl: note: tracker {t.name} failed ({type(exc).__name__}: "
+                      f"{str(exc)[:100]}); it is off for the rest of the run", file=sys.stderr)
+                self.trackers.remove(t)
+        self._rows += 1
         if progress is not None:
             self.tick(progress)
         if note:
@@ -41,7 +55,8 @@ class Output:
 
     def tick(self, progress: float) -> None:
         """Move the progress bar to ``progress`` (a step without a row)."""
-        self._bar.n = min(progress, self._bar.total)
+        total = self._bar.total
+        self._bar.n = progress if total is None else min(progress, total)
         self._bar.refresh()
 
     def checkpoint(self, payload: dict[str, Any]) -> None:
@@ -60,7 +75,7 @@ class Job(ABC):
     seed: int
     device: str
     name: str
-    progress_total: float
+    progress_total: float | None  # None: the end is not known ahead (a count, no ETA)
     progress_unit: str = "round"
     #: What an interrupted run keeps (said when Ctrl-C stops it).
     kept: str = "completed rounds"
@@ -93,8 +108,11 @@ class Job(ABC):
 
 
 def execute(record: RunRecord, job: Job, *, resume: bool = False,
-            quiet: bool = False) -> dict[str, Any]:
-    """Run ``job`` into ``record``'s folder (see the module docstring); return the summary."""
+            quiet: bool = False, trackers: Sequence[Tracker] = ()) -> dict[str, Any]:
+    """Run ``job`` into ``record``'s folder (see the module docstring); return the summary.
+
+    ``trackers`` (:mod:`wirelessfl.run.trackers`) receive every row as it is appended.
+    """
     with record.writing(job.resolved, job.seed, job.device, resume=resume) as ckpt:
         wall0 = 0.0
         if ckpt is not None:
@@ -105,11 +123,17 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
         bar = tqdm(total=job.progress_total, initial=job.progress(), desc=job.name,
                    unit=job.progress_unit, disable=quiet or bool(os.environ.get("CI")),
                    dynamic_ncols=True)
-        out = Output(record, bar, time.perf_counter() - wall0)
+        for t in trackers:
+            t.open(record.folder, job.name, job.resolved, resume)
+        out = Output(record, bar, time.perf_counter() - wall0, trackers)
+        finished = False
         try:
             job.advance(out)
+            finished = True
         finally:
             bar.close()
+            for t in out.trackers:
+                t.close(finished)
         summary = job.summary(record.rows(), out.wall())
         record.write_summary(summary)
         return summary

@@ -24,6 +24,8 @@ class TrackedAdam(LocalSGD):
     ``{"y": y, "tracked": client ids of S̃}``.
     """
 
+    elementwise = True  # its gradient hooks act entry by entry: safe on stacked clients
+
     def __init__(self, model: FLModel, hp: LocalHParams, correction: str = "pre",
                  betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8,
                  state_dtype: str = "float32", normaliser: str = "elementwise") -> None:

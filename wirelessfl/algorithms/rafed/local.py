@@ -18,6 +18,8 @@ class SubmodelSGD(LocalSGD):
     stream (:mod:`wirelessfl.models.noise`), the same in both engines.
     """
 
+    elementwise = True  # its gradient hooks act entry by entry: safe on stacked clients
+
     def __init__(self, model: FLModel, hp: LocalHParams, groups: tuple[UnitGroup, ...],
                  scaler: bool, levels: tuple[float, ...] | None) -> None:
         super().__init__(model, hp)

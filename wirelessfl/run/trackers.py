@@ -1,0 +1,185 @@
+"""Run trackers: the rows a run folder holds, also sent to TensorBoard, MLflow or W&B.
+
+``wirelessfl run ... --tracker tensorboard --tracker mlflow`` (or ``trackers=[...]`` of
+:func:`wirelessfl.run_job`). The run folder stays the source of truth; a tracker receives
+each metrics row as it is appended (numbers only; multi-task rows as ``TASK/metric``), the
+resolved config once, and the run's end. Everything is written inside the run folder unless
+the user points a tracker elsewhere:
+
+- ``tensorboard``: event files in ``RUN/tensorboard/`` (``tensorboard --logdir RUN``);
+- ``mlflow``: the run in ``$MLFLOW_TRACKING_URI`` if set, else in ``RUN/mlflow.db``
+  (``mlflow ui --backend-store-uri sqlite:///RUN/mlflow.db``); a resumed run continues
+  the same MLflow run (its id is kept in ``RUN/mlflow_run_id``);
+- ``wandb``: Weights & Biases, offline in ``RUN/wandb/`` unless ``$WANDB_MODE`` says
+  otherwise (``wandb sync`` uploads it).
+
+Each needs its library (``pip install -e '.[track]'``; W&B: ``pip install wandb``); a missing
+one is refused with one line before the run starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wirelessfl.errors import ConfigError, short
+from wirelessfl.run.safe_io import atomic_write
+
+TRACKERS = ("tensorboard", "mlflow", "wandb")
+
+
+def scalars(row: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of a metrics row, multi-task ones as ``TASK/metric``."""
+    prefix = f"{row['task']}/" if isinstance(row.get("task"), str) else ""
+    return {f"{prefix}{k}": float(v) for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and k not in ("round",)}
+
+
+def step_of(row: dict[str, Any], index: int) -> int:
+    """The row's step: its round, else its position."""
+    r = row.get("round")
+    return r if isinstance(r, int) and not isinstance(r, bool) else index
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = str(v)[:500]
+    return out
+
+
+class Tracker(ABC):
+    """One tracker: opened with the run, fed every row, closed at its end."""
+
+    name: str
+
+    @abstractmethod
+    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:
+        """Start (or, on resume, continue) the tracker's run."""
+
+    @abstractmethod
+    def log(self, row: dict[str, Any], step: int) -> None:
+        """One metrics row."""
+
+    @abstractmethod
+    def close(self, finished: bool) -> None:
+        """End the tracker's run (``finished``: the run completed)."""
+
+
+class TensorBoard(Tracker):
+    """Scalars to ``RUN/tensorboard/`` with :class:`torch.utils.tensorboard.SummaryWriter`."""
+
+    name = "tensorboard"
+
+    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:  # noqa: D102
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(folder / "tensorboard"))
+        if not resume:
+            self.writer.add_text("config", "```\n" + yaml.safe_dump(config, sort_keys=False) + "```")
+
+    def log(self, row: dict[str, Any], step: int) -> None:  # noqa: D102
+        for k, v in scalars(row).items():
+            self.writer.add_scalar(k, v, step)
+
+    def close(self, finished: bool) -> None:  # noqa: D102
+        self.writer.close()
+
+
+class MLflow(Tracker):
+    """Params and metrics to an MLflow run (``$MLFLOW_TRACKING_URI`` or ``RUN/mlflow.db``)."""
+
+    name = "mlflow"
+
+    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:  # noqa: D102
+        from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # no table-creation chatter
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{folder.resolve() / 'mlflow.db'}"
+        self.client = MlflowClient(tracking_uri=uri)
+        id_file = folder / "mlflow_run_id"
+        if resume and id_file.is_file() and not id_file.is_symlink():
+            self.run_id = id_file.read_text().strip()
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "wirelessfl")
+        exp = self.client.get_experiment_by_name(name)
+        exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(name)
+        run = self.client.create_run(exp_id, run_name=run_name, tags={"run_folder": str(folder)})
+        self.run_id = run.info.run_id
+        from mlflow.entities import Param
+
+        params = [Param(k, v) for k, v in _flat(config).items()]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+        atomic_write(id_file, lambda fh: fh.write(self.run_id.encode()))
+
+    def log(self, row: dict[str, Any], step: int) -> None:  # noqa: D102
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, step) for k, v in scalars(row).items()]
+        if metrics:
+            self.client.log_batch(self.run_id, metrics=metrics)
+
+    def close(self, finished: bool) -> None:  # noqa: D102
+        self.client.set_terminated(self.run_id, status="FINISHED" if finished else "KILLED")
+
+
+class WandB(Tracker):
+    """Rows to a Weights & Biases run, offline in ``RUN/wandb/`` unless ``$WANDB_MODE`` is set."""
+
+    name = "wandb"
+
+    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:  # noqa: D102
+        import wandb
+
+        id_file = folder / "wandb_run_id"
+        run_id = (id_file.read_text().strip() if resume and id_file.is_file()
+                  and not id_file.is_symlink() else wandb.util.generate_id())
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "wirelessfl"), name=run_name,
+                              id=run_id, resume="allow", dir=str(folder), config=config,
+                              mode=os.environ.get("WANDB_MODE", "offline"))
+        if not id_file.is_file():
+            atomic_write(id_file, lambda fh: fh.write(run_id.encode()))
+
+    def log(self, row: dict[str, Any], step: int) -> None:  # noqa: D102
+        self.run.log(scalars(row), step=step)
+
+    def close(self, finished: bool) -> None:  # noqa: D102
+        self.run.finish(exit_code=0 if finished else 1)
+
+
+_CLASSES = {"tensorboard": (TensorBoard, "tensorboard"), "mlflow": (MLflow, "mlflow"),
+            "wandb": (WandB, "wandb")}
+
+
+def make_trackers(names: list[str] | tuple[str, ...] | None) -> list[Tracker]:
+    """Trackers by name, each library checked now (ConfigError of one line if missing)."""
+    import importlib.util
+
+    out: list[Tracker] = []
+    for n in names or ():
+        if n not in _CLASSES:
+            raise ConfigError(f"unknown tracker {short(n)}; choose from {', '.join(TRACKERS)}")
+        cls, module = _CLASSES[n]
+        if importlib.util.find_spec(module) is None:
+            extra = "pip install wandb" if n == "wandb" else "pip install -e '.[track]'"
+            raise ConfigError(f"--tracker {n} needs the {module} package: {extra}")
+        if any(isinstance(t, cls) for t in out):
+            raise ConfigError(f"--tracker {n} is given twice")
+        out.append(cls())
+    return out
