@@ -162,3 +162,10 @@ def test_sweep_bars_start_at_zero_name_the_grid_and_carry_no_legend(tmp_path, mo
           log=lambda _: None)
     assert seen["ylim"][0] == 0.0 and seen["xlabel"] == "local.lr, local.steps"
     assert seen["legend"] is False and "1 seed" in seen["title"]
+
+
+def test_an_explicit_data_dir_never_falls_back(tmp_path):
+    from wirelessfl.data import DataNotFoundError, load_dataset
+
+    with pytest.raises(DataNotFoundError, match="put the four IDX files there"):
+        load_dataset("fashion_mnist", data_dir=tmp_path)  # empty: not the system copy

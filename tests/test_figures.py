@@ -354,3 +354,26 @@ def test_missing_data_is_one_error_before_any_run(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "need cifar10" in err, err
     assert not list((tmp_path / "rep").glob("runs/*"))
+
+
+def test_curve_bands_are_explained_on_the_figure(toy, monkeypatch):
+    from wirelessfl.report import renderers
+
+    texts = {}
+    real = renderers._finish
+
+    def capture(fig, f, ax, out, table, **kw):
+        paths = real(fig, f, ax, out, table, **kw)
+        texts[fig.name] = [t.get_text() for t in f.texts]
+        return paths
+
+    monkeypatch.setattr(renderers, "_finish", capture)
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None)
+    assert "lines: mean over seeds; shaded: min to max over seeds" in texts["curves"]
+
+
+def test_titles_say_the_settings_their_scale_runs():
+    quick = load_figures("hist", "quick", only=["fig3"])[0].title
+    paper = load_figures("hist", "paper", only=["fig3"])[0].title
+    assert "[quick scale: " in quick and "rounds=15" in quick and "num_clients=30" in quick
+    assert "[paper scale: rounds=100]" in paper

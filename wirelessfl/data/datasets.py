@@ -3,8 +3,9 @@
 Supported names (see :data:`DATASETS`):
 
 - ``fashion_mnist`` and ``mnist``: IDX files (``train-images-idx3-ubyte[.gz]`` ...),
-  found in ``data_dir`` or, for Fashion-MNIST, at the Debian path
-  ``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``);
+  found in ``data_dir``; without one, Fashion-MNIST is read from the Debian path
+  ``/usr/share/datasets/fashion-mnist`` (``apt-get install dataset-fashion-mnist``). An
+  explicit ``data_dir`` is the only place looked in: it never falls back;
 - ``cifar10`` and ``cifar100``: the python pickles (``cifar-10-batches-py/``,
   ``cifar-100-python/``) in ``data_dir``;
 - ``tinyimagenet``: the standard ``tiny-imagenet-200/`` folder in ``data_dir`` (``wnids.txt``,
@@ -137,10 +138,9 @@ def _idx_dirs(name: str, data_dir: Path | None) -> list[Path]:
         "fashion_mnist": ["", "fashion-mnist", "fashion_mnist", "FashionMNIST/raw"],
         "mnist": ["", "mnist", "MNIST/raw"],
     }[name]
-    dirs = [data_dir / s for s in subdirs] if data_dir is not None else []
-    if name == "fashion_mnist":
-        dirs.append(DEBIAN_FASHION_MNIST)
-    return dirs
+    if data_dir is not None:  # an explicit folder is the only place looked in (no fallback)
+        return [data_dir / s for s in subdirs]
+    return [DEBIAN_FASHION_MNIST] if name == "fashion_mnist" else []
 
 
 @lru_cache(maxsize=4)
@@ -150,11 +150,14 @@ def _load_idx_raw(name: str, data_dir: Path | None) -> tuple[np.ndarray, ...]:
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
     paths = [_find_idx(s, dirs) for s in stems]
     if any(p is None for p in paths):
-        hint = (
-            "install it with `apt-get install dataset-fashion-mnist` or pass --data-dir"
-            if name == "fashion_mnist"
-            else "pass --data-dir pointing at a folder with the MNIST IDX files"
-        )
+        if data_dir is not None:  # an explicit folder is the only place looked in
+            hint = (f"put the four IDX files there (e.g. link those of {DEBIAN_FASHION_MNIST}), "
+                    "or leave data_dir unset to read the system copy"
+                    if name == "fashion_mnist" else "put the four MNIST IDX files there")
+        else:
+            hint = ("install it with `apt-get install dataset-fashion-mnist` or pass --data-dir"
+                    if name == "fashion_mnist"
+                    else "pass --data-dir pointing at a folder with the MNIST IDX files")
         missing = stems[[p is None for p in paths].index(True)]
         raise DataNotFoundError(
             f"dataset {name!r}: file {missing}[.gz] not found in "

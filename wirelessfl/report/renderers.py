@@ -177,6 +177,10 @@ def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
             table: list[dict[str, Any]], *, legend: bool = True) -> list[Path]:
     if legend:
         ax[0][0].legend(fontsize=7)
+    if any(type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")
+           for a in np.ravel(ax) for c in a.collections):  # say what the shaded bands are
+        f.text(0.995, 0.005, "lines: mean over seeds; shaded: min to max over seeds",
+               ha="right", va="bottom", fontsize=7, color="0.35")
     # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
     f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
     f.tight_layout()
