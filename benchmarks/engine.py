@@ -44,6 +44,10 @@ from wirelessfl.run.config import resolve
 from wirelessfl.run.rounds import prepare
 
 MODELS = ("fcnn", "lenet5")
+#: The workloads' dataset and its folder (benchmarks/gpu_suite.py may point them elsewhere).
+DATASET, DATA_DIR = "fashion_mnist", None
+#: Clients, local steps and edge rounds of the workloads (gpu_suite.py --quick shrinks them).
+CLIENTS, STEPS, EDGE_ROUNDS = 60, 20, 5
 ALGOS = {"HIST N=4": {"cells": 4, "split": True}, "HFedAvg N=4": {"cells": 4, "split": False}}
 
 
@@ -82,10 +86,10 @@ class _Timed:
 def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto"):
     return prepare(resolve({
         "seed": 0, "device": device, "engine": engine,
-        "data": {"dataset": "fashion_mnist", "partition": "shards", "num_clients": 60,
-                 "placement": placement},
-        "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": 20},
-        "algorithm": {"name": "hist", "edge_rounds": 5, **algo}}))
+        "data": {"dataset": DATASET, "data_dir": DATA_DIR, "partition": "shards",
+                 "num_clients": CLIENTS, "placement": placement},
+        "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": STEPS},
+        "algorithm": {"name": "hist", "edge_rounds": EDGE_ROUNDS, **algo}}))
 
 
 def round_flops(model: str, algo: dict, device: str) -> float:
@@ -167,8 +171,9 @@ RULES = {"FedAvg": {"name": "fedavg"}, "FedProx": {"name": "fedprox", "mu": 0.01
 def _rule_experiment(model: str, algo: dict, engine: str, device: str):
     return prepare(resolve({
         "seed": 0, "device": device, "engine": engine,
-        "data": {"dataset": "fashion_mnist", "partition": "shards", "num_clients": 60},
-        "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": 20},
+        "data": {"dataset": DATASET, "data_dir": DATA_DIR, "partition": "shards",
+                 "num_clients": CLIENTS},
+        "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": STEPS},
         "algorithm": algo}))
 
 

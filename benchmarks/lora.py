@@ -31,6 +31,38 @@ SIZES = {"tiny": {"n_embd": 64, "n_layer": 2, "n_head": 2},
          "small": {"n_embd": 768, "n_layer": 12, "n_head": 12}}
 
 
+def lora_round(size: str = "medium", clients: int = 10, samples: int = 64, length: int = 128,
+               batch: int = 32, device: str = "cpu") -> dict:
+    """One LoRA round on each engine: seconds, speed-up, trainable share, GPU peak memory."""
+    dev = torch.device(device)
+    config = {"vocab_size": 50257, "n_positions": 1024, "eos_token_id": 50256, **SIZES[size]}
+    model = build_model("gpt2_lora", (length,), 2, seed=0, config=config).to(dev)
+    rng = np.random.default_rng(0)
+    n = clients * samples
+    x = torch.as_tensor(rng.integers(0, 50257, (n, length)), dtype=torch.float32)
+    data = ArrayDataset(x, torch.as_tensor(rng.integers(0, 2, n)), 2)
+    hp = LocalHParams(lr=1e-3, batch_size=batch, epochs=1, optimizer="adam")
+    update = LocalSGD(model, hp)
+    params = model.params()
+    tasks = [ClientTask(client=c, params=params, seed=c,
+                        indices=np.arange(c * samples, (c + 1) * samples)) for c in range(clients)]
+    out = {"size": size, "clients": clients, "samples_per_client": samples, "length": length,
+           "batch": batch, "device": str(dev), "trainable": sum(v.numel() for v in params.values()),
+           "total": sum(v.numel() for v in model.parameters())}
+    for name, executor in (("loop", LoopExecutor(dev)), ("batched", BatchedExecutor(dev))):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t = time.perf_counter()
+        executor.run(update, data, tasks, hp)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            out[f"{name}_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        out[f"{name}_s_per_round"] = round(time.perf_counter() - t, 3)
+    out["batched_speedup"] = round(out["loop_s_per_round"] / out["batched_s_per_round"], 3)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="medium", choices=sorted(SIZES))
@@ -40,34 +72,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args()
-    device = torch.device(args.device)
-    config = {"vocab_size": 50257, "n_positions": 1024, "eos_token_id": 50256, **SIZES[args.size]}
-    model = build_model("gpt2_lora", (args.length,), 2, seed=0, config=config).to(device)
-    rng = np.random.default_rng(0)
-    n = args.clients * args.samples
-    x = torch.as_tensor(rng.integers(0, 50257, (n, args.length)), dtype=torch.float32)
-    data = ArrayDataset(x, torch.as_tensor(rng.integers(0, 2, n)), 2)
-    hp = LocalHParams(lr=1e-3, batch_size=args.batch, epochs=1, optimizer="adam")
-    update = LocalSGD(model, hp)
-    params = model.params()
-    tasks = [ClientTask(client=c, params=params, seed=c,
-                        indices=np.arange(c * args.samples, (c + 1) * args.samples))
-             for c in range(args.clients)]
-    out = {"size": args.size, "clients": args.clients, "samples_per_client": args.samples,
-           "length": args.length, "batch": args.batch, "device": str(device),
-           "trainable": sum(v.numel() for v in params.values()),
-           "total": sum(v.numel() for v in model.parameters())}
-    for name, executor in (("loop", LoopExecutor(device)), ("batched", BatchedExecutor(device))):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        t = time.perf_counter()
-        executor.run(update, data, tasks, hp)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            out[f"{name}_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        out[f"{name}_s_per_round"] = round(time.perf_counter() - t, 3)
-    out["batched_speedup"] = round(out["loop_s_per_round"] / out["batched_s_per_round"], 3)
+    out = lora_round(args.size, args.clients, args.samples, args.length, args.batch, args.device)
     print(json.dumps(out))
 
 

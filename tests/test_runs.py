@@ -144,6 +144,7 @@ def test_deterministic_runs_are_repeatable_and_restore_the_flags(tmp_path):
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("engine", ["loop", "batched"])
 def test_cuda_run_matches_cpu(tmp_path, engine):
@@ -186,6 +187,7 @@ def test_data_placement_on_the_cpu_and_batches_of_any_index_shape():
     assert ds.nbytes == 60 * 4 + 10 * 8
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("engine", ["loop", "batched"])
 def test_cuda_data_pinned_on_the_host_gives_the_numbers_of_data_on_the_device(engine):

@@ -1,0 +1,213 @@
+"""One GPU suite: every CUDA test and the engine benchmarks in one short call (issue 34).
+
+    PYTHONPATH=. python benchmarks/gpu_suite.py --out DIR [--data-dir FMNIST] [--device cuda]
+    python benchmarks/gpu_suite.py --out DIR --device cpu --quick     # the schema, in seconds
+
+Parts, each timed and recorded whatever happens to the others (a failing part keeps its
+error and the suite goes on):
+
+- ``cuda_tests``: ``pytest -m cuda`` (every test marked as needing a GPU), pass/fail counts;
+- ``engine``: FCNN and LeNet-5, HIST N=4 and HFedAvg N=4 with 60 clients, loop against
+  batched (``benchmarks/engine.py``): seconds per round, GFLOP/s, share of the matmul rate;
+- ``placement``: the same with the datasets pinned on the host instead of on the device;
+- ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
+- ``resnet``: the CIFAR ResNet-18 round, 100 clients, S = 10 (random images);
+- ``lora``: one GPT-2-small LoRA round, loop and batched.
+
+Fashion-MNIST is read from ``--data-dir`` (or the system copy); without it the workloads run
+on random tensors of the same shapes, and the JSON says so. Needs only the project, PyTorch,
+numpy, scipy, PyYAML, tqdm and matplotlib (no cvxpy, Gurobi, Ray or network); the JSON records
+any of those found imported. Writes ``DIR/gpu_suite.json`` (small) and ``DIR/gpu_suite.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+FORBIDDEN = ("cvxpy", "gurobipy", "ray")
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _data(data_dir: str | None) -> dict:
+    """Point the engine benchmark at Fashion-MNIST, or at random tensors of its shapes."""
+    from wirelessfl.data import ArrayDataset, DatasetSplits, load_dataset
+    from wirelessfl.data.datasets import USER_DATASETS, register_dataset
+
+    try:
+        load_dataset("fashion_mnist", data_dir=data_dir)
+        return {"dataset": "fashion_mnist", "data_dir": data_dir, "real": True}
+    except ValueError as exc:
+        reason = str(exc).splitlines()[0][:200]
+
+    def random_fmnist(_folder):
+        g = torch.Generator().manual_seed(0)
+
+        def split(n):
+            return ArrayDataset(torch.rand(n, 1, 28, 28, generator=g),
+                                torch.randint(0, 10, (n,), generator=g), 10)
+
+        return DatasetSplits("fmnist_random", split(60_000), split(10_000))
+
+    if "fmnist_random" not in USER_DATASETS:
+        register_dataset("fmnist_random", random_fmnist)
+    return {"dataset": "fmnist_random", "data_dir": None, "real": False, "why": reason}
+
+
+def cuda_tests(device: str, quick: bool) -> dict:
+    if not torch.cuda.is_available():
+        return {"skipped": "no CUDA device"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p",
+                           "no:cacheprovider", "--no-header", "-rfE", str(ROOT / "tests")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=420)
+    tail = proc.stdout.strip().splitlines()[-12:]
+    return {"returncode": proc.returncode, "summary": tail[-1] if tail else "", "tail": tail}
+
+
+def _engine_module(quick: bool):
+    eng = _module("engine")
+    eng.DATASET, eng.DATA_DIR = DATA["dataset"], DATA["data_dir"]
+    if quick:  # the schema check: every path, tiny work
+        eng.CLIENTS, eng.STEPS, eng.EDGE_ROUNDS = 8, 2, 1
+    return eng
+
+
+def engine(device: str, quick: bool, placement: str = "auto") -> dict:
+    eng = _engine_module(quick)
+    models = ["fcnn"] if quick else ["fcnn", "lenet5"]
+    algos = dict(list(eng.ALGOS.items())[:1]) if quick else eng.ALGOS
+    mm = eng.matmul_gflops(torch.device(device), n=512 if quick else 4096)
+    rows = []
+    for model in models:
+        for label, algo in algos.items():
+            flops = eng.round_flops(model, algo, device)
+            row = {"model": model, "workload": label, "gflop_per_round": flops / 1e9}
+            for backend in ("loop", "batched"):
+                r = eng.time_rounds(model, algo, backend, device, 1 if quick else 3,
+                                    placement=placement)
+                gflops = flops / r["client_seconds"] / 1e9
+                row[backend] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
+            row["batched_speedup"] = row["loop"]["seconds_per_round"] / row["batched"]["seconds_per_round"]
+            rows.append(row)
+    return {"matmul_gflops": mm, "placement": placement, "workloads": rows}
+
+
+def placement(device: str, quick: bool) -> dict:
+    if not device.startswith("cuda"):
+        return {"skipped": "pinned host memory matters on a GPU only"}
+    return engine(device, quick, placement="host")
+
+
+def rules(device: str, quick: bool) -> dict:
+    eng = _engine_module(quick)
+    if quick:
+        eng.RULES = {k: eng.RULES[k] for k in ("FedAvg", "FedProx", "LocalAdam", "FAdamGC")}
+    return {"rules": eng.rules(["fcnn"] if quick else ["fcnn", "lenet5"], device, 1 if quick else 3)}
+
+
+def resnet(device: str, quick: bool) -> dict:
+    if quick:
+        return {"skipped": "quick mode"}
+    return _module("engine").resnet(device, 2, None)
+
+
+def lora(device: str, quick: bool) -> dict:
+    lo = _module("lora")
+    if quick:
+        return lo.lora_round("tiny", 2, 8, 16, 4, device)
+    return lo.lora_round("small", 10, 64, 128, 32, device)
+
+
+PARTS = {"cuda_tests": cuda_tests, "engine": engine, "placement": placement, "rules": rules,
+         "resnet": resnet, "lora": lora}
+DATA: dict = {}
+
+
+def _markdown(report: dict) -> str:
+    lines = [f"# GPU suite — {report['device_name']}", "",
+             f"torch {report['torch']}, data: {report['data']['dataset']}"
+             f"{'' if report['data']['real'] else ' (random tensors)'}", "",
+             "| part | ok | seconds | headline |", "|---|---|---|---|"]
+    for name, part in report["parts"].items():
+        res = part.get("result") or {}
+        if "skipped" in res:
+            head = f"skipped: {res['skipped']}"
+        elif name in ("engine", "placement"):
+            head = "; ".join(f"{w['model']} {w['workload']}: batched {w['batched_speedup']:.2f}x loop, "
+                             f"{100 * w['batched']['share_of_matmul']:.0f}% of matmul"
+                             for w in res.get("workloads", []))
+        elif name == "rules":
+            head = "; ".join(f"{r['model']} {r['rule']} {r['batched_seconds_per_round']:.2f}s"
+                             for r in res.get("rules", []))
+        elif name == "lora":
+            head = (f"{res.get('size')}: batched {res.get('batched_s_per_round')}s, "
+                    f"loop {res.get('loop_s_per_round')}s")
+        elif name == "resnet":
+            head = f"batched {res.get('batched_speedup', 0):.2f}x loop"
+        else:
+            head = str(res.get("summary", ""))[:120]
+        if not part["ok"]:
+            head = part["error"][:160]
+        lines.append(f"| {name} | {'yes' if part['ok'] else 'NO'} | {part['seconds']:.1f} | {head} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="folder for gpu_suite.json and gpu_suite.md")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
+    p.add_argument("--quick", action="store_true", help="small versions of every part (CPU check)")
+    p.add_argument("--only", nargs="+", choices=list(PARTS), help="run only these parts")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    DATA.clear()
+    DATA.update(_data(args.data_dir))
+    cuda = args.device.startswith("cuda") and torch.cuda.is_available()
+    report = {"device": args.device, "quick": args.quick, "torch": torch.__version__,
+              "device_name": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+              "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(),
+              "data": DATA.copy(), "parts": {}}
+    for name, part in PARTS.items():
+        if args.only and name not in args.only:
+            continue
+        t = time.perf_counter()
+        try:
+            result, ok, error = part(args.device, args.quick), True, ""
+        except Exception as exc:  # noqa: BLE001 - a failing part is recorded, the suite goes on
+            result, ok = None, False
+            error = f"{type(exc).__name__}: {str(exc)[:300]} | " + traceback.format_exc(limit=3)[-600:]
+        report["parts"][name] = {"ok": ok, "seconds": round(time.perf_counter() - t, 2),
+                                 "result": result, "error": error}
+        (out / "gpu_suite.json").write_text(json.dumps(report, default=str))  # kept as it grows
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    report["forbidden_imports"] = sorted(m for m in FORBIDDEN if m in sys.modules)
+    (out / "gpu_suite.json").write_text(json.dumps(report, default=str))
+    (out / "gpu_suite.md").write_text(_markdown(report))
+    print(_markdown(report))
+    return 0 if all(p["ok"] for p in report["parts"].values()) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The GPU suite's CPU check: every part runs (or says why not) and the JSON has its schema."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--out",
+                           str(tmp_path), "--device", "cpu", "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "gpu_suite.json").read_text())
+    assert (tmp_path / "gpu_suite.json").stat().st_size < 2**20
+    assert set(report["parts"]) == {"cuda_tests", "engine", "placement", "rules", "resnet", "lora"}
+    assert all(p["ok"] for p in report["parts"].values())
+    assert report["forbidden_imports"] == []     # no cvxpy, Gurobi or Ray in its process
+    eng = report["parts"]["engine"]["result"]["workloads"][0]
+    assert {"loop", "batched", "batched_speedup"} <= set(eng)
+    assert eng["batched"]["seconds_per_round"] > 0
+    assert "| engine | yes |" in (tmp_path / "gpu_suite.md").read_text()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("rule", [{"name": "fedprox", "mu": 0.1}, {"name": "scaffold"},
+                                  {"name": "moon"}, {"name": "fadamgc"}])
+def test_classic_rules_batched_on_cuda_match_the_cpu(rule):
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import prepare
+
+    raw = {"seed": 1, "rounds": 1, "engine": "batched", "algorithm": rule,
+           "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 30},
+           "model": {"name": "fcnn", "options": {"hidden": 8}},
+           "local": {"lr": 0.05, "batch_size": 10, "steps": 2}}
+    finals = []
+    for device in ("cpu", "cuda"):
+        exp = prepare(resolve({**raw, "device": device}))
+        state, _ = exp.algorithm.apply(exp.initial_state())
+        finals.append({k: v.cpu() for k, v in state.params.items()})
+    for k in finals[0]:
+        torch.testing.assert_close(finals[0][k], finals[1][k], rtol=1e-4, atol=1e-5)
