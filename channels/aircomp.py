@@ -51,7 +51,7 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import ArrayLike
 
-from channels.validation import as_finite, as_int, check_memory, short
+from channels.validation import as_finite, as_int, check_memory, check_rng, short
 
 
 def beam_gains(a: ArrayLike, h: ArrayLike) -> np.ndarray:
@@ -91,11 +91,6 @@ def complex_normal(shape: tuple[int, ...], rng: np.random.Generator,
                  "draw fewer samples at a time")
     z = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
     return z * np.sqrt(np.asarray(variance, dtype=float) / 2.0)
-
-
-def _check_rng(rng: object) -> None:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"`rng` must be a numpy.random.Generator, got {type(rng).__name__}")
 
 
 @dataclass(frozen=True)
@@ -215,7 +210,7 @@ class AirCompCell:
             δ̂_k; its real part is (24) with noise variance MSE / 2, its mean the exact average.
         """
         delta = self._delta(delta)
-        _check_rng(rng)
+        check_rng(rng)
         signal = np.einsum("...im,...i,...ik->...mk", self.h, self.precoders, delta)
         z = complex_normal(signal.shape, rng, np.asarray(self.noise_power)[..., None, None])
         return np.einsum("...m,...mk->...k", self.beam.conj(), signal + z)
@@ -241,7 +236,7 @@ class AirCompCell:
         ``real_part=True`` (the distribution of Re δ̂ from :meth:`receive`).
         """
         delta = self._delta(delta)
-        _check_rng(rng)
+        check_rng(rng)
         mean = (delta.mean(-2) if self.weights is None
                 else np.einsum("...i,...ik->...k", self.weights, delta))
         var = self.mse / 2.0 if real_part else self.mse

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from channels.validation import as_finite, as_float, as_int, check_memory
+from channels.validation import as_finite, as_float, as_int, check_memory, check_rng
 
 
 def simo_rayleigh(batch_shape: tuple[int, ...], n_clients: int, n_antennas: int,
@@ -40,9 +40,7 @@ def simo_rayleigh(batch_shape: tuple[int, ...], n_clients: int, n_antennas: int,
     -------
     h : ndarray, shape (*batch_shape, n, M), complex128
     """
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"`rng` must be a numpy.random.Generator (np.random.default_rng(seed)), "
-                        f"got {type(rng).__name__}")
+    check_rng(rng)
     batch_shape = tuple(as_int("batch_shape", b, lo=0) for b in batch_shape)
     n_clients = as_int("n_clients", n_clients, lo=1)
     n_antennas = as_int("n_antennas", n_antennas, lo=1)

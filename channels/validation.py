@@ -134,6 +134,14 @@ def check_memory(nbytes: float, what: str, fix: str) -> None:
                          f"{budget / 2**30:.3g} GiB this machine allows (WIRELESSFL_MAX_BYTES); {fix}")
 
 
+def check_rng(rng: object, name: str = "rng") -> np.random.Generator:
+    """``rng`` if it is a numpy Generator, else TypeError naming ``name``."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"`{name}` must be a numpy.random.Generator (np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    return rng
+
+
 def broadcast(name: str, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``x`` broadcast to ``shape`` (a read-only view), else ValueError naming ``name``."""
     try:

@@ -7,6 +7,7 @@ as scipy, scikit-learn and Sionna do.
 """
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -59,7 +60,7 @@ html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
 nitpicky = False
 napoleon_use_ivar = True            # dataclass attributes: one description, not two
 
-_LITERAL = __import__("re").compile(r"(``.*?``|`[^`]*`)")
+_LITERAL = re.compile(r"(``.*?``|`[^`]*`)")
 
 
 def _escape_bars(app, what, name, obj, options, lines):

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from channels.validation import check_rng
 from wirelessfl.models.base import Params, UnitGroup, check_tree
 
 Selection = Mapping[str, torch.Tensor]
@@ -188,8 +189,7 @@ def random_disjoint_selections(groups: Sequence[UnitGroup], sizes: Sequence[Sequ
     list of dict
         One selection per cell.
     """
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"`rng` must be a numpy.random.Generator, got {type(rng).__name__}")
+    check_rng(rng)
     try:
         rows = [np.asarray(s) for s in sizes]
         if any(r.ndim != 1 or r.dtype.kind not in "iu" for r in rows):

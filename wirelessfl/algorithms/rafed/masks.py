@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from channels.validation import as_float, as_int, short
+from channels.validation import as_float, as_int, check_rng, short
 from wirelessfl.models.base import UnitGroup
 
 POLICIES = ("random", "static", "prefix", "rolling", "coverage_aware")
@@ -74,8 +74,7 @@ def draw(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], roun
                         f"{short(ratios)}")
     for r in ratios:
         as_float("ratios", r, lo=0, hi=1, lo_open=True)
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"`rng` must be a numpy.random.Generator, got {type(rng).__name__}")
+    check_rng(rng)
     out: list[dict[str, torch.Tensor]] = [{} for _ in ratios]
     for g in groups:
         ks = np.array([kept_units(g, r) for r in ratios])
