@@ -83,21 +83,29 @@ class _Timed:
         return out
 
 
-def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto"):
+def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto",
+                edge_rounds: int | None = None):
+    algo = {**algo, "edge_rounds": edge_rounds or algo.get("edge_rounds", EDGE_ROUNDS)}
     return prepare(resolve({
         "seed": 0, "device": device, "engine": engine,
         "data": {"dataset": DATASET, "data_dir": DATA_DIR, "partition": "shards",
                  "num_clients": CLIENTS, "placement": placement},
         "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": STEPS},
-        "algorithm": {"name": "hist", "edge_rounds": EDGE_ROUNDS, **algo}}))
+        "algorithm": {"name": "hist", **algo}}))
 
 
 def round_flops(model: str, algo: dict, device: str) -> float:
-    """FLOPs of the client steps of one global round (forward and backward)."""
-    exp = _experiment(model, algo, "loop", device)
+    """FLOPs of the client steps of one global round (forward and backward).
+
+    Counted on the loop engine over one edge round and multiplied by E: every edge round runs
+    the same steps (FCNN HIST N=4: 71.91 GFLOP either way), at a fifth of the counting time.
+    The batched engine is not counted: ``FlopCounterMode`` charges its grouped-convolution
+    backward as if ungrouped (LeNet-5: 22x the loop's count for the same arithmetic).
+    """
+    exp = _experiment(model, algo, "loop", device, edge_rounds=1)
     with FlopCounterMode(display=False) as counter:
         exp.algorithm.apply(exp.initial_state())
-    return float(counter.get_total_flops())
+    return float(counter.get_total_flops()) * algo.get("edge_rounds", EDGE_ROUNDS)
 
 
 def _resnet_experiment(engine: str, device: str, max_batch: int | None = None,
@@ -121,11 +129,14 @@ def _resnet_experiment(engine: str, device: str, max_batch: int | None = None,
 
 
 def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int,
-                exp=None, placement: str = "auto") -> dict:
+                exp=None, placement: str = "auto", warmup: int = 0) -> dict:
+    """Seconds per global round (median of ``rounds``, after ``warmup`` untimed rounds)."""
     exp = exp or _experiment(model, algo, engine, device, placement)
     timed = _Timed(exp.algorithm.env.executor, exp.device)
     exp.algorithm.env = dataclasses.replace(exp.algorithm.env, executor=timed)
     state, total, client = exp.initial_state(), [], []
+    for _ in range(warmup):
+        state, _ = exp.algorithm.apply(state)
     if exp.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(exp.device)
     for _ in range(rounds):
@@ -163,6 +174,71 @@ def resnet(device: str, rounds: int, max_batch: int | None, placement: str = "au
     return row
 
 
+def workloads(models, algos: dict, device: str, rounds: int, placement: str = "auto",
+              backends=("loop", "batched"), warmup: int = 0, matmul_n: int = 2048,
+              on_row=None, loop_once: bool = False) -> dict:
+    """Each model x workload on each backend: seconds, GFLOP/s and share of the matmul rate.
+
+    ``loop_once`` times the loop over one round without warm-up (on a GPU a loop round of
+    these workloads takes 13-25 s: one is enough, and three took most of the suite's time).
+
+    ``on_row(partial)`` is called after each row with the result so far (the GPU suite saves
+    it, so a cut-off run keeps what it measured).
+    """
+    mm = matmul_gflops(torch.device(device), n=matmul_n)
+    out = {"matmul_gflops": mm, "placement": placement, "workloads": []}
+    for model in models:
+        for label, algo in algos.items():
+            flops = round_flops(model, algo, device)
+            row = {"model": model, "workload": label, "gflop_per_round": flops / 1e9}
+            for engine in backends:
+                once = loop_once and engine == "loop"
+                r = time_rounds(model, algo, engine, device, 1 if once else rounds,
+                                placement=placement, warmup=0 if once else warmup)
+                gflops = flops / r["client_seconds"] / 1e9
+                row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
+            if "loop" in row and "batched" in row:
+                row["batched_speedup"] = (row["loop"]["seconds_per_round"]
+                                          / row["batched"]["seconds_per_round"])
+            out["workloads"].append(row)
+            if on_row is not None:
+                on_row(out)
+    return out
+
+
+def profile_round(model: str, algo: dict, engine: str, device: str, rows: int = 20) -> dict:
+    """Where one global round spends its time: ``torch.profiler``'s top operators.
+
+    One warm-up round, then one profiled round; the operators with the most self time on the
+    host (and, on a GPU, on the device), with call counts: per-step Python and host waits
+    show as many calls of small operators and as ``cudaStreamSynchronize`` / ``item`` rows.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    exp = _experiment(model, algo, engine, device)
+    state, _ = exp.algorithm.apply(exp.initial_state())
+    cuda = exp.device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    _sync(exp.device)
+    t = time.perf_counter()
+    with profile(activities=acts) as prof:
+        exp.algorithm.apply(state)
+        _sync(exp.device)
+    seconds = time.perf_counter() - t
+    events = prof.key_averages()
+
+    def top(attr: str) -> list[dict]:
+        best = sorted(events, key=lambda e: getattr(e, attr, 0), reverse=True)[:rows]
+        return [{"name": e.key, "calls": e.count,
+                 "self_cpu_ms": e.self_cpu_time_total / 1e3,
+                 "self_device_ms": getattr(e, "self_device_time_total", 0) / 1e3} for e in best]
+
+    return {"model": model, "engine": engine, "profiled_round_seconds": seconds,
+            "operators": len(events), "calls": int(sum(e.count for e in events)),
+            "top_host": top("self_cpu_time_total"),
+            "top_device": top("self_device_time_total") if cuda else []}
+
+
 RULES = {"FedAvg": {"name": "fedavg"}, "FedProx": {"name": "fedprox", "mu": 0.01},
          "SCAFFOLD": {"name": "scaffold"}, "MOON": {"name": "moon"},
          "LocalAdam": {"name": "local_adam"}, "FAdamGC": {"name": "fadamgc"}}
@@ -177,10 +253,12 @@ def _rule_experiment(model: str, algo: dict, engine: str, device: str):
         "algorithm": algo}))
 
 
-def rules(models: list[str], device: str, rounds: int) -> list[dict]:
+def rules(models: list[str], device: str, rounds: int, on_row=None,
+          loop_once: bool = False) -> list[dict]:
     """Seconds per round of each local rule, loop and batched, and the ratio to FedAvg batched.
 
-    Median over ``rounds`` timed rounds after one untimed warm-up round.
+    Median over ``rounds`` timed rounds after one untimed warm-up round (``loop_once``: the
+    loop timed over one round, no warm-up: on a GPU its rounds are long enough, 3-8 s).
     """
     rows = []
     for model in models:
@@ -190,8 +268,10 @@ def rules(models: list[str], device: str, rounds: int) -> list[dict]:
             for engine in ("loop", "batched"):
                 exp = _rule_experiment(model, algo, engine, device)
                 state, times = exp.initial_state(), []
-                state, _ = exp.algorithm.apply(state)  # warm-up round, not timed
-                for _ in range(rounds):
+                once = loop_once and engine == "loop"
+                if not once:
+                    state, _ = exp.algorithm.apply(state)  # warm-up round, not timed
+                for _ in range(1 if once else rounds):
                     _sync(exp.device)
                     t = time.perf_counter()
                     state, _ = exp.algorithm.apply(state)
@@ -202,6 +282,8 @@ def rules(models: list[str], device: str, rounds: int) -> list[dict]:
             base = base or row["batched_seconds_per_round"]
             row["batched_vs_fedavg_batched"] = row["batched_seconds_per_round"] / base
             rows.append(row)
+            if on_row is not None:
+                on_row({"rules": rows})
         adam = {r["rule"]: r["batched_seconds_per_round"] for r in rows if r["model"] == model}
         rows[-1]["fadamgc_vs_localadam_batched"] = adam["FAdamGC"] / adam["LocalAdam"]
     return rows
@@ -260,24 +342,9 @@ def main() -> None:
                "rules": rules(args.models, args.device, args.rounds)}
         print(json.dumps(out, indent=None if args.json else 2))
         return
-    mm = matmul_gflops(device)
-    rows = []
-    for model in args.models:
-        for label, algo in ALGOS.items():
-            flops = round_flops(model, algo, args.device)
-            row = {"model": model, "workload": label, "gflop_per_round": flops / 1e9}
-            for engine in ("loop", "batched"):
-                r = time_rounds(model, algo, engine, args.device, args.rounds,
-                                placement=args.placement)
-                gflops = flops / r["client_seconds"] / 1e9
-                row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
-            row["batched_speedup"] = (row["loop"]["seconds_per_round"]
-                                      / row["batched"]["seconds_per_round"])
-            rows.append(row)
-    out = {"device": str(device), "threads": torch.get_num_threads(), "matmul_gflops": mm,
-           "placement": args.placement, "workloads": rows}
+    out = {"device": str(device), "threads": torch.get_num_threads(),
+           **workloads(args.models, ALGOS, args.device, args.rounds, args.placement)}
     print(json.dumps(out, indent=None if args.json else 2))
-
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,10 @@ error and the suite goes on):
 - ``cuda_tests``: ``pytest -m cuda`` (every test marked as needing a GPU), pass/fail counts;
 - ``engine``: FCNN and LeNet-5, HIST N=4 and HFedAvg N=4 with 60 clients, loop against
   batched (``benchmarks/engine.py``): seconds per round, GFLOP/s, share of the matmul rate;
-- ``placement``: the same with the datasets pinned on the host instead of on the device;
+- ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
+  operators on the host and the device, call counts);
+- ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
+  on the device;
 - ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
 - ``resnet``: the CIFAR ResNet-18 round, 100 clients, S = 10 (random images);
 - ``lora``: one GPT-2-small LoRA round, loop and batched.
@@ -76,7 +79,7 @@ def cuda_tests(device: str, quick: bool) -> dict:
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA device"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p",
-                           "no:cacheprovider", "--no-header", "-rfE", str(ROOT / "tests")],
+                           "no:cacheprovider", "--no-header", "-rfEs", str(ROOT / "tests")],
                           cwd=ROOT, capture_output=True, text=True, timeout=420)
     tail = proc.stdout.strip().splitlines()[-12:]
     return {"returncode": proc.returncode, "summary": tail[-1] if tail else "", "tail": tail}
@@ -90,37 +93,39 @@ def _engine_module(quick: bool):
     return eng
 
 
-def engine(device: str, quick: bool, placement: str = "auto") -> dict:
+def engine(device: str, quick: bool) -> dict:
     eng = _engine_module(quick)
-    models = ["fcnn"] if quick else ["fcnn", "lenet5"]
     algos = dict(list(eng.ALGOS.items())[:1]) if quick else eng.ALGOS
-    mm = eng.matmul_gflops(torch.device(device), n=512 if quick else 4096)
-    rows = []
-    for model in models:
-        for label, algo in algos.items():
-            flops = eng.round_flops(model, algo, device)
-            row = {"model": model, "workload": label, "gflop_per_round": flops / 1e9}
-            for backend in ("loop", "batched"):
-                r = eng.time_rounds(model, algo, backend, device, 1 if quick else 3,
-                                    placement=placement)
-                gflops = flops / r["client_seconds"] / 1e9
-                row[backend] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
-            row["batched_speedup"] = row["loop"]["seconds_per_round"] / row["batched"]["seconds_per_round"]
-            rows.append(row)
-    return {"matmul_gflops": mm, "placement": placement, "workloads": rows}
+    return eng.workloads(["fcnn"] if quick else ["fcnn", "lenet5"], algos, device,
+                         1 if quick else 2, warmup=0 if quick else 1,
+                         matmul_n=512 if quick else 4096, on_row=PARTIAL, loop_once=not quick)
+
+
+def profile(device: str, quick: bool) -> dict:
+    """One batched FCNN HFedAvg round and one LeNet-5 round under ``torch.profiler``."""
+    eng = _engine_module(quick)
+    algo = eng.ALGOS["HFedAvg N=4"]
+    return {"rounds": [eng.profile_round(m, algo, "batched", device, rows=12)
+                       for m in (["fcnn"] if quick else ["fcnn", "lenet5"])]}
 
 
 def placement(device: str, quick: bool) -> dict:
     if not device.startswith("cuda"):
         return {"skipped": "pinned host memory matters on a GPU only"}
-    return engine(device, quick, placement="host")
+    eng = _engine_module(quick)
+    algos = {k: v for k, v in eng.ALGOS.items() if k.startswith("HFedAvg")}
+    return eng.workloads(["fcnn"] if quick else ["fcnn", "lenet5"], algos, device,
+                         1 if quick else 2, placement="host", backends=("batched",),
+                         warmup=0 if quick else 1, matmul_n=512 if quick else 4096,
+                         on_row=PARTIAL)
 
 
 def rules(device: str, quick: bool) -> dict:
     eng = _engine_module(quick)
     if quick:
         eng.RULES = {k: eng.RULES[k] for k in ("FedAvg", "FedProx", "LocalAdam", "FAdamGC")}
-    return {"rules": eng.rules(["fcnn"] if quick else ["fcnn", "lenet5"], device, 1 if quick else 3)}
+    return {"rules": eng.rules(["fcnn"] if quick else ["fcnn", "lenet5"], device,
+                               1 if quick else 2, on_row=PARTIAL, loop_once=not quick)}
 
 
 def resnet(device: str, quick: bool) -> dict:
@@ -136,9 +141,16 @@ def lora(device: str, quick: bool) -> dict:
     return lo.lora_round("small", 10, 64, 128, 32, device)
 
 
-PARTS = {"cuda_tests": cuda_tests, "engine": engine, "placement": placement, "rules": rules,
-         "resnet": resnet, "lora": lora}
+PARTS = {"cuda_tests": cuda_tests, "engine": engine, "profile": profile, "resnet": resnet,
+         "lora": lora, "rules": rules, "placement": placement}
 DATA: dict = {}
+_SAVE: list = []   # the running part's saver: PARTIAL(result so far) writes it into the JSON
+
+
+def PARTIAL(result) -> None:  # noqa: N802 - a module-level hook, named as a constant
+    """Record a part's result so far (a run cut off by a time limit keeps what it measured)."""
+    if _SAVE:
+        _SAVE[0](result)
 
 
 def _markdown(report: dict) -> str:
@@ -151,8 +163,11 @@ def _markdown(report: dict) -> str:
         if "skipped" in res:
             head = f"skipped: {res['skipped']}"
         elif name in ("engine", "placement"):
-            head = "; ".join(f"{w['model']} {w['workload']}: batched {w['batched_speedup']:.2f}x loop, "
-                             f"{100 * w['batched']['share_of_matmul']:.0f}% of matmul"
+            head = "; ".join(f"{w['model']} {w['workload']}: batched "
+                             f"{w['batched']['seconds_per_round']:.3f}s"
+                             + (f" ({w['batched_speedup']:.1f}x loop)" if "batched_speedup" in w
+                                else "")
+                             + f", {100 * w['batched']['share_of_matmul']:.0f}% of matmul"
                              for w in res.get("workloads", []))
         elif name == "rules":
             head = "; ".join(f"{r['model']} {r['rule']} {r['batched_seconds_per_round']:.2f}s"
@@ -160,6 +175,10 @@ def _markdown(report: dict) -> str:
         elif name == "lora":
             head = (f"{res.get('size')}: batched {res.get('batched_s_per_round')}s, "
                     f"loop {res.get('loop_s_per_round')}s")
+        elif name == "profile":
+            head = "; ".join(f"{r['model']}: {r['calls']} calls, top host "
+                             f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"
+                             for r in res.get("rounds", []))
         elif name == "resnet":
             head = f"batched {res.get('batched_speedup', 0):.2f}x loop"
         else:
@@ -177,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
     p.add_argument("--quick", action="store_true", help="small versions of every part (CPU check)")
     p.add_argument("--only", nargs="+", choices=list(PARTS), help="run only these parts")
+    p.add_argument("--budget-s", type=float, default=450.0,
+                   help="parts not started within this many seconds are skipped (default 450)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -192,6 +213,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and name not in args.only:
             continue
         t = time.perf_counter()
+        if t - started > args.budget_s:
+            report["parts"][name] = {"ok": True, "seconds": 0.0, "error": "",
+                                     "result": {"skipped": f"time budget {args.budget_s:.0f}s spent"}}
+            continue
+
+        def save(result, name=name, t=t):
+            report["parts"][name] = {"ok": False, "seconds": round(time.perf_counter() - t, 2),
+                                     "result": result, "error": "cut off: partial result"}
+            (out / "gpu_suite.json").write_text(json.dumps(report, default=str))
+
+        _SAVE[:] = [save]
         try:
             result, ok, error = part(args.device, args.quick), True, ""
         except Exception as exc:  # noqa: BLE001 - a failing part is recorded, the suite goes on

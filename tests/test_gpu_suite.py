@@ -18,7 +18,8 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert (tmp_path / "gpu_suite.json").stat().st_size < 2**20
-    assert set(report["parts"]) == {"cuda_tests", "engine", "placement", "rules", "resnet", "lora"}
+    assert set(report["parts"]) == {"cuda_tests", "engine", "profile", "placement", "rules",
+                                   "resnet", "lora"}
     assert all(p["ok"] for p in report["parts"].values())
     assert report["forbidden_imports"] == []     # no cvxpy, Gurobi or Ray in its process
     eng = report["parts"]["engine"]["result"]["workloads"][0]

@@ -166,9 +166,7 @@ class BatchedExecutor(Executor):
                 batches = self._schedule(data, tasks, schedules)  # one upload per round
                 active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
                                                device=self.device)
-                all_keys = torch.stack([step_keys([t.seed for t in tasks], s, torch.device("cpu"))
-                                        for s in range(len(batches))]).to(self.device) \
-                    if batches else None
+                all_keys = step_keys([t.seed for t in tasks], range(len(batches)), self.device)
                 for s, (idx, w) in enumerate(batches):
                     x, y = data.batch(idx, self.device)
                     finishing = s >= steps.min()  # some client's schedule has ended

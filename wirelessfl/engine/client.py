@@ -281,7 +281,7 @@ class ClientUpdate(ABC):
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
         """Pseudo-gradient, new state and metrics."""
         delta = {k: carry.start[k] - carry.params[k] for k in carry.start}
-        loss = carry.loss_sum / carry.step if carry.step else float("nan")
+        loss = float(carry.loss_sum) / carry.step if carry.step else float("nan")
         return ClientResult(task.client, delta, len(task.indices), carry.step, loss, carry.state,
                             dict(carry.buffers) or None)
 
@@ -363,15 +363,20 @@ class LocalSGD(ClientUpdate):
             grads = {k: torch.add(g, params[k], alpha=wd) for k, g in grads.items()}
         return self.correct(grads, params, start, ctx)
 
-    def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, float]:
-        """Stochastic gradient at ``carry.params`` (decay and correction included), batch loss."""
+    def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor
+                 ) -> tuple[Params, torch.Tensor]:
+        """Stochastic gradient at ``carry.params`` (decay and correction included), batch loss.
+
+        The loss stays a tensor on the device (read once, in :meth:`client_final`): reading it
+        every step would make the host wait for the device at every step.
+        """
         params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
         w = torch.full((len(y),), 1.0 / len(y), device=y.device)
         with client_noise(step_key(carry.seed, carry.step)):  # dropout: the client's stream
             loss, data_loss = self.objective(params, carry.buffers, carry.start, x, y, w, carry.ctx)
         grads = torch.autograd.grad(loss, list(params.values()))
         return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.start,
-                                      carry.ctx), float(data_loss.detach()))
+                                      carry.ctx), data_loss.detach())
 
     def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
         self.model.train()
@@ -446,7 +451,11 @@ class LoopExecutor(Executor):
                  hp: LocalHParams) -> ClientResult:
         rng = np.random.default_rng(task.seed)
         schedule = batch_schedule(len(task.indices), hp, rng)
-        idx = torch.as_tensor(task.indices, dtype=torch.long, device=data.x.device)
+        # every step's sample indices in one upload; each step takes a view (no copy, no wait)
+        ends = np.cumsum([len(pos) for pos in schedule], dtype=np.int64)
+        order = torch.as_tensor(np.asarray(task.indices, dtype=np.int64)[
+            np.concatenate(schedule).astype(np.int64)] if schedule else np.zeros(0, np.int64),
+            device=data.x.device)
         stage = "client_init"
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
@@ -454,8 +463,8 @@ class LoopExecutor(Executor):
                 torch.manual_seed(task.seed)
                 carry = update.client_init(task)
                 stage = "client_step"
-                for pos in schedule:
-                    b = idx[torch.as_tensor(pos, device=idx.device)]
+                for end, pos in zip(ends, schedule):
+                    b = order[end - len(pos):end]
                     carry = update.client_step(carry, *data.batch(b, self.device))
                 stage = "client_final"
                 return update.client_final(task, carry)

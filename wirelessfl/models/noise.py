@@ -32,27 +32,41 @@ _MASK = (1 << 31) - 1
 _state = threading.local()
 
 
-def _mix(h: torch.Tensor) -> torch.Tensor:
-    """A 31-bit avalanche mixer on int64 tensors holding values in [0, 2^31)."""
+def _mix(h):
+    """A 31-bit avalanche mixer on values in [0, 2^31): int64 tensors or Python ints alike."""
     h = ((h ^ (h >> 16)) * 0x45D9F3B) & _MASK
     h = ((h ^ (h >> 16)) * 0x45D9F3B) & _MASK
     return h ^ (h >> 16)
 
 
-def step_key(seed: int, step: int) -> torch.Tensor:
-    """The key of one client's local step (from its seed), an int64 scalar tensor."""
-    s = torch.tensor([(seed ^ (seed >> 31)) & _MASK, step & _MASK], dtype=torch.int64)
-    return _mix((_mix(s[0]) + s[1] * 0x2F5EF6D) & _MASK)
+def _key(seed, step):
+    return _mix((_mix((seed ^ (seed >> 31)) & _MASK) + (step & _MASK) * 0x2F5EF6D) & _MASK)
 
 
-def step_keys(seeds: list[int], step: int, device: torch.device) -> torch.Tensor:
-    """Keys of one local step of several clients, shape (C,)."""
-    return torch.stack([step_key(s, step) for s in seeds]).to(device)
+def step_key(seed: int, step: int) -> int:
+    """The key of one client's local step (from its seed), a Python int in [0, 2^31).
+
+    An int, not a tensor: the loop engine's draws then need no host-to-device copy (on a GPU
+    each such copy waits for the device, every step).
+    """
+    return _key(int(seed), int(step))
+
+
+def step_keys(seeds: list[int], steps: int | range | list[int],
+              device: torch.device) -> torch.Tensor:
+    """Keys of local steps of several clients: shape (C,) for one step, (S, C) for S steps.
+
+    One vectorised computation (the batched engine asks for a whole round's keys at once);
+    entry [s, c] equals ``step_key(seeds[c], steps[s])``.
+    """
+    seed = torch.tensor([int(x) for x in seeds], dtype=torch.int64)
+    step = torch.as_tensor(steps if isinstance(steps, int) else list(steps), dtype=torch.int64)
+    return _key(seed, step[..., None] if step.dim() else step).to(device)
 
 
 @contextlib.contextmanager
-def client_noise(key: torch.Tensor) -> Iterator[None]:
-    """Draw from ``key`` (a client's step key; batched under ``vmap``) inside the block."""
+def client_noise(key: int | torch.Tensor) -> Iterator[None]:
+    """Draw from ``key`` (a client's step key; a tensor batched under ``vmap``) in the block."""
     saved = getattr(_state, "key", None), getattr(_state, "count", 0)
     _state.key, _state.count = key, 0
     try:
@@ -71,6 +85,7 @@ def uniform(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
     for d in shape:
         n *= int(d)
     idx = torch.arange(n, device=device, dtype=torch.int64)
-    base = _mix((key.to(device) + _state.count * 0x632BE5A) & _MASK)
+    base = _mix(((key.to(device) if isinstance(key, torch.Tensor) else key)
+                 + _state.count * 0x632BE5A) & _MASK)
     h = _mix((idx + base) & _MASK)
     return (h.to(torch.float32) * (1.0 / (1 << 31))).reshape(shape)
