@@ -10,7 +10,9 @@ reads its environment once, when torch is imported):
 - ``pytorch default``: nothing set (idle threads spin a while, then sleep);
 - ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep at once);
 - ``active``: ``OMP_WAIT_POLICY=ACTIVE`` (idle threads spin for ever);
-- ``one thread``: ``torch.set_num_threads(1)`` (no thread waits at all).
+- ``one thread``: ``torch.set_num_threads(1)`` (no thread waits at all);
+- ``wirelessfl auto``: the count a run chooses with ``threads: auto`` (free cores, sampled
+  when it starts: :mod:`wirelessfl.run.threads`), PyTorch's policy otherwise.
 
 Prints JSON: milliseconds per step of each (median of ``--repeats`` interleaved runs), on a
 quiet machine and under the load, and each setting's ratio to the default.
@@ -31,6 +33,9 @@ import os, sys, time
 import torch
 if sys.argv[1] == "one":
     torch.set_num_threads(1)
+elif sys.argv[1] == "auto":  # what a run does with threads: auto
+    from wirelessfl.run.threads import choose_threads
+    torch.set_num_threads(choose_threads("auto"))
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Linear(784, 300), torch.nn.ReLU(), torch.nn.Linear(300, 10))
 opt = torch.optim.SGD(net.parameters(), lr=0.05)
@@ -52,13 +57,13 @@ def _spin() -> None:  # pragma: no cover - a background process
 
 
 def run(setting: str, steps: int) -> tuple[float, int]:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
     if setting in ("active", "passive"):
         env["OMP_WAIT_POLICY"] = setting.upper()
-    mode = "one" if setting == "one thread" else "torch"
+    mode = {"one thread": "one", "wirelessfl auto": "auto"}.get(setting, "torch")
     out = subprocess.run([sys.executable, "-c", WORK, mode, str(steps)], env=env,
                          capture_output=True, text=True, check=True).stdout.split()
-    return float(out[0]), int(out[1])
+    return float(out[0]), int(out[1])  # ms per step, threads used
 
 
 def main() -> None:
@@ -69,7 +74,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    settings = ("pytorch default", "passive", "active", "one thread")
+    settings = ("pytorch default", "passive", "active", "one thread", "wirelessfl auto")
     report: dict = {"cores": os.cpu_count(), "load_processes": args.load, "steps": args.steps}
     for loaded in (False, True):
         procs = [mp.Process(target=_spin, daemon=True) for _ in range(args.load if loaded else 0)]
@@ -87,7 +92,8 @@ def main() -> None:
                 q.kill()
         key = "under_load" if loaded else "quiet"
         report[key] = {"ms_per_step": med, "over_default": {
-            s: round(med[s] / med["pytorch default"], 2) for s in settings}}
+            s: round(med[s] / med["pytorch default"], 2) for s in settings},
+            "auto_over_best": round(med["wirelessfl auto"] / min(med.values()), 2)}
     print(json.dumps(report, indent=None if args.json else 2))
 
 

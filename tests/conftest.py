@@ -1,6 +1,12 @@
+import os
+
 import numpy as np
 import pytest
 import torch
+
+# runs choose their thread count from the machine's load (threads: auto) unless this is set:
+# the suite's numbers must not depend on what else the machine is doing
+os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
 @pytest.fixture(autouse=True)

@@ -54,9 +54,13 @@ def execute_local(runs: list[RunSpec], root: Path, *, quiet: bool = False,
 
 
 def run_in_process(run: RunSpec, root: Path, threads: int, index: str) -> str:
-    """One run in a worker process (PyTorch limited to ``threads``); returns its log lines."""
+    """One run in a worker process (PyTorch limited to ``threads``); returns its log lines.
+
+    ``OMP_NUM_THREADS`` is set too, so a run's ``threads: auto`` keeps the worker's share.
+    """
     import torch
 
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     lines: list[str] = []
     run_one(run, root, index=index, quiet=True, log=lines.append)

@@ -185,6 +185,10 @@ class RunConfig:
     deterministic : bool
         Run with PyTorch's deterministic algorithms (:func:`wirelessfl.run.rounds.deterministic_mode`;
         CLI ``--deterministic``).
+    threads : int or "auto"
+        CPU threads PyTorch computes with; ``auto`` (default) counts the cores free when the
+        run starts and records the count, which a resumed run reuses
+        (:mod:`wirelessfl.run.threads`).
     max_batch : int or None
         Batched engine: at most this many clients stacked at once (a round's group is split
         into chunks, e.g. to fit a GPU's memory); None = all of them. Same numbers either way.
@@ -211,6 +215,7 @@ class RunConfig:
     engine: str = "auto"
     max_batch: int | None = None
     deterministic: bool = False
+    threads: int | str = "auto"
     network: NetworkConfig = field(default_factory=NetworkConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
     initial_model: InitialModelConfig = field(default_factory=InitialModelConfig)
@@ -226,6 +231,11 @@ class RunConfig:
                 eval_every=(self.eval_every, 1, 10**7),
                 checkpoint_every=(self.checkpoint_every, 1, 10**7),
                 max_batch=(self.max_batch, 1, 10**6))
+        if self.threads != "auto" and (isinstance(self.threads, bool)
+                                       or not isinstance(self.threads, int)
+                                       or not 1 <= self.threads <= 4096):
+            raise ConfigError(f"threads must be auto or an integer in [1, 4096], got "
+                              f"{short(self.threads)}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
         if self.engine not in ("loop", "batched", "auto"):

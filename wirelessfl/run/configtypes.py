@@ -216,6 +216,7 @@ def _lists(value: Any) -> Any:
 #: (multi-task runs) leave them out while they hold these values, so that existing runs keep
 #: their keys and their numbers.
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "": {"threads": "auto"},
     "data": {"tokenizer": None, "max_length": 128, "placement": "auto"},
     "network": {"aggregation": "exact", "beamforming": "fast", "truncation_db": None,
                 "normalise": True, "deadline_s": None, "scheduler": "uniform",
@@ -228,9 +229,10 @@ def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     ``raw`` is a resolved config as a mapping, single- or multi-task: the defaults are left
     out at the top level and in each of its ``tasks``.
     """
-    out = dict(raw)
+    out = {k: v for k, v in raw.items()
+           if not (k in LATER_DEFAULTS[""] and v == LATER_DEFAULTS[""][k])}
     for section, defaults in LATER_DEFAULTS.items():
-        if isinstance(out.get(section), dict):
+        if section and isinstance(out.get(section), dict):
             out[section] = {k: v for k, v in out[section].items()
                             if not (k in defaults and v == defaults[k])}
     if isinstance(out.get("tasks"), list):

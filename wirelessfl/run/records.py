@@ -195,12 +195,13 @@ class RunRecord:
             shutil.rmtree(self.folder, ignore_errors=True)
 
     # ------------------------------------------------------------------ open
-    def create(self, config: dict[str, Any], seed: int, device: str) -> None:
+    def create(self, config: dict[str, Any], seed: int, device: str,
+               threads: int | None = None) -> None:
         """Write the config and metadata of a new run (no metrics yet)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         meta = {"seed": seed, "version": wirelessfl.__version__, "git_commit": git_commit(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device,
-                "torch": torch.__version__}
+                "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
         for name, text in (("config.yaml", yaml.safe_dump(config, sort_keys=False)),
                            ("meta.json", json.dumps(meta, indent=2) + "\n"),
                            ("metrics.jsonl", "")):
@@ -208,7 +209,7 @@ class RunRecord:
                 fh.write(text)
 
     def open(self, config: dict[str, Any], seed: int, device: str, *,
-             resume: bool) -> dict[str, Any] | None:
+             resume: bool, threads: int | None = None) -> dict[str, Any] | None:
         """Lock the folder and start a run there, or with ``resume`` continue the one there.
 
         A new run needs a folder that does not exist or is empty; a resumed one must hold a
@@ -229,7 +230,7 @@ class RunRecord:
                     raise RunFolderError(
                         f"--out {self.folder} is not empty ({', '.join(self._foreign()[:3])}, "
                         "...) and holds no run; choose a new or empty folder")
-                self.create(config, seed, device)
+                self.create(config, seed, device, threads)
                 return None
             if not self.exists():
                 raise RunFolderError(f"--resume: {self.folder} holds no run (no config.yaml); "
@@ -246,13 +247,13 @@ class RunRecord:
 
     @contextlib.contextmanager
     def writing(self, config: dict[str, Any], seed: int, device: str, *,
-                resume: bool) -> Iterator[dict[str, Any] | None]:
+                resume: bool, threads: int | None = None) -> Iterator[dict[str, Any] | None]:
         """:meth:`open` for the life of a ``with`` block, which gets the checkpoint.
 
         The lock is freed at the end; a new run that fails before its first checkpoint is
         removed (:meth:`discard`), so nothing half-written stays; Ctrl-C keeps it (resumable).
         """
-        ckpt = self.open(config, seed, device, resume=resume)
+        ckpt = self.open(config, seed, device, resume=resume, threads=threads)
         try:
             yield ckpt
         except KeyboardInterrupt:

@@ -11,6 +11,7 @@ summary. The wall clock carries over a resume.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.threads import MAX_THREADS, choose_threads, torch_threads
 from wirelessfl.run.trackers import Tracker, step_of
 
 
@@ -28,8 +30,8 @@ class Output:
     """What a job's :meth:`Job.advance` reports through: rows, progress, checkpoints."""
 
     def __init__(self, record: RunRecord, bar: tqdm, start: float,
-                 trackers: Sequence[Tracker] = ()) -> None:
-        self.record, self._bar, self._start = record, bar, start
+                 trackers: Sequence[Tracker] = (), threads: int | None = None) -> None:
+        self.record, self._bar, self._start, self.threads = record, bar, start, threads
         self.trackers, self._rows = list(trackers), len(record.rows()) if trackers else 0
 
     def wall(self) -> float:
@@ -60,8 +62,8 @@ class Output:
         self._bar.refresh()
 
     def checkpoint(self, payload: dict[str, Any]) -> None:
-        """Write a checkpoint (atomically) with the wall clock in it."""
-        self.record.save_checkpoint({**payload, "wall_s": self.wall()})
+        """Write a checkpoint (atomically) with the wall clock and thread count in it."""
+        self.record.save_checkpoint({**payload, "wall_s": self.wall(), "threads": self.threads})
 
 
 class Job(ABC):
@@ -112,12 +114,21 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
     """Run ``job`` into ``record``'s folder (see the module docstring); return the summary.
 
     ``trackers`` (:mod:`wirelessfl.run.trackers`) receive every row as it is appended.
+    PyTorch computes with the config's ``threads`` (:mod:`wirelessfl.run.threads`): the
+    count chosen is written to ``meta.json`` and every checkpoint, and a resumed run takes
+    the checkpoint's.
     """
-    with record.writing(job.resolved, job.seed, job.device, resume=resume) as ckpt:
+    threads = choose_threads(job.resolved.get("threads", "auto"))
+    with record.writing(job.resolved, job.seed, job.device, resume=resume,
+                        threads=threads) as ckpt, contextlib.ExitStack() as stack:
         wall0 = 0.0
         if ckpt is not None:
             job.restore(ckpt)
             wall0 = float(ckpt.get("wall_s", 0.0))
+            kept = ckpt.get("threads")
+            if isinstance(kept, int) and not isinstance(kept, bool) and 1 <= kept <= MAX_THREADS:
+                threads = kept
+        stack.enter_context(torch_threads(threads))
         if resume:
             record.keep(job.kept_rows(record, record.rows()))
         bar = tqdm(total=job.progress_total, initial=job.progress(), desc=job.name,
@@ -125,7 +136,7 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
                    dynamic_ncols=True)
         for t in trackers:
             t.open(record.folder, job.name, job.resolved, resume)
-        out = Output(record, bar, time.perf_counter() - wall0, trackers)
+        out = Output(record, bar, time.perf_counter() - wall0, trackers, threads)
         finished = False
         try:
             job.advance(out)

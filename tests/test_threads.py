@@ -1,0 +1,87 @@
+"""threads: auto chooses a thread count from the free cores, records it, and resume reuses it."""
+
+import json
+
+import pytest
+import torch
+
+from wirelessfl.run import rounds as runner
+from wirelessfl.run.config import ConfigError, resolve
+from wirelessfl.run.records import RunRecord
+from wirelessfl.run.threads import choose_threads, free_cores, torch_threads, usable_cpus
+
+RAW = {"name": "threads", "seed": 3, "rounds": 3,
+       "data": {"dataset": "synthetic", "num_clients": 4, "samples_per_client": 40},
+       "model": {"name": "fcnn", "options": {"hidden": 8, "dropout": 0.5}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 2}, "engine": "loop"}
+
+
+def test_auto_counts_free_cores_and_an_explicit_choice_wins(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cpus = usable_cpus()
+    assert choose_threads("auto", free=0.0) == 1          # a busy machine: one thread
+    assert choose_threads("auto", free=cpus + 5.0) == cpus  # never more than the CPUs
+    assert choose_threads("auto", free=1.6) == min(2, cpus)
+    assert 0.0 <= free_cores(0.05) <= cpus + 0.5
+    assert 1 <= choose_threads("auto") <= cpus
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")             # the user's environment wins
+    assert choose_threads("auto", free=0.0) == 3
+    assert choose_threads(5) == 5
+    for bad in (0, -1, 10**6, 2.5, True, "many"):
+        with pytest.raises(ValueError, match="threads must be"):
+            choose_threads(bad)
+        with pytest.raises(ConfigError, match="threads must be"):
+            resolve({**RAW, "threads": bad})
+
+
+def test_torch_threads_restores_the_count():
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
+
+
+def test_a_run_records_its_count_and_resume_reuses_it(tmp_path, monkeypatch, interrupt_after):
+    """The count a run chose is in meta.json and its checkpoints; a resume on a machine where
+    auto would choose otherwise still computes with it, and gives the uninterrupted numbers."""
+    seen = []
+
+    def spy(exp):
+        real = exp.algorithm.apply
+
+        def apply(state):
+            seen.append(torch.get_num_threads())
+            return real(state)
+
+        monkeypatch.setattr(exp.algorithm, "apply", apply)
+        return exp
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
+    assert json.loads((tmp_path / "full" / "meta.json").read_text())["threads"] == 1
+    assert RunRecord(tmp_path / "full").load_checkpoint()["threads"] == 1
+    assert resolve(RAW).threads == "auto"
+    assert torch.get_num_threads() == 2                     # the caller's count is back
+
+    exp = interrupt_after(runner.prepare(resolve(RAW)), 1)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(exp, tmp_path / "cut", quiet=True)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")              # auto would now choose 2
+    runner.run(spy(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
+    assert seen and set(seen) == {1}
+    rows = [[{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
+            for f in (tmp_path / "full", tmp_path / "cut")]
+    assert rows[0] == rows[1]
+
+
+def test_an_explicit_count_beats_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    exp = runner.prepare(resolve({**RAW, "threads": 1}))
+    seen, real = [], exp.algorithm.apply
+    monkeypatch.setattr(exp.algorithm, "apply",
+                        lambda state: (seen.append(torch.get_num_threads()), real(state))[1])
+    runner.run(exp, tmp_path / "one", quiet=True)
+    assert set(seen) == {1}
+    assert json.loads((tmp_path / "one" / "meta.json").read_text())["threads"] == 1

@@ -1,0 +1,122 @@
+"""How many CPU threads a run computes with (``threads: auto``).
+
+PyTorch starts one OpenMP thread per core and lets idle threads spin before they sleep. On
+a machine other jobs keep busy those threads wait for cores that are not free: measured on
+a 2-core VM with six processes spinning beside it (``benchmarks/threads.py``), a plain FCNN
+SGD step took 40.9 ms with PyTorch's default against 3.3 ms on one thread, while on the
+quiet machine two threads were best (0.55 ms against 0.70 ms on one).
+
+``threads: auto`` (the default) therefore counts the cores that are free when the run
+starts: the idle share of each CPU this process may use, sampled over a fifth of a second
+from ``/proc/stat`` (the one-minute load average where that file is missing), rounded, at
+least one; a CPU quota of the container (cgroup ``cpu.max``) caps it. ``OMP_NUM_THREADS``,
+when set, is the user's choice and wins. An integer sets the count outright.
+
+The count changes the order of floating-point sums in some kernels (the loop engine's
+parameters moved by about 1e-9 between one and two threads), so a run records the count it
+chose in its ``meta.json`` and checkpoints, and a resumed run uses the recorded one: resume
+still gives the numbers of an uninterrupted run. For numbers equal to the last bit across
+machines set ``threads`` to an integer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import torch
+
+MAX_THREADS = 4096
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on, capped by the container's CPU quota if it has one."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cpus = min(cpus, max(1, int(int(quota) / int(period) + 0.5)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
+def _cpu_times() -> dict[int, tuple[int, int]]:
+    """(idle, total) jiffies of each CPU from ``/proc/stat``."""
+    out = {}
+    with open("/proc/stat") as fh:
+        for line in fh:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit():
+                vals = [int(v) for v in fields[:8]]
+                out[int(name[3:])] = (vals[3] + vals[4], sum(vals))  # idle + iowait
+    return out
+
+
+def free_cores(sample_s: float = 0.2) -> float:
+    """How many of this process's CPUs were idle over the last ``sample_s`` seconds."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        allowed = None
+    try:
+        before = _cpu_times()
+        time.sleep(sample_s)
+        after = _cpu_times()
+        free = 0.0
+        for cpu, (idle, total) in after.items():
+            if (allowed is None or cpu in allowed) and cpu in before:
+                d_total = total - before[cpu][1]
+                if d_total > 0:
+                    free += (idle - before[cpu][0]) / d_total
+        if after:
+            return free
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return max(0.0, usable_cpus() - os.getloadavg()[0])
+    except OSError:
+        return float(usable_cpus())
+
+
+def choose_threads(setting: int | str = "auto", *, free: float | None = None) -> int:
+    """The thread count for ``setting``: an integer as it is, ``"auto"`` as the module says.
+
+    ``free`` (cores idle, e.g. from :func:`free_cores`) may be given instead of sampled.
+
+    >>> choose_threads(3)
+    3
+    >>> 1 <= choose_threads("auto") <= usable_cpus()
+    True
+    """
+    if setting != "auto":
+        if isinstance(setting, bool) or not isinstance(setting, int) \
+                or not 1 <= setting <= MAX_THREADS:
+            raise ValueError(f"threads must be 'auto' or an integer in [1, {MAX_THREADS}], "
+                             f"got {setting!r}")
+        return setting
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and 1 <= int(env) <= MAX_THREADS:
+        return int(env)
+    cpus = usable_cpus()
+    free = free_cores() if free is None else free
+    return max(1, min(cpus, int(free + 0.5)))
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """PyTorch computes with ``count`` threads inside the block (None: unchanged)."""
+    if count is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
