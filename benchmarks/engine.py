@@ -84,13 +84,14 @@ class _Timed:
 
 
 def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto",
-                edge_rounds: int | None = None):
+                edge_rounds: int | None = None, precision: str = "fp32"):
     algo = {**algo, "edge_rounds": edge_rounds or algo.get("edge_rounds", EDGE_ROUNDS)}
     return prepare(resolve({
         "seed": 0, "device": device, "engine": engine,
         "data": {"dataset": DATASET, "data_dir": DATA_DIR, "partition": "shards",
                  "num_clients": CLIENTS, "placement": placement},
-        "model": {"name": model}, "local": {"lr": 0.01, "batch_size": 50, "steps": STEPS},
+        "model": {"name": model},
+        "local": {"lr": 0.01, "batch_size": 50, "steps": STEPS, "precision": precision},
         "algorithm": {"name": "hist", **algo}}))
 
 
@@ -129,9 +130,10 @@ def _resnet_experiment(engine: str, device: str, max_batch: int | None = None,
 
 
 def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int,
-                exp=None, placement: str = "auto", warmup: int = 0) -> dict:
+                exp=None, placement: str = "auto", warmup: int = 0,
+                precision: str = "fp32") -> dict:
     """Seconds per global round (median of ``rounds``, after ``warmup`` untimed rounds)."""
-    exp = exp or _experiment(model, algo, engine, device, placement)
+    exp = exp or _experiment(model, algo, engine, device, placement, precision=precision)
     timed = _Timed(exp.algorithm.env.executor, exp.device)
     exp.algorithm.env = dataclasses.replace(exp.algorithm.env, executor=timed)
     state, total, client = exp.initial_state(), [], []
@@ -176,7 +178,7 @@ def resnet(device: str, rounds: int, max_batch: int | None, placement: str = "au
 
 def workloads(models, algos: dict, device: str, rounds: int, placement: str = "auto",
               backends=("loop", "batched"), warmup: int = 0, matmul_n: int = 2048,
-              on_row=None, loop_once: bool = False) -> dict:
+              on_row=None, loop_once: bool = False, precision: str = "fp32") -> dict:
     """Each model x workload on each backend: seconds, GFLOP/s and share of the matmul rate.
 
     ``loop_once`` times the loop over one round without warm-up (on a GPU a loop round of
@@ -186,7 +188,8 @@ def workloads(models, algos: dict, device: str, rounds: int, placement: str = "a
     it, so a cut-off run keeps what it measured).
     """
     mm = matmul_gflops(torch.device(device), n=matmul_n)
-    out = {"matmul_gflops": mm, "placement": placement, "workloads": []}
+    out = {"matmul_gflops": mm, "placement": placement, "precision": precision,
+           "workloads": []}
     for model in models:
         for label, algo in algos.items():
             flops = round_flops(model, algo, device)
@@ -194,7 +197,8 @@ def workloads(models, algos: dict, device: str, rounds: int, placement: str = "a
             for engine in backends:
                 once = loop_once and engine == "loop"
                 r = time_rounds(model, algo, engine, device, 1 if once else rounds,
-                                placement=placement, warmup=0 if once else warmup)
+                                placement=placement, warmup=0 if once else warmup,
+                                precision=precision)
                 gflops = flops / r["client_seconds"] / 1e9
                 row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
             if "loop" in row and "batched" in row:
@@ -323,6 +327,8 @@ def main() -> None:
     p.add_argument("--max-batch", type=int, default=None, help="--resnet: clients per stacked chunk")
     p.add_argument("--placement", choices=("auto", "device", "host"), default="auto",
                    help="GPU: datasets on the device, or pinned on the host (data.placement)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="local.precision of the workloads (autocast, float32 weights)")
     p.add_argument("--over-the-air", action="store_true",
                    help="FedAvg FCNN, 60 clients: exact vs over-the-air aggregation")
     args = p.parse_args()
@@ -343,7 +349,8 @@ def main() -> None:
         print(json.dumps(out, indent=None if args.json else 2))
         return
     out = {"device": str(device), "threads": torch.get_num_threads(),
-           **workloads(args.models, ALGOS, args.device, args.rounds, args.placement)}
+           **workloads(args.models, ALGOS, args.device, args.rounds, args.placement,
+                       precision=args.precision)}
     print(json.dumps(out, indent=None if args.json else 2))
 
 if __name__ == "__main__":

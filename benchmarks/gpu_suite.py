@@ -11,6 +11,7 @@ error and the suite goes on):
   batched (``benchmarks/engine.py``): seconds per round, GFLOP/s, share of the matmul rate;
 - ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
   operators on the host and the device, call counts);
+- ``precision``: the batched HFedAvg rounds in bf16 and fp16 (``local.precision``);
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
   on the device;
 - ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
@@ -101,6 +102,16 @@ def engine(device: str, quick: bool) -> dict:
                          matmul_n=512 if quick else 4096, on_row=PARTIAL, loop_once=not quick)
 
 
+def precision(device: str, quick: bool) -> dict:
+    """The batched HFedAvg rounds in bf16 and fp16 (autocast, float32 master weights)."""
+    eng = _engine_module(quick)
+    algos = {k: v for k, v in eng.ALGOS.items() if k.startswith("HFedAvg")}
+    return {p: eng.workloads(["fcnn"] if quick else ["fcnn", "lenet5"], algos, device,
+                             1 if quick else 2, backends=("batched",), warmup=0 if quick else 1,
+                             matmul_n=512 if quick else 4096, precision=p)
+            for p in ("bf16", "fp16")}
+
+
 def profile(device: str, quick: bool) -> dict:
     """One batched FCNN HFedAvg round and one LeNet-5 round under ``torch.profiler``."""
     eng = _engine_module(quick)
@@ -142,7 +153,7 @@ def lora(device: str, quick: bool) -> dict:
 
 
 PARTS = {"cuda_tests": cuda_tests, "engine": engine, "profile": profile, "resnet": resnet,
-         "lora": lora, "rules": rules, "placement": placement}
+         "lora": lora, "precision": precision, "rules": rules, "placement": placement}
 DATA: dict = {}
 _SAVE: list = []   # the running part's saver: PARTIAL(result so far) writes it into the JSON
 
@@ -175,6 +186,9 @@ def _markdown(report: dict) -> str:
         elif name == "lora":
             head = (f"{res.get('size')}: batched {res.get('batched_s_per_round')}s, "
                     f"loop {res.get('loop_s_per_round')}s")
+        elif name == "precision":
+            head = "; ".join(f"{p} {w['model']} {w['batched']['seconds_per_round']:.3f}s"
+                             for p, r in res.items() for w in r.get("workloads", []))
         elif name == "profile":
             head = "; ".join(f"{r['model']}: {r['calls']} calls, top host "
                              f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"

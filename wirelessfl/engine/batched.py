@@ -177,7 +177,7 @@ class BatchedExecutor(Executor):
                     grads, losses = self._gradients(update, carry, x, y, w, keys)
                     old = carry.params
                     old_opt = {k: v for k, v in carry.opt.items() if isinstance(v, dict)}
-                    carry = update.descend(carry, grads, 0.0)
+                    carry = update.take_step(carry, grads, 0.0)
                     if finishing:  # finished clients keep params, buffers, moments
                         active = active_steps[s]
                         carry.params = _keep_inactive(active, carry.params, old)
@@ -233,11 +233,11 @@ class BatchedExecutor(Executor):
             with client_noise(key):  # each client's own dropout stream, as in the loop
                 return update.objective(p, b, s, xb, yb, wb, c)  # b updated in place
 
-        total, losses = vmap(client_loss, randomness="different")(stacked, carry.start, x, y, w,
-                                                                  carry.ctx, carry.buffers, keys)
-        grads = torch.autograd.grad(total.sum(), list(stacked.values()))
-        return (update.finish_gradients(dict(zip(stacked, grads)), carry.params, carry.start,
-                                        carry.ctx), losses)
+        with update.autocast(x.device.type):
+            total, losses = vmap(client_loss, randomness="different")(
+                stacked, carry.start, x, y, w, carry.ctx, carry.buffers, keys)
+        grads = update.unscaled_gradients(carry, total, stacked)
+        return update.finish_gradients(grads, carry.params, carry.start, carry.ctx), losses
 
 
 def retain_freed_memory(threshold: int = 1 << 30) -> bool:

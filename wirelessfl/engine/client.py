@@ -21,6 +21,7 @@ call runs that many epochs instead (FedAST §4.6: 3 epochs, last partial batch d
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,11 @@ from wirelessfl.models.noise import client_noise, step_key
 
 #: Most local steps one call may run (the batch schedule of a call is held in memory).
 MAX_LOCAL_STEPS = 100_000
+#: The autocast dtype of each ``local.precision`` other than ``fp32``.
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+#: fp16's dynamic loss scale: its start, and the overflow-free steps after which it doubles
+#: (``torch.amp.GradScaler``'s defaults); an overflowing step halves it.
+SCALE_INIT, SCALE_GROWTH_INTERVAL = 2.0**16, 2000
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,12 @@ class LocalHParams:
         p and T of ``poly`` (T is required for it).
     schedule_floor : float
         ρ = γ_min / γ of ``poly`` (0: decay to zero; ``lr_poly.json``'s second value).
+    precision : str
+        ``fp32`` (default), ``bf16`` or ``fp16``: the forward and backward passes under
+        ``torch.autocast`` in that type, the weights, optimiser state and updates in float32
+        (master weights). ``fp16`` scales the loss per client (:data:`SCALE_INIT`, halved and
+        the step skipped on an overflow, doubled after :data:`SCALE_GROWTH_INTERVAL` clean
+        steps; a skipped step still uses up its mini-batch).
     """
 
     lr: float = 0.01
@@ -90,6 +102,7 @@ class LocalHParams:
     schedule_power: float = 0.9
     schedule_rounds: int | None = None
     schedule_floor: float = 0.0
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         as_float("lr", self.lr, lo=0, hi=1e6, lo_open=True)
@@ -115,6 +128,8 @@ class LocalHParams:
         as_float("schedule_floor", self.schedule_floor, lo=0, hi=1)
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"`precision` must be fp32, bf16 or fp16, got {self.precision!r}")
 
 
 def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator) -> list[np.ndarray]:
@@ -372,11 +387,69 @@ class LocalSGD(ClientUpdate):
         """
         params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
         w = torch.full((len(y),), 1.0 / len(y), device=y.device)
-        with client_noise(step_key(carry.seed, carry.step)):  # dropout: the client's stream
+        with client_noise(step_key(carry.seed, carry.step)), self.autocast(y.device.type):
             loss, data_loss = self.objective(params, carry.buffers, carry.start, x, y, w, carry.ctx)
-        grads = torch.autograd.grad(loss, list(params.values()))
-        return (self.finish_gradients(dict(zip(params, grads)), carry.params, carry.start,
-                                      carry.ctx), data_loss.detach())
+        grads = self.unscaled_gradients(carry, loss, params)
+        return (self.finish_gradients(grads, carry.params, carry.start, carry.ctx),
+                data_loss.detach())
+
+    # ------------------------------------------------------------------ mixed precision
+    def autocast(self, device_type: str) -> contextlib.AbstractContextManager:
+        """``torch.autocast`` in ``local.precision`` (nothing for ``fp32``)."""
+        dtype = AUTOCAST.get(self.hp.precision)
+        return torch.autocast(device_type, dtype=dtype) if dtype else contextlib.nullcontext()
+
+    def unscaled_gradients(self, carry: Carry, loss: torch.Tensor, params: Params) -> Params:
+        """Gradients of ``loss`` (per client, summed) in float32; fp16 scales the loss first.
+
+        ``loss`` has the client dimensions of ``carry`` (none in the loop, one when stacked).
+        """
+        amp = self._amp_state(carry, loss)
+        if amp is not None:
+            loss = loss * amp["scale"]
+        grads = torch.autograd.grad(loss.sum(), list(params.values()))
+        if amp is not None:
+            grads = [g / _expand_to(amp["scale"], g) for g in grads]
+        return dict(zip(params, grads))
+
+    def _amp_state(self, carry: Carry, loss: torch.Tensor) -> Params | None:
+        """fp16's loss scale and clean-step count, per client, kept in ``carry.opt["amp"]``."""
+        if self.hp.precision != "fp16":
+            return None
+        if "amp" not in carry.opt:
+            carry.opt["amp"] = {"scale": torch.full(loss.shape, SCALE_INIT, device=loss.device),
+                                "clean": torch.zeros(loss.shape, device=loss.device)}
+        return carry.opt["amp"]
+
+    def take_step(self, carry: Carry, grads: Params, loss: torch.Tensor | float) -> Carry:
+        """:meth:`descend`, and for fp16 the loss-scale bookkeeping.
+
+        A client whose gradients overflowed (a non-finite entry) keeps its parameters and
+        optimiser state, and its scale halves; otherwise the step is taken and after
+        :data:`SCALE_GROWTH_INTERVAL` clean steps the scale doubles. All on the device (no
+        host sync), per client when stacked; both engines call this.
+        """
+        amp = carry.opt.get("amp")
+        if amp is None:
+            return self.descend(carry, grads, loss)
+        finite = torch.stack([torch.isfinite(g).flatten(carry.batch_dims).all(-1)
+                              for g in grads.values()]).all(0)
+        old_params = carry.params
+        old_opt = {n: t for n, t in carry.opt.items() if isinstance(t, dict) and n != "amp"}
+        grads = {k: torch.where(_expand_to(finite, g), g, torch.zeros_like(g))
+                 for k, g in grads.items()}
+        carry = self.descend(carry, grads, loss)
+        carry.params = {k: torch.where(_expand_to(finite, v), v, old_params[k])
+                        for k, v in carry.params.items()}
+        for name, before in old_opt.items():
+            carry.opt[name] = {k: torch.where(_expand_to(finite, v), v, before[k])
+                               if k in before else v for k, v in carry.opt[name].items()}
+        clean = torch.where(finite, amp["clean"] + 1, torch.zeros_like(amp["clean"]))
+        grow = clean >= SCALE_GROWTH_INTERVAL
+        scale = torch.where(finite, torch.where(grow, amp["scale"] * 2, amp["scale"]),
+                            amp["scale"] / 2)
+        carry.opt["amp"] = {"scale": scale, "clean": torch.where(grow, 0.0, clean)}
+        return carry
 
     def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
         self.model.train()
@@ -387,7 +460,7 @@ class LocalSGD(ClientUpdate):
 
     def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
         grads, loss = self.gradient(carry, x, y)
-        return self.descend(carry, grads, loss)
+        return self.take_step(carry, grads, loss)
 
     def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
         """The optimiser step from ``grads`` (elementwise, so it also runs on stacked clients).
@@ -418,6 +491,11 @@ class LocalSGD(ClientUpdate):
         carry.step += 1
         carry.loss_sum += loss
         return carry
+
+
+def _expand_to(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-client value (shape () or (C,)) shaped to broadcast against ``like``."""
+    return mask.reshape(*mask.shape, *[1] * (like.dim() - mask.dim()))
 
 
 class ClientError(RuntimeError):

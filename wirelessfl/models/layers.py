@@ -53,6 +53,7 @@ class _LinearFn(_LayerFn):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, g: torch.Tensor) -> tuple:
         x, w = ctx.saved_tensors
+        x, w = x.to(g.dtype), w.to(g.dtype)  # autocast: the gradient's type (autograd casts back)
         need_x, need_w, need_b = ctx.needs_input_grad
         g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
         return (g @ w if need_x else None, g2.T @ x2 if need_w else None,
@@ -66,7 +67,7 @@ class _LinearFn(_LayerFn):
         rows = x.reshape(n, -1, x.shape[-1])
         y = torch.bmm(w, rows.transpose(1, 2)).transpose(1, 2)
         if b is not None:
-            y = y + b.unsqueeze(1)
+            y = y + b.unsqueeze(1).to(y.dtype)
         return y.reshape(*x.shape[:-1], w.shape[1]), 0
 
 
@@ -80,6 +81,7 @@ class _Conv2dFn(_LayerFn):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, g: torch.Tensor) -> tuple:
         x, w = ctx.saved_tensors
+        x, w = x.to(g.dtype), w.to(g.dtype)  # autocast: the gradient's type (autograd casts back)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         stride, padding, _ = ctx.args
         gx, gw, gb = torch.ops.aten.convolution_backward(
