@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
@@ -57,18 +57,33 @@ class ContrastiveSGD(LocalSGD):
         super().__init__(model, hp)
         self.mu, self.tau, self.state_dtype = mu, tau, state_dtype
 
-    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+    def context(self, task: ClientTask) -> dict[str, Params]:
+        """The two frozen models, stacked once per round: (received, previous local)."""
         prev = task.state
-        return {"prev": client_store.load(prev, task.params) if prev is not None
-                else {k: v.detach() for k, v in task.params.items()}}
+        prev = (client_store.load(prev, task.params) if prev is not None
+                else {k: v.detach() for k, v in task.params.items()})
+        return {"anchors": {k: torch.stack([v.detach(), prev[k]]) for k, v in task.params.items()}}
+
+    def _anchor_features(self, anchors: Params, buffers: Params,
+                         x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """z_g and z_prev: both frozen forwards in one stacked (vmapped) call.
+
+        A model with buffers (BatchNorm statistics) runs them one after the other on copies
+        of its buffers, so that they leave no statistics.
+        """
+        if not buffers:
+            zs = vmap(lambda p: functional_call(self.model, p, (x,), {"features": True})[1])(anchors)
+            return zs[0], zs[1]
+        frozen = {k: v.clone() for k, v in buffers.items()}
+        return tuple(functional_call(self.model, {**{k: v[i] for k, v in anchors.items()},
+                                                  **frozen}, (x,), {"features": True})[1]
+                     for i in (0, 1))
 
     def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
         out, z = functional_call(self.model, {**params, **buffers}, (x,), {"features": True})
         data = (F.cross_entropy(out, y, reduction="none") * w).sum()
-        frozen = {k: v.clone() for k, v in buffers.items()}  # their passes leave no statistics
         with torch.no_grad():
-            _, zg = functional_call(self.model, {**start, **frozen}, (x,), {"features": True})
-            _, zp = functional_call(self.model, {**ctx["prev"], **frozen}, (x,), {"features": True})
+            zg, zp = self._anchor_features(ctx["anchors"], buffers, x)
         logits = torch.stack([F.cosine_similarity(z, zg, dim=-1),
                               F.cosine_similarity(z, zp, dim=-1)], -1) / self.tau
         target = torch.zeros(len(y), dtype=torch.long, device=y.device)

@@ -75,8 +75,10 @@ class BatchedExecutor(Executor):
         Where the stacked computation runs.
     max_batch : int or None
         At most this many clients stacked at once: a group is trained in chunks (to fit a
-        device's memory); None = the whole group. Each client's computation is its own, so
-        chunks give the numbers of one group.
+        device's memory). None: as many as fit in :meth:`memory_budget` by
+        :meth:`client_bytes` (all of them for the papers' workloads; 10,000 FCNN clients
+        are trained in chunks instead of holding ~80 GB). Each client's computation is its
+        own, so chunks give the numbers of one group.
     """
 
     def __init__(self, device: torch.device | str = "cpu", max_batch: int | None = None) -> None:
@@ -105,13 +107,45 @@ class BatchedExecutor(Executor):
         for i, t in enumerate(tasks):
             groups.setdefault(_signature(t, hp), []).append(i)
         out: list[ClientResult | None] = [None] * len(tasks)
-        size = self.max_batch or len(tasks) or 1
         for members in groups.values():
+            size = self.max_batch or max(1, int(self.memory_budget()
+                                                // self.client_bytes(tasks[members[0]], hp, data)))
             for lo in range(0, len(members), size):
                 chunk = members[lo:lo + size]
                 for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk], hp)):
                     out[i] = r
         return out  # type: ignore[return-value]
+
+    def memory_budget(self) -> int:
+        """Bytes the stacked clients may take.
+
+        Half the GPU's free memory; on the CPU a quarter of the available memory, at most
+        4 GiB.
+        """
+        if self.device.type == "cuda":
+            return torch.cuda.mem_get_info(self.device)[0] // 2
+        available = 16 << 30
+        try:
+            with open("/proc/meminfo") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        available = int(line.split()[1]) << 10
+        except (OSError, ValueError, IndexError):
+            pass
+        return min(4 << 30, available // 4)
+
+    @staticmethod
+    def client_bytes(task: ClientTask, hp: LocalHParams, data: ArrayDataset) -> int:
+        """A stacked client's memory, estimated.
+
+        Its parameters eight times over (start, current, gradient, update and the rule's
+        context; twelve with Adam's moments) and its mini-batch four times over (inputs and
+        the activations they make).
+        """
+        params = sum(v.numel() * v.element_size() for v in task.params.values())
+        sample = data.x[0].numel() * data.x.element_size() if len(data.x) else 0
+        return max(1, params * (12 if hp.optimizer == "adam" else 8)
+                   + 4 * min(hp.batch_size, max(1, len(task.indices))) * sample)
 
     def _batchable(self, update: LocalSGD, data: ArrayDataset, tasks: Sequence[ClientTask],
                    hp: LocalHParams) -> bool:

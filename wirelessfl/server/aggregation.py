@@ -38,14 +38,28 @@ def _weights(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
     return w
 
 
+#: Trees stacked at once by :func:`weighted_mean` (more are summed chunk by chunk, so that
+#: aggregating 10,000 clients does not hold a second copy of all their pseudo-gradients).
+MEAN_CHUNK = 256
+
+
 def weighted_mean(trees: Sequence[Params], weights: np.ndarray | Sequence[float]) -> Params:
-    """Σ_i w_i tree_i / Σ_i w_i, key by key."""
+    """Σ_i w_i tree_i / Σ_i w_i, key by key.
+
+    Up to :data:`MEAN_CHUNK` trees in one stacked sum; more in chunks of that many, the
+    chunks' sums added in order.
+    """
     w = _weights(weights, len(trees))
     _same_layout(trees[0], *trees[1:])
     w = w / w.sum()
-    return {k: torch.stack([t[k] for t in trees]).mul_(
-        torch.as_tensor(w, dtype=trees[0][k].dtype, device=trees[0][k].device).view(
-            -1, *([1] * trees[0][k].dim()))).sum(0) for k in trees[0]}
+    out: Params = {}
+    for k, first in trees[0].items():
+        coef = torch.as_tensor(w, dtype=first.dtype, device=first.device)
+        for lo in range(0, len(trees), MEAN_CHUNK):
+            part = torch.stack([t[k] for t in trees[lo:lo + MEAN_CHUNK]]).mul_(
+                coef[lo:lo + MEAN_CHUNK].view(-1, *([1] * first.dim()))).sum(0)
+            out[k] = part if lo == 0 else out[k].add_(part)
+    return out
 
 
 def _same_layout(first: Params, *others: Params) -> None:
