@@ -1,0 +1,59 @@
+"""Clients over two gloo worker processes give the numbers of one process."""
+
+import numpy as np
+import pytest
+import torch
+
+from wirelessfl.data import ArrayDataset
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import ClientError, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.distributed import DistributedExecutor
+from wirelessfl.models import build_model
+
+
+@pytest.fixture(scope="module")
+def two_workers():
+    with DistributedExecutor(workers=2, threads=1) as ex:
+        yield ex
+
+
+def _setup(seed=0):
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=16, dropout=0.5)
+    hp = LocalHParams(lr=0.05, batch_size=8, steps=3, optimizer="adam")
+    g = torch.Generator().manual_seed(seed)
+    data = ArrayDataset(torch.randn(200, 1, 28, 28, generator=g),
+                        torch.randint(0, 10, (200,), generator=g), 10)
+    sizes = [30, 12, 0, 40, 25, 9, 33]            # unequal, one client without data
+    starts = np.cumsum([0] + sizes)
+    tasks = [ClientTask(c, model.params(), np.arange(starts[c], starts[c] + n), seed=50 + c)
+             for c, n in enumerate(sizes)]
+    return LocalSGD(model, hp), data, tasks, hp
+
+
+def test_two_gloo_workers_give_the_one_process_numbers(two_workers):
+    update, data, tasks, hp = _setup()
+    one = BatchedExecutor().run(update, data, tasks, hp)
+    for _ in range(2):                            # a second round reuses the workers and data
+        split = two_workers.run(update, data, tasks, hp)
+        assert [r.client for r in split] == [t.client for t in tasks]
+        for a, b in zip(one, split):
+            assert (a.num_steps, a.num_samples) == (b.num_steps, b.num_samples)
+            for k in a.delta:
+                torch.testing.assert_close(b.delta[k], a.delta[k], rtol=1e-6, atol=1e-8)
+    assert two_workers.run(update, data, [], hp) == []
+
+
+def test_a_failing_worker_is_reported_and_the_group_goes_on(two_workers):
+    update, data, tasks, hp = _setup(seed=1)
+    bad = ClientTask(99, {"nope": torch.zeros(1)}, np.arange(5), seed=1)
+    with pytest.raises(ClientError, match="rank 1"):
+        two_workers.run(update, data, tasks[:3] + [bad], hp)   # the bad task is rank 1's
+    assert len(two_workers.run(update, data, tasks, hp)) == len(tasks)
+
+
+def test_workers_are_checked():
+    for bad in (1, 0, 10**6, 2.0, True):
+        with pytest.raises(ValueError, match="workers must be"):
+            DistributedExecutor(workers=bad)
+    with pytest.raises(ValueError, match="device must be"):
+        DistributedExecutor(workers=2, device="tpu")

@@ -1,0 +1,208 @@
+"""Clients across worker processes: one round's clients split over ``torch.distributed`` ranks.
+
+:class:`DistributedExecutor` starts ``workers - 1`` processes beside the calling one (rank 0)
+and joins them in a process group: ``gloo`` on CPUs, ``nccl`` when each rank has its own GPU.
+Each round the calling process sends every rank its share of the clients (contiguous,
+``numpy.array_split`` of the task list); every rank trains its share on the batched engine
+(:class:`~wirelessfl.engine.batched.BatchedExecutor`, its threads or GPU its own), and the
+results come back to rank 0 in task order. A client's computation depends only on its task
+(its seed, data and start), so the numbers are those of one process (tested).
+
+The training set goes to each worker once, when the workers start (or when another dataset
+is passed); the local rule (model, hyperparameters) and the round's tasks go every round.
+Objects travel between these processes with ``torch.distributed``'s object collectives
+(pickle between processes this executor started; nothing is read from a file).
+
+This is how one run outgrows one device or one core group; sweeps of many runs use Ray
+(:mod:`wirelessfl.report.ray_executor`). Call :meth:`close` (or use ``with``) to stop the
+workers; they also stop when the calling process exits.
+
+Examples
+--------
+>>> from wirelessfl.engine.distributed import DistributedExecutor
+>>> DistributedExecutor(workers=2)           # nothing starts before the first round
+DistributedExecutor(workers=2, device='cpu')
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import (
+    ClientError,
+    ClientResult,
+    ClientTask,
+    ClientUpdate,
+    Executor,
+    LocalHParams,
+)
+
+MAX_WORKERS = 256
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _device_of(device: str, rank: int) -> torch.device:
+    """Rank r's device: ``cuda:r`` when the executor runs on GPUs, else the CPU."""
+    return torch.device(f"cuda:{rank}") if device.startswith("cuda") else torch.device("cpu")
+
+
+def _serve(rank: int, world: int, port: int, device: str, threads: int,
+           max_batch: int | None) -> None:  # pragma: no cover - runs in the worker processes
+    """A worker: join the group, then train each round's share until told to stop."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(rank)  # NCCL's object collectives use the current device
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    executor = BatchedExecutor(_device_of(device, rank), max_batch=max_batch)
+    data = None
+    try:
+        while True:
+            box: list[Any] = [None]
+            dist.broadcast_object_list(box, src=0)
+            kind, payload = box[0]
+            if kind == "stop":
+                break
+            if kind == "data":
+                data = payload
+                continue
+            update, shares, hp = payload
+            try:
+                out: Any = ("ok", executor.run(update, data, shares[rank], hp))
+            except Exception as exc:  # noqa: BLE001 - reported to rank 0, which raises it
+                out = ("error", f"{type(exc).__name__}: {exc}"[:500] + " | "
+                       + traceback.format_exc(limit=2)[-300:])
+            dist.gather_object(out, None, dst=0)
+    finally:
+        dist.destroy_process_group()
+
+
+class DistributedExecutor(Executor):
+    """A round's clients over ``workers`` processes of one ``torch.distributed`` group.
+
+    Parameters
+    ----------
+    workers : int
+        Processes, this one included (2 to 256).
+    device : str
+        ``cpu`` (gloo; each rank gets ``threads`` threads) or ``cuda`` (NCCL; rank r on
+        ``cuda:r``, so at most as many workers as GPUs).
+    threads : int or None
+        CPU threads per rank; None = the usable CPUs divided by ``workers``.
+    max_batch : int or None
+        Passed to each rank's batched engine.
+    """
+
+    def __init__(self, workers: int = 2, device: str = "cpu", threads: int | None = None,
+                 max_batch: int | None = None) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) \
+                or not 2 <= workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be an integer in [2, {MAX_WORKERS}], got {workers!r}")
+        device = str(device)
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {device!r}")
+        if device == "cuda" and workers > torch.cuda.device_count():
+            raise ValueError(f"{workers} workers on cuda need {workers} GPUs; this machine has "
+                             f"{torch.cuda.device_count()}")
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+        self.workers, self.device = workers, device
+        self.threads = threads or max(1, cpus // workers)
+        self.local = BatchedExecutor(_device_of(device, 0), max_batch=max_batch)
+        self.max_batch = max_batch
+        self._procs: list[Any] = []
+        self._data_id: int | None = None
+
+    def __repr__(self) -> str:
+        return f"DistributedExecutor(workers={self.workers}, device='{self.device}')"
+
+    def __enter__(self) -> DistributedExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ lifecycle
+    def _start(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            raise RuntimeError("this process already belongs to a torch.distributed group; "
+                               "DistributedExecutor starts its own (run it in a fresh process)")
+        port, ctx = _free_port(), mp.get_context("spawn")
+        self._procs = [ctx.Process(target=_serve, daemon=True,
+                                   args=(r, self.workers, port, self.device, self.threads,
+                                         self.max_batch))
+                       for r in range(1, self.workers)]
+        for p in self._procs:
+            p.start()
+        if self.device == "cuda":
+            torch.cuda.set_device(0)
+        dist.init_process_group("nccl" if self.device == "cuda" else "gloo",
+                                init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                world_size=self.workers)
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stop the workers and leave the process group (idempotent)."""
+        if not self._procs:
+            return
+        import torch.distributed as dist
+
+        try:
+            if dist.is_initialized():
+                dist.broadcast_object_list([("stop", None)], src=0)
+                dist.destroy_process_group()
+        finally:
+            for p in self._procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+            self._procs, self._data_id = [], None
+
+    # ------------------------------------------------------------------ rounds
+    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
+            hp: LocalHParams) -> list[ClientResult]:
+        """Train the tasks over the ranks (rank 0 here); results in task order."""
+        import torch.distributed as dist
+
+        if not tasks:
+            return []
+        if not self._procs:
+            self._start()
+        if self._data_id != id(data):
+            dist.broadcast_object_list([("data", data.placed("cpu", "auto"))], src=0)
+            self._data_id = id(data)
+        shares = [list(tasks[i] for i in part)
+                  for part in np.array_split(np.arange(len(tasks)), self.workers)]
+        dist.broadcast_object_list([("run", (update, shares, hp))], src=0)
+        mine: Any
+        try:
+            mine = ("ok", self.local.run(update, data, shares[0], hp))
+        except Exception as exc:  # noqa: BLE001 - the workers are waiting to be gathered
+            mine = ("error", f"{type(exc).__name__}: {exc}"[:500])
+        gathered: list[Any] = [None] * self.workers
+        dist.gather_object(mine, gathered, dst=0)
+        errors = [f"rank {r}: {msg}" for r, (kind, msg) in enumerate(gathered) if kind == "error"]
+        if errors:
+            raise ClientError("distributed clients failed: " + "; ".join(errors))
+        return [r for _, results in gathered for r in results]
