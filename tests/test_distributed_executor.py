@@ -11,7 +11,7 @@ from wirelessfl.engine.distributed import DistributedExecutor
 from wirelessfl.models import build_model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def two_workers():
     with DistributedExecutor(workers=2, threads=1) as ex:
         yield ex
@@ -57,3 +57,27 @@ def test_workers_are_checked():
             DistributedExecutor(workers=bad)
     with pytest.raises(ValueError, match="device must be"):
         DistributedExecutor(workers=2, device="tpu")
+
+
+def test_engine_distributed_runs_as_batched(tmp_path):
+    """A whole run with engine: distributed (two processes) has the batched run's metrics, and
+    its workers stop with the run."""
+    from wirelessfl.run import rounds as runner
+    from wirelessfl.run.config import ConfigError, resolve
+    from wirelessfl.run.records import RunRecord
+
+    raw = {"name": "dist", "seed": 4, "rounds": 2,
+           "data": {"dataset": "synthetic", "num_clients": 5, "samples_per_client": 40},
+           "model": {"name": "fcnn", "options": {"hidden": 8, "dropout": 0.5}},
+           "local": {"lr": 0.05, "batch_size": 10, "steps": 2}}
+    rows = []
+    for engine in ("batched", "distributed"):
+        exp = runner.prepare(resolve({**raw, "engine": engine}))
+        runner.run(exp, tmp_path / engine, quiet=True)
+        rows.append([(r["round"], r["test_accuracy"]) for r in RunRecord(tmp_path / engine).rows()])
+        if engine == "distributed":
+            assert exp.algorithm.env.executor._procs == []          # stopped with the run
+    assert rows[0] == rows[1]
+    for bad in (1, 300, "many"):
+        with pytest.raises(ConfigError, match="workers"):
+            resolve({**raw, "engine": "distributed", "workers": bad})

@@ -42,6 +42,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"device={args.device}")
     if args.engine:
         overrides.append(f"engine={args.engine}")
+    if args.workers is not None:
+        overrides.append(f"workers={args.workers}")
     if args.deterministic:
         if kind_of(raw).name != "rounds":
             raise ConfigError("--deterministic is for round-based runs, not multi-task ones")
@@ -358,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config value, e.g. --set local.lr=0.05 (repeatable)")
     r.add_argument("--out", help="run folder (default runs/<name>-<time>)")
     r.add_argument("--device", choices=["cpu", "cuda", "auto"])
-    r.add_argument("--engine", choices=["loop", "batched", "auto"])
+    r.add_argument("--engine", choices=["loop", "batched", "auto", "distributed"],
+                   help="client engine (distributed: over --workers processes)")
+    r.add_argument("--workers", type=int, help="engine distributed: processes (2-256)")
     r.add_argument("--deterministic", action="store_true",
                    help="PyTorch deterministic algorithms (an op without one stops the run)")
     r.add_argument("--resume", action="store_true", help="continue the run in --out")

@@ -196,10 +196,14 @@ class DistributedExecutor(Executor):
                   for part in np.array_split(np.arange(len(tasks)), self.workers)]
         dist.broadcast_object_list([("run", (update, shares, hp))], src=0)
         mine: Any
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)  # rank 0's share of the cores, as every rank's
         try:
             mine = ("ok", self.local.run(update, data, shares[0], hp))
         except Exception as exc:  # noqa: BLE001 - the workers are waiting to be gathered
             mine = ("error", f"{type(exc).__name__}: {exc}"[:500])
+        finally:
+            torch.set_num_threads(before)
         gathered: list[Any] = [None] * self.workers
         dist.gather_object(mine, gathered, dst=0)
         errors = [f"rank {r}: {msg}" for r, (kind, msg) in enumerate(gathered) if kind == "error"]

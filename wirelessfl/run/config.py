@@ -181,7 +181,11 @@ class RunConfig:
     device : str
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
-        Client executor: ``loop``, ``batched`` or ``auto`` (:func:`wirelessfl.run.rounds.make_executor`).
+        Client executor: ``loop``, ``batched``, ``auto`` or ``distributed``
+        (:func:`wirelessfl.run.rounds.make_executor`).
+    workers : int
+        ``engine: distributed``: processes a round's clients are split over (2 to 256;
+        :mod:`wirelessfl.engine.distributed`).
     deterministic : bool
         Run with PyTorch's deterministic algorithms (:func:`wirelessfl.run.rounds.deterministic_mode`;
         CLI ``--deterministic``).
@@ -216,6 +220,7 @@ class RunConfig:
     max_batch: int | None = None
     deterministic: bool = False
     threads: int | str = "auto"
+    workers: int = 2
     network: NetworkConfig = field(default_factory=NetworkConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
     initial_model: InitialModelConfig = field(default_factory=InitialModelConfig)
@@ -230,7 +235,7 @@ class RunConfig:
         checked("", seed=(self.seed, 0, 2**63 - 1), rounds=(self.rounds, 1, 10**7),
                 eval_every=(self.eval_every, 1, 10**7),
                 checkpoint_every=(self.checkpoint_every, 1, 10**7),
-                max_batch=(self.max_batch, 1, 10**6))
+                max_batch=(self.max_batch, 1, 10**6), workers=(self.workers, 2, 256))
         if self.threads != "auto" and (isinstance(self.threads, bool)
                                        or not isinstance(self.threads, int)
                                        or not 1 <= self.threads <= 4096):
@@ -238,8 +243,9 @@ class RunConfig:
                               f"{short(self.threads)}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
-        if self.engine not in ("loop", "batched", "auto"):
-            raise ConfigError(f"engine must be loop, batched or auto, got {self.engine!r}")
+        if self.engine not in ("loop", "batched", "auto", "distributed"):
+            raise ConfigError(f"engine must be loop, batched, auto or distributed, got "
+                              f"{short(self.engine)}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
         if self.stop_at_target and self.target_accuracy is None:
