@@ -101,3 +101,23 @@ def test_group_norm_matches_torch_and_runs_under_vmap():
     torch.testing.assert_close(stacked[1], torch.nn.functional.group_norm(2 * x, 2, g.weight,
                                                                           g.bias, g.eps),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_max_pool_rule_equals_pytorch_stacked_and_alone():
+    """layers.max_pool2d: the values and gradients of F.max_pool2d, alone and under vmap
+    (clients first or beside the batch, as the stacked convolution leaves them)."""
+    from wirelessfl.models.layers import max_pool2d
+
+    g = torch.Generator().manual_seed(3)
+    for in_dim, shape in ((0, (4, 3, 2, 8, 8)), (1, (3, 4, 2, 9, 9))):
+        x = torch.randn(*shape, generator=g, requires_grad=True)
+        ours = vmap(lambda t: max_pool2d(t, 2), in_dims=in_dim)(x)
+        ref = vmap(lambda t: F.max_pool2d(t, 2), in_dims=in_dim)(x)
+        assert torch.equal(ours, ref)
+        w = torch.randn(ref.shape, generator=g)
+        assert torch.equal(torch.autograd.grad((ours * w).sum(), x)[0],
+                           torch.autograd.grad((ref * w).sum(), x)[0])
+    y = torch.randn(2, 3, 6, 6, generator=g, requires_grad=True)
+    assert torch.equal(max_pool2d(y, 3), F.max_pool2d(y, 3))
+    assert torch.equal(torch.autograd.grad(max_pool2d(y, 3).pow(2).sum(), y)[0],
+                       torch.autograd.grad(F.max_pool2d(y, 3).pow(2).sum(), y)[0])

@@ -11,7 +11,11 @@ gradients, and give ``vmap`` its own rule:
   out in W's layout (measured on 60 stacked FCNN clients: forward + weight gradient 24 ms,
   the SGD update after it 4.7 ms instead of 11.5 ms);
 - convolution: clients as groups of one grouped convolution in channels-last layout (60
-  stacked LeNet-5 clients: a full step 184 ms instead of 221 ms).
+  stacked LeNet-5 clients: a full step 184 ms instead of 221 ms);
+- max pooling (:func:`max_pool2d`): the clients' channels pooled where the convolution left
+  them, without PyTorch's copy of the clients to the front (60 stacked LeNet-5 clients: a
+  step of forward and backward 79 ms instead of 159 ms; LeNet-5 batched rounds went from
+  1.6x to 2.7-2.9x the loop on 2 cores).
 
 Outside ``vmap`` they are ``F.linear`` / ``F.conv2d`` with hand-written first derivatives
 (no double backward, which no algorithm here needs). State-dict names and initialisation
@@ -103,6 +107,49 @@ class _Conv2dFn(_LayerFn):
         y = F.conv2d(grouped, w.reshape(-1, *w.shape[2:]),
                      None if b is None else b.reshape(-1), stride, padding, 1, n)
         return y.reshape(batch, n, w.shape[1], *y.shape[2:]), 1
+
+
+class _MaxPool2dFn(torch.autograd.Function):
+    """Max pooling (kernel = stride, no padding) with indices for its own backward."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.max_pool2d(x, k, return_indices=True)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(inputs[0], output[1])
+        ctx.k = inputs[1]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: torch.Tensor, _g_index: torch.Tensor) -> tuple:
+        x, index = ctx.saved_tensors
+        k = ctx.k
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            g, x, [k, k], [k, k], [0, 0], [1, 1], False, index), None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor, k: int) -> tuple[tuple, tuple]:
+        # clients folded into channels where they lie (the stacked convolution leaves them
+        # beside the channels, channels-last): pooling is per channel, so no copy is needed
+        n = info.batch_size
+        x = _front(x, in_dims[0], n).transpose(0, 1)  # (batch, n, C, H, W)
+        b, _, c, h, w = x.shape
+        y, index = F.max_pool2d(x.reshape(b, n * c, h, w), k, return_indices=True)
+        shape = (b, n, c, *y.shape[-2:])
+        return (y.reshape(shape), index.reshape(shape)), (1, 1)
+
+
+def max_pool2d(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``F.max_pool2d(x, k)`` (stride k, no padding) with a stacked-client rule.
+
+    Under ``vmap`` the clients' channels are pooled as one tensor in the layout the stacked
+    convolution left them in (60 LeNet-5 clients: conv1's pooling, forward and backward,
+    37 ms against 56 ms through PyTorch's own rule, which first copies clients to the front).
+    """
+    return _MaxPool2dFn.apply(x, int(k))[0]
 
 
 class Linear(nn.Linear):

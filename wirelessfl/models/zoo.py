@@ -152,8 +152,8 @@ class LeNet5(FLModel):
         self.hist_groups = ("fc1",)
 
     def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
-        x = F.relu(F.max_pool2d(self.conv2(x), 2)).flatten(1)
+        x = F.relu(layers.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
+        x = F.relu(layers.max_pool2d(self.conv2(x), 2)).flatten(1)
         x = F.relu(dropout(self.fc1(x), self.dropout, self.training))
         z = F.relu(self.fc2(x))  # ReLU before dropout: they commute
         x = self.fc3(dropout(z, self.dropout, self.training))
@@ -185,7 +185,7 @@ class CifarCNN(FLModel):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         for conv in (self.conv1, self.conv2, self.conv3):
-            x = F.relu(F.max_pool2d(conv(x), 2))  # ReLU after pooling: they commute
+            x = F.relu(layers.max_pool2d(conv(x), 2))  # ReLU after pooling: they commute
         x = dropout(x.flatten(1), self.dropout, self.training)
         x = dropout(F.relu(self.fc1(x)), self.dropout, self.training)
         return self.fc2(x)
@@ -212,8 +212,8 @@ class FedDynCNN(FLModel):
         self.hist_groups = ("fc1",)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
-        x = F.relu(F.max_pool2d(self.conv2(x), 2)).flatten(1)
+        x = F.relu(layers.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
+        x = F.relu(layers.max_pool2d(self.conv2(x), 2)).flatten(1)
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
@@ -302,9 +302,9 @@ class SVHNEfficient(FLModel):
         return F.relu(getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(x)))
 
     def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
-        x = F.max_pool2d(self._conv(2, self._conv(1, x)), 2)
-        x = F.max_pool2d(self._conv(4, self._conv(3, x)), 2)
-        x = F.max_pool2d(self._conv(5, x), 2).flatten(1)
+        x = layers.max_pool2d(self._conv(2, self._conv(1, x)), 2)
+        x = layers.max_pool2d(self._conv(4, self._conv(3, x)), 2)
+        x = layers.max_pool2d(self._conv(5, x), 2).flatten(1)
         z = F.relu(self.fc1(x))
         out = self.fc2(dropout(z, self.dropout, self.training))
         return (out, z) if features else out
