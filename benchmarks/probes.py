@@ -654,10 +654,17 @@ def cli_args(p: Probes, box: Path) -> None:
                     ("--device tpu", ["run", "t.yaml", "--device", "tpu"]),
                     ("--checkpoint-every -1", ["run", "t.yaml", "--checkpoint-every", "-1"]),
                     ("--checkpoint-every nan", ["run", "t.yaml", "--checkpoint-every", "nan"]),
+                    ("--workers 1", ["run", "t.yaml", "--engine", "distributed", "--workers", "1"]),
+                    ("--workers huge", ["run", "t.yaml", "--engine", "distributed",
+                                        "--workers", "100000"]),
+                    ("--workers text", ["run", "t.yaml", "--workers", "two"]),
+                    ("--engine gpu", ["run", "t.yaml", "--engine", "gpu"]),
                     ("unknown command", ["frobnicate"])):
         p.cli(A, f"run {n}" if argv[:1] == ["run"] else n, argv, box,
               allowed=("gpu", "runs") if "cuda" in argv else ())
-    sets = ["rounds=-1", "rounds=nan", "rounds=1e30", "rounds=abc", "rounds=2.5", "seed=-1",
+    sets = ["threads=0", "threads=-3", "threads=1.5", "threads=many", "threads=100000",
+            "local.precision=fp8", "local.precision=1", "workers=1", "workers=2.5",
+            "rounds=-1", "rounds=nan", "rounds=1e30", "rounds=abc", "rounds=2.5", "seed=-1",
             f"seed={2**70}", "data.num_clients=0", "data.num_clients=1000000",
             "data.dataset=imagenet22k", "data.partition=two_shard", "local.lr=nan",
             "local.lr=inf", "local.lr=-1", "local.batch_size=0", "local.steps=0",

@@ -57,6 +57,9 @@ def test_workers_are_checked():
             DistributedExecutor(workers=bad)
     with pytest.raises(ValueError, match="device must be"):
         DistributedExecutor(workers=2, device="tpu")
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="threads must be"):
+            DistributedExecutor(workers=2, threads=bad)
 
 
 def test_engine_distributed_runs_as_batched(tmp_path):

@@ -117,6 +117,9 @@ class DistributedExecutor(Executor):
         if isinstance(workers, bool) or not isinstance(workers, int) \
                 or not 2 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be an integer in [2, {MAX_WORKERS}], got {workers!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or not 1 <= threads <= 4096):
+            raise ValueError(f"threads must be None or an integer in [1, 4096], got {threads!r}")
         device = str(device)
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, got {device!r}")
