@@ -12,6 +12,7 @@ error and the suite goes on):
 - ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
   operators on the host and the device, call counts);
 - ``precision``: the batched HFedAvg rounds in bf16 and fp16 (``local.precision``);
+- ``compile``: one stacked FCNN / LeNet-5 step eager against ``torch.compile``;
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
   on the device;
 - ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
@@ -117,6 +118,14 @@ def precision(device: str, quick: bool) -> dict:
             for p in ("bf16", "fp16")}
 
 
+def compile_step(device: str, quick: bool) -> dict:
+    """The stacked FCNN and LeNet-5 step eager against ``torch.compile`` (not in quick mode)."""
+    if quick:
+        return {"skipped": "quick mode (compilation takes tens of seconds)"}
+    eng = _engine_module(quick)
+    return {"steps": [eng.compiled_step(m, device) for m in ("fcnn", "lenet5")]}
+
+
 def profile(device: str, quick: bool) -> dict:
     """One batched FCNN HFedAvg round and one LeNet-5 round under ``torch.profiler``."""
     eng = _engine_module(quick)
@@ -158,7 +167,8 @@ def lora(device: str, quick: bool) -> dict:
 
 
 PARTS = {"cuda_tests": cuda_tests, "engine": engine, "profile": profile, "resnet": resnet,
-         "lora": lora, "precision": precision, "rules": rules, "placement": placement}
+         "lora": lora, "precision": precision, "rules": rules, "placement": placement,
+         "compile": compile_step}
 DATA: dict = {}
 _SAVE: list = []   # the running part's saver: PARTIAL(result so far) writes it into the JSON
 
@@ -194,6 +204,10 @@ def _markdown(report: dict) -> str:
         elif name == "precision":
             head = "; ".join(f"{p} {w['model']} {w['batched']['seconds_per_round']:.3f}s"
                              for p, r in res.items() for w in r.get("workloads", []))
+        elif name == "compile":
+            head = "; ".join(f"{r['model']} {r['compiled_speedup']:.2f}x eager "
+                             f"(compile {r['compiled_first_call_s']:.0f}s)"
+                             for r in res.get("steps", []))
         elif name == "profile":
             head = "; ".join(f"{r['model']}: {r['calls']} calls, top host "
                              f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"

@@ -19,7 +19,7 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     report = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert (tmp_path / "gpu_suite.json").stat().st_size < 2**20
     assert set(report["parts"]) == {"cuda_tests", "engine", "profile", "placement", "rules",
-                                   "resnet", "lora", "precision"}
+                                   "resnet", "lora", "precision", "compile"}
     assert all(p["ok"] for p in report["parts"].values())
     assert report["forbidden_imports"] == []     # no cvxpy, Gurobi or Ray in its process
     eng = report["parts"]["engine"]["result"]["workloads"][0]
