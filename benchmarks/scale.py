@@ -40,13 +40,10 @@ for _ in range(rounds):
     t = time.perf_counter()
     state, _ = exp.algorithm.apply(state)
     times.append(time.perf_counter() - t)
-executor = exp.algorithm.env.executor
-# the chunk size the executor chooses for one of these clients
 from wirelessfl.engine.client import ClientTask, LocalHParams
 probe = ClientTask(0, exp.model.params(), np.arange(60_000 // population), 0)
-chunk = executor.max_batch or int(executor.memory_budget()
-                                  // executor.client_bytes(probe, LocalHParams(batch_size=6),
-                                                           exp.splits.train))
+chunk = exp.algorithm.env.executor.chunk_size(probe, LocalHParams(batch_size=6),
+                                               exp.splits.train)
 sec = float(np.median(times))
 print(json.dumps({"population": population, "trained": trained, "seconds_per_round": sec,
                   "ms_per_trained_client": 1e3 * sec / trained,

@@ -56,6 +56,7 @@ from wirelessfl.engine.client import (
     LocalSGD,
     LoopExecutor,
     batch_schedule,
+    keep_where,
     task_lr,
 )
 from wirelessfl.models.base import Params
@@ -108,13 +109,21 @@ class BatchedExecutor(Executor):
             groups.setdefault(_signature(t, hp), []).append(i)
         out: list[ClientResult | None] = [None] * len(tasks)
         for members in groups.values():
-            size = self.max_batch or max(1, int(self.memory_budget()
-                                                // self.client_bytes(tasks[members[0]], hp, data)))
+            size = self.chunk_size(tasks[members[0]], hp, data)
             for lo in range(0, len(members), size):
                 chunk = members[lo:lo + size]
                 for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk], hp)):
                     out[i] = r
         return out  # type: ignore[return-value]
+
+    def chunk_size(self, task: ClientTask, hp: LocalHParams, data: ArrayDataset) -> int:
+        """Clients stacked at once for tasks like ``task``.
+
+        ``max_batch``, else as many as :meth:`memory_budget` holds by :meth:`client_bytes`
+        (at least one).
+        """
+        return self.max_batch or max(1, int(self.memory_budget()
+                                            // self.client_bytes(task, hp, data)))
 
     def memory_budget(self) -> int:
         """Bytes the stacked clients may take.
@@ -214,10 +223,10 @@ class BatchedExecutor(Executor):
                     carry = update.take_step(carry, grads, 0.0)
                     if finishing:  # finished clients keep params, buffers, moments
                         active = active_steps[s]
-                        carry.params = _keep_inactive(active, carry.params, old)
-                        carry.buffers = _keep_inactive(active, carry.buffers, old_buffers)
+                        carry.params = keep_where(active, carry.params, old)
+                        carry.buffers = keep_where(active, carry.buffers, old_buffers)
                         for name, before in old_opt.items():
-                            carry.opt[name] = _keep_inactive(active, carry.opt[name], before)
+                            carry.opt[name] = keep_where(active, carry.opt[name], before)
                     loss_sum += losses.detach()
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
@@ -295,12 +304,3 @@ def retain_freed_memory(threshold: int = 1 << 30) -> bool:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
 
 
-def _keep_inactive(active: torch.Tensor, new: Params, old: Params) -> Params:
-    """``new`` for active clients, ``old`` (where it exists) for those whose schedule ended."""
-    return {k: torch.where(_expand(active, v), v, old[k]) if k in old else v
-            for k, v in new.items()}
-
-
-def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A per-client mask shaped to broadcast against a stacked parameter."""
-    return mask.reshape(-1, *([1] * (like.dim() - 1)))

@@ -439,11 +439,9 @@ class LocalSGD(ClientUpdate):
         grads = {k: torch.where(_expand_to(finite, g), g, torch.zeros_like(g))
                  for k, g in grads.items()}
         carry = self.descend(carry, grads, loss)
-        carry.params = {k: torch.where(_expand_to(finite, v), v, old_params[k])
-                        for k, v in carry.params.items()}
+        carry.params = keep_where(finite, carry.params, old_params)
         for name, before in old_opt.items():
-            carry.opt[name] = {k: torch.where(_expand_to(finite, v), v, before[k])
-                               if k in before else v for k, v in carry.opt[name].items()}
+            carry.opt[name] = keep_where(finite, carry.opt[name], before)
         clean = torch.where(finite, amp["clean"] + 1, torch.zeros_like(amp["clean"]))
         grow = clean >= SCALE_GROWTH_INTERVAL
         scale = torch.where(finite, torch.where(grow, amp["scale"] * 2, amp["scale"]),
@@ -496,6 +494,16 @@ class LocalSGD(ClientUpdate):
 def _expand_to(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A per-client value (shape () or (C,)) shaped to broadcast against ``like``."""
     return mask.reshape(*mask.shape, *[1] * (like.dim() - mask.dim()))
+
+
+def keep_where(mask: torch.Tensor, new: Params, old: Params) -> Params:
+    """``new`` where the per-client ``mask`` (shape () or (C,)) holds, else ``old``.
+
+    Keys ``old`` lacks keep ``new``. For skipped fp16 steps and for stacked clients whose
+    schedule ended.
+    """
+    return {k: torch.where(_expand_to(mask, v), v, old[k]) if k in old else v
+            for k, v in new.items()}
 
 
 class ClientError(RuntimeError):

@@ -47,6 +47,7 @@ from wirelessfl.engine.client import (
     Executor,
     LocalHParams,
 )
+from wirelessfl.engine.cores import MAX_THREADS, torch_threads, usable_cpus
 
 MAX_WORKERS = 256
 
@@ -67,7 +68,7 @@ def _serve(rank: int, world: int, port: int, device: str, threads: int,
     """A worker: join the group, then train each round's share until told to stop."""
     import torch.distributed as dist
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads)  # for the worker's life
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if device.startswith("cuda"):
         torch.cuda.set_device(rank)  # NCCL's object collectives use the current device
@@ -118,18 +119,17 @@ class DistributedExecutor(Executor):
                 or not 2 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be an integer in [2, {MAX_WORKERS}], got {workers!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                    or not 1 <= threads <= 4096):
-            raise ValueError(f"threads must be None or an integer in [1, 4096], got {threads!r}")
+                                    or not 1 <= threads <= MAX_THREADS):
+            raise ValueError(f"threads must be None or an integer in [1, {MAX_THREADS}], got "
+                             f"{threads!r}")
         device = str(device)
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, got {device!r}")
         if device == "cuda" and workers > torch.cuda.device_count():
             raise ValueError(f"{workers} workers on cuda need {workers} GPUs; this machine has "
                              f"{torch.cuda.device_count()}")
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else (os.cpu_count() or 1)
         self.workers, self.device = workers, device
-        self.threads = threads or max(1, cpus // workers)
+        self.threads = threads or max(1, usable_cpus() // workers)
         self.local = BatchedExecutor(_device_of(device, 0), max_batch=max_batch)
         self.max_batch = max_batch
         self._procs: list[Any] = []
@@ -199,14 +199,11 @@ class DistributedExecutor(Executor):
                   for part in np.array_split(np.arange(len(tasks)), self.workers)]
         dist.broadcast_object_list([("run", (update, shares, hp))], src=0)
         mine: Any
-        before = torch.get_num_threads()
-        torch.set_num_threads(self.threads)  # rank 0's share of the cores, as every rank's
         try:
-            mine = ("ok", self.local.run(update, data, shares[0], hp))
+            with torch_threads(self.threads):  # rank 0's share of the cores, as every rank's
+                mine = ("ok", self.local.run(update, data, shares[0], hp))
         except Exception as exc:  # noqa: BLE001 - the workers are waiting to be gathered
             mine = ("error", f"{type(exc).__name__}: {exc}"[:500])
-        finally:
-            torch.set_num_threads(before)
         gathered: list[Any] = [None] * self.workers
         dist.gather_object(mine, gathered, dst=0)
         errors = [f"rank {r}: {msg}" for r, (kind, msg) in enumerate(gathered) if kind == "error"]

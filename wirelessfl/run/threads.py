@@ -21,30 +21,12 @@ machines set ``threads`` to an integer.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 
-import torch
+from wirelessfl.engine.cores import MAX_THREADS, torch_threads, usable_cpus
 
-MAX_THREADS = 4096
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on, capped by the container's CPU quota if it has one."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
-        if quota != "max" and int(period) > 0:
-            cpus = min(cpus, max(1, int(int(quota) / int(period) + 0.5)))
-    except (OSError, ValueError):
-        pass
-    return max(1, cpus)
-
+__all__ = ["MAX_THREADS", "choose_threads", "free_cores", "torch_threads", "usable_cpus"]
 
 def _cpu_times() -> dict[int, tuple[int, int]]:
     """(idle, total) jiffies of each CPU from ``/proc/stat``."""
@@ -106,17 +88,3 @@ def choose_threads(setting: int | str = "auto", *, free: float | None = None) ->
     cpus = usable_cpus()
     free = free_cores() if free is None else free
     return max(1, min(cpus, int(free + 0.5)))
-
-
-@contextlib.contextmanager
-def torch_threads(count: int | None) -> Iterator[None]:
-    """PyTorch computes with ``count`` threads inside the block (None: unchanged)."""
-    if count is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
