@@ -114,3 +114,42 @@ def test_random_crop_flip_gives_shifted_mirrored_crops_drawn_per_client():
     assert not torch.equal(stacked[0], stacked[1])
     m = build_model("resnet18", (3, 8, 8), 4, seed=0, augment=True).eval()
     assert torch.equal(m(x[:2]), m(x[:2]))  # evaluation does not augment
+
+
+def test_client_noise_is_the_int64_hash_in_int32_arithmetic():
+    """The per-element hash runs in wrap-around int32; its draws are the 31-bit hash's exactly.
+
+    The reference below is the hash written in Python integers (no overflow at all), so a
+    change of the stream (or an int32 overflow that loses a bit) fails here, under ``vmap``
+    as well.
+    """
+    from torch.func import vmap
+
+    from wirelessfl.models import noise
+
+    mask = (1 << 31) - 1
+
+    def mix(h):
+        h = ((h ^ (h >> 16)) * 0x45D9F3B) & mask
+        h = ((h ^ (h >> 16)) * 0x45D9F3B) & mask
+        return h ^ (h >> 16)
+
+    def reference(key, count, n):
+        base = mix((key + count * 0x632BE5A) & mask)
+        return [mix((i + base) & mask) / 2**31 for i in range(n)]
+
+    keys = [noise.step_key(s, t) for s, t in [(0, 0), (7, 3), (2**40 + 1, 19)]] + [mask, mask - 3]
+    for key in keys:
+        with noise.client_noise(key):
+            first = noise.uniform((3, 5), torch.device("cpu"))
+            second = noise.uniform((4,), torch.device("cpu"))
+        assert first.flatten().tolist() == pytest.approx(reference(key, 1, 15), abs=0, rel=1e-7)
+        assert second.tolist() == pytest.approx(reference(key, 2, 4), abs=0, rel=1e-7)
+
+    def draw(k):
+        with noise.client_noise(k):
+            return noise.uniform((6,), torch.device("cpu"))
+
+    stacked = vmap(draw, randomness="different")(torch.tensor(keys, dtype=torch.int64))
+    for row, key in zip(stacked, keys):
+        assert row.tolist() == pytest.approx(reference(key, 1, 6), abs=0, rel=1e-7)

@@ -6,8 +6,9 @@ runs under :func:`client_noise` (both engines do this), draws are a counter-base
 ``vmap``-ed input, so every stacked client draws exactly what the loop draws for it, step by
 step and layer by layer. Outside that context (direct model calls) it is ``torch.rand``.
 
-The hash is a 31-bit integer mixer (products stay below 2^62, so int64 never overflows);
-its output is uniform on [0, 1) in steps of 2^-31.
+The hash is a 31-bit integer mixer: every sum and product is reduced to its low 31 bits, so
+the per-element part runs in int32 (wrap-around keeps those bits exact) and the per-key part
+in int64 or Python ints; its output is uniform on [0, 1) in steps of 2^-31.
 
 Examples
 --------
@@ -84,8 +85,13 @@ def uniform(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
     n = 1
     for d in shape:
         n *= int(d)
-    idx = torch.arange(n, device=device, dtype=torch.int64)
+    # Elementwise in int32 where the count allows: the mixer keeps only the low 31 bits of
+    # each sum and product, which wrap-around int32 arithmetic gets exactly (the same
+    # numbers as int64; measured 9.6 -> 2.0 ms for 900,000 draws on 2 cores).
+    wide = torch.int64 if n >= 1 << 31 else torch.int32
+    idx = torch.arange(n, device=device, dtype=wide)
     base = _mix(((key.to(device) if isinstance(key, torch.Tensor) else key)
                  + _state.count * 0x632BE5A) & _MASK)
+    base = base.to(wide) if isinstance(base, torch.Tensor) else base
     h = _mix((idx + base) & _MASK)
     return (h.to(torch.float32) * (1.0 / (1 << 31))).reshape(shape)

@@ -1,0 +1,42 @@
+"""wirelessfl on the peers' workload (``workload.py``), with its default settings.
+
+``engine: auto`` (the batched engine on this workload) and ``threads: auto``; ``--workers 2``
+with ``WFL_PEERS_ENGINE=distributed`` runs the distributed executor instead (two processes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from workload import Clock, arguments  # noqa: E402
+
+from wirelessfl.engine.client import evaluate  # noqa: E402
+from wirelessfl.run.config import resolve  # noqa: E402
+from wirelessfl.run.rounds import prepare  # noqa: E402
+
+
+def main() -> None:  # noqa: D103
+    args = arguments(__doc__)
+    engine = os.environ.get("WFL_PEERS_ENGINE", "auto")
+    exp = prepare(resolve({
+        "seed": args.seed, "engine": engine, "workers": args.workers,
+        "data": {"dataset": "fashion_mnist", "partition": "iid", "num_clients": args.clients,
+                 "data_dir": args.data_dir},
+        "model": {"name": "fcnn"},
+        "local": {"lr": args.lr, "batch_size": args.batch, "steps": args.steps},
+        "algorithm": {"name": "fedavg"}}))
+    clock, state = Clock(), exp.initial_state()
+    test = exp.splits.test
+    clock.tick(evaluate(exp.model, state.params, test, device=exp.device)[0])
+    for _ in range(args.rounds):
+        state, _ = exp.algorithm.apply(state)
+        clock.tick(evaluate(exp.model, state.params, test, device=exp.device)[0])
+    clock.report("wirelessfl" if engine == "auto" else f"wirelessfl-{engine}", args,
+                 engine=type(exp.algorithm.env.executor).__name__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""wirelessfl against Flower and pfl-research on one FedAvg workload, runs interleaved.
+
+    python benchmarks/peers/run.py setup                      # once: the peers' own environments
+    python benchmarks/peers/run.py bench --json               # 60 clients x 20 steps, quiet
+    python benchmarks/peers/run.py bench --load 4 --json      # with 4 busy processes beside
+    python benchmarks/peers/run.py bench --clients 1000 --steps 3 --batch 20 --json
+
+The workload (``workload.py``): FedAvg, Fashion-MNIST split IID, the FCNN 784-300-10 with
+dropout, plain SGD (lr 0.05), every client trained each round, the 10,000 test images
+evaluated after each round. ``steps x batch`` equals a client's shard (one epoch of full
+batches), so every framework does the same work: 60 clients x 20 steps of 50, or 1,000
+clients x 3 steps of 20.
+
+``setup`` makes two virtual environments under ``--envs`` (default ``runs/peers``, which git
+ignores): ``venv-flwr`` with ``flwr[simulation]`` (Flower's simulation runtime on Ray) and
+``venv-pfl`` with ``pfl[pytorch]`` (pfl-research), each with ``torch==2.13.0``. It needs the
+package index; nothing here runs in CI or the tests.
+
+``bench`` runs, ``--repeats`` times, each framework in its own process, rotating the order
+each repeat (interleaved, so a drift in the machine's load hits all alike):
+
+- ``wirelessfl``: ``ours.py``, this project with its defaults (``engine: auto``,
+  ``threads: auto``), in this interpreter's environment, with the environment as it is;
+- ``flower``: ``flower_sim.py``, Flower's simulation runtime with ``--workers`` Ray actors;
+- ``pfl``: ``pfl_sim.py`` under ``torchrun --nproc_per_node=WORKERS`` (pfl-research's
+  multi-process simulation; two workers is its best configuration on 2 cores).
+
+The peers get their best settings for a loaded machine (``--peer-env``):
+``OMP_WAIT_POLICY=PASSIVE`` (without it PyTorch's OpenMP spin-wait makes them many times
+slower) and ``RAY_worker_niceness=0`` (Ray runs its workers at nice 15 by default, so beside
+busy processes Flower's clients barely run: a 4-round run took over 8 minutes). ``--load N`` starts N busy
+processes (a pure-Python arithmetic loop each, no memory traffic) before each framework's
+run and stops them after it: the same fixed background load for all.
+
+Reported per framework: seconds per round (median over the rounds after the first, which
+pays for warm-up, then median over repeats), the final test accuracy (mean over repeats),
+the machine's busy CPU seconds over the whole run, start-up included (from ``/proc/stat``;
+without ``--load`` only, as the load's own CPU would count), and wirelessfl's speed-up over
+each peer (their seconds per round / ours). The targets: at least 3x Flower's simulation and
+2x pfl-research, at accuracy within 0.5 points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FRAMEWORKS = ("wirelessfl", "flower", "pfl")
+PINS = {"venv-flwr": ["flwr[simulation]==1.41.0"], "venv-pfl": ["pfl[pytorch]==0.6.0"]}
+
+
+def setup(envs: Path) -> None:
+    """Create the peers' environments (torch first: the CPU wheel, not a CUDA build)."""
+    envs.mkdir(parents=True, exist_ok=True)
+    for name, pins in PINS.items():
+        venv = envs / name
+        if not (venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+        subprocess.run(pip + ["torch==2.13.0"], check=True)
+        subprocess.run(pip + pins, check=True)
+        print(f"{name}: ready", file=sys.stderr)
+
+
+def _spin() -> None:  # pragma: no cover - runs in the load processes
+    x = 1.0
+    while True:
+        x = x * 1.000001 + 1e-9
+
+
+class Load:
+    """``n`` busy processes while the ``with`` block runs."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.procs = n, []
+
+    def __enter__(self) -> Load:
+        code = "from benchmarks.peers.run import _spin; _spin()"
+        self.procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                      for _ in range(self.n)]
+        time.sleep(0.5 if self.n else 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (``/proc/stat``; 0 where absent)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return 0.0
+    ticks = [int(v) for v in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def command(framework: str, envs: Path, args: argparse.Namespace) -> tuple[list[str], dict]:
+    """The command line and environment of one framework's run."""
+    work = ["--clients", str(args.clients), "--steps", str(args.steps), "--batch",
+            str(args.batch), "--rounds", str(args.rounds), "--seed", str(args.seed),
+            "--workers", str(args.workers), "--data-dir", args.data_dir]
+    env = dict(os.environ)
+    if framework == "wirelessfl":
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        return [sys.executable, str(HERE / "ours.py"), *work], env
+    env.update(kv.split("=", 1) for kv in args.peer_env)
+    if framework == "flower":
+        return [str(envs / "venv-flwr" / "bin" / "python"), str(HERE / "flower_sim.py"),
+                *work], env
+    return [str(envs / "venv-pfl" / "bin" / "torchrun"), "--standalone",
+            f"--nproc_per_node={args.workers}", str(HERE / "pfl_sim.py"), *work], env
+
+
+def run_one(framework: str, envs: Path, args: argparse.Namespace) -> dict:
+    """One run of one framework: its JSON line, plus the machine's busy CPU seconds."""
+    cmd, env = command(framework, envs, args)
+    with Load(args.load):
+        busy = _busy_seconds()
+        t = time.perf_counter()
+        try:
+            out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                                 timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            return {"framework": framework, "error": f"timed out after {args.timeout} s"}
+        wall, busy = time.perf_counter() - t, _busy_seconds() - busy
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        text = (out.stderr or out.stdout).strip().splitlines()
+        tail = [ln for ln in text if "Error" in ln or "error:" in ln][-3:] or text[-3:]
+        return {"framework": framework, "error": f"exit {out.returncode}: {' | '.join(tail)}"}
+    rec = json.loads(lines[-1])
+    rec.update(framework=framework, wall_s=wall,
+               busy_cpu_s_run=None if args.load else busy)
+    return rec
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Median seconds per round (after the first round) and mean final accuracy, per framework."""
+    out: dict[str, dict] = {}
+    for fw in FRAMEWORKS:
+        ok = [r for r in runs if r["framework"] == fw and "error" not in r]
+        errors = [r["error"] for r in runs if r["framework"] == fw and "error" in r]
+        if not ok:
+            if errors:
+                out[fw] = {"errors": errors}
+            continue
+        per_run = [statistics.median(r["round_seconds"][1:] or r["round_seconds"]) for r in ok]
+        busy = [r["busy_cpu_s_run"] for r in ok if r.get("busy_cpu_s_run")]
+        out[fw] = {"seconds_per_round": statistics.median(per_run), "runs": per_run,
+                   "final_accuracy": statistics.fmean(r["accuracy"][-1] for r in ok),
+                   "busy_cpu_s_run": statistics.median(busy) if busy else None,
+                   "errors": errors}
+    ours = out.get("wirelessfl", {}).get("seconds_per_round")
+    for fw in ("flower", "pfl"):
+        if ours and "seconds_per_round" in out.get(fw, {}):
+            out[fw]["wirelessfl_speedup"] = out[fw]["seconds_per_round"] / ours
+            out[fw]["accuracy_gap_points"] = 100 * (out["wirelessfl"]["final_accuracy"]
+                                                    - out[fw]["final_accuracy"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:  # noqa: D103
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("action", choices=("setup", "bench"))
+    p.add_argument("--envs", type=Path, default=ROOT / "runs" / "peers")
+    p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    p.add_argument("--clients", type=int, default=60)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--batch", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=2, help="Ray actors / pfl worker processes")
+    p.add_argument("--load", type=int, default=0, help="busy background processes (0-64)")
+    p.add_argument("--peer-env", nargs="*",
+                   default=["OMP_WAIT_POLICY=PASSIVE", "RAY_worker_niceness=0"])
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--timeout", type=float, default=1800.0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if not 0 <= args.load <= 64 or args.repeats < 1 or args.rounds < 2:
+        p.error("--load must be in [0, 64], --repeats >= 1 and --rounds >= 2")
+    if any("=" not in kv for kv in args.peer_env):
+        p.error("--peer-env takes KEY=VALUE pairs")
+    if args.action == "setup":
+        setup(args.envs)
+        return
+    runs = []
+    for rep in range(args.repeats):
+        order = args.frameworks[rep % len(args.frameworks):] + \
+            args.frameworks[:rep % len(args.frameworks)]
+        for fw in order:
+            r = run_one(fw, args.envs, args)
+            if "error" in r:  # one retry (a start-up race of Ray or torchrun); both kept
+                first = r["error"]
+                r = run_one(fw, args.envs, args)
+                r["retried_after"] = first
+            runs.append(r)
+            print(f"repeat {rep}: {fw}: " + (r["error"] if "error" in r else
+                  f"{statistics.median(r['round_seconds'][1:]):.3f} s/round, "
+                  f"accuracy {r['accuracy'][-1]:.4f}"), file=sys.stderr)
+    result = {"workload": {k: getattr(args, k) for k in ("clients", "steps", "batch", "rounds",
+                                                         "repeats", "workers", "load", "seed")},
+              "peer_env": args.peer_env, "cpus": os.cpu_count(), "summary": summarize(runs),
+              "runs": runs}
+    print(json.dumps(result, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
