@@ -52,6 +52,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import workload  # noqa: E402  (numpy and torch only: the peers' environments import it too)
+
 ROOT = HERE.parents[1]
 FRAMEWORKS = ("wirelessfl", "flower", "pfl")
 PINS = {"venv-flwr": ["flwr[simulation]==1.41.0"], "venv-pfl": ["pfl[pytorch]==0.6.0"]}
@@ -70,12 +73,6 @@ def setup(envs: Path) -> None:
         print(f"{name}: ready", file=sys.stderr)
 
 
-def _spin() -> None:  # pragma: no cover - runs in the load processes
-    x = 1.0
-    while True:
-        x = x * 1.000001 + 1e-9
-
-
 class Load:
     """``n`` busy processes while the ``with`` block runs."""
 
@@ -83,7 +80,7 @@ class Load:
         self.n, self.procs = n, []
 
     def __enter__(self) -> Load:
-        code = "from benchmarks.peers.run import _spin; _spin()"
+        code = "x = 1.0\nwhile True:\n    x = x * 1.000001 + 1e-9"  # no imports, no memory
         self.procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                       for _ in range(self.n)]
@@ -109,9 +106,7 @@ def _busy_seconds() -> float:
 
 def command(framework: str, envs: Path, args: argparse.Namespace) -> tuple[list[str], dict]:
     """The command line and environment of one framework's run."""
-    work = ["--clients", str(args.clients), "--steps", str(args.steps), "--batch",
-            str(args.batch), "--rounds", str(args.rounds), "--seed", str(args.seed),
-            "--workers", str(args.workers), "--data-dir", args.data_dir]
+    work = workload.command_line(args)
     env = dict(os.environ)
     if framework == "wirelessfl":
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -177,20 +172,15 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     p.add_argument("action", choices=("setup", "bench"))
     p.add_argument("--envs", type=Path, default=ROOT / "runs" / "peers")
     p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
-    p.add_argument("--clients", type=int, default=60)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch", type=int, default=50)
-    p.add_argument("--rounds", type=int, default=4)
+    workload.add_arguments(p)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2, help="Ray actors / pfl worker processes")
     p.add_argument("--load", type=int, default=0, help="busy background processes (0-64)")
     p.add_argument("--peer-env", nargs="*",
                    default=["OMP_WAIT_POLICY=PASSIVE", "RAY_worker_niceness=0"])
-    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    workload.check(p, args)
     if not 0 <= args.load <= 64 or args.repeats < 1 or args.rounds < 2:
         p.error("--load must be in [0, 64], --repeats >= 1 and --rounds >= 2")
     if any("=" not in kv for kv in args.peer_env):

@@ -29,23 +29,38 @@ from torch import nn
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 
 
-def arguments(description: str) -> argparse.Namespace:
-    """The command line every framework script takes (the driver passes all of it)."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--clients", type=int, default=60)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch", type=int, default=50)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--data-dir", default=DEFAULT_DATA)
-    args = p.parse_args()
+#: The workload's options: name, type, default (every framework script and the driver take them).
+OPTIONS = (("clients", int, 60), ("steps", int, 20), ("batch", int, 50), ("lr", float, 0.05),
+           ("rounds", int, 4), ("seed", int, 0), ("workers", int, 2), ("data_dir", str, DEFAULT_DATA))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the workload's options to ``p`` (``--workers``: Ray actors / pfl worker processes)."""
+    for name, kind, default in OPTIONS:
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=default)
+
+
+def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit through ``p.error`` (status 2, one line) if the options make no workload."""
     if args.clients < 1 or 60_000 // args.clients < args.steps * args.batch:
         p.error(f"--clients {args.clients} leaves {60_000 // max(args.clients, 1)} samples per "
                 f"client, fewer than --steps x --batch = {args.steps * args.batch}")
     if min(args.steps, args.batch, args.rounds, args.workers) < 1 or not 0 < args.lr < 10:
         p.error("--steps, --batch, --rounds and --workers must be >= 1 and --lr in (0, 10)")
+
+
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The options of ``args`` as the command line a framework script parses back."""
+    return [part for name, _, _ in OPTIONS
+            for part in ("--" + name.replace("_", "-"), str(getattr(args, name)))]
+
+
+def arguments(description: str) -> argparse.Namespace:
+    """The command line every framework script takes (the driver passes all of it)."""
+    p = argparse.ArgumentParser(description=description)
+    add_arguments(p)
+    args = p.parse_args()
+    check(p, args)
     return args
 
 
