@@ -74,6 +74,41 @@ def test_batched_equals_loop_on_hist_submodels(name, shape):
                  LoopExecutor().run(update, data, tasks, hp))
 
 
+class _SGDWithOwnDescend(LocalSGD):
+    """Plain SGD through an overridden (identical) descend: not ``plain_sgd``."""
+
+    elementwise = True
+
+    def descend(self, carry, grads, loss):
+        return super().descend(carry, grads, loss)
+
+
+@pytest.mark.parametrize("name", ["fcnn", "mlp", "cifar_cnn"])
+def test_plain_sgd_in_the_backward_pass_gives_the_numbers_of_the_separate_step(name):
+    """Plain SGD takes its stacked linear weights' step inside the backward pass
+    (column-major stacks on the CPU); with dropout and an unequal last step it gives the
+    numbers of the rule taking a separate step, and of the loop, and contiguous results."""
+    shape = (3, 32, 32) if name == "cifar_cnn" else (1, 28, 28)
+    kwargs = {"dropout": 0.5} if name == "fcnn" else {}
+    model = build_model(name, shape, 10, seed=0, **kwargs)
+    hp = LocalHParams(lr=0.05, batch_size=8, steps=5)
+    data = _data(shape)
+    tasks = _tasks([model.params()] * 4, [36, 36, 36, 12])  # the last ends after 2 steps
+    plain, own = LocalSGD(model, hp), _SGDWithOwnDescend(model, hp)
+    assert plain.plain_sgd and not own.plain_sgd
+    fused = BatchedExecutor().run(plain, data, tasks, hp)
+    assert all(v.is_contiguous() for r in fused for v in r.delta.values())
+    _assert_same(fused, BatchedExecutor().run(own, data, tasks, hp))
+    _assert_same(fused, LoopExecutor().run(plain, data, tasks, hp))
+
+
+def test_plain_sgd_is_only_the_plain_step():
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0)
+    for hp in (LocalHParams(momentum=0.5), LocalHParams(weight_decay=1e-3),
+               LocalHParams(optimizer="adam"), LocalHParams(precision="bf16")):
+        assert not LocalSGD(model, hp).plain_sgd
+
+
 def test_batched_epochs_mode_and_subclassed_updates_fall_back_to_the_loop():
     model = build_model("fcnn", (1, 28, 28), 10, seed=0, dropout=0.0)
     hp = LocalHParams(lr=0.05, batch_size=7, epochs=2, drop_last=True)
@@ -158,3 +193,20 @@ def test_batchnorm_conv_models_batched_equal_the_loop(name):
             if k.startswith("conv") and k.endswith("bias"):
                 continue  # a bias before BatchNorm has no effect and a zero gradient
             assert (v - rb.delta[k]).norm() <= 1e-3 * v.norm(), k
+
+
+@pytest.mark.parametrize("name, shape", [("fcnn", (1, 28, 28)), ("lenet5", (1, 28, 28))])
+def test_moon_steps_in_the_backward_pass_and_equals_the_loop(name, shape):
+    """MOON's objective calls the model only (its frozen anchors are one nested vmap): its
+    plain SGD steps are fused, on a wide linear layer and on a convolutional model."""
+    from wirelessfl.algorithms.dynamic.continuous import DistillSGD
+    from wirelessfl.algorithms.moon import ContrastiveSGD
+
+    model = build_model(name, shape, 10, seed=0)
+    hp = LocalHParams(lr=0.05, batch_size=8, steps=3)
+    moon = ContrastiveSGD(model, hp, mu=1.0, tau=0.5)
+    assert moon.plain_sgd and DistillSGD(model, hp, 1.0).plain_sgd
+    tasks = _tasks([model.params()] * 3, [30, 30, 20])
+    data = _data(shape)
+    _assert_same(BatchedExecutor().run(moon, data, tasks, hp),
+                 LoopExecutor().run(moon, data, tasks, hp))

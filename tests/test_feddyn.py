@@ -24,11 +24,15 @@ def _rounds(algorithm, engine="batched", n=3):
 
 @pytest.mark.parametrize("engine", ["loop", "batched"])
 def test_feddyn_with_alpha_zero_is_fedavg(engine):
-    """α = 0: no linear term, no pull, h = 0, so every round is a uniform FedAvg round."""
+    """α = 0: no linear term, no pull, h = 0, so every round is a uniform FedAvg round.
+
+    Bit for bit on the loop; on the batched engine FedAvg's plain SGD step is fused into the
+    weight-gradient GEMM (FedDyn's corrected step is not), which rounds differently."""
     _, dyn = _rounds({"name": "feddyn", "alpha": 0.0, "clients_per_round": 5}, engine)
     _, avg = _rounds({"name": "fedavg", "weighting": "uniform", "clients_per_round": 5}, engine)
+    tol = {"rtol": 0, "atol": 0} if engine == "loop" else {"rtol": 1e-5, "atol": 1e-6}
     for k in dyn.params:
-        torch.testing.assert_close(dyn.params[k], avg.params[k], rtol=0, atol=0)
+        torch.testing.assert_close(dyn.params[k], avg.params[k], **tol)
 
 
 def test_feddyn_loop_equals_batched():

@@ -121,3 +121,70 @@ def test_max_pool_rule_equals_pytorch_stacked_and_alone():
     assert torch.equal(max_pool2d(y, 3), F.max_pool2d(y, 3))
     assert torch.equal(torch.autograd.grad(max_pool2d(y, 3).pow(2).sum(), y)[0],
                        torch.autograd.grad(F.max_pool2d(y, 3).pow(2).sum(), y)[0])
+
+
+@pytest.mark.parametrize("column", [False, True], ids=["row-major", "column-major"])
+def test_sgd_in_backward_takes_the_step_of_the_weight_gradient(column):
+    """Inside ``sgd_in_backward`` a stacked Linear steps W ← W − γ ∇W in place (either
+    layout), gives W no gradient, and leaves the other gradients unchanged."""
+    torch.manual_seed(0)
+    mlp = nn.Sequential(layers.Linear(6, 5), nn.Tanh(), layers.Linear(5, 3))
+    clients, lr = 3, 0.1
+    stacked = {k: torch.stack([v.detach() + 0.1 * torch.randn_like(v) for _ in range(clients)])
+               for k, v in mlp.named_parameters()}
+    if column:  # stored (clients, in, out), as the batched engine stacks wide layers on CPU
+        stacked = {k: v.transpose(1, 2).contiguous().transpose(1, 2) if v.dim() == 3 else v
+                   for k, v in stacked.items()}
+    x = torch.randn(clients, 4, 6)
+
+    def grads(params, allow_unused=False):
+        leaf = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        loss = vmap(lambda p, xb: functional_call(mlp, p, (xb,)).square().sum())(leaf, x).sum()
+        return dict(zip(leaf, torch.autograd.grad(loss, list(leaf.values()),
+                                                  allow_unused=allow_unused)))
+
+    expect = grads(stacked)
+    owned = {k: v.clone() for k, v in stacked.items()}
+    with layers.sgd_in_backward(owned, lr):
+        got = grads(owned, allow_unused=True)
+    for k in stacked:
+        if stacked[k].dim() == 3:  # the weights: stepped in place, no gradient
+            assert got[k] is None
+            assert owned[k].stride() == stacked[k].stride()
+            torch.testing.assert_close(owned[k], stacked[k] - lr * expect[k])
+        else:  # the biases: their gradient (which depends on W's old value via layer 2's input)
+            torch.testing.assert_close(got[k], expect[k])
+            torch.testing.assert_close(owned[k], stacked[k])
+
+
+def test_sgd_in_backward_gives_a_weight_used_twice_its_gradient():
+    """A weight used twice in one forward pass (a recurrent layer) is not stepped between its
+    two uses: it gets its whole gradient, as without the block."""
+    lin = layers.Linear(4, 4, bias=False)
+    w = torch.randn(2, 4, 4)
+    x = torch.randn(2, 3, 4)
+
+    def twice(p, xb):
+        return functional_call(lin, p, (torch.tanh(functional_call(lin, p, (xb,))),)).sum()
+
+    def grad():
+        leaf = {"weight": w.detach().requires_grad_(True)}
+        return torch.autograd.grad(vmap(twice)(leaf, x).sum(), [leaf["weight"]],
+                                   allow_unused=True)[0]
+
+    expect, before = grad(), w.clone()
+    with layers.sgd_in_backward({"weight": w}, 0.1):
+        got = grad()
+    torch.testing.assert_close(got, expect)
+    assert torch.equal(w, before)
+
+
+def test_column_major_names_the_wide_linear_weights():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wide = layers.Linear(8, layers.COLUMN_MAJOR_MIN_OUT)
+            self.narrow = layers.Linear(layers.COLUMN_MAJOR_MIN_OUT, 10)
+            self.torch_linear = nn.Linear(8, 500)
+
+    assert layers.column_major(Net()) == {"wide.weight"}

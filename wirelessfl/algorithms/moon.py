@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call, vmap
+from torch.func import functional_call
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
@@ -49,6 +49,8 @@ class MOONHParams(FedAvgHParams):
 class ContrastiveSGD(LocalSGD):
     """Local SGD on CE + μ · the model-contrastive loss; returns the local model as state."""
 
+    params_only_in_model = True  # the objective calls the model; frozen models are ctx
+
     def __init__(self, model: FLModel, hp: LocalHParams, mu: float, tau: float,
                  state_dtype: str = "float32") -> None:
         if "features" not in inspect.signature(model.forward).parameters:
@@ -58,32 +60,22 @@ class ContrastiveSGD(LocalSGD):
         self.mu, self.tau, self.state_dtype = mu, tau, state_dtype
 
     def context(self, task: ClientTask) -> dict[str, Params]:
-        """The two frozen models, stacked once per round: (received, previous local)."""
+        """The client's previous local model (the received one for a client without one)."""
         prev = task.state
         prev = (client_store.load(prev, task.params) if prev is not None
                 else {k: v.detach() for k, v in task.params.items()})
-        return {"anchors": {k: torch.stack([v.detach(), prev[k]]) for k, v in task.params.items()}}
+        return {"prev": prev}
 
-    def _anchor_features(self, anchors: Params, buffers: Params,
-                         x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """z_g and z_prev: both frozen forwards in one stacked (vmapped) call.
-
-        A model with buffers (BatchNorm statistics) runs them one after the other on copies
-        of its buffers, so that they leave no statistics.
-        """
-        if not buffers:
-            zs = vmap(lambda p: functional_call(self.model, p, (x,), {"features": True})[1])(anchors)
-            return zs[0], zs[1]
+    def _features(self, params: Params, buffers: Params, x: torch.Tensor) -> torch.Tensor:
+        """Features of a frozen model; a model with buffers runs on a copy (no statistics)."""
         frozen = {k: v.clone() for k, v in buffers.items()}
-        return tuple(functional_call(self.model, {**{k: v[i] for k, v in anchors.items()},
-                                                  **frozen}, (x,), {"features": True})[1]
-                     for i in (0, 1))
+        return functional_call(self.model, {**params, **frozen}, (x,), {"features": True})[1]
 
     def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
         out, z = functional_call(self.model, {**params, **buffers}, (x,), {"features": True})
         data = (F.cross_entropy(out, y, reduction="none") * w).sum()
-        with torch.no_grad():
-            zg, zp = self._anchor_features(ctx["anchors"], buffers, x)
+        with torch.no_grad():  # z_g: the received model is the start of local training
+            zg, zp = self._features(start, buffers, x), self._features(ctx["prev"], buffers, x)
         logits = torch.stack([F.cosine_similarity(z, zg, dim=-1),
                               F.cosine_similarity(z, zp, dim=-1)], -1) / self.tau
         target = torch.zeros(len(y), dtype=torch.long, device=y.device)

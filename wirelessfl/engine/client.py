@@ -335,6 +335,9 @@ class LocalSGD(ClientUpdate):
 
     #: Whether :meth:`correct`/:meth:`descend` act entry by entry (None: not declared).
     elementwise: bool | None = None
+    #: Whether an overridden :meth:`objective` uses the parameters only as the model's (in
+    #: ``functional_call``), so that its plain SGD steps may be fused (:attr:`plain_sgd`).
+    params_only_in_model: bool = False
 
     def __init__(self, model: FLModel, hp: LocalHParams) -> None:
         self.model, self.hp = model, hp
@@ -366,6 +369,23 @@ class LocalSGD(ClientUpdate):
         return data + self.penalty(params, start, ctx), data
 
     # ------------------------------------------------------------------ shared machinery
+    @property
+    def plain_sgd(self) -> bool:
+        """Whether a step is exactly ``p ← p − γ ∇ loss``, with ``p`` in the loss only as the model's.
+
+        SGD without momentum, weight decay or loss scaling (``precision: fp32``), in a rule
+        that overrides none of the hooks that change the gradient or the step, nor
+        :meth:`penalty`, and :meth:`objective` only if it declares
+        :attr:`params_only_in_model` (MOON, distillation). The batched engine then takes
+        the step of stacked linear weights inside the backward pass
+        (:func:`~wirelessfl.models.layers.sgd_in_backward`).
+        """
+        hp, rule = self.hp, type(self)
+        hooks = _STEP_HOOKS if not rule.params_only_in_model else _STEP_HOOKS[1:]
+        return (hp.optimizer == "sgd" and not hp.momentum and not hp.weight_decay
+                and hp.precision == "fp32"
+                and all(getattr(rule, name) is getattr(LocalSGD, name) for name in hooks))
+
     def loss(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the model with ``params`` on one batch."""
         return F.cross_entropy(functional_call(self.model, params, (x,)), y)
@@ -489,6 +509,11 @@ class LocalSGD(ClientUpdate):
         carry.step += 1
         carry.loss_sum += loss
         return carry
+
+
+#: The :class:`LocalSGD` methods whose override makes a rule other than plain SGD.
+_STEP_HOOKS = ("objective", "penalty", "correct", "finish_gradients", "unscaled_gradients",
+               "take_step", "descend", "autocast")
 
 
 def _expand_to(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,9 @@ are those of ``nn.Linear`` / ``nn.Conv2d``.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -69,10 +72,106 @@ class _LinearFn(_LayerFn):
         n = info.batch_size
         x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[1], n), _front(b, in_dims[2], n)
         rows = x.reshape(n, -1, x.shape[-1])
-        y = torch.bmm(w, rows.transpose(1, 2)).transpose(1, 2)
+        use = _fused_use(w)
+        y = _stacked_matmul(rows, w) if use is None else _SGDLinearFn.apply(rows, w, use)
         if b is not None:
             y = y + b.unsqueeze(1).to(y.dtype)
         return y.reshape(*x.shape[:-1], w.shape[1]), 0
+
+
+def _column_major(w: torch.Tensor) -> bool:
+    """Whether stacked weights ``(n, out, in)`` lie in memory as ``(n, in, out)``."""
+    return w.stride(1) == 1 and w.stride(2) != 1
+
+
+def _stacked_matmul(rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``rows W^T`` per client, ``(n, B, in)`` by ``(n, out, in)``, on unit-stride operands."""
+    if _column_major(w):  # (:func:`column_major`)
+        return torch.bmm(rows, w.transpose(1, 2))
+    return torch.bmm(w, rows.transpose(1, 2)).transpose(1, 2)
+
+
+class _SGDLinearFn(torch.autograd.Function):
+    """Stacked ``rows W^T`` whose backward takes W's SGD step in place (:func:`sgd_in_backward`).
+
+    The backward computes the input's gradient with the old W, then ``W ← W − γ gᵀ rows`` as
+    one ``baddbmm_`` (the weight gradient is never stored), and gives W no gradient. A W
+    that the forward pass used more than once (a recurrent layer) gets its gradient instead.
+    """
+
+    @staticmethod
+    def forward(rows: torch.Tensor, w: torch.Tensor, use: _FusedUse) -> torch.Tensor:
+        return _stacked_matmul(rows, w)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        rows, w, ctx.use = inputs
+        ctx.save_for_backward(rows, w)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        rows, w = ctx.saved_tensors
+        g_rows = torch.bmm(g, w) if ctx.needs_input_grad[0] else None  # before the step
+        column = _column_major(w)
+        if ctx.use.count > 1:  # used again: the gradient, in W's layout, summed by autograd
+            g_w = (torch.bmm(rows.transpose(1, 2), g).transpose(1, 2) if column
+                   else torch.bmm(g.transpose(1, 2), rows))
+            return g_rows, g_w, None
+        w = w.detach()
+        if column:
+            w.transpose(1, 2).baddbmm_(rows.transpose(1, 2), g, alpha=-ctx.use.lr)
+        else:
+            w.baddbmm_(g.transpose(1, 2), rows, alpha=-ctx.use.lr)
+        return g_rows, None, None
+
+
+class _FusedUse:
+    """A weight of :func:`sgd_in_backward`: its step size and its uses in this forward pass."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr, self.count = lr, 0
+
+
+_fused = threading.local()
+
+
+@contextlib.contextmanager
+def sgd_in_backward(params: dict[str, torch.Tensor], lr: float) -> Iterator[None]:
+    """Stacked :class:`Linear` weights among ``params`` take their SGD step in the backward pass.
+
+    Within the block (one forward and backward pass), a :class:`Linear` under ``vmap`` whose
+    stacked weight is one of ``params`` (the same storage, shape and strides, 3-D) computes
+    its forward pass as usual, but its backward pass updates that tensor in place,
+    ``W ← W − lr ∇W``, fused into the weight-gradient GEMM, and gives W no gradient
+    (``autograd.grad`` needs ``allow_unused=True`` and returns None for it). A weight the
+    forward pass used more than once (an LSTM's, at every time step) gets its gradient as
+    usual instead. For a plain SGD step only (no momentum, decay, correction or penalty on
+    W), on parameters the caller owns. The fusion saves two of the five passes over the
+    stacked weights per step (the gradient's write and the update's read of it): 60
+    stacked FCNN clients on 2 cores, weight gradient and update 13 ms → 6 ms per step.
+    """
+    previous = getattr(_fused, "state", None)
+    _fused.state = {(v.data_ptr(), tuple(v.shape), v.stride()): _FusedUse(float(lr))
+                    for v in params.values() if v.dim() == 3}
+    try:
+        yield
+    finally:
+        _fused.state = previous
+
+
+def _fused_use(w: torch.Tensor) -> _FusedUse | None:
+    """The :func:`sgd_in_backward` record of ``w`` (its use counted), or None."""
+    state = getattr(_fused, "state", None)
+    if state is None or w.dim() != 3:
+        return None
+    try:
+        use = state.get((w.data_ptr(), tuple(w.shape), w.stride()))
+    except RuntimeError:  # a wrapper of an inner vmap (no storage): not a stacked parameter
+        return None
+    if use is not None:
+        use.count += 1
+    return use
 
 
 class _Conv2dFn(_LayerFn):
@@ -101,9 +200,12 @@ class _Conv2dFn(_LayerFn):
         n = info.batch_size
         x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[1], n), _front(b, in_dims[2], n)
         batch, c_in, height, width = x.shape[1:]
-        grouped = (x.transpose(0, 1).reshape(batch, n * c_in, height, width)
-                   .contiguous(memory_format=torch.channels_last if channels_last
-                               else torch.contiguous_format))
+        grouped = x.transpose(0, 1).reshape(batch, n * c_in, height, width)
+        try:
+            grouped = grouped.contiguous(memory_format=torch.channels_last if channels_last
+                                         else torch.contiguous_format)
+        except RuntimeError:  # inside an outer vmap (MOON's anchors): no layout to choose
+            grouped = grouped.contiguous()
         y = F.conv2d(grouped, w.reshape(-1, *w.shape[2:]),
                      None if b is None else b.reshape(-1), stride, padding, 1, n)
         return y.reshape(batch, n, w.shape[1], *y.shape[2:]), 1
@@ -150,6 +252,26 @@ def max_pool2d(x: torch.Tensor, k: int) -> torch.Tensor:
     37 ms against 56 ms through PyTorch's own rule, which first copies clients to the front).
     """
     return _MaxPool2dFn.apply(x, int(k))[0]
+
+
+#: Fewest outputs for which :func:`column_major` stacks a :class:`Linear` weight column-major.
+COLUMN_MAJOR_MIN_OUT = 128
+
+
+def column_major(model: nn.Module) -> frozenset[str]:
+    """Names of the weights the batched engine stacks column-major on the CPU.
+
+    Those of :class:`Linear` layers with at least :data:`COLUMN_MAJOR_MIN_OUT` outputs. A
+    weight stacked as ``(clients, in, out)`` in memory (viewed as ``(clients, out, in)``)
+    makes the stacked forward pass ``x W^T`` and its weight gradient ``x^T g`` GEMMs on
+    unit-stride operands, and the gradient comes out in the same layout, so the update stays
+    one contiguous pass. Measured on 2 cores, 60 stacked clients, batch 50: the FCNN's
+    784 → 300 layer's forward 7.3 → 4.9 ms and weight gradient 10.6 → 8.0 ms; a forward and
+    backward with update 38 → 27 ms. Narrow layers (10 outputs) were slower this way (0.56
+    → 0.72 ms), layers of 120 and more the same or faster. The numbers do not change.
+    """
+    return frozenset(f"{name}.weight" if name else "weight" for name, m in model.named_modules()
+                     if isinstance(m, Linear) and m.out_features >= COLUMN_MAJOR_MIN_OUT)
 
 
 class Linear(nn.Linear):

@@ -48,6 +48,8 @@ class ContinuousHParams(FedAvgHParams):
 class DistillSGD(LocalSGD):
     """Local SGD on CE + λ KL(teacher ‖ student); the teacher comes with the broadcast."""
 
+    params_only_in_model = True  # the objective calls the model; frozen models are ctx
+
     def __init__(self, model: FLModel, hp: LocalHParams, kl_coefficient: float) -> None:
         super().__init__(model, hp)
         self.kl = kl_coefficient
