@@ -29,11 +29,23 @@ def test_default_chunks_follow_the_memory_budget_and_keep_the_numbers(monkeypatc
                         lambda self, u, d, t, h: (groups.append(len(t)), real(self, u, d, t, h))[1])
     monkeypatch.setattr(BatchedExecutor, "memory_budget", lambda self: 3 * per_client)
     chunked = executor.run(LocalSGD(model, hp), data, tasks, hp)
-    assert groups == [3, 3, 1]                               # three clients fit the budget
+    assert groups == [2, 2, 3]               # three clients fit the budget: equal chunks
     for a, b in zip(whole, chunked):
         for k in a.delta:
             assert torch.equal(a.delta[k], b.delta[k])
     assert 0 < BatchedExecutor().memory_budget() <= 4 << 30
+
+
+def test_default_cpu_chunks_hold_a_cache_sized_share_of_parameters():
+    from wirelessfl.engine.batched import CPU_CHUNK_BYTES
+
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0)  # 0.94 MB per client
+    data = ArrayDataset(torch.zeros(10, 1, 28, 28), torch.zeros(10, dtype=torch.long), 10)
+    task = ClientTask(0, model.params(), np.arange(10), seed=0)
+    hp = LocalHParams()
+    params = sum(v.numel() * 4 for v in model.params().values())
+    assert BatchedExecutor().chunk_size(task, hp, data) == CPU_CHUNK_BYTES // params
+    assert BatchedExecutor(max_batch=60).chunk_size(task, hp, data) == 60
 
 
 def test_mean_of_many_trees_in_chunks(monkeypatch):

@@ -69,6 +69,14 @@ from wirelessfl.models.base import Params
 from wirelessfl.models.layers import column_major, sgd_in_backward
 from wirelessfl.models.noise import client_noise, step_keys
 
+#: On the CPU, the most bytes of stacked parameters one chunk of clients holds by default:
+#: a step streams them through the forward pass, the backward pass and the update, and a
+#: chunk whose weights stay in the caches between those passes is faster. Measured on 2
+#: cores (FCNN, 0.94 MB per client; FedAvg round, 60 clients × 20 steps): all 60 at once
+#: 0.48 s, chunks of 30 0.45 s, of 20 0.45 s, of 15 0.50 s, of 10 0.55 s; 1,000 clients × 3
+#: steps: chunks of ~500 1.14 s, of 30 1.05 s.
+CPU_CHUNK_BYTES = 32 << 20
+
 
 def _signature(task: ClientTask, hp: LocalHParams) -> tuple:
     return (task_lr(task, hp), *((k, tuple(v.shape), v.dtype) for k, v in task.params.items()))
@@ -85,8 +93,10 @@ class BatchedExecutor(Executor):
         At most this many clients stacked at once: a group is trained in chunks (to fit a
         device's memory). None: as many as fit in :meth:`memory_budget` by
         :meth:`client_bytes` (all of them for the papers' workloads; 10,000 FCNN clients
-        are trained in chunks instead of holding ~80 GB). Each client's computation is its
-        own, so chunks give the numbers of one group.
+        are trained in chunks instead of holding ~80 GB), and on the CPU at most
+        :data:`CPU_CHUNK_BYTES` of stacked parameters. A group is cut into chunks of equal
+        size (to one client). Each client's computation is its own, so chunks give the
+        numbers of one group.
     """
 
     def __init__(self, device: torch.device | str = "cpu", max_batch: int | None = None) -> None:
@@ -116,9 +126,10 @@ class BatchedExecutor(Executor):
             groups.setdefault(_signature(t, hp), []).append(i)
         out: list[ClientResult | None] = [None] * len(tasks)
         for members in groups.values():
-            size = self.chunk_size(tasks[members[0]], hp, data)
-            for lo in range(0, len(members), size):
-                chunk = members[lo:lo + size]
+            n = len(members)
+            parts = -(-n // self.chunk_size(tasks[members[0]], hp, data))
+            for j in range(parts):  # chunks of equal size, to one client
+                chunk = members[n * j // parts:n * (j + 1) // parts]
                 for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk], hp)):
                     out[i] = r
         return out  # type: ignore[return-value]
@@ -126,11 +137,16 @@ class BatchedExecutor(Executor):
     def chunk_size(self, task: ClientTask, hp: LocalHParams, data: ArrayDataset) -> int:
         """Clients stacked at once for tasks like ``task``.
 
-        ``max_batch``, else as many as :meth:`memory_budget` holds by :meth:`client_bytes`
-        (at least one).
+        ``max_batch``, else as many as :meth:`memory_budget` holds by :meth:`client_bytes`,
+        on the CPU at most :data:`CPU_CHUNK_BYTES` of parameters (at least one).
         """
-        return self.max_batch or max(1, int(self.memory_budget()
-                                            // self.client_bytes(task, hp, data)))
+        if self.max_batch:
+            return self.max_batch
+        size = max(1, int(self.memory_budget() // self.client_bytes(task, hp, data)))
+        if self.device.type == "cpu":
+            params = sum(v.numel() * v.element_size() for v in task.params.values())
+            size = min(size, max(1, CPU_CHUNK_BYTES // max(1, params)))
+        return size
 
     def memory_budget(self) -> int:
         """Bytes the stacked clients may take.
@@ -207,9 +223,12 @@ class BatchedExecutor(Executor):
         buffers = {k: torch.stack([t.buffers[k].detach() for t in tasks]).to(self.device)
                    for k in (tasks[0].buffers or {})}
         fused = update.plain_sgd  # steps taken in place (the group owns its parameters)
-        carry = Carry(start=start, params={k: v.clone() for k, v in start.items()} if fused
-                      else start, lr=task_lr(tasks[0], hp), ctx=ctx, buffers=buffers,
-                      batch_dims=1)
+        params = start
+        if fused:  # the default loss never reads the start: the stack is the parameters
+            start = (start if type(update).objective is not LocalSGD.objective else {})
+            params = {k: v.clone() for k, v in params.items()} if start else params
+        carry = Carry(start=start, params=params, lr=task_lr(tasks[0], hp), ctx=ctx,
+                      buffers=buffers, batch_dims=1)
         loss_sum = torch.zeros(len(tasks), device=self.device)
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
@@ -245,12 +264,13 @@ class BatchedExecutor(Executor):
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
             raise ClientError(f"batched clients {ids} failed: {exc}") from exc
-        # column-major stacks back to each client's own layout (results are contiguous)
-        start, params = _rows(start), _rows(carry.params)
+        # column-major stacks back to each client's own layout (results are contiguous); the
+        # start is each task's own
+        params = _rows(carry.params)
         opt = {name: _rows(tree) for name, tree in carry.opt.items() if isinstance(tree, dict)}
         return [update.client_final(t, Carry(
-                    start={k: start[k][c] for k in start},
-                    params={k: params[k][c] for k in start}, lr=carry.lr, state=t.state,
+                    start={k: v.detach().to(self.device) for k, v in t.params.items()},
+                    params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
                     step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c],
                     buffers={k: v[c] for k, v in carry.buffers.items()},
                     opt={name: {k: v[c] for k, v in tree.items()} for name, tree in opt.items()},
