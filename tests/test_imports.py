@@ -18,11 +18,13 @@ MODULES = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffi
                  for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
 #: Wings from the bottom up: a module may import its own wing and the wings below it.
-#: ``wirelessfl`` (the package itself) exposes the public API lazily and imports nothing.
+#: ``wirelessfl`` (the package itself) exposes the public API lazily and imports only the
+#: torch-free ``wirelessfl.openmp`` (the wait policy is chosen before torch loads).
 FLOORS = [
     ["channels"],
     ["solvers"],
-    ["wirelessfl", "wirelessfl.errors", "wirelessfl.rng", "wirelessfl.registry"],
+    ["wirelessfl", "wirelessfl.errors", "wirelessfl.rng", "wirelessfl.registry",
+     "wirelessfl.openmp"],
     ["wirelessfl.data", "wirelessfl.models"],
     ["wirelessfl.engine"],
     ["wirelessfl.server", "wirelessfl.net"],

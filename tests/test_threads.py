@@ -18,6 +18,7 @@ RAW = {"name": "threads", "seed": 3, "rounds": 3,
 
 def test_auto_counts_free_cores_and_an_explicit_choice_wins(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     cpus = usable_cpus()
     assert choose_threads("auto", free=0.0) == 1          # a busy machine: one thread
     assert choose_threads("auto", free=cpus + 5.0) == cpus  # never more than the CPUs
@@ -85,3 +86,35 @@ def test_an_explicit_count_beats_the_environment(tmp_path, monkeypatch):
     runner.run(exp, tmp_path / "one", quiet=True)
     assert set(seen) == {1}
     assert json.loads((tmp_path / "one" / "meta.json").read_text())["threads"] == 1
+
+
+def test_a_busy_machine_gets_sleeping_openmp_threads_and_batched_runs_every_core(monkeypatch):
+    """On a busy machine ``import wirelessfl`` sets OMP_WAIT_POLICY=PASSIVE (before torch
+    loads, never over the user's choice); with it the batched engine takes every CPU and
+    the loop engine the free cores."""
+    import subprocess
+    import sys
+
+    from wirelessfl.openmp import choose_wait_policy, machine_busy
+
+    env = {}
+    assert choose_wait_policy(env, busy=True, torch_loaded=False) == "PASSIVE"
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    for env, busy, loaded in (({}, False, False), ({}, True, True),
+                              ({"OMP_WAIT_POLICY": "ACTIVE"}, True, False)):
+        assert choose_wait_policy(env, busy=busy, torch_loaded=loaded) is None
+        assert env.get("OMP_WAIT_POLICY") in (None, "ACTIVE")
+    cpus = usable_cpus()
+    assert machine_busy(float(cpus)) and not machine_busy(cpus - 0.5)
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    assert choose_threads("auto", free=0.0, engine="batched") == cpus
+    assert choose_threads("auto", free=0.0, engine="auto") == cpus
+    assert choose_threads("auto", free=0.0, engine="loop") == 1
+    assert choose_threads(1, free=0.0, engine="batched") == 1
+
+    # importing wirelessfl loads no torch, so the policy it sets is the one torch reads
+    code = "import sys, wirelessfl; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

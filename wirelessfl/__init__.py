@@ -26,6 +26,9 @@ The public API is importable from here (each name loads its wing on first use):
 """
 
 from channels._lazy import lazy_exports
+from wirelessfl.openmp import choose_wait_policy
+
+choose_wait_policy()  # before torch loads: OpenMP reads its wait policy once
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,9 @@
 """wirelessfl on the peers' workload (``workload.py``), with its default settings.
 
-``engine: auto`` (the batched engine on this workload) and ``threads: auto``; ``--workers 2``
-with ``WFL_PEERS_ENGINE=distributed`` runs the distributed executor instead (two processes).
+``engine: auto`` (the batched engine on this workload) and ``threads: auto``, applied as
+``wirelessfl run`` applies it (:func:`wirelessfl.run.threads.choose_threads` when the run
+starts); ``--workers 2`` with ``WFL_PEERS_ENGINE=distributed`` runs the distributed executor
+instead (two processes).
 """
 
 from __future__ import annotations
@@ -9,16 +11,17 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from workload import Clock, arguments  # noqa: E402
-
-from wirelessfl.engine.client import evaluate  # noqa: E402
-from wirelessfl.run.config import resolve  # noqa: E402
-from wirelessfl.run.rounds import prepare  # noqa: E402
+# wirelessfl first, as in `wirelessfl run`: it picks OpenMP's wait policy before torch loads
+from wirelessfl.engine.client import evaluate
+from wirelessfl.run.config import resolve
+from wirelessfl.run.rounds import prepare
+from wirelessfl.run.threads import choose_threads, torch_threads
 
 
 def main() -> None:  # noqa: D103
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from workload import Clock, arguments
+
     args = arguments(__doc__)
     engine = os.environ.get("WFL_PEERS_ENGINE", "auto")
     exp = prepare(resolve({
@@ -28,14 +31,16 @@ def main() -> None:  # noqa: D103
         "model": {"name": "fcnn"},
         "local": {"lr": args.lr, "batch_size": args.batch, "steps": args.steps},
         "algorithm": {"name": "fedavg"}}))
-    clock, state = Clock(), exp.initial_state()
-    test = exp.splits.test
-    clock.tick(evaluate(exp.model, state.params, test, device=exp.device)[0])
-    for _ in range(args.rounds):
-        state, _ = exp.algorithm.apply(state)
+    threads = choose_threads(exp.config.threads, engine=exp.config.engine)
+    with torch_threads(threads):
+        clock, state = Clock(), exp.initial_state()
+        test = exp.splits.test
         clock.tick(evaluate(exp.model, state.params, test, device=exp.device)[0])
+        for _ in range(args.rounds):
+            state, _ = exp.algorithm.apply(state)
+            clock.tick(evaluate(exp.model, state.params, test, device=exp.device)[0])
     clock.report("wirelessfl" if engine == "auto" else f"wirelessfl-{engine}", args,
-                 engine=type(exp.algorithm.env.executor).__name__)
+                 engine=type(exp.algorithm.env.executor).__name__, threads=threads)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,13 @@ def _mix(h):
     return h ^ (h >> 16)
 
 
+def _mix_(h: torch.Tensor) -> torch.Tensor:
+    """:func:`_mix` in place on an integer tensor (the same numbers, fewer passes over memory)."""
+    for _ in range(2):
+        h.bitwise_xor_(h >> 16).mul_(0x45D9F3B).bitwise_and_(_MASK)
+    return h.bitwise_xor_(h >> 16)
+
+
 def _key(seed, step):
     return _mix((_mix((seed ^ (seed >> 31)) & _MASK) + (step & _MASK) * 0x2F5EF6D) & _MASK)
 
@@ -93,5 +100,5 @@ def uniform(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
     base = _mix(((key.to(device) if isinstance(key, torch.Tensor) else key)
                  + _state.count * 0x632BE5A) & _MASK)
     base = base.to(wide) if isinstance(base, torch.Tensor) else base
-    h = _mix((idx + base) & _MASK)
-    return (h.to(torch.float32) * (1.0 / (1 << 31))).reshape(shape)
+    h = _mix_((idx + base).bitwise_and_(_MASK))
+    return h.to(torch.float32).mul_(1.0 / (1 << 31)).reshape(shape)

@@ -118,7 +118,8 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
     count chosen is written to ``meta.json`` and every checkpoint, and a resumed run takes
     the checkpoint's.
     """
-    threads = choose_threads(job.resolved.get("threads", "auto"))
+    threads = choose_threads(job.resolved.get("threads", "auto"),
+                             engine=job.resolved.get("engine", "auto"))
     with record.writing(job.resolved, job.seed, job.device, resume=resume,
                         threads=threads) as ckpt, contextlib.ExitStack() as stack:
         wall0 = 0.0
