@@ -113,6 +113,8 @@ def test_a_busy_machine_gets_sleeping_openmp_threads_and_batched_runs_every_core
     assert choose_threads("auto", free=0.0, engine="auto") == cpus
     assert choose_threads("auto", free=0.0, engine="loop") == 1
     assert choose_threads(1, free=0.0, engine="batched") == 1
+    with pytest.raises(ValueError, match="engine"):
+        choose_threads("auto", engine="gpu")
 
     # importing wirelessfl loads no torch, so the policy it sets is the one torch reads
     code = "import sys, wirelessfl; print('torch' in sys.modules)"

@@ -9,8 +9,11 @@ quiet machine two threads were best (0.55 ms against 0.70 ms on one).
 ``threads: auto`` (the default) therefore counts the cores that are free when the run
 starts: the idle share of each CPU this process may use, sampled over a fifth of a second
 from ``/proc/stat`` (the one-minute load average where that file is missing), rounded, at
-least one; a CPU quota of the container (cgroup ``cpu.max``) caps it. ``OMP_NUM_THREADS``,
-when set, is the user's choice and wins. An integer sets the count outright.
+least one; a CPU quota of the container (cgroup ``cpu.max``) caps it. Where OpenMP's idle
+threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``, which ``import wirelessfl`` sets on a
+busy machine: :mod:`wirelessfl.openmp`), the batched engine takes every usable CPU instead.
+``OMP_NUM_THREADS``, when set, is the user's choice and wins. An integer sets the count
+outright.
 
 The count changes the order of floating-point sums in some kernels (the loop engine's
 parameters moved by about 1e-9 between one and two threads), so a run records the count it
@@ -84,6 +87,8 @@ def choose_threads(setting: int | str = "auto", *, free: float | None = None,
     >>> 1 <= choose_threads("auto") <= usable_cpus()
     True
     """
+    if engine not in ("auto", "loop", "batched", "distributed"):
+        raise ValueError(f"engine must be auto, loop, batched or distributed, got {engine!r}")
     if setting != "auto":
         if isinstance(setting, bool) or not isinstance(setting, int) \
                 or not 1 <= setting <= MAX_THREADS:
