@@ -179,6 +179,12 @@ def test_sgd_in_backward_gives_a_weight_used_twice_its_gradient():
     assert torch.equal(w, before)
 
 
+def test_sgd_in_backward_checks_its_step_size():
+    for bad in (float("nan"), -0.1, float("inf"), "0.1"):
+        with pytest.raises(ValueError, match="lr"), layers.sgd_in_backward({}, bad):
+            pass
+
+
 def test_column_major_names_the_wide_linear_weights():
     class Net(nn.Module):
         def __init__(self):

@@ -25,6 +25,7 @@ are those of ``nn.Linear`` / ``nn.Conv2d``.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -151,6 +152,10 @@ def sgd_in_backward(params: dict[str, torch.Tensor], lr: float) -> Iterator[None
     stacked weights per step (the gradient's write and the update's read of it): 60
     stacked FCNN clients on 2 cores, weight gradient and update 13 ms → 6 ms per step.
     """
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    if not all(isinstance(v, torch.Tensor) for v in params.values()):
+        raise TypeError("params must map names to tensors")
     previous = getattr(_fused, "state", None)
     _fused.state = {(v.data_ptr(), tuple(v.shape), v.stride()): _FusedUse(float(lr))
                     for v in params.values() if v.dim() == 3}
