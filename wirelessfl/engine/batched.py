@@ -78,6 +78,11 @@ from wirelessfl.models.noise import client_noise, step_keys
 CPU_CHUNK_BYTES = 32 << 20
 
 
+def _param_bytes(task: ClientTask) -> int:
+    """Bytes of one client's parameters."""
+    return sum(v.numel() * v.element_size() for v in task.params.values())
+
+
 def _signature(task: ClientTask, hp: LocalHParams) -> tuple:
     return (task_lr(task, hp), *((k, tuple(v.shape), v.dtype) for k, v in task.params.items()))
 
@@ -144,8 +149,7 @@ class BatchedExecutor(Executor):
             return self.max_batch
         size = max(1, int(self.memory_budget() // self.client_bytes(task, hp, data)))
         if self.device.type == "cpu":
-            params = sum(v.numel() * v.element_size() for v in task.params.values())
-            size = min(size, max(1, CPU_CHUNK_BYTES // max(1, params)))
+            size = min(size, max(1, CPU_CHUNK_BYTES // max(1, _param_bytes(task))))
         return size
 
     def memory_budget(self) -> int:
@@ -174,7 +178,7 @@ class BatchedExecutor(Executor):
         context; twelve with Adam's moments) and its mini-batch four times over (inputs and
         the activations they make).
         """
-        params = sum(v.numel() * v.element_size() for v in task.params.values())
+        params = _param_bytes(task)
         sample = data.x[0].numel() * data.x.element_size() if len(data.x) else 0
         return max(1, params * (12 if hp.optimizer == "adam" else 8)
                    + 4 * min(hp.batch_size, max(1, len(task.indices))) * sample)
@@ -222,11 +226,12 @@ class BatchedExecutor(Executor):
                       for k in contexts[0][name]} for name in contexts[0]}
         buffers = {k: torch.stack([t.buffers[k].detach() for t in tasks]).to(self.device)
                    for k in (tasks[0].buffers or {})}
-        fused = update.plain_sgd  # steps taken in place (the group owns its parameters)
+        fused = update.plain_sgd  # steps taken in place: the group owns its parameters
         params = start
-        if fused:  # the default loss never reads the start: the stack is the parameters
-            start = (start if type(update).objective is not LocalSGD.objective else {})
-            params = {k: v.clone() for k, v in params.items()} if start else params
+        if fused and type(update).objective is LocalSGD.objective:
+            start = {}  # the default loss never reads the start: the stack is the parameters
+        elif fused:
+            params = {k: v.clone() for k, v in start.items()}
         carry = Carry(start=start, params=params, lr=task_lr(tasks[0], hp), ctx=ctx,
                       buffers=buffers, batch_dims=1)
         loss_sum = torch.zeros(len(tasks), device=self.device)

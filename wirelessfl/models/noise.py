@@ -30,20 +30,21 @@ from collections.abc import Iterator
 import torch
 
 _MASK = (1 << 31) - 1
+_MULT = 0x45D9F3B  # the mixer's multiplier (:func:`_mix`, :func:`_mix_`)
 _state = threading.local()
 
 
 def _mix(h):
     """A 31-bit avalanche mixer on values in [0, 2^31): int64 tensors or Python ints alike."""
-    h = ((h ^ (h >> 16)) * 0x45D9F3B) & _MASK
-    h = ((h ^ (h >> 16)) * 0x45D9F3B) & _MASK
+    h = ((h ^ (h >> 16)) * _MULT) & _MASK
+    h = ((h ^ (h >> 16)) * _MULT) & _MASK
     return h ^ (h >> 16)
 
 
 def _mix_(h: torch.Tensor) -> torch.Tensor:
     """:func:`_mix` in place on an integer tensor (the same numbers, fewer passes over memory)."""
     for _ in range(2):
-        h.bitwise_xor_(h >> 16).mul_(0x45D9F3B).bitwise_and_(_MASK)
+        h.bitwise_xor_(h >> 16).mul_(_MULT).bitwise_and_(_MASK)
     return h.bitwise_xor_(h >> 16)
 
 
