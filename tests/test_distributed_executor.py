@@ -43,6 +43,20 @@ def test_two_gloo_workers_give_the_one_process_numbers(two_workers):
     assert two_workers.run(update, data, [], hp) == []
 
 
+def test_two_workers_fold_their_shares_into_the_one_process_mean(two_workers):
+    from wirelessfl.engine.client import DeltaFold
+
+    update, data, tasks, hp = _setup(seed=2)
+    w = np.array([len(t.indices) for t in tasks], float) + 1
+    one, split = DeltaFold(w), DeltaFold(w)
+    BatchedExecutor().run(update, data, tasks, hp, one)
+    results = two_workers.run(update, data, tasks, hp, split)
+    assert [r.client for r in results] == [t.client for t in tasks]
+    assert all(r.delta == {} for r in results) and split.folded == len(tasks)
+    for k, v in one.mean().items():
+        torch.testing.assert_close(split.mean()[k], v, rtol=1e-6, atol=1e-8)
+
+
 def test_a_failing_worker_is_reported_and_the_group_goes_on(two_workers):
     update, data, tasks, hp = _setup(seed=1)
     bad = ClientTask(99, {"nope": torch.zeros(1)}, np.arange(5), seed=1)

@@ -1,7 +1,9 @@
 """Many clients: chunks chosen by memory give the numbers of one stacked group; the mean of
-many pseudo-gradients is summed in chunks without changing what it is."""
+many pseudo-gradients is summed in chunks without changing what it is, and folded while the
+clients train (a round holds one chunk's pseudo-gradients)."""
 
 import numpy as np
+import pytest
 import torch
 
 from wirelessfl.data import ArrayDataset
@@ -26,7 +28,7 @@ def test_default_chunks_follow_the_memory_budget_and_keep_the_numbers(monkeypatc
     groups = []
     real = BatchedExecutor._run_group
     monkeypatch.setattr(BatchedExecutor, "_run_group",
-                        lambda self, u, d, t, h: (groups.append(len(t)), real(self, u, d, t, h))[1])
+                        lambda self, u, d, t, *a: (groups.append(len(t)), real(self, u, d, t, *a))[1])
     monkeypatch.setattr(BatchedExecutor, "memory_budget", lambda self: 3 * per_client)
     chunked = executor.run(LocalSGD(model, hp), data, tasks, hp)
     assert groups == [2, 2, 3]               # three clients fit the budget: equal chunks
@@ -62,3 +64,94 @@ def test_mean_of_many_trees_in_chunks(monkeypatch):
     one = aggregation.weighted_mean(few, w[:100])
     monkeypatch.setattr(aggregation, "MEAN_CHUNK", 256)
     assert all(torch.equal(one[k], aggregation.weighted_mean(few, w[:100])[k]) for k in one)
+
+
+def _fcnn_tasks(n, shared=True):
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=8, dropout=0.5)
+    g = torch.Generator().manual_seed(2)
+    data = ArrayDataset(torch.randn(10 * n, 1, 28, 28, generator=g),
+                        torch.randint(0, 10, (10 * n,), generator=g), 10)
+    start = model.params()
+    tasks = [ClientTask(c, start if shared else {k: v + 0.01 * c for k, v in start.items()},
+                        np.arange(10 * c, 10 * c + 3 + c % 8), seed=c) for c in range(n)]
+    return model, data, tasks
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched", "chunked"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_fold_averages_the_deltas_as_clients_finish(engine, shared):
+    """Folded while training = the weighted mean of the returned deltas; no delta is kept."""
+    from wirelessfl.engine.client import DeltaFold, LoopExecutor
+
+    model, data, tasks = _fcnn_tasks(9, shared)
+    hp = LocalHParams(lr=0.05, batch_size=4, steps=3)
+    executor = {"loop": LoopExecutor(), "batched": BatchedExecutor(),
+                "chunked": BatchedExecutor(max_batch=4)}[engine]
+    plain = executor.run(LocalSGD(model, hp), data, tasks, hp)
+    w = np.array([len(t.indices) for t in tasks], float)
+    fold = DeltaFold(w)
+    folded = executor.run(LocalSGD(model, hp), data, tasks, hp, fold)
+    assert all(r.delta == {} for r in folded) and fold.folded == len(tasks)
+    assert [(r.client, r.num_steps, r.loss) for r in folded] == \
+        [(r.client, r.num_steps, r.loss) for r in plain]
+    expected = aggregation.weighted_mean([r.delta for r in plain], w)
+    got = fold.mean()
+    for k in expected:
+        torch.testing.assert_close(got[k], expected[k], rtol=1e-5, atol=1e-7)
+        assert got[k].is_contiguous()
+
+
+def test_a_fold_is_checked_and_shares_add_up():
+    from wirelessfl.engine.client import DeltaFold
+
+    for bad in ([1.0, -1.0], [np.nan], [[1.0]], [0.0, 0.0]):
+        with pytest.raises(ValueError):
+            DeltaFold(bad)
+    g = torch.Generator().manual_seed(0)
+    d = torch.randn(5, 3, 2, generator=g)
+    whole, w = DeltaFold([1, 2, 3, 4, 5]), np.array([1, 2, 3, 4, 5.0])
+    whole.add(range(5), {"x": d.clone()})
+    merged = DeltaFold(w)
+    for lo, hi in [(0, 2), (2, 2), (2, 5)]:
+        part = merged.share(lo, hi)
+        part.add(range(hi - lo), {"x": d[lo:hi].clone()})
+        merged.merge(part)
+    torch.testing.assert_close(merged.mean()["x"], whole.mean()["x"])
+    torch.testing.assert_close(whole.mean()["x"], (d * torch.tensor(w / w.sum()).float()
+                                                   .view(-1, 1, 1)).sum(0))
+    with pytest.raises(ValueError, match="does not stack"):
+        DeltaFold(w).add(range(4), {"x": d.clone()})
+    with pytest.raises(RuntimeError, match="2 of 5"):
+        half = DeltaFold(w)
+        half.add([0, 1], {"x": d[:2].clone()})
+        half.mean()
+
+
+def test_fedavg_folds_its_mean_over_an_exact_uplink_and_keeps_the_numbers():
+    """A FedAvg round folds Δ while training (results without deltas) and moves the model as
+    the mean of the deltas would; FedDyn, which reads the deltas, does not fold."""
+    from wirelessfl.algorithms.fedavg import FedAvg
+    from wirelessfl.engine.client import FoldedResults
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import prepare
+
+    raw = {"seed": 1, "data": {"dataset": "synthetic", "num_clients": 7,
+                               "samples_per_client": None},
+           "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.5}},
+           "local": {"lr": 0.05, "batch_size": 10, "steps": 3}, "max_batch": 3}
+    exp = prepare(resolve({**raw, "algorithm": {"name": "fedavg"}}))
+    state = exp.initial_state()
+    plan = exp.algorithm.configure(state)
+    results = exp.algorithm.train(state, plan)
+    assert isinstance(results, FoldedResults) and all(r.delta == {} for r in results)
+    new, _ = exp.algorithm.apply(state)
+    unfolded = exp.algorithm.train_clients(plan.starts, plan.clients, 0,
+                                           buffers=state.buffers)
+    n = np.array([r.num_samples for r in unfolded], float)
+    for k in new.params:
+        torch.testing.assert_close(new.params[k], state.params[k] - sum(
+            w * r.delta[k] for w, r in zip(n / n.sum(), unfolded)), rtol=1e-5, atol=1e-7)
+    dyn = prepare(resolve({**raw, "algorithm": {"name": "feddyn"}}))
+    s = dyn.initial_state()
+    assert not isinstance(dyn.algorithm.train(s, dyn.algorithm.configure(s)), FoldedResults)
+    assert FedAvg.folds_deltas and not type(dyn.algorithm).folds_deltas

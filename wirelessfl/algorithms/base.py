@@ -42,7 +42,9 @@ from wirelessfl.engine.client import (
     ClientResult,
     ClientTask,
     ClientUpdate,
+    DeltaFold,
     Executor,
+    FoldedResults,
     LocalHParams,
     scheduled_lr,
 )
@@ -246,7 +248,8 @@ class FederatedAlgorithm(ABC):
     def train_clients(self, starts: Sequence[Params], clients: Sequence[int], t: int,
                       stage: int = 0, states: Mapping[int, Any] | None = None,
                       broadcast: Any = None, buffers: Params | None = None,
-                      update: ClientUpdate | None = None) -> list[ClientResult]:
+                      update: ClientUpdate | None = None,
+                      fold: DeltaFold | None = None) -> list[ClientResult]:
         """Run local training for ``clients``, client k starting from ``starts[k]``.
 
         ``stage`` separates several local phases within round ``t`` (HIST's edge rounds) so
@@ -254,7 +257,9 @@ class FederatedAlgorithm(ABC):
         ``broadcast`` what the server sends to all of them with the model (a list: one per
         client, e.g. RA-Fed's masks); ``buffers`` the
         global model's buffers each client starts from; ``update`` a local rule other than
-        the algorithm's own (with its own ``hp``).
+        the algorithm's own (with its own ``hp``); ``fold`` takes the clients' pseudo-gradients
+        as they finish (the results, a :class:`~wirelessfl.engine.client.FoldedResults`,
+        come back without them).
         """
         env, states = self.env, states or {}
         each = broadcast if isinstance(broadcast, list) else [broadcast] * len(starts)
@@ -263,9 +268,9 @@ class FederatedAlgorithm(ABC):
                             state=states.get(int(u)), broadcast=b, lr=self.client_lr(t),
                             buffers=buffers or None)
                  for u, p, b in zip(clients, starts, each)]
-        if update is None:
-            return env.executor.run(self.update, env.train, tasks, env.local)
-        return env.executor.run(update, env.train, tasks, update.hp)
+        rule, hp = (self.update, env.local) if update is None else (update, update.hp)
+        results = env.executor.run(rule, env.train, tasks, hp, fold)
+        return results if fold is None else FoldedResults(results, fold)
 
 
 def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int, dict]]:

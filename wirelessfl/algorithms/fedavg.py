@@ -28,7 +28,7 @@ from wirelessfl.algorithms.base import (
     mean_buffers,
     num_params,
 )
-from wirelessfl.engine.client import ClientResult
+from wirelessfl.engine.client import ClientResult, DeltaFold, FoldedResults
 from wirelessfl.models.base import Params
 from wirelessfl.server.aggregation import Aggregator, Mean
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
@@ -131,6 +131,10 @@ class FedAvg(FederatedAlgorithm):
     state_type = ServerOptState
     uses_uplink = True
     uses_digital_link = True
+    #: Whether :meth:`aggregate` reads the clients' pseudo-gradients only through
+    #: :meth:`combine`: then, over an exact uplink, they are averaged while the clients train
+    #: (:meth:`train`). FedDyn, which sums them itself, says False.
+    folds_deltas = True
 
     def __init__(self, env: Environment, hp: FedAvgHParams = FedAvgHParams(),
                  aggregator: Aggregator | None = None) -> None:
@@ -154,6 +158,24 @@ class FedAvg(FederatedAlgorithm):
         """What the server sends with the model (nothing for FedAvg)."""
         return None
 
+    # ------------------------------------------------------------------ train
+    def train(self, state: ServerState, plan: RoundPlan) -> list[ClientResult]:
+        """Local training; over an exact uplink the Δ_i are averaged as clients finish.
+
+        With the exact mean (:class:`~wirelessfl.server.aggregation.Mean`, no digital link
+        deciding who arrives) the server needs only Σ_i w_i Δ_i / Σ_i w_i, so a
+        :class:`~wirelessfl.engine.client.DeltaFold` sums it chunk by chunk and a round holds
+        one chunk's pseudo-gradients, not every client's (:meth:`combine` reads it).
+        """
+        fold = None
+        if (self.folds_deltas and self.env.link is None and type(self.aggregator) is Mean
+                and type(self).combine is FedAvg.combine and len(plan.clients)):
+            sizes = np.array([len(self.env.client_indices[u]) for u in plan.clients])
+            fold = DeltaFold(client_weights(sizes, self.hp.weighting))
+        return self.train_clients(plan.starts, plan.clients, state.round,
+                                  states=state.client_states, broadcast=plan.broadcast,
+                                  buffers=state.buffers, fold=fold)
+
     # ------------------------------------------------------------------ aggregate
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
@@ -162,8 +184,13 @@ class FedAvg(FederatedAlgorithm):
         return self.finish_round(state, params, opt_state, results)
 
     def combine(self, state: ServerState, results: list[ClientResult]) -> tuple[Params, np.ndarray]:
-        """The aggregated pseudo-gradient (``noise`` stream) and the aggregation weights."""
+        """The aggregated pseudo-gradient (``noise`` stream) and the aggregation weights.
+
+        Results folded while training (:meth:`train`) bring their mean with them.
+        """
         w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
+        if isinstance(results, FoldedResults):
+            return results.fold.mean(), w
         update = self.aggregator.aggregate([r.delta for r in results], w,
                                            self.env.seeds.generator("noise", state.round))
         return update, w

@@ -89,6 +89,7 @@ class FedDyn(FedAvg):
     """FedDyn over FedAvg's sampling and aggregation."""
 
     state_type = FedDynState
+    folds_deltas = False  # its h sums the Δ_i itself
 
     def __init__(self, env: Environment, hp: FedDynHParams = FedDynHParams()) -> None:
         super().__init__(env, hp)

@@ -57,6 +57,7 @@ from wirelessfl.engine.client import (
     ClientResult,
     ClientTask,
     ClientUpdate,
+    DeltaFold,
     Executor,
     LocalHParams,
     LocalSGD,
@@ -64,6 +65,7 @@ from wirelessfl.engine.client import (
     batch_schedule,
     keep_where,
     task_lr,
+    tree_bytes,
 )
 from wirelessfl.models.base import Params
 from wirelessfl.models.layers import column_major, sgd_in_backward
@@ -76,11 +78,6 @@ from wirelessfl.models.noise import client_noise, step_keys
 #: 0.48 s, chunks of 30 0.45 s, of 20 0.45 s, of 15 0.50 s, of 10 0.55 s; 1,000 clients × 3
 #: steps: chunks of ~500 1.14 s, of 30 1.05 s.
 CPU_CHUNK_BYTES = 32 << 20
-
-
-def _param_bytes(task: ClientTask) -> int:
-    """Bytes of one client's parameters."""
-    return sum(v.numel() * v.element_size() for v in task.params.values())
 
 
 def _signature(task: ClientTask, hp: LocalHParams) -> tuple:
@@ -118,14 +115,16 @@ class BatchedExecutor(Executor):
         return f"BatchedExecutor(device='{self.device}', max_batch={self.max_batch})"
 
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
-            hp: LocalHParams) -> list[ClientResult]:
+            hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
         """Train every task, one stacked group at a time; results in task order.
 
         A rule that is not elementwise (:attr:`~wirelessfl.engine.client.LocalSGD.elementwise`)
-        runs on the loop engine instead.
+        runs on the loop engine instead. With a ``fold``, each chunk's pseudo-gradients go
+        into it as the chunk finishes (taken on the stacked parameters when the rule keeps
+        the default :meth:`~wirelessfl.engine.client.ClientUpdate.client_final`).
         """
         if not isinstance(update, LocalSGD) or not self._batchable(update, data, tasks, hp):
-            return self._loop.run(update, data, tasks, hp)
+            return self._loop.run(update, data, tasks, hp, fold)
         groups: dict[tuple, list[int]] = {}
         for i, t in enumerate(tasks):
             groups.setdefault(_signature(t, hp), []).append(i)
@@ -135,7 +134,8 @@ class BatchedExecutor(Executor):
             parts = -(-n // self.chunk_size(tasks[members[0]], hp, data))
             for j in range(parts):  # chunks of equal size, to one client
                 chunk = members[n * j // parts:n * (j + 1) // parts]
-                for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk], hp)):
+                for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk],
+                                                       hp, fold, chunk)):
                     out[i] = r
         return out  # type: ignore[return-value]
 
@@ -149,7 +149,7 @@ class BatchedExecutor(Executor):
             return self.max_batch
         size = max(1, int(self.memory_budget() // self.client_bytes(task, hp, data)))
         if self.device.type == "cpu":
-            size = min(size, max(1, CPU_CHUNK_BYTES // max(1, _param_bytes(task))))
+            size = min(size, max(1, CPU_CHUNK_BYTES // max(1, tree_bytes(task.params))))
         return size
 
     def memory_budget(self) -> int:
@@ -178,7 +178,7 @@ class BatchedExecutor(Executor):
         context; twelve with Adam's moments) and its mini-batch four times over (inputs and
         the activations they make).
         """
-        params = _param_bytes(task)
+        params = tree_bytes(task.params)
         sample = data.x[0].numel() * data.x.element_size() if len(data.x) else 0
         return max(1, params * (12 if hp.optimizer == "adam" else 8)
                    + 4 * min(hp.batch_size, max(1, len(task.indices))) * sample)
@@ -214,7 +214,8 @@ class BatchedExecutor(Executor):
         return self._checked[rule]
 
     def _run_group(self, update: LocalSGD, data: ArrayDataset, tasks: list[ClientTask],
-                   hp: LocalHParams) -> list[ClientResult]:
+                   hp: LocalHParams, fold: DeltaFold | None = None,
+                   positions: Sequence[int] = ()) -> list[ClientResult]:
         schedules = [batch_schedule(len(t.indices), hp, np.random.default_rng(t.seed))
                      for t in tasks]
         steps = np.array([len(s) for s in schedules])
@@ -269,18 +270,26 @@ class BatchedExecutor(Executor):
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
             raise ClientError(f"batched clients {ids} failed: {exc}") from exc
-        # column-major stacks back to each client's own layout (results are contiguous); the
-        # start is each task's own
-        params = _rows(carry.params)
+        # the default final step folds Δ on the stack: each client's result then has no Δ
+        on_stack = fold is not None and type(update).client_final is ClientUpdate.client_final
+        if on_stack:
+            fold.add(positions, _stacked_deltas(tasks, carry, self.device))
+            params = {}
+        else:  # column-major stacks back to each client's own layout (results are contiguous)
+            params = _rows(carry.params)
         opt = {name: _rows(tree) for name, tree in carry.opt.items() if isinstance(tree, dict)}
-        return [update.client_final(t, Carry(
-                    start={k: v.detach().to(self.device) for k, v in t.params.items()},
-                    params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
-                    step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c],
-                    buffers={k: v[c] for k, v in carry.buffers.items()},
-                    opt={name: {k: v[c] for k, v in tree.items()} for name, tree in opt.items()},
-                    seed=t.seed))
-                for c, t in enumerate(tasks)]
+        results = [update.client_final(t, Carry(  # the start is each task's own
+                       start={} if on_stack else
+                       {k: v.detach().to(self.device) for k, v in t.params.items()},
+                       params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
+                       step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c],
+                       buffers={k: v[c] for k, v in carry.buffers.items()},
+                       opt={name: {k: v[c] for k, v in tree.items()} for name, tree in opt.items()},
+                       seed=t.seed))
+                   for c, t in enumerate(tasks)]
+        if fold is not None and not on_stack:
+            results = fold.add_results(positions, results)
+        return results
 
     def _schedule(self, data: ArrayDataset, tasks: list[ClientTask],
                   schedules: list[list]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -346,6 +355,24 @@ def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Te
             carry.params[k].add_(g, alpha=-carry.lr)
     carry.step += 1
     return losses
+
+
+def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device) -> Params:
+    """Every client's Δ = start − end, stacked as ``carry.params`` (for a :class:`DeltaFold`).
+
+    The start is the carry's stacked one, or, where the group trained its starts in place,
+    the tasks' own: one broadcast tensor when they all share it (FedAvg's global model).
+    """
+    out = {}
+    for k, end in carry.params.items():
+        if k in carry.start:
+            start = carry.start[k]
+        elif all(t.params[k] is tasks[0].params[k] for t in tasks):
+            start = tasks[0].params[k].detach().to(device)
+        else:
+            start = torch.stack([t.params[k].detach() for t in tasks]).to(device)
+        out[k] = start - end
+    return out
 
 
 def _stack(tensors: list[torch.Tensor], device: torch.device, column: bool) -> torch.Tensor:

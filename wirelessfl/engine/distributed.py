@@ -44,6 +44,7 @@ from wirelessfl.engine.client import (
     ClientResult,
     ClientTask,
     ClientUpdate,
+    DeltaFold,
     Executor,
     LocalHParams,
 )
@@ -86,9 +87,10 @@ def _serve(rank: int, world: int, port: int, device: str, threads: int,
             if kind == "data":
                 data = payload
                 continue
-            update, shares, hp = payload
+            update, shares, hp, folds = payload
+            fold = folds[rank] if folds else None
             try:
-                out: Any = ("ok", executor.run(update, data, shares[rank], hp))
+                out: Any = ("ok", (executor.run(update, data, shares[rank], hp, fold), fold))
             except Exception as exc:  # noqa: BLE001 - reported to rank 0, which raises it
                 out = ("error", f"{type(exc).__name__}: {exc}"[:500] + " | "
                        + traceback.format_exc(limit=2)[-300:])
@@ -184,8 +186,12 @@ class DistributedExecutor(Executor):
 
     # ------------------------------------------------------------------ rounds
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
-            hp: LocalHParams) -> list[ClientResult]:
-        """Train the tasks over the ranks (rank 0 here); results in task order."""
+            hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
+        """Train the tasks over the ranks (rank 0 here); results in task order.
+
+        With a ``fold`` each rank folds its share and only the ranks' sums travel back,
+        added in rank order.
+        """
         import torch.distributed as dist
 
         if not tasks:
@@ -195,13 +201,18 @@ class DistributedExecutor(Executor):
         if self._data_id != id(data):
             dist.broadcast_object_list([("data", data.placed("cpu", "auto"))], src=0)
             self._data_id = id(data)
-        shares = [list(tasks[i] for i in part)
-                  for part in np.array_split(np.arange(len(tasks)), self.workers)]
-        dist.broadcast_object_list([("run", (update, shares, hp))], src=0)
+        parts = np.array_split(np.arange(len(tasks)), self.workers)
+        shares = [list(tasks[i] for i in part) for part in parts]
+        ends = np.cumsum([0] + [len(p) for p in parts])
+        folds = None if fold is None else [fold.share(int(lo), int(hi))
+                                           for lo, hi in zip(ends[:-1], ends[1:])]
+        dist.broadcast_object_list([("run", (update, shares, hp, folds))], src=0)
         mine: Any
         try:
             with torch_threads(self.threads):  # rank 0's share of the cores, as every rank's
-                mine = ("ok", self.local.run(update, data, shares[0], hp))
+                mine = ("ok", (self.local.run(update, data, shares[0], hp,
+                                              folds[0] if folds else None),
+                               folds[0] if folds else None))
         except Exception as exc:  # noqa: BLE001 - the workers are waiting to be gathered
             mine = ("error", f"{type(exc).__name__}: {exc}"[:500])
         gathered: list[Any] = [None] * self.workers
@@ -209,4 +220,7 @@ class DistributedExecutor(Executor):
         errors = [f"rank {r}: {msg}" for r, (kind, msg) in enumerate(gathered) if kind == "error"]
         if errors:
             raise ClientError("distributed clients failed: " + "; ".join(errors))
-        return [r for _, results in gathered for r in results]
+        if fold is not None:
+            for _, (_, share) in gathered:
+                fold.merge(share)
+        return [r for _, (results, _) in gathered for r in results]

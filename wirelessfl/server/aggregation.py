@@ -27,6 +27,7 @@ from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
 from channels.validation import as_float, as_int
 from solvers import beamforming
+from wirelessfl.engine.client import FOLD_TREES
 from wirelessfl.models.base import Params
 
 
@@ -39,8 +40,9 @@ def _weights(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
 
 
 #: Trees stacked at once by :func:`weighted_mean` (more are summed chunk by chunk, so that
-#: aggregating 10,000 clients does not hold a second copy of all their pseudo-gradients).
-MEAN_CHUNK = 256
+#: aggregating 10,000 clients does not hold a second copy of all their pseudo-gradients);
+#: the loop engine's :class:`~wirelessfl.engine.client.DeltaFold` groups are no larger.
+MEAN_CHUNK = FOLD_TREES
 
 
 def weighted_mean(trees: Sequence[Params], weights: np.ndarray | Sequence[float]) -> Params:
