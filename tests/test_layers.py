@@ -67,6 +67,23 @@ def test_vmap_over_stacked_clients_equals_each_client(case):
             torch.testing.assert_close(g[c], e, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_vmap_over_clients_sharing_one_weight_equals_each_client(case):
+    """An unbatched weight (every client's received model) under vmap: each client's output,
+    and the shared weight's gradient summed over the clients."""
+    ours, ref, shape = _pair(case)
+    clients = 3
+    shared = {k: v.detach().clone().requires_grad_(True) for k, v in ref.named_parameters()}
+    x = torch.randn(clients, *shape)
+    out = vmap(lambda xb: functional_call(ours, shared, (xb,)))(x)
+    grads = torch.autograd.grad(out.square().sum(), list(shared.values()))
+    each = torch.stack([functional_call(ref, shared, (x[c],)) for c in range(clients)])
+    torch.testing.assert_close(out, each, rtol=1e-5, atol=1e-5)
+    expect = torch.autograd.grad(each.square().sum(), list(shared.values()))
+    for g, e in zip(grads, expect):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
 def test_conv_refuses_what_it_does_not_stack():
     with pytest.raises(ValueError, match="groups 1"):
         layers.Conv2d(4, 4, 3, groups=2)

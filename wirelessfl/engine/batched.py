@@ -220,19 +220,23 @@ class BatchedExecutor(Executor):
                      for t in tasks]
         steps = np.array([len(s) for s in schedules])
         cols = column_major(update.model) if self.device.type == "cpu" else frozenset()
-        start = {k: _stack([t.params[k].detach() for t in tasks], self.device, k in cols)
-                 for k in tasks[0].params}
+        stacked = {k: _stack([t.params[k].detach() for t in tasks], self.device, k in cols)
+                   for k in tasks[0].params}
         contexts = [update.context(t) for t in tasks]
         ctx = {name: {k: _stack([c[name][k] for c in contexts], self.device, k in cols)
                       for k in contexts[0][name]} for name in contexts[0]}
         buffers = {k: torch.stack([t.buffers[k].detach() for t in tasks]).to(self.device)
                    for k in (tasks[0].buffers or {})}
         fused = update.plain_sgd  # steps taken in place: the group owns its parameters
-        params = start
+        params, start = stacked, stacked
         if fused and type(update).objective is LocalSGD.objective:
             start = {}  # the default loss never reads the start: the stack is the parameters
+        elif all(t.params[k] is tasks[0].params[k] for t in tasks for k in stacked):
+            # one start for all (FedAvg's global model): one unstacked copy, which vmap
+            # passes to every client (and the layers read with one GEMM)
+            start = {k: v.detach().to(self.device) for k, v in tasks[0].params.items()}
         elif fused:
-            params = {k: v.clone() for k, v in start.items()}
+            params = {k: v.clone() for k, v in stacked.items()}
         carry = Carry(start=start, params=params, lr=task_lr(tasks[0], hp), ctx=ctx,
                       buffers=buffers, batch_dims=1)
         loss_sum = torch.zeros(len(tasks), device=self.device)
@@ -331,8 +335,11 @@ class BatchedExecutor(Executor):
             with client_noise(key):  # each client's own dropout stream, as in the loop
                 return update.objective(p, b, s, xb, yb, wb, c)  # b updated in place
 
+        # a start of lower rank than the parameters is one tensor for every client (unstacked)
+        shared = any(v.dim() < carry.params[k].dim() for k, v in carry.start.items())
         with update.autocast(x.device.type):
-            total, losses = vmap(client_loss, randomness="different")(
+            total, losses = vmap(client_loss, in_dims=(0, None if shared else 0, 0, 0, 0, 0, 0, 0),
+                                 randomness="different")(
                 stacked, carry.start, x, y, w, carry.ctx, carry.buffers, keys)
         if fused:
             return dict(zip(stacked, torch.autograd.grad(total.sum(), list(stacked.values()),
