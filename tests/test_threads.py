@@ -120,3 +120,19 @@ def test_a_busy_machine_gets_sleeping_openmp_threads_and_batched_runs_every_core
     code = "import sys, wirelessfl; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_threads_benchmark_round_runs_each_setting_as_configured():
+    """``benchmarks/threads.py --round``'s runner: the policy and count it sets are the ones
+    the fresh interpreter computes with (one timed round each)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "threads.py"
+    spec = importlib.util.spec_from_file_location("threads_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seconds, threads, policy = bench.run_round("passive 1", 1)
+    assert seconds > 0 and (threads, policy) == (1, "PASSIVE")
+    seconds, threads, policy = bench.run_round("wirelessfl default", 1)
+    assert seconds > 0 and 1 <= threads <= usable_cpus() and policy in ("unset", "PASSIVE")

@@ -19,7 +19,12 @@ step is plain SGD (:attr:`~wirelessfl.engine.client.LocalSGD.plain_sgd`: FedAvg,
 fused into their weight-gradient GEMM inside the backward pass
 (:func:`~wirelessfl.models.layers.sgd_in_backward`), and on the CPU wide linear weights are
 stacked column-major (:func:`~wirelessfl.models.layers.column_major`): the peers'
-benchmark's FCNN FedAvg round (60 clients × 20 steps) 0.71 → 0.51 s.
+benchmark's FCNN FedAvg round (60 clients × 20 steps) 0.71 → 0.51 s. Clients that share
+their start (FedAvg's global model) get it once, unstacked, so rules that read the start
+(MOON's anchor features, FedProx's pull) do not hold a copy per client, and a
+:class:`~wirelessfl.engine.client.DeltaFold` takes each chunk's pseudo-gradients on the
+stack as the chunk finishes (``benchmarks/scale.py``: 10,000 FCNN clients in 0.80 GB
+instead of 10.5 GB; 1,000 clients one step each 0.75 → 0.40 s per round).
 
 Clients keep their own mini-batch order (:func:`~wirelessfl.engine.client.batch_schedule` under
 their seed). Unequal local data sizes give unequal batch sizes and step counts: a short
