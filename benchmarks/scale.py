@@ -10,7 +10,11 @@ seconds per round (median after one warm-up round), seconds per trained client, 
 process's peak resident memory, and the stacked chunk size. Also a population of 10,000 of
 which 1,000 train per round: its cost should be that of 1,000 clients, not of 10,000.
 
-Linear scaling means the per-client cost at 10,000 is within 1.3x of that at 1,000.
+Linear scaling means the per-client cost at 10,000 is within 1.3x of that at 1,000. FedAvg
+averages the pseudo-gradients as each chunk finishes (:class:`wirelessfl.engine.client.DeltaFold`),
+so the peak memory is set by the chunk, not by the population: on the 2-core machine 0.80 GB
+for 1,000 and for 10,000 clients (10.5 GB at 10,000 before the fold), 0.40 and 0.43 ms per
+client.
 """
 
 from __future__ import annotations

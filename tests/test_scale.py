@@ -121,6 +121,15 @@ def test_a_fold_is_checked_and_shares_add_up():
                                                    .view(-1, 1, 1)).sum(0))
     with pytest.raises(ValueError, match="does not stack"):
         DeltaFold(w).add(range(4), {"x": d.clone()})
+    model, data, tasks = _fcnn_tasks(3)
+    hp = LocalHParams(lr=0.05, batch_size=4, steps=1)
+    for bad in (DeltaFold([1.0, 1.0]), DeltaFold([1.0] * 4)):
+        with pytest.raises(ValueError, match="one weight per task"):
+            BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp, bad)
+    used = DeltaFold([1.0] * 3)
+    BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp, used)
+    with pytest.raises(ValueError, match="3 folded"):           # a fold serves one round
+        BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp, used)
     with pytest.raises(RuntimeError, match="2 of 5"):
         half = DeltaFold(w)
         half.add([0, 1], {"x": d[:2].clone()})

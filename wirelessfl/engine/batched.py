@@ -130,6 +130,8 @@ class BatchedExecutor(Executor):
         """
         if not isinstance(update, LocalSGD) or not self._batchable(update, data, tasks, hp):
             return self._loop.run(update, data, tasks, hp, fold)
+        if fold is not None:
+            fold.check(tasks)
         groups: dict[tuple, list[int]] = {}
         for i, t in enumerate(tasks):
             groups.setdefault(_signature(t, hp), []).append(i)

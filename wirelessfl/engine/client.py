@@ -34,6 +34,7 @@ from torch.func import functional_call
 
 from channels.validation import as_float, as_int
 from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.errors import short
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.noise import client_noise, step_key
 
@@ -551,8 +552,9 @@ class DeltaFold:
     """A round's weighted mean of pseudo-gradients, Σ_i w_i Δ_i / Σ_i w_i, summed as clients finish.
 
     Handed to :meth:`Executor.run` (``fold=``), it takes each group of finished clients'
-    Δ_i as the executor produces them (a stacked chunk on the batched engine, one client on
-    the loop), and their results come back with an empty ``delta``: a round holds one
+    Δ_i as the executor produces them (a stacked chunk on the batched engine, up to
+    :data:`FOLD_TREES` clients or :data:`FOLD_BYTES` on the loop), and their results come
+    back with an empty ``delta``: a round holds one
     group's pseudo-gradients at a time instead of every client's (10,000 FCNN clients:
     9.5 GB of deltas otherwise). For a server that needs only this mean of the Δ_i (the
     exact mean of FedAvg and of the rules that keep its server step).
@@ -581,13 +583,21 @@ class DeltaFold:
                  normaliser: float | None = None) -> None:
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 1 or not np.isfinite(w).all() or (w < 0).any():
-            raise ValueError(f"weights must be a 1-D array of finite non-negative numbers, got {w}")
+            raise ValueError("weights must be a 1-D array of finite non-negative numbers, got "
+                             f"{short(w)}")
         total = float(w.sum()) if normaliser is None else as_float("normaliser", normaliser)
         if not total > 0:
             raise ValueError("the weights of a fold must have a positive sum")
         self.weights, self.normaliser = w, total
         self.total: Params | None = None
         self.folded = 0  # clients folded so far
+
+    def check(self, tasks: Sequence[ClientTask]) -> None:
+        """``ValueError`` unless this fold has one weight per task and nothing folded yet."""
+        if len(self.weights) != len(tasks) or self.folded:
+            raise ValueError(f"a fold of {len(self.weights)} weights ({self.folded} folded) "
+                             f"cannot take a round of {len(tasks)} tasks: make a new "
+                             "DeltaFold with one weight per task")
 
     def share(self, lo: int, hi: int) -> DeltaFold:
         """The fold of tasks ``lo:hi`` alone, normalised as the whole round (for a worker)."""
@@ -697,9 +707,10 @@ class LoopExecutor(Executor):
 
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
             hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
-        """Train the tasks one after another (each folded as it finishes)."""
+        """Train the tasks one after another (folded in groups as they finish)."""
         if fold is None:
             return [self._run_one(update, data, t, hp) for t in tasks]
+        fold.check(tasks)
         out: list[ClientResult] = []
         group: list[ClientResult] = []  # finished, not yet folded
         for i, t in enumerate(tasks):

@@ -194,6 +194,8 @@ class DistributedExecutor(Executor):
         """
         import torch.distributed as dist
 
+        if fold is not None:
+            fold.check(tasks)
         if not tasks:
             return []
         if not self._procs:
