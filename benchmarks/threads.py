@@ -96,15 +96,28 @@ ROUND_SETTINGS = {"pytorch default": (None, "torch"), "passive 1": ("PASSIVE", "
                   "active 2": ("ACTIVE", "2"), "wirelessfl default": (None, "wirelessfl")}
 
 
-def run_round(setting: str, rounds: int) -> tuple[float, int, str]:
-    """Seconds per round of one ``--round`` setting in a fresh interpreter (and its threads)."""
-    policy, mode = ROUND_SETTINGS[setting]
+def _fresh(code: str, policy: str | None, *argv: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter with OpenMP's ``policy`` (None: unset); its output words."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
     if policy:
         env["OMP_WAIT_POLICY"] = policy
-    out = subprocess.run([sys.executable, "-c", ROUND, mode, str(rounds)], env=env,
-                         capture_output=True, text=True, check=True).stdout.split()
+    return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True,
+                          text=True, check=True).stdout.split()
+
+
+def run_round(setting: str, rounds: int) -> tuple[float, int, str]:
+    """Seconds per round of one ``--round`` setting in a fresh interpreter (and its threads)."""
+    policy, mode = ROUND_SETTINGS[setting]
+    out = _fresh(ROUND, policy, mode, str(rounds))
     return float(out[0]), int(out[1]), out[2]
+
+
+def run(setting: str, steps: int) -> tuple[float, int]:
+    """Milliseconds per step of one step setting in a fresh interpreter (and its threads)."""
+    policy = setting.upper() if setting in ("active", "passive") else None
+    mode = {"one thread": "one", "wirelessfl auto": "auto"}.get(setting, "torch")
+    out = _fresh(WORK, policy, mode, str(steps))
+    return float(out[0]), int(out[1])
 
 
 def _spin() -> None:  # pragma: no cover - a background process
@@ -112,14 +125,26 @@ def _spin() -> None:  # pragma: no cover - a background process
         pass
 
 
-def run(setting: str, steps: int) -> tuple[float, int]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    if setting in ("active", "passive"):
-        env["OMP_WAIT_POLICY"] = setting.upper()
-    mode = {"one thread": "one", "wirelessfl auto": "auto"}.get(setting, "torch")
-    out = subprocess.run([sys.executable, "-c", WORK, mode, str(steps)], env=env,
-                         capture_output=True, text=True, check=True).stdout.split()
-    return float(out[0]), int(out[1])  # ms per step, threads used
+def measure(settings, time_one, repeats: int, load: int) -> tuple[dict, dict]:
+    """Each setting's median first value of ``time_one(setting)`` and its last whole output.
+
+    ``repeats`` interleaved passes over the settings (so drift hits every setting alike),
+    beside ``load`` spinning processes started first and killed at the end.
+    """
+    procs = [mp.Process(target=_spin, daemon=True) for _ in range(load)]
+    for q in procs:
+        q.start()
+    try:
+        times: dict = {s: [] for s in settings}
+        last: dict = {}
+        for _ in range(repeats):
+            for s in settings:
+                last[s] = time_one(s)
+                times[s].append(last[s][0])
+        return {s: round(statistics.median(v), 3) for s, v in times.items()}, last
+    finally:
+        for q in procs:
+            q.kill()
 
 
 def main() -> None:
@@ -137,21 +162,9 @@ def main() -> None:
     settings = ("pytorch default", "passive", "active", "one thread", "wirelessfl auto")
     report: dict = {"cores": os.cpu_count(), "load_processes": args.load, "steps": args.steps}
     for loaded in (False, True):
-        procs = [mp.Process(target=_spin, daemon=True) for _ in range(args.load if loaded else 0)]
-        for q in procs:
-            q.start()
-        try:
-            times = {s: [] for s in settings}
-            for _ in range(args.repeats):  # interleaved, so drift hits every setting alike
-                for s in settings:
-                    ms, _ = run(s, args.steps)
-                    times[s].append(ms)
-            med = {s: round(statistics.median(v), 3) for s, v in times.items()}
-        finally:
-            for q in procs:
-                q.kill()
-        key = "under_load" if loaded else "quiet"
-        report[key] = {"ms_per_step": med, "over_default": {
+        med, _ = measure(settings, lambda s: run(s, args.steps), args.repeats,
+                         args.load if loaded else 0)
+        report["under_load" if loaded else "quiet"] = {"ms_per_step": med, "over_default": {
             s: round(med[s] / med["pytorch default"], 2) for s in settings},
             "auto_over_best": round(med["wirelessfl auto"] / min(med.values()), 2)}
     print(json.dumps(report, indent=None if args.json else 2))
@@ -161,23 +174,12 @@ def rounds_report(args: argparse.Namespace) -> None:
     """``--round``: seconds per round of each setting, quiet and under the load."""
     report: dict = {"cores": os.cpu_count(), "load_processes": args.load, "rounds": args.rounds}
     for loaded in (False, True):
-        procs = [mp.Process(target=_spin, daemon=True) for _ in range(args.load if loaded else 0)]
-        for q in procs:
-            q.start()
-        try:
-            times: dict = {s: [] for s in ROUND_SETTINGS}
-            chosen: dict = {}
-            for _ in range(args.repeats):  # interleaved
-                for s in ROUND_SETTINGS:
-                    sec, threads, policy = run_round(s, args.rounds)
-                    times[s].append(sec)
-                    chosen[s] = {"threads": threads, "wait_policy": policy}
-            med = {s: round(statistics.median(v), 3) for s, v in times.items()}
-        finally:
-            for q in procs:
-                q.kill()
+        med, last = measure(ROUND_SETTINGS, lambda s: run_round(s, args.rounds), args.repeats,
+                            args.load if loaded else 0)
+        _, threads, policy = last["wirelessfl default"]
         report["under_load" if loaded else "quiet"] = {
-            "seconds_per_round": med, "wirelessfl_chose": chosen["wirelessfl default"],
+            "seconds_per_round": med,
+            "wirelessfl_chose": {"threads": threads, "wait_policy": policy},
             "default_over_best": round(med["wirelessfl default"] / min(med.values()), 2),
             "best": min(med, key=med.get)}
     print(json.dumps(report, indent=None if args.json else 2))
