@@ -27,7 +27,7 @@ from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
 from channels.validation import as_float, as_int
 from solvers import beamforming
-from wirelessfl.engine.client import FOLD_TREES
+from wirelessfl.engine.client import FOLD_TREES, DeltaFold
 from wirelessfl.models.base import Params
 
 
@@ -53,15 +53,12 @@ def weighted_mean(trees: Sequence[Params], weights: np.ndarray | Sequence[float]
     """
     w = _weights(weights, len(trees))
     _same_layout(trees[0], *trees[1:])
-    w = w / w.sum()
-    out: Params = {}
-    for k, first in trees[0].items():
-        coef = torch.as_tensor(w, dtype=first.dtype, device=first.device)
-        for lo in range(0, len(trees), MEAN_CHUNK):
-            part = torch.stack([t[k] for t in trees[lo:lo + MEAN_CHUNK]]).mul_(
-                coef[lo:lo + MEAN_CHUNK].view(-1, *([1] * first.dim()))).sum(0)
-            out[k] = part if lo == 0 else out[k].add_(part)
-    return out
+    fold = DeltaFold(w)  # the same stacked sums as a round folded while it trains
+    for lo in range(0, len(trees), MEAN_CHUNK):
+        chunk = trees[lo:lo + MEAN_CHUNK]
+        fold.add(range(lo, lo + len(chunk)), {k: torch.stack([t[k] for t in chunk])
+                                              for k in trees[0]})
+    return fold.mean()
 
 
 def _same_layout(first: Params, *others: Params) -> None:
