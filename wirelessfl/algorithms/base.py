@@ -207,7 +207,12 @@ class FederatedAlgorithm(ABC):
     def train(self, state: ServerState, plan: RoundPlan) -> Any:
         """Local training of the plan's clients (with their stored states and the buffers)."""
         return self.train_clients(plan.starts, plan.clients, state.round, states=state.client_states,
-                                  broadcast=plan.broadcast, buffers=state.buffers)
+                                  broadcast=plan.broadcast, buffers=state.buffers,
+                                  fold=self.delta_fold(plan))
+
+    def delta_fold(self, plan: RoundPlan) -> DeltaFold | None:
+        """A fold averaging the round's Δ_i as clients finish; None (the default): keep them."""
+        return None
 
     @abstractmethod
     def aggregate(self, state: ServerState, plan: RoundPlan,

@@ -133,7 +133,7 @@ class FedAvg(FederatedAlgorithm):
     uses_digital_link = True
     #: Whether :meth:`aggregate` reads the clients' pseudo-gradients only through
     #: :meth:`combine`: then, over an exact uplink, they are averaged while the clients train
-    #: (:meth:`train`). FedDyn, which sums them itself, says False.
+    #: (:meth:`delta_fold`). FedDyn, which sums them itself, says False.
     folds_deltas = True
 
     def __init__(self, env: Environment, hp: FedAvgHParams = FedAvgHParams(),
@@ -159,22 +159,19 @@ class FedAvg(FederatedAlgorithm):
         return None
 
     # ------------------------------------------------------------------ train
-    def train(self, state: ServerState, plan: RoundPlan) -> list[ClientResult]:
-        """Local training; over an exact uplink the Δ_i are averaged as clients finish.
+    def delta_fold(self, plan: RoundPlan) -> DeltaFold | None:
+        """Over an exact uplink, the fold of the Δ_i's weighted mean (:meth:`combine` reads it).
 
         With the exact mean (:class:`~wirelessfl.server.aggregation.Mean`, no digital link
         deciding who arrives) the server needs only Σ_i w_i Δ_i / Σ_i w_i, so a
         :class:`~wirelessfl.engine.client.DeltaFold` sums it chunk by chunk and a round holds
-        one chunk's pseudo-gradients, not every client's (:meth:`combine` reads it).
+        one chunk's pseudo-gradients, not every client's.
         """
-        fold = None
-        if (self.folds_deltas and self.env.link is None and type(self.aggregator) is Mean
+        if not (self.folds_deltas and self.env.link is None and type(self.aggregator) is Mean
                 and type(self).combine is FedAvg.combine and len(plan.clients)):
-            sizes = np.array([len(self.env.client_indices[u]) for u in plan.clients])
-            fold = DeltaFold(client_weights(sizes, self.hp.weighting))
-        return self.train_clients(plan.starts, plan.clients, state.round,
-                                  states=state.client_states, broadcast=plan.broadcast,
-                                  buffers=state.buffers, fold=fold)
+            return None
+        sizes = np.array([len(self.env.client_indices[u]) for u in plan.clients])
+        return DeltaFold(client_weights(sizes, self.hp.weighting))
 
     # ------------------------------------------------------------------ aggregate
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
