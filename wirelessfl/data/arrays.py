@@ -104,17 +104,14 @@ class ArrayDataset:
         """
         if isinstance(index, slice):
             x, y = self.x[index], self.y[index]  # a slice of pinned memory stays pinned
-        elif not self.x.is_pinned():  # index_select: a parallel row gather (FCNN round 172 → 93 ms)
+        else:  # index_select: a parallel row gather (FCNN round 172 → 93 ms against x[index])
             flat = index.reshape(-1)
-            x = torch.index_select(self.x, 0, flat).view(*index.shape, *self.sample_shape)
-            y = torch.index_select(self.y, 0, flat).view(index.shape)
-        else:
-            flat = index.reshape(-1)
-            x = torch.empty((flat.numel(), *self.sample_shape), dtype=self.x.dtype,
-                            pin_memory=True)
-            y = torch.empty(flat.numel(), dtype=self.y.dtype, pin_memory=True)
-            torch.index_select(self.x, 0, flat, out=x)
-            torch.index_select(self.y, 0, flat, out=y)
+            pin = self.x.is_pinned()  # then gathered into pinned staging buffers
+            x = torch.index_select(self.x, 0, flat, out=torch.empty(
+                (flat.numel(), *self.sample_shape), dtype=self.x.dtype, pin_memory=True)
+                if pin else None)
+            y = torch.index_select(self.y, 0, flat, out=torch.empty(
+                flat.numel(), dtype=self.y.dtype, pin_memory=True) if pin else None)
             x, y = x.view(*index.shape, *self.sample_shape), y.view(index.shape)
         pinned = x.is_pinned()  # an asynchronous copy needs a pinned source
         return x.to(device, non_blocking=pinned), y.to(device, non_blocking=pinned)
