@@ -153,3 +153,17 @@ def test_client_noise_is_the_int64_hash_in_int32_arithmetic():
     stacked = vmap(draw, randomness="different")(torch.tensor(keys, dtype=torch.int64))
     for row, key in zip(stacked, keys):
         assert row.tolist() == pytest.approx(reference(key, 1, 6), abs=0, rel=1e-7)
+
+
+@pytest.mark.parametrize("name, shape", [("linear", (1, 28, 28)), ("fcnn", (1, 28, 28)),
+                                         ("mlp", (1, 28, 28)), ("lenet5", (1, 28, 28)),
+                                         ("svhn_cnn", (3, 32, 32)), ("resnet18", (3, 32, 32)),
+                                         ("resnet18_bn", (3, 32, 32))])
+def test_features_only_is_the_representation_without_the_head(name, shape):
+    """``features="only"`` returns the z of ``features=True`` (MOON's anchors run no head)."""
+    model = build_model(name, shape, 10, seed=0).eval()
+    x = torch.randn(4, *shape, generator=torch.Generator().manual_seed(1))
+    out, z = model(x, features=True)
+    only = model(x, features="only")
+    assert only.shape == z.shape and torch.equal(only, z)
+    assert not torch.equal(out, z) or name == "linear"

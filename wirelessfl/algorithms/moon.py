@@ -67,9 +67,16 @@ class ContrastiveSGD(LocalSGD):
         return {"prev": prev}
 
     def _features(self, params: Params, buffers: Params, x: torch.Tensor) -> torch.Tensor:
-        """Features of a frozen model; a model with buffers runs on a copy (no statistics)."""
+        """Features of a frozen model (its head is not run); buffers on a copy (no statistics).
+
+        Skipping the head skips its dropout draws too; every draw before z is made as before
+        and in the same order, so the numbers are those of the full forward, except where a
+        model draws before z (LeNet-5's fc1 dropout, augmentation): the previous model's
+        draws then come one call earlier in the client's stream (other numbers, the same law).
+        """
         frozen = {k: v.clone() for k, v in buffers.items()}
-        return functional_call(self.model, {**params, **frozen}, (x,), {"features": True})[1]
+        z = functional_call(self.model, {**params, **frozen}, (x,), {"features": "only"})
+        return z[1] if isinstance(z, tuple) else z  # a model that knows only features=True
 
     def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
         out, z = functional_call(self.model, {**params, **buffers}, (x,), {"features": True})

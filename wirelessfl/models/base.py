@@ -11,6 +11,10 @@ Models are used functionally: parameters live in a ``dict[str, Tensor]`` (:data:
 and the forward pass is ``torch.func.functional_call(model, params, x)``. A sliced
 submodel is just a dict of smaller tensors, since linear and conv layers take their sizes
 from the tensors they are given.
+
+A model with a representation (MOON's z: the penultimate ReLU layer, or the pooled ResNet
+features) takes ``features``: ``False`` gives the logits, ``True`` the pair (logits, z),
+``"only"`` z alone, without running the head (MOON's frozen anchor models need only z).
 """
 
 from __future__ import annotations

@@ -92,10 +92,12 @@ class FastText(FLModel):
         self.fc = layers.Linear(dim, num_classes)
         self.vocab_size = vocab
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         ids, mask = _ids(x)
         w = mask.to(self.fc.weight.dtype)
         z = (self.embed(ids) * w.unsqueeze(-1)).sum(-2) / w.sum(-1, keepdim=True).clamp(min=1)
+        if features == "only":
+            return z
         out = self.fc(z)
         return (out, z) if features else out
 

@@ -75,9 +75,9 @@ class Linear(FLModel):
         super().__init__()
         self.fc = layers.Linear(_flat(sample_shape), num_classes)
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         out = self.fc(x.flatten(1))
-        return (out, out) if features else out
+        return out if features == "only" else (out, out) if features else out
 
 
 class FCNN(FLModel):
@@ -92,8 +92,10 @@ class FCNN(FLModel):
         self.unit_groups = (linear_group("fc1", hidden, "fc2"),)
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         z = F.relu(self.fc1(x.flatten(1)))  # ReLU before dropout: they commute
+        if features == "only":
+            return z
         out = self.fc2(dropout(z, self.dropout, self.training))
         return (out, z) if features else out
 
@@ -114,8 +116,10 @@ class MLP(FLModel):
                             linear_group("fc2", hidden[1], "fc3"))
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         z = F.relu(self.fc2(F.relu(self.fc1(x.flatten(1)))))
+        if features == "only":
+            return z
         return (self.fc3(z), z) if features else self.fc3(z)
 
 
@@ -151,11 +155,13 @@ class LeNet5(FLModel):
         )
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         x = F.relu(layers.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
         x = F.relu(layers.max_pool2d(self.conv2(x), 2)).flatten(1)
         x = F.relu(dropout(self.fc1(x), self.dropout, self.training))
         z = F.relu(self.fc2(x))  # ReLU before dropout: they commute
+        if features == "only":
+            return z
         x = self.fc3(dropout(z, self.dropout, self.training))
         x = F.relu(x) if self.output_relu else x
         return (x, z) if features else x
@@ -301,22 +307,27 @@ class SVHNEfficient(FLModel):
     def _conv(self, i: int, x: torch.Tensor) -> torch.Tensor:
         return F.relu(getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(x)))
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         x = layers.max_pool2d(self._conv(2, self._conv(1, x)), 2)
         x = layers.max_pool2d(self._conv(4, self._conv(3, x)), 2)
         x = layers.max_pool2d(self._conv(5, x), 2).flatten(1)
         z = F.relu(self.fc1(x))
+        if features == "only":
+            return z
         out = self.fc2(dropout(z, self.dropout, self.training))
         return (out, z) if features else out
 
 
-def _resnet_forward(model: nn.Module, stem_norm: nn.Module, x: torch.Tensor, features: bool):
+def _resnet_forward(model: nn.Module, stem_norm: nn.Module, x: torch.Tensor,
+                    features: bool | str):
     """The CIFAR ResNet-18 pass shared by :class:`ResNet18` and :class:`ResNet18BN`."""
     if model.augment and model.training:
         x = random_crop_flip(x)
     x = F.relu(stem_norm(model.conv1(x)))
     x = model.layer4(model.layer3(model.layer2(model.layer1(x))))
     z = x.mean(dim=(-2, -1))   # global average pool (vmap has no adaptive_avg_pool2d rule)
+    if features == "only":
+        return z
     return (model.fc(z), z) if features else model.fc(z)
 
 
@@ -352,7 +363,7 @@ class ResNet18(FLModel):
         self.unit_groups = tuple(groups)
         self.hist_groups = ()
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         return _resnet_forward(self, self.gn1, x, features)
 
 
@@ -380,7 +391,7 @@ class ResNet18BN(FLModel):
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.fc = layers.Linear(512, num_classes)
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         return _resnet_forward(self, self.bn1, x, features)
 
 
@@ -422,13 +433,15 @@ class ResNetProjection(FLModel):
         self.proj2 = layers.Linear(512, 256)
         self.fc = layers.Linear(256, num_classes)
 
-    def forward(self, x: torch.Tensor, features: bool = False):  # noqa: D102
+    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
         if self.augment and self.training:
             x = random_crop_flip(x)
         x = F.relu(self.bn1(self.conv1(x)))
         x = F.max_pool2d(x, 3, 2, 1)
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         z = self.proj2(F.relu(self.proj1(x.mean(dim=(-2, -1)))))
+        if features == "only":
+            return z
         return (self.fc(z), z) if features else self.fc(z)
 
     def load_backbone(self, path: str) -> None:
