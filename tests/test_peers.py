@@ -6,8 +6,10 @@ installed here; the driver runs end to end with wirelessfl alone.
 
 import gzip
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,3 +76,34 @@ def test_driver_rejects_bad_arguments_with_one_line():
                            "--load", "-1"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--load must be in [0, 64]" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid``, from ``/proc``."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, session, ...
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_load_is_one_background_job_in_its_own_session_and_stops_whole():
+    with peers.Load(3) as load:
+        (leader,) = load.procs
+        sid = leader.pid
+        assert os.getsid(leader.pid) == sid != os.getsid(0)  # not this driver's session
+        deadline = time.monotonic() + 10
+        while len(_session_members(sid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_session_members(sid)) == 3
+    deadline = time.monotonic() + 10
+    while _session_members(sid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _session_members(sid) == []

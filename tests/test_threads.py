@@ -1,6 +1,10 @@
 """threads: auto chooses a thread count from the free cores, records it, and resume reuses it."""
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -8,7 +12,14 @@ import torch
 from wirelessfl.run import rounds as runner
 from wirelessfl.run.config import ConfigError, resolve
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.threads import choose_threads, free_cores, torch_threads, usable_cpus
+from wirelessfl.run.threads import (
+    busy_sessions,
+    choose_threads,
+    free_cores,
+    session_share,
+    torch_threads,
+    usable_cpus,
+)
 
 RAW = {"name": "threads", "seed": 3, "rounds": 3,
        "data": {"dataset": "synthetic", "num_clients": 4, "samples_per_client": 40},
@@ -109,12 +120,16 @@ def test_a_busy_machine_gets_sleeping_openmp_threads_and_batched_runs_every_core
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
-    assert choose_threads("auto", free=0.0, engine="batched") == cpus
-    assert choose_threads("auto", free=0.0, engine="auto") == cpus
-    assert choose_threads("auto", free=0.0, engine="loop") == 1
+    assert choose_threads("auto", free=0.0, engine="batched", share=float(cpus)) == cpus
+    assert choose_threads("auto", free=0.0, engine="auto", share=cpus + 3.0) == cpus
+    assert choose_threads("auto", free=0.0, engine="batched", share=0.4) == 1  # a fifth of 2
+    assert choose_threads("auto", free=0.0, engine="loop", share=float(cpus)) == 1
     assert choose_threads(1, free=0.0, engine="batched") == 1
     with pytest.raises(ValueError, match="engine"):
         choose_threads("auto", engine="gpu")
+    for bad in (0.0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="share"):
+            choose_threads("auto", engine="batched", share=bad)
 
     # importing wirelessfl loads no torch, so the policy it sets is the one torch reads
     code = "import sys, wirelessfl; print('torch' in sys.modules)"
@@ -136,3 +151,33 @@ def test_threads_benchmark_round_runs_each_setting_as_configured():
     assert seconds > 0 and (threads, policy) == (1, "PASSIVE")
     seconds, threads, policy = bench.run_round("wirelessfl default", 1)
     assert seconds > 0 and 1 <= threads <= usable_cpus() and policy in ("unset", "PASSIVE")
+
+
+def test_session_share_is_fair_between_sessions_and_leaves_unused_parts():
+    assert session_share(2, []) == 2.0                     # alone
+    assert session_share(2, [4.0]) == 1.0                  # one job of four: half
+    assert session_share(2, [1, 1, 1, 1]) == pytest.approx(0.4)
+    assert session_share(8, [1.0, 2.0]) == 5.0             # they use 3 of 8
+    assert session_share(8, [1.0, 20.0]) == 3.5            # 1 used, 7 split in two
+    assert session_share(4, [0.2, 0.4]) == 4.0             # below half a thread: idle
+    for bad in (0, -2, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="cpus"):
+            session_share(bad, [1.0])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
+def test_busy_sessions_counts_other_sessions_runnable_threads_not_its_own():
+    code = "x = 1.0\nwhile True:\n    x = x * 1.000001 + 1e-9"
+    mine = subprocess.Popen([sys.executable, "-c", code])
+    other = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        seen = busy_sessions(samples=5, interval_s=0.02)
+    finally:
+        for proc in (mine, other):
+            proc.kill()
+            proc.wait()
+    assert seen.get(other.pid, 0.0) >= 0.6        # the new session's leader: its id is its pid
+    assert os.getsid(0) not in seen and 0 not in seen
+    with pytest.raises(ValueError, match="samples"):
+        busy_sessions(samples=0)

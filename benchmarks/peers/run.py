@@ -32,6 +32,18 @@ busy processes Flower's clients barely run: a 4-round run took over 8 minutes). 
 processes (a pure-Python arithmetic loop each, no memory traffic) before each framework's
 run and stops them after it: the same fixed background load for all.
 
+Sessions matter on Linux. With autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``
+= 1, the default of most distributions) the CPU is shared fairly between *sessions* first,
+then between the threads inside each. The load therefore runs as one background job in a
+session of its own, and each framework is started in a new session, as a command typed
+into a terminal. ``torchrun`` starts each pfl worker in a further session of its own, so
+pfl-research's two workers get two shares where a one-process framework gets one: on 2
+cores beside the load, about 2/3 of the machine against 1/2. Until 2026-11-24 the driver
+started the load and ``wirelessfl`` in its own session (``--shared-session`` gives that
+layout back): there wirelessfl's threads shared one group with the four busy processes
+(1/3 of the machine) while pfl's workers still had two groups of their own, which made
+pfl-research look 1.2-1.3x faster than wirelessfl under load instead of about 1.5x slower.
+
 Reported per framework: seconds per round (median over the rounds after the first, which
 pays for warm-up, then median over repeats), the final test accuracy (mean over repeats),
 the machine's busy CPU seconds over the whole run, start-up included (from ``/proc/stat``;
@@ -45,6 +57,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,21 +87,39 @@ def setup(envs: Path) -> None:
 
 
 class Load:
-    """``n`` busy processes while the ``with`` block runs."""
+    """``n`` busy processes while the ``with`` block runs: one background job, in its own session.
 
-    def __init__(self, n: int) -> None:
-        self.n, self.procs = n, []
+    ``shared=True`` starts them as children of this driver instead, in its session: the layout
+    of the measurements before 2026-11-24 (see the module docstring: under Linux's autogroup
+    scheduling that puts the load in one CPU-share group with ``wirelessfl`` only).
+    """
+
+    CODE = "x = 1.0\nwhile True:\n    x = x * 1.000001 + 1e-9"  # no imports, no memory
+    JOB = ("import os, sys\nfor _ in range(int(sys.argv[1]) - 1):\n    if os.fork() == 0:\n"
+           "        break\n" + CODE)
+
+    def __init__(self, n: int, shared: bool = False) -> None:
+        self.n, self.shared, self.procs = n, shared, []
 
     def __enter__(self) -> Load:
-        code = "x = 1.0\nwhile True:\n    x = x * 1.000001 + 1e-9"  # no imports, no memory
-        self.procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                      for _ in range(self.n)]
+        if self.n and self.shared:
+            self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE], cwd=ROOT,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          for _ in range(self.n)]
+        elif self.n:  # a session leader forking n - 1 more: one process group to stop
+            self.procs = [subprocess.Popen([sys.executable, "-c", self.JOB, str(self.n)],
+                                           cwd=ROOT, start_new_session=True,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         time.sleep(0.5 if self.n else 0)
         return self
 
     def __exit__(self, *exc) -> None:
         for p in self.procs:
+            if not self.shared:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # the leader's group: it and its forks
+                except ProcessLookupError:
+                    pass
             p.kill()
             p.wait()
 
@@ -122,12 +153,12 @@ def command(framework: str, envs: Path, args: argparse.Namespace) -> tuple[list[
 def run_one(framework: str, envs: Path, args: argparse.Namespace) -> dict:
     """One run of one framework: its JSON line, plus the machine's busy CPU seconds."""
     cmd, env = command(framework, envs, args)
-    with Load(args.load):
+    with Load(args.load, shared=args.shared_session):
         busy = _busy_seconds()
         t = time.perf_counter()
-        try:
+        try:  # a session of its own, as a command started from a terminal
             out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
-                                 timeout=args.timeout)
+                                 timeout=args.timeout, start_new_session=not args.shared_session)
         except subprocess.TimeoutExpired:
             return {"framework": framework, "error": f"timed out after {args.timeout} s"}
         wall, busy = time.perf_counter() - t, _busy_seconds() - busy
@@ -177,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     p.add_argument("--load", type=int, default=0, help="busy background processes (0-64)")
     p.add_argument("--peer-env", nargs="*",
                    default=["OMP_WAIT_POLICY=PASSIVE", "RAY_worker_niceness=0"])
+    p.add_argument("--shared-session", action="store_true",
+                   help="the load and wirelessfl in this driver's session (the old layout)")
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -203,7 +236,8 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
                   f"{statistics.median(r['round_seconds'][1:]):.3f} s/round, "
                   f"accuracy {r['accuracy'][-1]:.4f}"), file=sys.stderr)
     result = {"workload": {k: getattr(args, k) for k in ("clients", "steps", "batch", "rounds",
-                                                         "repeats", "workers", "load", "seed")},
+                                                         "repeats", "workers", "load", "seed",
+                                                         "shared_session")},
               "peer_env": args.peer_env, "cpus": os.cpu_count(), "summary": summarize(runs),
               "runs": runs}
     print(json.dumps(result, indent=None if args.json else 2))
