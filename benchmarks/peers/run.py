@@ -41,8 +41,9 @@ pfl-research's two workers get two shares where a one-process framework gets one
 cores beside the load, about 2/3 of the machine against 1/2. Until 2026-11-24 the driver
 started the load and ``wirelessfl`` in its own session (``--shared-session`` gives that
 layout back): there wirelessfl's threads shared one group with the four busy processes
-(1/3 of the machine) while pfl's workers still had two groups of their own, which made
-pfl-research look 1.2-1.3x faster than wirelessfl under load instead of about 1.5x slower.
+(1/3 of the machine) while pfl's workers still had two groups of their own: pfl-research
+then looked 1.1-1.3x faster than wirelessfl beside the load (0.88x and 0.75x speed-ups at
+60 x 20 and 1,000 x 3) where, each framework in a session of its own, it is 1.8-1.9x slower.
 
 Reported per framework: seconds per round (median over the rounds after the first, which
 pays for warm-up, then median over repeats), the final test accuracy (mean over repeats),

@@ -47,7 +47,7 @@ from wirelessfl.engine.cores import MAX_THREADS, torch_threads, usable_cpus
 from wirelessfl.openmp import threads_sleep_when_idle
 
 __all__ = ["MAX_THREADS", "busy_sessions", "choose_threads", "free_cores", "session_share",
-           "torch_threads", "usable_cpus"]
+           "sessions_share_the_cpu", "torch_threads", "usable_cpus"]
 
 def _cpu_times() -> dict[int, tuple[int, int]]:
     """(idle, total) jiffies of each CPU from ``/proc/stat``."""
