@@ -238,7 +238,7 @@ class BatchedExecutor(Executor):
         params, start = stacked, stacked
         if fused and type(update).objective is LocalSGD.objective:
             start = {}  # the default loss never reads the start: the stack is the parameters
-        elif all(t.params[k] is tasks[0].params[k] for t in tasks for k in stacked):
+        elif all(_one_start(tasks, k) for k in stacked):
             # one start for all (FedAvg's global model): one unstacked copy, which vmap
             # passes to every client (and the layers read with one GEMM)
             start = {k: v.detach().to(self.device) for k, v in tasks[0].params.items()}
@@ -371,6 +371,11 @@ def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Te
     return losses
 
 
+def _one_start(tasks: list[ClientTask], k: str) -> bool:
+    """Whether every task starts parameter ``k`` from one tensor (FedAvg's global model)."""
+    return all(t.params[k] is tasks[0].params[k] for t in tasks)
+
+
 def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device) -> Params:
     """Every client's Δ = start − end, stacked as ``carry.params`` (for a :class:`DeltaFold`).
 
@@ -381,7 +386,7 @@ def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device)
     for k, end in carry.params.items():
         if k in carry.start:
             start = carry.start[k]
-        elif all(t.params[k] is tasks[0].params[k] for t in tasks):
+        elif _one_start(tasks, k):
             start = tasks[0].params[k].detach().to(device)
         else:
             start = torch.stack([t.params[k].detach() for t in tasks]).to(device)

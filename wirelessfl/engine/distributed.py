@@ -209,12 +209,11 @@ class DistributedExecutor(Executor):
         folds = None if fold is None else [fold.share(int(lo), int(hi))
                                            for lo, hi in zip(ends[:-1], ends[1:])]
         dist.broadcast_object_list([("run", (update, shares, hp, folds))], src=0)
+        own_fold = folds[0] if folds else None
         mine: Any
         try:
             with torch_threads(self.threads):  # rank 0's share of the cores, as every rank's
-                mine = ("ok", (self.local.run(update, data, shares[0], hp,
-                                              folds[0] if folds else None),
-                               folds[0] if folds else None))
+                mine = ("ok", (self.local.run(update, data, shares[0], hp, own_fold), own_fold))
         except Exception as exc:  # noqa: BLE001 - the workers are waiting to be gathered
             mine = ("error", f"{type(exc).__name__}: {exc}"[:500])
         gathered: list[Any] = [None] * self.workers
