@@ -155,6 +155,46 @@ def test_client_noise_is_the_int64_hash_in_int32_arithmetic():
         assert row.tolist() == pytest.approx(reference(key, 1, 6), abs=0, rel=1e-7)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_keep_mask_is_the_threshold_of_the_clients_uniform_draws(compiled, monkeypatch):
+    """Dropout's mask, compiled (Numba) or not, is ``(uniform >= p) / (1 - p)`` of the same draw.
+
+    Loop (an int key) and ``vmap``-ed clients (a batched key) alike, for p at the edges, and
+    it counts as one draw of the stream (the next draw is unchanged).
+    """
+    from torch.func import vmap
+
+    from wirelessfl.models import noise
+
+    if compiled:
+        pytest.importorskip("numba")
+        assert noise._kernel_ready()
+    else:
+        monkeypatch.setattr(noise, "_kernel", False)
+    cpu = torch.device("cpu")
+    keys = [noise.step_key(s, t) for s, t in [(0, 0), (7, 3), (2**40 + 1, 19)]] + [(1 << 31) - 1]
+
+    def draws(k, p, fast):
+        with noise.client_noise(k):
+            noise.uniform((2,), cpu)
+            mask = (noise.keep_mask((7, 33), p, cpu) if fast else
+                    (noise.uniform((7, 33), cpu) >= p).to(torch.float32).mul_(1.0 / (1.0 - p)))
+            return mask, noise.uniform((3,), cpu)
+
+    for p in (0.0, 0.3, 0.5, 1.0 - 2.0**-20):
+        for k in keys:
+            (mask, after), (want, want_after) = draws(k, p, True), draws(k, p, False)
+            assert mask.dtype == torch.float32 and torch.equal(mask, want)
+            assert torch.equal(after, want_after)
+        stacked = vmap(lambda k, p=p: draws(k, p, True)[0], randomness="different")(
+            torch.tensor(keys, dtype=torch.int64))
+        assert torch.equal(stacked, torch.stack([draws(k, p, False)[0] for k in keys]))
+    share = draws(keys[1], 0.3, True)[0].eq(0).float().mean().item()
+    assert 0.2 < share < 0.4  # about p of the units dropped
+    with pytest.raises(ValueError, match="p must lie in"):
+        noise.keep_mask((2,), 1.0, cpu)
+
+
 @pytest.mark.parametrize("name, shape", [("linear", (1, 28, 28)), ("fcnn", (1, 28, 28)),
                                          ("mlp", (1, 28, 28)), ("lenet5", (1, 28, 28)),
                                          ("svhn_cnn", (3, 32, 32)), ("resnet18", (3, 32, 32)),

@@ -26,7 +26,7 @@ from wirelessfl.models.base import FLModel, UnitGroup, UnitSlice, linear_group
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout, as ``F.dropout``, with the keep mask from :func:`noise.uniform`.
+    """Inverted dropout, as ``F.dropout``, with the keep mask from :func:`noise.keep_mask`.
 
     During local training the mask comes from the client's own stream, the same in the
     loop and the batched engine (:mod:`wirelessfl.models.noise`).
@@ -35,6 +35,8 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if p >= 1.0:
         return torch.zeros_like(x)
+    if x.dtype == torch.float32:
+        return x * noise.keep_mask(tuple(x.shape), p, x.device)
     return x * (noise.uniform(tuple(x.shape), x.device) >= p).to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
