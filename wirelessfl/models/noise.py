@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 
@@ -111,14 +112,15 @@ def keep_mask(shape: tuple[int, ...], p: float, device: torch.device) -> torch.T
     """
     if not 0.0 <= p < 1.0:
         raise ValueError(f"keep_mask: p must lie in [0, 1), got {p!r}")
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"keep_mask: shape must be non-negative ints, got {shape!r}")
     key = getattr(_state, "key", None)
     n = _numel(shape)
     if key is None or device.type != "cpu" or n >= 1 << 31 or not _kernel_ready():
         return (uniform(shape, device) >= p).to(torch.float32).mul_(1.0 / (1.0 - p))
-    base = _base(key, device)
-    if not isinstance(base, torch.Tensor):
-        base = torch.tensor(base, dtype=torch.int64)
-    return _keep_op(base, n, float(p)).reshape(shape)
+    _state.count += 1  # the offset is mixed inside the operator (one call under vmap)
+    keys = key if isinstance(key, torch.Tensor) else torch.tensor(key, dtype=torch.int64)
+    return _keep_op(keys, _state.count, n, float(p)).reshape(shape)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -162,16 +164,20 @@ def _kernel_ready() -> bool:
     return _kernel is not False
 
 
-def _keep_kernel(bases, n, p, scale, out):  # pragma: no cover - compiled by Numba
-    """``out[c, i] = scale if _mix(i + bases[c]) / 2^31 >= p else 0``, in uint32 arithmetic.
+def _keep_kernel(keys, count, n, p, scale, out):  # pragma: no cover - compiled by Numba
+    """``out[c, i] = scale if _mix(i + b_c) / 2^31 >= p else 0``, in uint32 arithmetic.
 
-    Every intermediate of :func:`_mix` is < 2^31 after its mask, so the low 32 bits of each
+    ``b_c`` is the draw's offset of key ``keys[c]`` (:func:`_base`, in int64). Every
+    intermediate of :func:`_mix` is < 2^31 after its mask, so the low 32 bits of each
     product (uint32 wrap-around) carry the same low 31 bits as :func:`_mix_`'s int32 ones.
     """
     mask, mult, sixteen = np.uint32(_MASK), np.uint32(_MULT), np.uint32(16)
     unit = np.float32(1.0 / (1 << 31))
-    for c in range(bases.shape[0]):
-        b = np.uint32(bases[c])
+    for c in range(keys.shape[0]):
+        b = np.int64((keys[c] + count * 0x632BE5A) & _MASK)
+        for _ in range(2):
+            b = ((b ^ (b >> 16)) * _MULT) & _MASK
+        b = np.uint32(b ^ (b >> 16))
         for i in range(n):
             h = (np.uint32(i) + b) & mask
             h = ((h ^ (h >> sixteen)) * mult) & mask
@@ -180,25 +186,30 @@ def _keep_kernel(bases, n, p, scale, out):  # pragma: no cover - compiled by Num
             out[c, i] = scale if np.float32(h) * unit >= p else np.float32(0.0)
 
 
+@functools.lru_cache(maxsize=64)
+def _scale(p: float) -> np.float32:
+    """``1/(1-p)`` rounded as the tensor path rounds it (float32 ``mul_`` by a Python float)."""
+    return np.float32(torch.ones((), dtype=torch.float32).mul_(1.0 / (1.0 - p)).item())
+
+
 @torch.library.custom_op("wirelessfl::keep_mask", mutates_args=())
-def _keep_op(bases: torch.Tensor, n: int, p: float) -> torch.Tensor:
-    """:func:`keep_mask` of a (C,)- or ()-shaped int64 ``bases`` on the CPU: (*bases.shape, n)."""
-    flat = bases.reshape(-1).contiguous().numpy()
+def _keep_op(keys: torch.Tensor, count: int, n: int, p: float) -> torch.Tensor:
+    """:func:`keep_mask` of the CPU int64 client ``keys`` (any shape): (*keys.shape, n)."""
+    flat = keys.reshape(-1).contiguous().numpy()
     out = torch.empty((flat.shape[0], n), dtype=torch.float32)
-    scale = np.float32(torch.ones((), dtype=torch.float32).mul_(1.0 / (1.0 - p)).item())
-    _kernel(flat, n, np.float32(p), scale, out.numpy())
-    return out.reshape(*bases.shape, n)
+    _kernel(flat, count, n, np.float32(p), _scale(p), out.numpy())
+    return out.reshape(*keys.shape, n)
 
 
 @_keep_op.register_fake
-def _(bases: torch.Tensor, n: int, p: float) -> torch.Tensor:
-    return bases.new_empty((*bases.shape, n), dtype=torch.float32)
+def _(keys: torch.Tensor, count: int, n: int, p: float) -> torch.Tensor:
+    return keys.new_empty((*keys.shape, n), dtype=torch.float32)
 
 
 @_keep_op.register_vmap
-def _(info, in_dims, bases: torch.Tensor, n: int, p: float):
-    """Stacked clients: one call over every client's offset (the batch dimension first)."""
-    (dim, _, _) = in_dims
+def _(info, in_dims, keys: torch.Tensor, count: int, n: int, p: float):
+    """Stacked clients: one call over every client's key (the batch dimension first)."""
+    dim = in_dims[0]
     if dim is None:
-        return _keep_op(bases, n, p), None
-    return _keep_op(bases.movedim(dim, 0), n, p), 0
+        return _keep_op(keys, count, n, p), None
+    return _keep_op(keys.movedim(dim, 0), count, n, p), 0
