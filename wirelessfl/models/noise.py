@@ -1,6 +1,7 @@
 """Per-client random numbers that are the same in the loop and the batched engine.
 
-Dropout masks and augmentation draws come from :func:`uniform`. While a client's local step
+Augmentation draws come from :func:`uniform`, dropout masks from :func:`keep_mask` (the
+threshold of the same draws, compiled on the CPU where Numba is). While a client's local step
 runs under :func:`client_noise` (both engines do this), draws are a counter-based hash of
 (client key, call counter, element index): the batched engine passes each client's key as a
 ``vmap``-ed input, so every stacked client draws exactly what the loop draws for it, step by
