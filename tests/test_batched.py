@@ -1,5 +1,7 @@
 """The batched client engine equals the reference loop (to float tolerance)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -100,6 +102,68 @@ def test_plain_sgd_in_the_backward_pass_gives_the_numbers_of_the_separate_step(n
     assert all(v.is_contiguous() for r in fused for v in r.delta.values())
     _assert_same(fused, BatchedExecutor().run(own, data, tasks, hp))
     _assert_same(fused, LoopExecutor().run(plain, data, tasks, hp))
+
+
+def _drifting_rules(model, hp):
+    from wirelessfl.algorithms.feddyn import DynamicSGD
+    from wirelessfl.algorithms.fedprox import ProximalSGD
+    from wirelessfl.algorithms.scaffold import ControlledSGD
+    return {"fedprox": ProximalSGD(model, hp, 0.5), "feddyn": DynamicSGD(model, hp, 0.2),
+            "scaffold": ControlledSGD(model, hp)}
+
+
+@pytest.mark.parametrize("rule", ["fedprox", "feddyn", "scaffold"])
+@pytest.mark.parametrize("starts", ["shared", "own"])
+def test_drifting_rules_take_the_fused_step_with_the_numbers_of_the_loop(rule, starts):
+    """FedProx, FedDyn and SCAFFOLD (β = 1) with plain SGD take their correction as an
+    in-place drift beside the fused step (wide layer column-major, dropout, an unequal last
+    step, the clients' h and c - c_i): the loop's numbers, from one start or each its own."""
+    from wirelessfl.engine import client_store
+
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=160, dropout=0.5)
+    hp = LocalHParams(lr=0.05, batch_size=8, steps=5)
+    update = _drifting_rules(model, hp)[rule]
+    assert update.plain_sgd and update.drifts
+    params = model.params()
+    gen = torch.Generator().manual_seed(3)
+    noise = [{k: 0.01 * torch.randn(v.shape, generator=gen) for k, v in params.items()}
+             for _ in range(4)]
+    starts_ = ([params] * 4 if starts == "shared"
+               else [{k: v + n[k] for k, v in params.items()} for n in noise])
+    c = {k: -3 * v for k, v in noise[0].items()}  # SCAFFOLD's server c; h_i or c_i below
+    tasks = [dataclasses.replace(t, state=client_store.store({k: 5 * v for k, v in n.items()}),
+                                 broadcast={"c": c})
+             for t, n in zip(_tasks(starts_, [36, 36, 36, 12]), noise)]  # the last: 2 steps
+    data = _data((1, 28, 28))
+    batched = BatchedExecutor().run(update, data, tasks, hp)
+    loop = LoopExecutor().run(update, data, tasks, hp)
+    _assert_same(batched, loop)
+    for b, lp in zip(batched, loop):  # closer than the engines' general tolerance
+        for k in lp.delta:
+            torch.testing.assert_close(b.delta[k], lp.delta[k], rtol=1e-5, atol=1e-7)
+    if rule != "fedprox":  # the new client states follow from the same Δ
+        for b, lp in zip(batched, loop):
+            for k in lp.state:
+                torch.testing.assert_close(b.state[k], lp.state[k], rtol=1e-3, atol=5e-5)
+
+
+def test_a_drift_counts_only_beside_its_own_correction():
+    """SCAFFOLD with server momentum (β < 1) and a subclass that changes FedProx's
+    correction are not fused; the base rule has no drift step."""
+    from wirelessfl.algorithms.fedprox import ProximalSGD
+    from wirelessfl.algorithms.scaffold import ControlledSGD
+
+    class Doubled(ProximalSGD):
+        def correct(self, grads, params, start, ctx):
+            return {k: 2 * g for k, g in super().correct(grads, params, start, ctx).items()}
+
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0)
+    rule = ControlledSGD(model, LocalHParams(), beta=0.5)
+    assert not rule.drifts and not rule.plain_sgd
+    assert ProximalSGD(model, LocalHParams(), 1.0).plain_sgd
+    assert not Doubled(model, LocalHParams(), 1.0).plain_sgd
+    with pytest.raises(NotImplementedError, match="drift"):
+        LocalSGD(model, LocalHParams()).drift_step("fc1.weight", torch.zeros(1), {}, {}, 0.1)
 
 
 def test_plain_sgd_is_only_the_plain_step():

@@ -174,6 +174,49 @@ def test_sgd_in_backward_takes_the_step_of_the_weight_gradient(column):
             torch.testing.assert_close(owned[k], stacked[k])
 
 
+@pytest.mark.parametrize("column", [False, True], ids=["row-major", "column-major"])
+def test_sgd_in_backward_takes_the_drift_before_the_gradient_step(column):
+    """``before(name, W)`` changes W in place after its input gradient and before its
+    gradient step: W ← before(W) − γ ∇W(old W); the stepped names are yielded, the
+    unstepped (a bias) are not, and ``before`` is checked."""
+    torch.manual_seed(1)
+    mlp = nn.Sequential(layers.Linear(6, 5), nn.Tanh(), layers.Linear(5, 3))
+    clients, lr, pull = 3, 0.1, 0.3
+    stacked = {k: torch.stack([v.detach() + 0.1 * torch.randn_like(v) for _ in range(clients)])
+               for k, v in mlp.named_parameters()}
+    if column:
+        stacked = {k: v.transpose(1, 2).contiguous().transpose(1, 2) if v.dim() == 3 else v
+                   for k, v in stacked.items()}
+    anchor = {k: torch.randn(v.shape[1:]) for k, v in stacked.items()}
+    x = torch.randn(clients, 4, 6)
+
+    def grads(params):
+        leaf = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        loss = vmap(lambda p, xb: functional_call(mlp, p, (xb,)).square().sum())(leaf, x).sum()
+        return dict(zip(leaf, torch.autograd.grad(loss, list(leaf.values()), allow_unused=True)))
+
+    expect = grads(stacked)
+    owned = {k: v.clone() for k, v in stacked.items()}
+    seen = []
+
+    def before(name, w):
+        seen.append(name)
+        w.lerp_(anchor[name], pull)
+
+    with layers.sgd_in_backward(owned, lr, before) as stepped:
+        got = grads(owned)
+    assert stepped == {"0.weight", "2.weight"} == set(seen)
+    for k in stacked:
+        if k in stepped:
+            assert got[k] is None
+            torch.testing.assert_close(
+                owned[k], torch.lerp(stacked[k], anchor[k], pull) - lr * expect[k])
+        else:
+            torch.testing.assert_close(got[k], expect[k])
+    with pytest.raises(TypeError, match="before"), layers.sgd_in_backward(owned, lr, "pull"):
+        pass
+
+
 def test_sgd_in_backward_gives_a_weight_used_twice_its_gradient():
     """A weight used twice in one forward pass (a recurrent layer) is not stepped between its
     two uses: it gets its whole gradient, as without the block."""

@@ -70,6 +70,12 @@ class DynamicSGD(LocalSGD):
         return {k: torch.add(g - ctx["h"][k], params[k] - start[k], alpha=self.alpha)
                 for k, g in grads.items()}
 
+    drifts = True  # −h + α (θ − θ_start) does not depend on g: the fused step takes it
+
+    def drift_step(self, name, p, start, ctx, lr):  # noqa: D102
+        if self.alpha:  # θ − γ (α (θ − θ_start) − h)
+            p.lerp_(start[name], lr * self.alpha).add_(ctx["h"][name], alpha=lr)
+
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
         res = super().client_final(task, carry)
         if not self.alpha or not res.num_steps:

@@ -2,8 +2,10 @@
 
 The proximal term enters as its gradient μ (w − w_start), the local rule's
 :meth:`~wirelessfl.engine.client.LocalSGD.correct` (no extra autograd graph), so both engines run
-it on the stacked clients. μ = 0 is FedAvg exactly; the reported training loss is the data
-loss.
+it on the stacked clients; the batched engine takes it as the in-place pull
+w ← w − γμ (w − w_start) (:meth:`~wirelessfl.engine.client.LocalSGD.drift_step`) just before
+the gradient step, which keeps its fused plain-SGD step (the same step, rounded
+differently). μ = 0 is FedAvg exactly; the reported training loss is the data loss.
 Defaults: μ = 1 (``docs/papers/dynamic_clients.md`` §2.7, ``prox_alpha``).
 """
 
@@ -46,6 +48,12 @@ class ProximalSGD(LocalSGD):
         if not self.mu:
             return grads
         return {k: torch.add(g, params[k] - start[k], alpha=self.mu) for k, g in grads.items()}
+
+    drifts = True  # the proximal gradient does not depend on g: the fused step takes it
+
+    def drift_step(self, name, p, start, ctx, lr):  # noqa: D102
+        if self.mu:  # p − γμ (p − w_start), one pass
+            p.lerp_(start[name], lr * self.mu)
 
 
 class FedProx(FedAvg):

@@ -46,6 +46,16 @@ class MOONHParams(FedAvgHParams):
         client_store.store({}, self.state_dtype)
 
 
+def _unit(z: torch.Tensor) -> torch.Tensor:
+    """``z / max(‖z‖₂, 1e-8)`` along the last axis.
+
+    The cosine similarity of two such is the sum of their product: the same numbers as
+    ``F.cosine_similarity``, which normalises both sides each call (z twice for the two
+    anchors, and the anchors inside the backward graph).
+    """
+    return z / torch.linalg.vector_norm(z, dim=-1, keepdim=True).clamp_min(1e-8)
+
+
 class ContrastiveSGD(LocalSGD):
     """Local SGD on CE + μ · the model-contrastive loss; returns the local model as state."""
 
@@ -82,9 +92,10 @@ class ContrastiveSGD(LocalSGD):
         out, z = functional_call(self.model, {**params, **buffers}, (x,), {"features": True})
         data = (F.cross_entropy(out, y, reduction="none") * w).sum()
         with torch.no_grad():  # z_g: the received model is the start of local training
-            zg, zp = self._features(start, buffers, x), self._features(ctx["prev"], buffers, x)
-        logits = torch.stack([F.cosine_similarity(z, zg, dim=-1),
-                              F.cosine_similarity(z, zp, dim=-1)], -1) / self.tau
+            zg = _unit(self._features(start, buffers, x))
+            zp = _unit(self._features(ctx["prev"], buffers, x))
+        zn = _unit(z)  # normalised once for both similarities
+        logits = torch.stack([(zn * zg).sum(-1), (zn * zp).sum(-1)], -1) / self.tau
         target = torch.zeros(len(y), dtype=torch.long, device=y.device)
         contrast = (F.cross_entropy(logits, target, reduction="none") * w).sum()
         return data + self.mu * contrast, data

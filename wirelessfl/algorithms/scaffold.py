@@ -133,6 +133,15 @@ class ControlledSGD(LocalSGD):
             grads = {k: torch.lerp(ctx["u"][k], g, self.beta) for k, g in grads.items()}
         return grads
 
+    @property
+    def drifts(self) -> bool:
+        """With β = 1 the correction c − c_i does not depend on g: the fused step takes it."""
+        return self.beta == 1
+
+    def drift_step(self, name, p, start, ctx, lr):  # noqa: D102
+        if self.corrected and self.control_variates:
+            p.sub_(ctx["c_diff"][name], alpha=lr)
+
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
         res = super().client_final(task, carry)
         if not self.control_variates:

@@ -48,6 +48,7 @@ correction and optimiser on the stacks, and ends each client with the rule's
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from collections.abc import Sequence
 
@@ -236,12 +237,14 @@ class BatchedExecutor(Executor):
                    for k in (tasks[0].buffers or {})}
         fused = update.plain_sgd  # steps taken in place: the group owns its parameters
         params, start = stacked, stacked
-        if fused and type(update).objective is LocalSGD.objective:
+        if fused and type(update).objective is LocalSGD.objective and not update.drifts:
             start = {}  # the default loss never reads the start: the stack is the parameters
         elif all(_one_start(tasks, k) for k in stacked):
             # one start for all (FedAvg's global model): one unstacked copy, which vmap
-            # passes to every client (and the layers read with one GEMM)
-            start = {k: v.detach().to(self.device) for k, v in tasks[0].params.items()}
+            # passes to every client (and the layers read with one GEMM), in the stack's
+            # layout (an elementwise pass over both, as FedProx's w − w_start, is unit-stride)
+            start = {k: _layout(v.detach().to(self.device), k in cols)
+                     for k, v in tasks[0].params.items()}
         elif fused:
             params = {k: v.clone() for k, v in stacked.items()}
         carry = Carry(start=start, params=params, lr=task_lr(tasks[0], hp), ctx=ctx,
@@ -360,12 +363,20 @@ def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Te
     """One step of :attr:`LocalSGD.plain_sgd` on the stacked clients, in place; data losses.
 
     Stacked linear weights step inside the backward pass
-    (:func:`~wirelessfl.models.layers.sgd_in_backward`), the other parameters after it.
+    (:func:`~wirelessfl.models.layers.sgd_in_backward`), the other parameters after it; the
+    rule's :meth:`~wirelessfl.engine.client.LocalSGD.drift_step`, if it :attr:`drifts
+    <wirelessfl.engine.client.LocalSGD.drifts>`, just before each gradient step.
     """
-    with sgd_in_backward(carry.params, carry.lr):
+    drift = (functools.partial(update.drift_step, start=carry.start, ctx=carry.ctx, lr=carry.lr)
+             if update.drifts else None)
+    with sgd_in_backward(carry.params, carry.lr, drift) as stepped:
         grads, losses = BatchedExecutor._gradients(update, carry, x, y, w, keys, fused=True)
     for k, g in grads.items():
-        if g is not None:
+        if k in stepped:
+            continue
+        if drift is not None:
+            drift(k, carry.params[k])
+        if g is not None:  # None: a parameter the loss does not use
             carry.params[k].add_(g, alpha=-carry.lr)
     carry.step += 1
     return losses
@@ -403,6 +414,11 @@ def _stack(tensors: list[torch.Tensor], device: torch.device, column: bool) -> t
     if column and tensors[0].dim() == 2:
         return torch.stack([t.t() for t in tensors]).to(device).transpose(1, 2)
     return torch.stack(tensors).to(device)
+
+
+def _layout(t: torch.Tensor, column: bool) -> torch.Tensor:
+    """One client's ``t`` as a stacked one of :func:`_stack` lies: ``column``: 2-D column-major."""
+    return t.t().contiguous().t() if column and t.dim() == 2 else t
 
 
 def _rows(tree: Params) -> Params:

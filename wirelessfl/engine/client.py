@@ -318,6 +318,9 @@ class LocalSGD(ClientUpdate):
       batch itself (MOON's contrastive term on the model's features);
     - :meth:`correct` — an elementwise transform of the gradient, given the iterate and the
       start (SCAFFOLD's control variates, FedProx's proximal gradient μ(w − w_start));
+    - :meth:`drift_step` — with :attr:`drifts`, the in-place form of a correction
+      ``g + d(p)`` that does not depend on ``g``, so that the batched engine keeps its fused
+      plain-SGD step (:attr:`plain_sgd`);
     - :meth:`client_final` — the pseudo-gradient and the new client state.
 
     :meth:`correct` and :meth:`descend` see the *stacked* clients on the batched engine, so
@@ -370,20 +373,46 @@ class LocalSGD(ClientUpdate):
         data = (F.cross_entropy(out, y, reduction="none") * w).sum()
         return data + self.penalty(params, start, ctx), data
 
+    @property
+    def drifts(self) -> bool:
+        """Whether :meth:`correct` is ``g + d(p)`` with ``d`` taken by :meth:`drift_step`.
+
+        ``d`` must not depend on the gradient ``g``. False here; a rule that says True
+        implements both (FedProx, FedDyn, SCAFFOLD with β = 1).
+        """
+        return False
+
+    def drift_step(self, name: str, p: torch.Tensor, start: Params, ctx: dict[str, Params],
+                   lr: float) -> None:
+        """``p ← p − lr · d(p)`` in place: :meth:`correct`'s part of the step without ``g``.
+
+        ``p`` is parameter ``name``, stacked or not (:attr:`drifts`). The batched engine
+        takes it just before the gradient step, inside the backward pass for stacked linear
+        weights, so that a rule such as FedProx keeps the fused step of :attr:`plain_sgd`.
+        ``start`` may be one tensor for every client (lower rank).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no drift step (drifts is False)")
+
     # ------------------------------------------------------------------ shared machinery
     @property
     def plain_sgd(self) -> bool:
-        """Whether a step is exactly ``p ← p − γ ∇ loss``, with ``p`` in the loss only as the model's.
+        """Whether a step is exactly ``p ← p − γ (∇ loss + d(p))``.
 
-        SGD without momentum, weight decay or loss scaling (``precision: fp32``), in a rule
-        that overrides none of the hooks that change the gradient or the step, nor
-        :meth:`penalty`, and :meth:`objective` only if it declares
-        :attr:`params_only_in_model` (MOON, distillation). The batched engine then takes
-        the step of stacked linear weights inside the backward pass
+        ``p`` is in the loss only as the model's, and ``d`` is the rule's
+        :meth:`drift_step` (none for plain SGD): SGD without momentum, weight decay or loss
+        scaling (``precision: fp32``), in a rule that overrides none of the hooks that
+        change the gradient or the step, nor :meth:`penalty`; :meth:`objective` only if it
+        declares :attr:`params_only_in_model` (MOON, distillation) and :meth:`correct` only
+        if it :attr:`drifts` (FedProx, FedDyn, SCAFFOLD with β = 1). The batched engine then
+        takes the step of stacked linear weights inside the backward pass
         (:func:`~wirelessfl.models.layers.sgd_in_backward`).
         """
         hp, rule = self.hp, type(self)
-        hooks = _STEP_HOOKS if not rule.params_only_in_model else _STEP_HOOKS[1:]
+        # a drift counts only beside the correct() it was written for (not a subclass's)
+        drifts = self.drifts and _owner(rule, "correct") is _owner(rule, "drift_step")
+        hooks = [name for name in _STEP_HOOKS
+                 if not (name == "objective" and rule.params_only_in_model)
+                 and not (name == "correct" and drifts)]
         return (hp.optimizer == "sgd" and not hp.momentum and not hp.weight_decay
                 and hp.precision == "fp32"
                 and all(getattr(rule, name) is getattr(LocalSGD, name) for name in hooks))
@@ -511,6 +540,11 @@ class LocalSGD(ClientUpdate):
         carry.step += 1
         carry.loss_sum += loss
         return carry
+
+
+def _owner(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s method resolution order that defines ``name``."""
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
 
 
 #: The :class:`LocalSGD` methods whose override makes a rule other than plain SGD.
