@@ -59,6 +59,21 @@ def test_v_persists_only_for_sampled_clients():
             assert s2.client_states[u]["v"] is st["v"]
 
 
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_local_steps_leave_the_stored_v_and_the_received_model_as_they_were(engine):
+    """The moments are updated in place: on copies, never on the store's v_i or the start."""
+    exp = _exp({"name": "fadamgc"}, engine=engine)
+    s1, _ = exp.algorithm.apply(exp.initial_state())
+    stored = {u: {k: v.clone() for k, v in st["v"].items()} for u, st in s1.client_states.items()}
+    params = {k: v.clone() for k, v in s1.params.items()}
+    exp.algorithm.apply(s1)
+    for u, st in s1.client_states.items():
+        for k, v in st["v"].items():
+            assert torch.equal(v, stored[u][k])
+    for k, v in s1.params.items():
+        assert torch.equal(v, params[k])
+
+
 class Quadratic(TrackedAdam):
     """f_i(x) = ½ mean_b (a_b x − b_b)² with exact (full-batch) gradients."""
 
@@ -135,9 +150,19 @@ def test_vector_counts_and_round_time():
 
 
 @pytest.mark.parametrize("name", ["fadamgc", "fa_nt", "local_adam"])
-def test_loop_equals_batched(name):
-    loop = _rounds(_exp({"name": name, "clients_per_round": 4}, "loop"), 3)[-1]
-    batched = _rounds(_exp({"name": name, "clients_per_round": 4}, "batched"), 3)[-1]
+@pytest.mark.parametrize("sizes", ["equal", "unequal"])
+def test_loop_equals_batched(name, sizes):
+    """Unequal: a Dirichlet split and one epoch, so stacked clients finish at different
+    steps and keep their moments while the others go on."""
+    def exp(engine):
+        if sizes == "equal":
+            return _exp({"name": name, "clients_per_round": 4}, engine)
+        return prepare(resolve({**RAW, "engine": engine, "algorithm": {"name": name},
+                                "data": {**RAW["data"], "partition": "dirichlet_over_clients",
+                                         "alpha": 0.5},
+                                "local": {**RAW["local"], "epochs": 1,
+                                          "batch_size": 8}}))
+    loop, batched = _rounds(exp("loop"), 3)[-1], _rounds(exp("batched"), 3)[-1]
     for k in loop.params:
         # Adam's normalised steps carry float differences of the stacked GEMMs along
         torch.testing.assert_close(loop.params[k], batched.params[k], rtol=1e-4, atol=5e-5)

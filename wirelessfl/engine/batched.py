@@ -272,7 +272,10 @@ class BatchedExecutor(Executor):
                         continue
                     grads, losses = self._gradients(update, carry, x, y, w, keys)
                     old = carry.params
-                    old_opt = {k: v for k, v in carry.opt.items() if isinstance(v, dict)}
+                    # copies: a rule's descend may update its optimiser state in place
+                    old_opt = ({name: {k: v.clone() for k, v in tree.items()}
+                                for name, tree in carry.opt.items() if isinstance(tree, dict)}
+                               if finishing else {})
                     carry = update.take_step(carry, grads, 0.0)
                     if finishing:  # finished clients keep params, buffers, moments
                         active = active_steps[s]

@@ -486,7 +486,8 @@ class LocalSGD(ClientUpdate):
         finite = torch.stack([torch.isfinite(g).flatten(carry.batch_dims).all(-1)
                               for g in grads.values()]).all(0)
         old_params = carry.params
-        old_opt = {n: t for n, t in carry.opt.items() if isinstance(t, dict) and n != "amp"}
+        old_opt = {n: {k: v.clone() for k, v in t.items()}  # descend may update them in place
+                   for n, t in carry.opt.items() if isinstance(t, dict) and n != "amp"}
         grads = {k: torch.where(_expand_to(finite, g), g, torch.zeros_like(g))
                  for k, g in grads.items()}
         carry = self.descend(carry, grads, loss)

