@@ -112,12 +112,18 @@ def _drifting_rules(model, hp):
             "scaffold": ControlledSGD(model, hp)}
 
 
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])
+
+
 @pytest.mark.parametrize("rule", ["fedprox", "feddyn", "scaffold"])
 @pytest.mark.parametrize("starts", ["shared", "own"])
-def test_drifting_rules_take_the_fused_step_with_the_numbers_of_the_loop(rule, starts):
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_drifting_rules_take_the_fused_step_with_the_numbers_of_the_loop(rule, starts, device):
     """FedProx, FedDyn and SCAFFOLD (β = 1) with plain SGD take their correction as an
-    in-place drift beside the fused step (wide layer column-major, dropout, an unequal last
-    step, the clients' h and c - c_i): the loop's numbers, from one start or each its own."""
+    in-place drift beside the fused step (wide layer column-major on the CPU, row-major on a
+    GPU; dropout, an unequal last step, the clients' h and c - c_i): the numbers of the loop
+    on the CPU, from one start or each its own."""
     from wirelessfl.engine import client_store
 
     model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=160, dropout=0.5)
@@ -135,12 +141,16 @@ def test_drifting_rules_take_the_fused_step_with_the_numbers_of_the_loop(rule, s
                                  broadcast={"c": c})
              for t, n in zip(_tasks(starts_, [36, 36, 36, 12]), noise)]  # the last: 2 steps
     data = _data((1, 28, 28))
-    batched = BatchedExecutor().run(update, data, tasks, hp)
+    batched = BatchedExecutor(torch.device(device)).run(update, data, tasks, hp)
+    batched = [dataclasses.replace(r, delta={k: v.cpu() for k, v in r.delta.items()},
+                                   state=r.state and {k: v.cpu() for k, v in r.state.items()})
+               for r in batched]
     loop = LoopExecutor().run(update, data, tasks, hp)
     _assert_same(batched, loop)
+    tol = {"rtol": 1e-5, "atol": 1e-7} if device == "cpu" else {"rtol": 1e-4, "atol": 1e-6}
     for b, lp in zip(batched, loop):  # closer than the engines' general tolerance
         for k in lp.delta:
-            torch.testing.assert_close(b.delta[k], lp.delta[k], rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(b.delta[k], lp.delta[k], **tol)
     if rule != "fedprox":  # the new client states follow from the same Δ
         for b, lp in zip(batched, loop):
             for k in lp.state:

@@ -147,13 +147,20 @@ def test_deterministic_runs_are_repeatable_and_restore_the_flags(tmp_path):
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("engine", ["loop", "batched"])
-def test_cuda_run_matches_cpu(tmp_path, engine):
-    """--device cuda: the same run as on the CPU, to float tolerance (skipped without a GPU)."""
+@pytest.mark.parametrize("algorithm", [RAW["algorithm"], {"name": "fedprox", "mu": 0.5},
+                                       {"name": "moon"}, {"name": "fadamgc"}],
+                         ids=["hfedavg", "fedprox", "moon", "fadamgc"])
+def test_cuda_run_matches_cpu(tmp_path, engine, algorithm):
+    """--device cuda: the same run as on the CPU, to float tolerance (skipped without a GPU):
+    plain SGD's fused step, FedProx's drift, MOON's anchors, FAdamGC's in-place moments."""
     import torch
 
     states = []
     for device in ("cpu", "cuda"):
-        exp = runner.prepare(resolve({**RAW, "device": device, "engine": engine}))
+        exp = runner.prepare(resolve({**RAW, "device": device, "engine": engine,
+                                      "algorithm": algorithm,
+                                      "model": {"name": "fcnn", "options": {"hidden": 160,
+                                                                            "dropout": 0.5}}}))
         state = exp.initial_state()
         for _ in range(2):
             state, _ = exp.algorithm.apply(state)
