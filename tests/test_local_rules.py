@@ -34,9 +34,12 @@ def _close(a, b, **tol):
 
 
 @pytest.mark.parametrize("engine", ["loop", "batched"])
-def test_fedprox_with_mu_zero_is_fedavg(engine):
-    _close(_rounds(_exp({"name": "fedprox", "mu": 0.0}, engine)),
-           _rounds(_exp({"name": "fedavg"}, engine)), rtol=0, atol=0)
+@pytest.mark.parametrize("momentum", [0.5, 0.0], ids=["momentum", "plain-fused"])
+def test_fedprox_with_mu_zero_is_fedavg(engine, momentum):
+    """Bit for bit, with momentum and with plain SGD (the batched engine's fused step)."""
+    local = {"local": {**RAW["local"], "momentum": momentum}}
+    _close(_rounds(_exp({"name": "fedprox", "mu": 0.0}, engine, **local)),
+           _rounds(_exp({"name": "fedavg"}, engine, **local)), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "fedprox", "mu": 0.5},
