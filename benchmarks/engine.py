@@ -84,10 +84,10 @@ class _Timed:
 
 
 def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto",
-                edge_rounds: int | None = None, precision: str = "fp32"):
+                edge_rounds: int | None = None, precision: str = "fp32", compile: str = "off"):
     algo = {**algo, "edge_rounds": edge_rounds or algo.get("edge_rounds", EDGE_ROUNDS)}
     return prepare(resolve({
-        "seed": 0, "device": device, "engine": engine,
+        "seed": 0, "device": device, "engine": engine, "compile": compile,
         "data": {"dataset": DATASET, "data_dir": DATA_DIR, "partition": "shards",
                  "num_clients": CLIENTS, "placement": placement},
         "model": {"name": model},
@@ -286,6 +286,38 @@ def compiled_step(model: str, device: str, clients: int = 60, repeats: int = 10)
     return out
 
 
+def compiled_rounds(models, device: str, rounds: int, modes: tuple[str, ...] | None = None
+                    ) -> list[dict]:
+    """Batched HFedAvg N=4 rounds with the engine's ``compile`` off and in ``torch.compile`` modes.
+
+    Per model and mode: the first round's seconds (compilation included), the median of
+    ``rounds`` more, and the relative gap of the final parameters to the eager run's (the
+    same numbers to float tolerance are expected). ``modes``: off and default, and on a GPU
+    reduce-overhead (CUDA graphs).
+    """
+    dev = torch.device(device)
+    modes = modes or (("off", "default", "reduce-overhead") if dev.type == "cuda"
+                      else ("off", "default"))
+    out = []
+    for model in models:
+        eager = None
+        for mode in modes:
+            exp = _experiment(model, ALGOS["HFedAvg N=4"], "batched", device, compile=mode)
+            state, seconds = exp.initial_state(), []
+            for _ in range(rounds + 1):
+                _sync(dev)
+                t = time.perf_counter()
+                state, _ = exp.algorithm.apply(state)
+                _sync(dev)
+                seconds.append(time.perf_counter() - t)
+            flat = torch.cat([v.detach().flatten().cpu() for v in state.params.values()])
+            eager = flat if eager is None else eager
+            out.append({"model": model, "compile": mode, "first_round_s": seconds[0],
+                        "seconds_per_round": float(np.median(seconds[1:])),
+                        "gap_to_eager": float((flat - eager).norm() / eager.norm())})
+    return out
+
+
 RULES = {"FedAvg": {"name": "fedavg"}, "FedProx": {"name": "fedprox", "mu": 0.01},
          "SCAFFOLD": {"name": "scaffold"}, "MOON": {"name": "moon"},
          "LocalAdam": {"name": "local_adam"}, "FAdamGC": {"name": "fadamgc"}}
@@ -372,10 +404,17 @@ def main() -> None:
                    help="GPU: datasets on the device, or pinned on the host (data.placement)")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="local.precision of the workloads (autocast, float32 weights)")
+    p.add_argument("--compile", action="store_true",
+                   help="batched HFedAvg rounds with the engine's compile off and on")
     p.add_argument("--over-the-air", action="store_true",
                    help="FedAvg FCNN, 60 clients: exact vs over-the-air aggregation")
     args = p.parse_args()
     device = torch.device(args.device)
+    if args.compile:
+        out = {"device": str(device), "threads": torch.get_num_threads(),
+               "compiled_rounds": compiled_rounds(args.models, args.device, args.rounds)}
+        print(json.dumps(out, indent=None if args.json else 2))
+        return
     if args.over_the_air:
         out = {"device": str(device), "threads": torch.get_num_threads(),
                "over_the_air": over_the_air(args.device, args.rounds)}

@@ -12,7 +12,9 @@ error and the suite goes on):
 - ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
   operators on the host and the device, call counts);
 - ``precision``: the batched HFedAvg rounds in bf16 and fp16 (``local.precision``);
-- ``compile``: one stacked FCNN / LeNet-5 step eager against ``torch.compile``;
+- ``compile``: one stacked FCNN / LeNet-5 step eager against ``torch.compile``, and the
+  batched HFedAvg rounds with the engine's ``compile`` off, ``default`` and
+  ``reduce-overhead`` (CUDA graphs): seconds and the gap to the eager numbers;
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
   on the device;
 - ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
@@ -119,11 +121,17 @@ def precision(device: str, quick: bool) -> dict:
 
 
 def compile_step(device: str, quick: bool) -> dict:
-    """The stacked FCNN and LeNet-5 step eager against ``torch.compile`` (not in quick mode)."""
+    """The stacked step eager against ``torch.compile``, then the engine's compiled rounds.
+
+    Not in quick mode (compilation takes tens of seconds).
+    """
     if quick:
         return {"skipped": "quick mode (compilation takes tens of seconds)"}
     eng = _engine_module(quick)
-    return {"steps": [eng.compiled_step(m, device) for m in ("fcnn", "lenet5")]}
+    out = {"steps": [eng.compiled_step(m, device) for m in ("fcnn", "lenet5")]}
+    PARTIAL(out)
+    out["rounds"] = eng.compiled_rounds(["fcnn", "lenet5"], device, 2)
+    return out
 
 
 def profile(device: str, quick: bool) -> dict:

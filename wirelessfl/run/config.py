@@ -30,6 +30,7 @@ from wirelessfl.algorithms.dynamic.initial_model import InitialModelConfig
 from wirelessfl.data.arrays import PLACEMENTS
 from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.data.text import TEXT_DATASETS
+from wirelessfl.engine.batched import COMPILE_MODES
 from wirelessfl.engine.client import LocalHParams
 from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, short
 from wirelessfl.net.links import NetworkConfig
@@ -196,6 +197,10 @@ class RunConfig:
     max_batch : int or None
         Batched engine: at most this many clients stacked at once (a round's group is split
         into chunks, e.g. to fit a GPU's memory); None = all of them. Same numbers either way.
+    compile : str
+        Batched engine: ``off`` (default), or the ``torch.compile`` mode of each stacked
+        step (``default``, ``reduce-overhead``: CUDA graphs on a GPU, ``max-autotune``);
+        same numbers to float tolerance (:class:`~wirelessfl.engine.batched.BatchedExecutor`).
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
     population : PopulationConfig
@@ -218,6 +223,7 @@ class RunConfig:
     device: str = "auto"
     engine: str = "auto"
     max_batch: int | None = None
+    compile: str = "off"
     deterministic: bool = False
     threads: int | str = "auto"
     workers: int = 2
@@ -241,6 +247,9 @@ class RunConfig:
                                        or not 1 <= self.threads <= 4096):
             raise ConfigError(f"threads must be auto or an integer in [1, 4096], got "
                               f"{short(self.threads)}")
+        if self.compile not in COMPILE_MODES:
+            raise ConfigError(f"compile must be one of {', '.join(COMPILE_MODES)}, got "
+                              f"{short(self.compile)}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
         if self.engine not in ("loop", "batched", "auto", "distributed"):
