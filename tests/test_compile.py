@@ -58,6 +58,8 @@ def test_compile_setting_is_checked():
         resolve({"compile": "fast"})
     with pytest.raises(ConfigError, match="compile must be a string"):
         resolve({"compile": True})
+    with pytest.raises(ConfigError, match="loop engine does not compile"):
+        resolve({"compile": "default", "engine": "loop"})
     assert resolve({"compile": "reduce-overhead"}).compile == "reduce-overhead"
     assert "compile='default'" in repr(BatchedExecutor("cpu", compile="default"))
 

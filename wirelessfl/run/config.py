@@ -250,6 +250,10 @@ class RunConfig:
         if self.compile not in COMPILE_MODES:
             raise ConfigError(f"compile must be one of {', '.join(COMPILE_MODES)}, got "
                               f"{short(self.compile)}")
+        if self.compile != "off" and self.engine == "loop":
+            raise ConfigError(f"compile: {self.compile} compiles the batched engine's steps; the "
+                              "loop engine does not compile: set engine: batched (or auto) or "
+                              "compile: off")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be cpu, cuda or auto, got {self.device!r}")
         if self.engine not in ("loop", "batched", "auto", "distributed"):
