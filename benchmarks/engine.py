@@ -286,8 +286,8 @@ def compiled_step(model: str, device: str, clients: int = 60, repeats: int = 10)
     return out
 
 
-def compiled_rounds(models, device: str, rounds: int, modes: tuple[str, ...] | None = None
-                    ) -> list[dict]:
+def compiled_rounds(models, device: str, rounds: int, modes: tuple[str, ...] | None = None,
+                    on_row=None) -> list[dict]:
     """Batched HFedAvg N=4 rounds with the engine's ``compile`` off and in ``torch.compile`` modes.
 
     Per model and mode: the first round's seconds (compilation included), the median of
@@ -315,6 +315,8 @@ def compiled_rounds(models, device: str, rounds: int, modes: tuple[str, ...] | N
             out.append({"model": model, "compile": mode, "first_round_s": seconds[0],
                         "seconds_per_round": float(np.median(seconds[1:])),
                         "gap_to_eager": float((flat - eager).norm() / eager.norm())})
+            if on_row is not None:
+                on_row(out)
     return out
 
 

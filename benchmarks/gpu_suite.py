@@ -3,23 +3,24 @@
     PYTHONPATH=. python benchmarks/gpu_suite.py --out DIR [--data-dir FMNIST] [--device cuda]
     python benchmarks/gpu_suite.py --out DIR --device cpu --quick     # the schema, in seconds
 
-Parts, each timed and recorded whatever happens to the others (a failing part keeps its
-error and the suite goes on):
+Parts, in this order (what the issue's GPU targets need first: parts that would start after
+``--budget-s`` are skipped), each timed and recorded whatever happens to the others (a
+failing part keeps its error and the suite goes on):
 
 - ``cuda_tests``: ``pytest -m cuda`` (every test marked as needing a GPU), pass/fail counts;
 - ``engine``: FCNN and LeNet-5, HIST N=4 and HFedAvg N=4 with 60 clients, loop against
   batched (``benchmarks/engine.py``): seconds per round, GFLOP/s, share of the matmul rate;
-- ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
-  operators on the host and the device, call counts);
+- ``resnet``: the CIFAR ResNet-18 round, 100 clients, S = 10 (random images);
+- ``lora``: one GPT-2-small LoRA round, loop and batched;
+- ``compile``: the batched HFedAvg rounds with the engine's ``compile`` off, ``default`` and
+  ``reduce-overhead`` (CUDA graphs): seconds and the gap to the eager numbers; then one
+  stacked FCNN / LeNet-5 step eager against ``torch.compile``;
+- ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
 - ``precision``: the batched HFedAvg rounds in bf16 and fp16 (``local.precision``);
-- ``compile``: one stacked FCNN / LeNet-5 step eager against ``torch.compile``, and the
-  batched HFedAvg rounds with the engine's ``compile`` off, ``default`` and
-  ``reduce-overhead`` (CUDA graphs): seconds and the gap to the eager numbers;
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
   on the device;
-- ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
-- ``resnet``: the CIFAR ResNet-18 round, 100 clients, S = 10 (random images);
-- ``lora``: one GPT-2-small LoRA round, loop and batched.
+- ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
+  operators on the host and the device, call counts).
 
 Measured on one H100 (torch 2.11, CUDA 13.0), per part: CUDA tests 28 s (8 passed; the 2
 Ray tests skip where Ray is absent), profile 53 s, ResNet-18 30 s, LoRA 12 s; the engine
@@ -53,8 +54,11 @@ FORBIDDEN = ("cvxpy", "gurobipy", "ray")
 
 
 def _module(name: str):
+    """``benchmarks/<name>.py`` as a module, registered in ``sys.modules`` (``torch.compile``
+    imports the module of each function it traces, by name)."""
     spec = importlib.util.spec_from_file_location(f"_bench_{name}", HERE / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -121,16 +125,18 @@ def precision(device: str, quick: bool) -> dict:
 
 
 def compile_step(device: str, quick: bool) -> dict:
-    """The stacked step eager against ``torch.compile``, then the engine's compiled rounds.
-
-    Not in quick mode (compilation takes tens of seconds).
-    """
-    if quick:
-        return {"skipped": "quick mode (compilation takes tens of seconds)"}
+    """The engine's compiled rounds against eager, then the bare stacked step (not quick)."""
     eng = _engine_module(quick)
-    out = {"steps": [eng.compiled_step(m, device) for m in ("fcnn", "lenet5")]}
-    PARTIAL(out)
-    out["rounds"] = eng.compiled_rounds(["fcnn", "lenet5"], device, 2)
+    out: dict = {}
+
+    def row(rows):
+        out["rounds"] = rows
+        PARTIAL(out)
+
+    eng.compiled_rounds(["fcnn"] if quick else ["fcnn", "lenet5"], device, 1 if quick else 2,
+                        on_row=row)
+    if not quick:  # compilation of the bare step takes tens of seconds more
+        out["steps"] = [eng.compiled_step(m, device) for m in ("fcnn", "lenet5")]
     return out
 
 
@@ -174,9 +180,11 @@ def lora(device: str, quick: bool) -> dict:
     return lo.lora_round("small", 10, 64, 128, 32, device)
 
 
-PARTS = {"cuda_tests": cuda_tests, "engine": engine, "profile": profile, "resnet": resnet,
-         "lora": lora, "precision": precision, "rules": rules, "placement": placement,
-         "compile": compile_step}
+#: In order of what the issue's GPU targets need first: a run cut off by ``--budget-s``
+#: skips the last parts.
+PARTS = {"cuda_tests": cuda_tests, "engine": engine, "resnet": resnet, "lora": lora,
+         "compile": compile_step, "rules": rules, "precision": precision,
+         "placement": placement, "profile": profile}
 DATA: dict = {}
 _SAVE: list = []   # the running part's saver: PARTIAL(result so far) writes it into the JSON
 
@@ -213,9 +221,12 @@ def _markdown(report: dict) -> str:
             head = "; ".join(f"{p} {w['model']} {w['batched']['seconds_per_round']:.3f}s"
                              for p, r in res.items() for w in r.get("workloads", []))
         elif name == "compile":
-            head = "; ".join(f"{r['model']} {r['compiled_speedup']:.2f}x eager "
-                             f"(compile {r['compiled_first_call_s']:.0f}s)"
-                             for r in res.get("steps", []))
+            head = "; ".join([f"{r['model']} step {r['compiled_speedup']:.2f}x eager "
+                              f"(compile {r['compiled_first_call_s']:.0f}s)"
+                              for r in res.get("steps", [])]
+                             + [f"{r['model']} round {r['compile']} "
+                                f"{r['seconds_per_round']:.3f}s (gap {r['gap_to_eager']:.0e})"
+                                for r in res.get("rounds", [])])
         elif name == "profile":
             head = "; ".join(f"{r['model']}: {r['calls']} calls, top host "
                              f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"

@@ -25,6 +25,9 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     eng = report["parts"]["engine"]["result"]["workloads"][0]
     assert {"loop", "batched", "batched_speedup"} <= set(eng)
     assert eng["batched"]["seconds_per_round"] > 0
+    compiled = report["parts"]["compile"]["result"]["rounds"]  # the engine's compile, traced
+    assert [r["compile"] for r in compiled] == ["off", "default"]
+    assert compiled[1]["gap_to_eager"] < 1e-5
     assert "| engine | yes |" in (tmp_path / "gpu_suite.md").read_text()
 
 
