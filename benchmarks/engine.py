@@ -68,6 +68,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def _timed_apply(exp, state):
+    """One global round of ``exp`` from ``state``: the new state and its seconds (synced)."""
+    _sync(exp.device)
+    t = time.perf_counter()
+    state, _ = exp.algorithm.apply(state)
+    _sync(exp.device)
+    return state, time.perf_counter() - t
+
+
 class _Timed:
     """Wraps an executor and adds up the seconds spent in client steps."""
 
@@ -305,11 +314,8 @@ def compiled_rounds(models, device: str, rounds: int, modes: tuple[str, ...] | N
             exp = _experiment(model, ALGOS["HFedAvg N=4"], "batched", device, compile=mode)
             state, seconds = exp.initial_state(), []
             for _ in range(rounds + 1):
-                _sync(dev)
-                t = time.perf_counter()
-                state, _ = exp.algorithm.apply(state)
-                _sync(dev)
-                seconds.append(time.perf_counter() - t)
+                state, sec = _timed_apply(exp, state)
+                seconds.append(sec)
             flat = torch.cat([v.detach().flatten().cpu() for v in state.params.values()])
             eager = flat if eager is None else eager
             out.append({"model": model, "compile": mode, "first_round_s": seconds[0],
@@ -353,11 +359,8 @@ def rules(models: list[str], device: str, rounds: int, on_row=None,
                 if not once:
                     state, _ = exp.algorithm.apply(state)  # warm-up round, not timed
                 for _ in range(1 if once else rounds):
-                    _sync(exp.device)
-                    t = time.perf_counter()
-                    state, _ = exp.algorithm.apply(state)
-                    _sync(exp.device)
-                    times.append(time.perf_counter() - t)
+                    state, sec = _timed_apply(exp, state)
+                    times.append(sec)
                 row[f"{engine}_seconds_per_round"] = float(np.median(times))
             row["batched_speedup"] = row["loop_seconds_per_round"] / row["batched_seconds_per_round"]
             base = base or row["batched_seconds_per_round"]
