@@ -20,14 +20,20 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.client import (
+    Carry,
+    ClientResult,
+    ClientTask,
+    LocalHParams,
+    LocalSGD,
+    weighted_cross_entropy,
+)
 from wirelessfl.models.base import FLModel, Params
 
 
@@ -90,14 +96,14 @@ class ContrastiveSGD(LocalSGD):
 
     def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
         out, z = functional_call(self.model, {**params, **buffers}, (x,), {"features": True})
-        data = (F.cross_entropy(out, y, reduction="none") * w).sum()
+        data = weighted_cross_entropy(out, y, w)
         with torch.no_grad():  # z_g: the received model is the start of local training
             zg = _unit(self._features(start, buffers, x))
             zp = _unit(self._features(ctx["prev"], buffers, x))
         zn = _unit(z)  # normalised once for both similarities
         logits = torch.stack([(zn * zg).sum(-1), (zn * zp).sum(-1)], -1) / self.tau
         target = torch.zeros(len(y), dtype=torch.long, device=y.device)
-        contrast = (F.cross_entropy(logits, target, reduction="none") * w).sum()
+        contrast = weighted_cross_entropy(logits, target, w)
         return data + self.mu * contrast, data
 
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102

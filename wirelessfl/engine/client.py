@@ -156,6 +156,16 @@ def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator)
     return batches if hp.epochs is not None else batches[: hp.steps]
 
 
+def weighted_cross_entropy(logits: torch.Tensor, y: torch.Tensor,
+                           w: torch.Tensor) -> torch.Tensor:
+    """``Σ_b w_b CE(logits_b, y_b)``: the samples' cross-entropies, weighted and summed.
+
+    The local objectives' data term, in both engines (the batched one under ``vmap``); ``w``
+    holds the batch's sample weights (``1/B``, zero for padding).
+    """
+    return (F.cross_entropy(logits, y, reduction="none") * w).sum()
+
+
 def scheduled_lr(hp: LocalHParams, rounds_since_restart: int) -> float:
     """The client learning rate ``rounds_since_restart`` rounds after the schedule (re)started.
 
@@ -370,7 +380,7 @@ class LocalSGD(ClientUpdate):
         place by BatchNorm layers; both engines call this (the batched one under ``vmap``).
         """
         out = functional_call(self.model, {**params, **buffers}, (x,))
-        data = (F.cross_entropy(out, y, reduction="none") * w).sum()
+        data = weighted_cross_entropy(out, y, w)
         return data + self.penalty(params, start, ctx), data
 
     @property

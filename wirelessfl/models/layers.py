@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from wirelessfl.models import vmap_rules
+
 
 def _front(t: torch.Tensor | None, dim: int | None, n: int) -> torch.Tensor | None:
     """``t`` with its client dimension first (broadcast to ``n`` clients if it has none)."""
@@ -283,7 +285,7 @@ def max_pool2d(x: torch.Tensor, k: int) -> torch.Tensor:
     convolution left them in (60 LeNet-5 clients: conv1's pooling, forward and backward,
     37 ms against 56 ms through PyTorch's own rule, which first copies clients to the front).
     """
-    return _MaxPool2dFn.apply(x, int(k))[0]
+    return vmap_rules.apply(_MaxPool2dFn, x, int(k))[0]
 
 
 #: Fewest outputs for which :func:`column_major` stacks a :class:`Linear` weight column-major.
@@ -310,7 +312,7 @@ class Linear(nn.Linear):
     """``nn.Linear`` with a batched-matmul rule for stacked clients (module docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return _LinearFn.apply(x, self.weight, self.bias)
+        return vmap_rules.apply(_LinearFn, x, self.weight, self.bias)
 
 
 class Conv2d(nn.Conv2d):
@@ -333,8 +335,8 @@ class Conv2d(nn.Conv2d):
                              "dilation 1 and groups 1")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return _Conv2dFn.apply(x, self.weight, self.bias, self.stride, self.padding,
-                               self.channels_last)
+        return vmap_rules.apply(_Conv2dFn, x, self.weight, self.bias, self.stride,
+                                self.padding, self.channels_last)
 
 
 class GroupNorm(nn.GroupNorm):

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from wirelessfl.models import vmap_rules
+
 _MASK = (1 << 31) - 1
 _MULT = 0x45D9F3B  # the mixer's multiplier (:func:`_mix`, :func:`_mix_`)
 _state = threading.local()
@@ -121,7 +123,9 @@ def keep_mask(shape: tuple[int, ...], p: float, device: torch.device) -> torch.T
         return (uniform(shape, device) >= p).to(torch.float32).mul_(1.0 / (1.0 - p))
     _state.count += 1  # the offset is mixed inside the operator (one call under vmap)
     keys = key if isinstance(key, torch.Tensor) else torch.tensor(key, dtype=torch.int64)
-    return _keep_op(keys, _state.count, n, float(p)).reshape(shape)
+    # under vmap the stacked keys go to the kernel directly (vmap_rules), else the operator
+    return vmap_rules.call_rule(_stacked_rule, (keys, _state.count, n, float(p)),
+                                _keep_op).reshape(shape)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -193,13 +197,23 @@ def _scale(p: float) -> np.float32:
     return np.float32(torch.ones((), dtype=torch.float32).mul_(1.0 / (1.0 - p)).item())
 
 
-@torch.library.custom_op("wirelessfl::keep_mask", mutates_args=())
-def _keep_op(keys: torch.Tensor, count: int, n: int, p: float) -> torch.Tensor:
+def _keep_stacked(keys: torch.Tensor, count: int, n: int, p: float) -> torch.Tensor:
     """:func:`keep_mask` of the CPU int64 client ``keys`` (any shape): (*keys.shape, n)."""
     flat = keys.reshape(-1).contiguous().numpy()
     out = torch.empty((flat.shape[0], n), dtype=torch.float32)
     _kernel(flat, count, n, np.float32(p), _scale(p), out.numpy())
     return out.reshape(*keys.shape, n)
+
+
+def _stacked_rule(info, in_dims, keys: torch.Tensor, count: int, n: int, p: float):
+    """Stacked clients' keys (batch dimension first) straight to the kernel."""
+    return _keep_stacked(keys.movedim(in_dims[0], 0), count, n, p), 0
+
+
+@torch.library.custom_op("wirelessfl::keep_mask", mutates_args=())
+def _keep_op(keys: torch.Tensor, count: int, n: int, p: float) -> torch.Tensor:
+    """:func:`keep_mask` of the CPU int64 client ``keys`` (any shape): (*keys.shape, n)."""
+    return _keep_stacked(keys, count, n, p)
 
 
 @_keep_op.register_fake

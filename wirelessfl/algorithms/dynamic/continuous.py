@@ -28,7 +28,7 @@ from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.client import ClientResult, ClientTask, LocalHParams, LocalSGD, weighted_cross_entropy
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.server.optimizers import ServerOptState
 from wirelessfl.server.state import AlgorithmState, RoundPlan
@@ -59,7 +59,7 @@ class DistillSGD(LocalSGD):
 
     def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
         out = functional_call(self.model, {**params, **buffers}, (x,))
-        data = (F.cross_entropy(out, y, reduction="none") * w).sum()
+        data = weighted_cross_entropy(out, y, w)
         frozen = {k: v.clone() for k, v in buffers.items()}  # the teacher leaves no statistics
         with torch.no_grad():
             teacher = functional_call(self.model, {**ctx["teacher"], **frozen}, (x,))
