@@ -14,7 +14,7 @@ generic route does, and wraps each output at its out-dim. Everything else (no tr
 active, another transform on top, nothing batched at this level, tracing by
 ``torch.compile``, a PyTorch without these internals) goes to ``Function.apply``. The
 results, gradients included, are those of ``Function.apply`` (tested bit for bit).
-``benchmarks/engine.py``: the FCNN HFedAvg round 2.36 → 2.20 s on 2 cores (with the dropout
+``benchmarks/engine.py``: the FCNN HFedAvg round 2.36 → 2.18 s on 2 cores (with the dropout
 masks' direct call, :func:`wirelessfl.models.noise.keep_mask`).
 """
 
