@@ -205,9 +205,17 @@ def _keep_stacked(keys: torch.Tensor, count: int, n: int, p: float) -> torch.Ten
     return out.reshape(*keys.shape, n)
 
 
-def _stacked_rule(info, in_dims, keys: torch.Tensor, count: int, n: int, p: float):
-    """Stacked clients' keys (batch dimension first) straight to the kernel."""
-    return _keep_stacked(keys.movedim(in_dims[0], 0), count, n, p), 0
+def _stacked_rule(info, in_dims, keys: torch.Tensor, count: int, n: int, p: float,
+                  mask=_keep_stacked):
+    """Stacked clients: one call of ``mask`` over every client's key (batch dimension first).
+
+    ``mask`` is the kernel's caller itself where :mod:`vmap_rules` calls this rule (eager),
+    the operator in its registered rule (``torch.compile`` traces it with its fake).
+    """
+    dim = in_dims[0]
+    if dim is None:
+        return mask(keys, count, n, p), None
+    return mask(keys.movedim(dim, 0), count, n, p), 0
 
 
 @torch.library.custom_op("wirelessfl::keep_mask", mutates_args=())
@@ -223,8 +231,4 @@ def _(keys: torch.Tensor, count: int, n: int, p: float) -> torch.Tensor:
 
 @_keep_op.register_vmap
 def _(info, in_dims, keys: torch.Tensor, count: int, n: int, p: float):
-    """Stacked clients: one call over every client's key (the batch dimension first)."""
-    dim = in_dims[0]
-    if dim is None:
-        return _keep_op(keys, count, n, p), None
-    return _keep_op(keys.movedim(dim, 0), count, n, p), 0
+    return _stacked_rule(info, in_dims, keys, count, n, p, mask=_keep_op)
