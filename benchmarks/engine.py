@@ -9,7 +9,9 @@ E = 5, as HIST with N = 4 (uniform masks) and as HFedAvg. For each backend (``lo
 ``batched``) it reports the seconds per global round (median over ``--rounds``), the
 achieved GFLOP/s of the client steps (FLOPs of one round counted with
 ``torch.utils.flop_counter``), that rate as a share of the same machine's dense matmul rate
-(``torch.mm`` on 2048 × 2048, float32), and the share of a round (one test evaluation
+(``torch.mm`` on 2048 × 2048, float32; ``share_of_matmul`` against the rate measured once at
+the start, ``share_of_matmul_paired`` the median over rounds of each round against the rate
+measured just before it), and the share of a round (one test evaluation
 included) spent outside client steps (masking, aggregation, solvers, channels, evaluation).
 On a GPU each backend also reports its peak memory (``torch.cuda.max_memory_allocated``).
 
@@ -21,6 +23,10 @@ with the same FLOP/s accounting as a share of the dense matmul rate.
 ``--over-the-air``: FedAvg on the FCNN with 60 clients, batched, with exact aggregation
 against over-the-air aggregation (``network.aggregation: over_the_air``, M = 10, 30 dB, fast
 beamforming): seconds per round of each, measured interleaved, and the overhead ratio.
+
+``--replay off|on`` sets the batched engine's recorded steps (default ``auto``: a recurring
+plain SGD step is recorded once and replayed, :mod:`wirelessfl.engine.replay`); each row
+reports the steps replayed and the first round's seconds (which pay the recording).
 
 ``--placement host`` keeps the datasets in pinned host memory (each batch gathered there and
 sent with an asynchronous copy) instead of on the device: the cost of data that does not fit.
@@ -93,10 +99,11 @@ class _Timed:
 
 
 def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto",
-                edge_rounds: int | None = None, precision: str = "fp32", compile: str = "off"):
+                edge_rounds: int | None = None, precision: str = "fp32", compile: str = "off",
+                replay: str = "auto"):
     algo = {**algo, "edge_rounds": edge_rounds or algo.get("edge_rounds", EDGE_ROUNDS)}
     return prepare(resolve({
-        "seed": 0, "device": device, "engine": engine, "compile": compile,
+        "seed": 0, "device": device, "engine": engine, "compile": compile, "replay": replay,
         "data": {"dataset": DATASET, "data_dir": DATA_DIR, "partition": "shards",
                  "num_clients": CLIENTS, "placement": placement},
         "model": {"name": model},
@@ -140,17 +147,26 @@ def _resnet_experiment(engine: str, device: str, max_batch: int | None = None,
 
 def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int,
                 exp=None, placement: str = "auto", warmup: int = 0,
-                precision: str = "fp32") -> dict:
-    """Seconds per global round (median of ``rounds``, after ``warmup`` untimed rounds)."""
-    exp = exp or _experiment(model, algo, engine, device, placement, precision=precision)
+                precision: str = "fp32", replay: str = "auto", matmul_n: int = 0) -> dict:
+    """Seconds per global round (median of ``rounds``, after ``warmup`` untimed rounds).
+
+    The batched engine's replayed steps (:mod:`wirelessfl.engine.replay`) are counted.
+    ``matmul_n``: the matmul rate of that size is measured again just before each timed
+    round (``matmul_gflops_rounds``), so that a round's FLOP/s can be set against the rate
+    the machine gave at that moment (on a shared machine it drifted by ±15% within a run).
+    """
+    exp = exp or _experiment(model, algo, engine, device, placement, precision=precision,
+                             replay=replay)
     timed = _Timed(exp.algorithm.env.executor, exp.device)
     exp.algorithm.env = dataclasses.replace(exp.algorithm.env, executor=timed)
-    state, total, client = exp.initial_state(), [], []
+    state, total, client, rates = exp.initial_state(), [], [], []
     for _ in range(warmup):
         state, _ = exp.algorithm.apply(state)
     if exp.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(exp.device)
     for _ in range(rounds):
+        if matmul_n:
+            rates.append(matmul_gflops(exp.device, n=matmul_n, repeats=5))
         before = timed.seconds
         _sync(exp.device)
         t = time.perf_counter()
@@ -161,7 +177,11 @@ def time_rounds(model: str, algo: dict, engine: str, device: str, rounds: int,
         client.append(timed.seconds - before)
     i = int(np.argsort(total)[len(total) // 2])
     out = {"seconds_per_round": total[i], "client_seconds": client[i],
-           "outside_client_share": 1 - client[i] / total[i]}
+           "outside_client_share": 1 - client[i] / total[i], "first_round_seconds": total[0]}
+    if rates:
+        out["client_seconds_rounds"], out["matmul_gflops_rounds"] = client, rates
+    if hasattr(timed.inner, "replay"):
+        out["replayed_steps"] = timed.inner.replay.replayed
     if exp.device.type == "cuda":
         out["peak_gib"] = torch.cuda.max_memory_allocated(exp.device) / 2**30
     return out
@@ -187,7 +207,8 @@ def resnet(device: str, rounds: int, max_batch: int | None, placement: str = "au
 
 def workloads(models, algos: dict, device: str, rounds: int, placement: str = "auto",
               backends=("loop", "batched"), warmup: int = 0, matmul_n: int = 2048,
-              on_row=None, loop_once: bool = False, precision: str = "fp32") -> dict:
+              on_row=None, loop_once: bool = False, precision: str = "fp32",
+              replay: str = "auto") -> dict:
     """Each model x workload on each backend: seconds, GFLOP/s and share of the matmul rate.
 
     ``loop_once`` times the loop over one round without warm-up (on a GPU a loop round of
@@ -198,7 +219,7 @@ def workloads(models, algos: dict, device: str, rounds: int, placement: str = "a
     """
     mm = matmul_gflops(torch.device(device), n=matmul_n)
     out = {"matmul_gflops": mm, "placement": placement, "precision": precision,
-           "workloads": []}
+           "replay": replay, "workloads": []}
     for model in models:
         for label, algo in algos.items():
             flops = round_flops(model, algo, device)
@@ -207,9 +228,14 @@ def workloads(models, algos: dict, device: str, rounds: int, placement: str = "a
                 once = loop_once and engine == "loop"
                 r = time_rounds(model, algo, engine, device, 1 if once else rounds,
                                 placement=placement, warmup=0 if once else warmup,
-                                precision=precision)
+                                precision=precision, replay=replay,
+                                matmul_n=0 if once else matmul_n)
                 gflops = flops / r["client_seconds"] / 1e9
                 row[engine] = {**r, "gflops": gflops, "share_of_matmul": gflops / mm}
+                if "matmul_gflops_rounds" in r:  # each round against the rate just before it
+                    row[engine]["share_of_matmul_paired"] = float(np.median(
+                        [flops / c / 1e9 / m for c, m in zip(r["client_seconds_rounds"],
+                                                              r["matmul_gflops_rounds"])]))
             if "loop" in row and "batched" in row:
                 row["batched_speedup"] = (row["loop"]["seconds_per_round"]
                                           / row["batched"]["seconds_per_round"])
@@ -409,6 +435,8 @@ def main() -> None:
                    help="GPU: datasets on the device, or pinned on the host (data.placement)")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="local.precision of the workloads (autocast, float32 weights)")
+    p.add_argument("--replay", choices=("auto", "on", "off"), default="auto",
+                   help="the batched engine's recorded steps (replay setting)")
     p.add_argument("--compile", action="store_true",
                    help="batched HFedAvg rounds with the engine's compile off and on")
     p.add_argument("--over-the-air", action="store_true",
@@ -437,7 +465,7 @@ def main() -> None:
         return
     out = {"device": str(device), "threads": torch.get_num_threads(),
            **workloads(args.models, ALGOS, args.device, args.rounds, args.placement,
-                       precision=args.precision)}
+                       precision=args.precision, replay=args.replay)}
     print(json.dumps(out, indent=None if args.json else 2))
 
 if __name__ == "__main__":

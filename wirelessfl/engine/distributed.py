@@ -65,7 +65,7 @@ def _device_of(device: str, rank: int) -> torch.device:
 
 
 def _serve(rank: int, world: int, port: int, device: str, threads: int,
-           max_batch: int | None, compile: str = "off") -> None:  # noqa: A002  # pragma: no cover - runs in the worker processes
+           max_batch: int | None, compile: str = "off", replay: str = "auto") -> None:  # noqa: A002  # pragma: no cover - runs in the worker processes
     """A worker: join the group, then train each round's share until told to stop."""
     import torch.distributed as dist
 
@@ -75,7 +75,8 @@ def _serve(rank: int, world: int, port: int, device: str, threads: int,
         torch.cuda.set_device(rank)  # NCCL's object collectives use the current device
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
                             init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    executor = BatchedExecutor(_device_of(device, rank), max_batch=max_batch, compile=compile)
+    executor = BatchedExecutor(_device_of(device, rank), max_batch=max_batch, compile=compile,
+                               replay=replay)
     data = None
     try:
         while True:
@@ -111,13 +112,14 @@ class DistributedExecutor(Executor):
         ``cuda:r``, so at most as many workers as GPUs).
     threads : int or None
         CPU threads per rank; None = the usable CPUs divided by ``workers``.
-    max_batch, compile
+    max_batch, compile, replay
         Passed to each rank's batched engine
         (:class:`~wirelessfl.engine.batched.BatchedExecutor`).
     """
 
     def __init__(self, workers: int = 2, device: str = "cpu", threads: int | None = None,
-                 max_batch: int | None = None, compile: str = "off") -> None:  # noqa: A002
+                 max_batch: int | None = None, compile: str = "off",  # noqa: A002
+                 replay: str = "auto") -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) \
                 or not 2 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be an integer in [2, {MAX_WORKERS}], got {workers!r}")
@@ -133,8 +135,9 @@ class DistributedExecutor(Executor):
                              f"{torch.cuda.device_count()}")
         self.workers, self.device = workers, device
         self.threads = threads or max(1, usable_cpus() // workers)
-        self.local = BatchedExecutor(_device_of(device, 0), max_batch=max_batch, compile=compile)
-        self.max_batch, self.compile = max_batch, compile
+        self.local = BatchedExecutor(_device_of(device, 0), max_batch=max_batch, compile=compile,
+                                     replay=replay)
+        self.max_batch, self.compile, self.replay = max_batch, compile, replay
         self._procs: list[Any] = []
         self._data_id: int | None = None
 
@@ -157,7 +160,7 @@ class DistributedExecutor(Executor):
         port, ctx = _free_port(), mp.get_context("spawn")
         self._procs = [ctx.Process(target=_serve, daemon=True,
                                    args=(r, self.workers, port, self.device, self.threads,
-                                         self.max_batch, self.compile))
+                                         self.max_batch, self.compile, self.replay))
                        for r in range(1, self.workers)]
         for p in self._procs:
             p.start()

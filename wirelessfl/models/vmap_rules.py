@@ -35,11 +35,19 @@ except ImportError:  # pragma: no cover - a PyTorch without them: the generic ro
 __all__ = ["apply", "call_rule", "vmap_interpreter"]
 
 
+def _tracing() -> bool:
+    """Whether ``make_fx`` is recording (:mod:`wirelessfl.engine.replay`): PyTorch's route then."""
+    try:
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
+    except AttributeError:  # pragma: no cover - a PyTorch without dispatch-mode keys
+        return False
+
+
 def vmap_interpreter() -> Any | None:
     """The active ``vmap`` interpreter if a ``vmap`` is the current transform, else None."""
     if peek_interpreter_stack is None or peek_interpreter_stack() is None:
         return None
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _tracing():
         return None
     interpreter = retrieve_current_functorch_interpreter()
     return interpreter if interpreter.key() == TransformType.Vmap else None

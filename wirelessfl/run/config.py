@@ -32,6 +32,7 @@ from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.data.text import TEXT_DATASETS
 from wirelessfl.engine.batched import COMPILE_MODES
 from wirelessfl.engine.client import LocalHParams
+from wirelessfl.engine.replay import REPLAY_MODES
 from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, short
 from wirelessfl.net.links import NetworkConfig
 from wirelessfl.run.configtypes import (
@@ -201,6 +202,10 @@ class RunConfig:
         Batched engine: ``off`` (default), or the ``torch.compile`` mode of each stacked
         step (``default``, ``reduce-overhead``: CUDA graphs on a GPU, ``max-autotune``);
         same numbers to float tolerance (:class:`~wirelessfl.engine.batched.BatchedExecutor`).
+    replay : str
+        Batched engine: ``auto`` (default) records a plain SGD step that recurs and replays it
+        as one graph of tensor operations, the same numbers bit for bit; ``on`` records at
+        once, for any model; ``off`` never (:mod:`wirelessfl.engine.replay`).
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
     population : PopulationConfig
@@ -224,6 +229,7 @@ class RunConfig:
     engine: str = "auto"
     max_batch: int | None = None
     compile: str = "off"
+    replay: str = "auto"
     deterministic: bool = False
     threads: int | str = "auto"
     workers: int = 2
@@ -250,6 +256,9 @@ class RunConfig:
         if self.compile not in COMPILE_MODES:
             raise ConfigError(f"compile must be one of {', '.join(COMPILE_MODES)}, got "
                               f"{short(self.compile)}")
+        if self.replay not in REPLAY_MODES:
+            raise ConfigError(f"replay must be one of {', '.join(REPLAY_MODES)}, got "
+                              f"{short(self.replay)}")
         if self.compile != "off" and self.engine == "loop":
             raise ConfigError(f"compile: {self.compile} compiles the batched engine's steps; the "
                               "loop engine does not compile: set engine: batched (or auto) or "

@@ -216,7 +216,7 @@ def _lists(value: Any) -> Any:
 #: (multi-task runs) leave them out while they hold these values, so that existing runs keep
 #: their keys and their numbers.
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "": {"threads": "auto", "workers": 2, "compile": "off"},  # top-level fields
+    "": {"threads": "auto", "workers": 2, "compile": "off", "replay": "auto"},  # top-level
     "data": {"tokenizer": None, "max_length": 128, "placement": "auto"},
     "local": {"precision": "fp32"}, "sync_local": {"precision": "fp32"},
     "network": {"aggregation": "exact", "beamforming": "fast", "truncation_db": None,

@@ -53,7 +53,7 @@ def resolve_device(name: str) -> torch.device:
 
 def make_executor(engine: str, device: torch.device, max_batch: int | None = None,
                   model: FLModel | None = None, workers: int = 2,
-                  compile: str = "off") -> Executor:  # noqa: A002
+                  compile: str = "off", replay: str = "auto") -> Executor:  # noqa: A002
     """The client engine: ``loop``, ``batched``, ``auto`` or ``distributed``.
 
     ``distributed`` splits each round's clients over ``workers`` processes
@@ -65,16 +65,18 @@ def make_executor(engine: str, device: torch.device, max_batch: int | None = Non
     exception is a model that sets ``loop_on_cpu`` (GPT-2 + LoRA: stacked attention measured
     0.35–0.78× the loop on 2 CPU cores, ``benchmarks/lora.py``), which ``auto`` runs on the
     loop on a CPU. ``compile`` is the batched engine's (and each distributed worker's)
-    ``torch.compile`` mode (:class:`~wirelessfl.engine.batched.BatchedExecutor`).
+    ``torch.compile`` mode and ``replay`` when it records and replays its steps
+    (:class:`~wirelessfl.engine.batched.BatchedExecutor`, :mod:`wirelessfl.engine.replay`).
     """
     if engine == "distributed":
         from wirelessfl.engine.distributed import DistributedExecutor
 
-        return DistributedExecutor(workers, device.type, max_batch=max_batch, compile=compile)
+        return DistributedExecutor(workers, device.type, max_batch=max_batch, compile=compile,
+                                   replay=replay)
     if engine == "auto" and device.type == "cpu" and getattr(model, "loop_on_cpu", False):
         return LoopExecutor(device)
     if engine in ("batched", "auto"):
-        return BatchedExecutor(device, max_batch=max_batch, compile=compile)
+        return BatchedExecutor(device, max_batch=max_batch, compile=compile, replay=replay)
     return LoopExecutor(device)
 
 
@@ -144,7 +146,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=make_executor(cfg.engine, device, cfg.max_batch, model,
-                                             cfg.workers, cfg.compile),
+                                             cfg.workers, cfg.compile, cfg.replay),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
                       link=DigitalUplink(link, len(client_indices), seeds) if shaping else None)

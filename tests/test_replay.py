@@ -1,0 +1,157 @@
+"""Recorded stacked steps replay the eager step's numbers bit for bit (wirelessfl.engine.replay)."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from wirelessfl.data import ArrayDataset
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import Carry, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.replay import RECORD_AFTER, StepReplay
+from wirelessfl.errors import ConfigError
+from wirelessfl.models import build_model
+from wirelessfl.models.base import FLModel
+from wirelessfl.run.config import resolve
+
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])
+
+
+def _data(shape, n=160, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return ArrayDataset(torch.randn(n, *shape, generator=g),
+                        torch.randint(0, 10, (n,), generator=g), 10)
+
+
+def _rounds(model, mode, rounds=3, sizes=(40, 40, 30, 50), steps=5, device="cpu"):
+    """Deltas of ``rounds`` runs of plain SGD (each from the last one's mean), and the replay."""
+    hp = LocalHParams(lr=0.05, batch_size=10, steps=steps)
+    data = _data(model.sample_shape if hasattr(model, "sample_shape") else (1, 28, 28))
+    update, executor = LocalSGD(model.to(device), hp), BatchedExecutor(device, replay=mode)
+    params, out, offset = model.params(), [], np.cumsum((0,) + tuple(sizes))
+    for r in range(rounds):
+        tasks = [ClientTask(c, params, np.arange(offset[c], offset[c + 1]), seed=10 * r + c)
+                 for c in range(len(sizes))]
+        results = executor.run(update, data.to(device) if device != "cpu" else data, tasks, hp)
+        out.append([{k: v.cpu() for k, v in res.delta.items()} for res in results])
+        params = {k: v - torch.stack([res.delta[k] for res in results]).mean(0)
+                  for k, v in params.items()}
+    return out, executor.replay
+
+
+def _equal(a, b):
+    return all(torch.equal(x[k], y[k]) for ra, rb in zip(a, b) for x, y in zip(ra, rb) for k in x)
+
+
+@pytest.mark.parametrize("name", ["fcnn", "lenet5", "mlp"])
+def test_replayed_steps_give_the_eager_numbers_bit_for_bit(name):
+    """``on`` records at once and replays: every delta equals the eager engine's exactly.
+
+    FCNN (dropout through the masks' operator, column-major stacks stepped in the backward
+    pass), LeNet-5 (the stacked convolution and pooling rules), the MLP; unequal data sizes
+    (a padded batch, clients finishing early: those steps stay eager).
+    """
+    model = build_model(name, (1, 28, 28), 10, seed=0)
+    replayed, rep = _rounds(model, "on")
+    eager, off = _rounds(build_model(name, (1, 28, 28), 10, seed=0), "off")
+    assert rep.replayed > 0 and rep.recordings >= 1, rep
+    assert off.replayed == 0 and off.recordings == 0
+    assert _equal(replayed, eager)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+def test_replay_on_the_gpu_gives_the_eager_numbers(device):
+    replayed, rep = _rounds(build_model("fcnn", (1, 28, 28), 10, seed=0), "on", device=device)
+    eager, _ = _rounds(build_model("fcnn", (1, 28, 28), 10, seed=0), "off", device=device)
+    assert rep.replayed > 0 and _equal(replayed, eager)
+
+
+def test_auto_records_a_step_only_once_it_recurs():
+    """``auto``: not within the run that first uses a key, even past RECORD_AFTER uses; then yes."""
+    steps = RECORD_AFTER // 2 + 10  # two clients: more than RECORD_AFTER uses in one run
+    out_auto, rep = _rounds(build_model("fcnn", (1, 28, 28), 10, seed=0), "auto", rounds=1,
+                            sizes=(40, 40), steps=steps)
+    assert rep.recordings == 0 and rep.replayed == 0
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0)
+    out_auto, rep = _rounds(model, "auto", rounds=2, sizes=(40, 40), steps=steps)
+    assert rep.recordings == 1 and rep.replayed > 0
+    out_off, _ = _rounds(build_model("fcnn", (1, 28, 28), 10, seed=0), "off", rounds=2,
+                         sizes=(40, 40), steps=steps)
+    assert _equal(out_auto, out_off)
+
+
+class _OwnNet(FLModel):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x, features=False):
+        return self.fc(x.flatten(1))
+
+
+def test_auto_leaves_models_of_other_modules_eager_and_on_records_them():
+    model = _OwnNet()
+    _, rep = _rounds(model, "auto", rounds=3, sizes=(40, 40), steps=RECORD_AFTER)
+    assert rep.recordings == 0 and rep.replayed == 0
+    torch.manual_seed(0)
+    on, rep = _rounds(_OwnNet(), "on")
+    torch.manual_seed(0)
+    off, _ = _rounds(_OwnNet(), "off")
+    assert rep.replayed > 0 and _equal(on, off)
+
+
+def _carry():
+    return Carry(start={}, params={"w": torch.ones(3, 4)}, lr=0.1, batch_dims=1)
+
+
+def test_a_recording_that_does_not_replay_the_step_is_dropped():
+    """The first replay is checked against the eager step: a mismatch leaves the key eager.
+
+    The step reads a Python number that changes between calls; the recording holds the
+    number of the call it traced, so the check finds another result.
+    """
+    calls = []
+
+    def drifting(update, carry, x, y, w, keys):
+        calls.append(1)
+        carry.params["w"].mul_(1.0 + len(calls))
+        carry.step += 1
+        return x.sum(1)
+
+    rep, carry, update = StepReplay("on"), _carry(), LocalSGD(nn.Linear(2, 2), LocalHParams())
+    x, y, w, keys = torch.ones(3, 2), torch.zeros(3, 2), torch.ones(3, 2), torch.zeros(3)
+    for _ in range(4):
+        rep.step(("k",), update, carry, x, y, w, keys, drifting)
+    assert rep.recordings == 0 and rep.replayed == 0
+    # every step was the eager one, factors 3, 4, 5, 6 (call 1 traced the recording on a copy;
+    # the check replayed it on a copy, factor 2, against the eager factor 4)
+    assert torch.equal(carry.params["w"], torch.full((3, 4), 3.0 * 4 * 5 * 6)) and carry.step == 4
+
+
+def test_a_checked_recording_replays_and_counts_the_steps():
+    def step(update, carry, x, y, w, keys):
+        carry.params["w"].add_(x.mean(1, keepdim=True), alpha=-carry.lr)
+        carry.step += 1
+        return x.sum(1)
+
+    rep, carry, update = StepReplay("on"), _carry(), LocalSGD(nn.Linear(2, 2), LocalHParams())
+    ref = _carry()
+    for s in range(5):
+        x = torch.full((3, 2), float(s))
+        args = (x, torch.zeros(3, 2), torch.ones(3, 2), torch.zeros(3))
+        assert torch.equal(rep.step(("k",), update, carry, *args, step), step(None, ref, *args))
+    assert rep.replayed == 3 and torch.equal(carry.params["w"], ref.params["w"])
+    assert carry.step == ref.step == 5
+
+
+def test_replay_setting_is_checked():
+    with pytest.raises(ValueError, match="replay mode must be one of"):
+        BatchedExecutor("cpu", replay="always")
+    with pytest.raises(ConfigError, match="replay must be one of"):
+        resolve({"replay": "always"})
+    with pytest.raises(ConfigError, match="replay must be a string"):
+        resolve({"replay": True})
+    assert resolve({"replay": "off"}).replay == "off"
+    assert "replay='off'" in repr(BatchedExecutor("cpu", replay="off"))
+    assert "replay" not in repr(BatchedExecutor("cpu"))
