@@ -1,6 +1,6 @@
 """Recorded stacked SGD steps, replayed as one graph of tensor operations.
 
-A batched step of plain local SGD (:func:`~wirelessfl.engine.batched.BatchedExecutor`'s fused
+A batched step of plain local SGD (:class:`~wirelessfl.engine.batched.BatchedExecutor`'s fused
 path) is the same tensor operations every time for a given shape: the stacked forward pass,
 the backward pass and the in-place update. Running it from Python costs more than those
 operations on small models: ``vmap``'s wrapping of every operand, the module calls,
