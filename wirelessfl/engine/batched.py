@@ -72,6 +72,7 @@ from wirelessfl.engine.client import (
     LocalSGD,
     LoopExecutor,
     batch_schedule,
+    forked_rng,
     keep_where,
     task_lr,
     tree_bytes,
@@ -295,17 +296,15 @@ class BatchedExecutor(Executor):
         carry = Carry(start=start, params=params, lr=task_lr(tasks[0], hp), ctx=ctx,
                       buffers=buffers, batch_dims=1)
         loss_sum = torch.zeros(len(tasks), device=self.device)
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
-            with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            with forked_rng(self.device):
                 torch.manual_seed(tasks[0].seed)
                 update.model.train()
                 batches = self._schedule(data, tasks, schedules)  # one upload per round
                 active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
                                                device=self.device)
                 all_keys = step_keys([t.seed for t in tasks], range(len(batches)), self.device)
-                replay_key = (self.replay.group_key(update, carry)
-                              if fused and not start else None)
+                replay_key = self.replay.group_key(update, carry) if fused else None
                 for s, (idx, w) in enumerate(batches):
                     x, y = data.batch(idx, self.device)
                     finishing = s >= steps.min()  # some client's schedule has ended

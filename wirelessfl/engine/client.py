@@ -156,6 +156,12 @@ def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator)
     return batches if hp.epochs is not None else batches[: hp.steps]
 
 
+def forked_rng(device: torch.device) -> contextlib.AbstractContextManager:
+    """``torch.random.fork_rng`` of ``device``'s generators: the CPU's, and the GPU's on CUDA."""
+    return torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else [],
+                                 device_type=device.type)
+
+
 def weighted_cross_entropy(logits: torch.Tensor, y: torch.Tensor,
                            w: torch.Tensor) -> torch.Tensor:
     """``Σ_b w_b CE(logits_b, y_b)``: the samples' cross-entropies, weighted and summed.
@@ -736,9 +742,8 @@ class LoopExecutor(Executor):
             np.concatenate(schedule).astype(np.int64)] if schedule else np.zeros(0, np.int64),
             device=data.x.device)
         stage = "client_init"
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
-            with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            with forked_rng(self.device):
                 torch.manual_seed(task.seed)
                 carry = update.client_init(task)
                 stage = "client_step"

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from wirelessfl.engine.client import Carry, LocalSGD
+from wirelessfl.engine.client import Carry, LocalSGD, forked_rng
 
 REPLAY_MODES = ("auto", "on", "off")
 #: Uses of a key before ``auto`` records it (and one earlier run).
@@ -70,10 +70,6 @@ def _meta(t: torch.Tensor) -> tuple:
 def _twin(t: torch.Tensor) -> torch.Tensor:
     """A copy of ``t`` with its strides (column-major stacks stay column-major)."""
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
-
-
-def _rng_devices(device: torch.device) -> list[int]:
-    return [device.index or 0] if device.type == "cuda" else []
 
 
 def _library_model(model: torch.nn.Module) -> bool:
@@ -160,7 +156,7 @@ class StepReplay:
         params = list(carry.params.values())
         if not entry.checked:  # the first replay, on a copy, against the eager step
             copies = [_twin(v) for v in params]
-            with torch.random.fork_rng(devices=_rng_devices(x.device), device_type=x.device.type):
+            with forked_rng(x.device):
                 replayed = entry.graph(copies, x, y, w, keys)
             losses = eager(update, carry, x, y, w, keys)
             same = torch.equal(replayed, losses) and all(
@@ -191,7 +187,7 @@ class StepReplay:
 
         copies = [_twin(v) for v in carry.params.values()]
         try:
-            with torch.random.fork_rng(devices=_rng_devices(x.device), device_type=x.device.type):
+            with forked_rng(x.device):
                 return make_fx(one_step)(copies, x, y, w, keys)
         except Exception:  # noqa: BLE001 - anything the tracer cannot follow: stay eager
             return None
