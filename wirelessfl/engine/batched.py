@@ -25,8 +25,9 @@ their start (FedAvg's global model) get it once, unstacked, so rules that read t
 :class:`~wirelessfl.engine.client.DeltaFold` takes each chunk's pseudo-gradients on the
 stack as the chunk finishes (``benchmarks/scale.py``: 10,000 FCNN clients in 0.80 GB
 instead of 10.5 GB; 1,000 clients one step each 0.75 → 0.40 s per round). A plain step
-that recurs is recorded once and replayed as a graph of tensor operations, without the
-Python work of ``vmap``, the module calls and autograd (:mod:`wirelessfl.engine.replay`;
+(any rule whose step is plain SGD with a drift) that recurs is recorded once and replayed
+as a graph of tensor operations, without the Python work of ``vmap``, the module calls and
+autograd (:mod:`wirelessfl.engine.replay`;
 the same numbers bit for bit).
 
 Clients keep their own mini-batch order (:func:`~wirelessfl.engine.client.batch_schedule` under
@@ -125,8 +126,9 @@ class BatchedExecutor(Executor):
         than the eager fused one (11.2 ms), so it is meant for GPUs, where per-operator
         launches dominate small models.
     replay : str
-        ``auto`` (default), ``on`` or ``off``: when a plain SGD step (compile ``off``) is
-        recorded as a graph of tensor operations and replayed, the same numbers bit for bit
+        ``auto`` (default), ``on`` or ``off``: when a plain SGD step (compile ``off``; FedAvg's,
+        FedProx's, SCAFFOLD's, MOON's) is recorded as a graph of tensor operations and
+        replayed, the same numbers bit for bit
         (:class:`~wirelessfl.engine.replay.StepReplay`; the FCNN HFedAvg round on 2 cores
         1.78 -> 1.58 s, LeNet-5's 6.45 -> 6.21 s).
     """

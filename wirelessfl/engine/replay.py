@@ -14,17 +14,21 @@ kernels on the same operands in the same order, so the numbers are those of the 
 bit for bit: the first replay of each recording is checked against the eager step on a
 copy of the parameters, and a recording that differs is dropped (the step stays eager).
 
-What it records: only the plain fused step with the default objective (no penalty, no drift,
-no start, no buffers), whose graph depends on nothing but the model, the step size and the
-shapes, strides and types of the operands (the key). ``mode``:
+What it records: the fused plain-SGD step of any rule whose loss and drift read only the
+stacked parameters, the start, the rule's context
+(:meth:`~wirelessfl.engine.client.LocalSGD.context`) and the batch: FedAvg's default
+objective, FedProx's and SCAFFOLD's drift steps, MOON's contrastive objective (no buffers,
+no optimiser state, float32). The start and the context are inputs of the graph; the model,
+the step size, the rule's settings (its scalar attributes, such as μ and τ) and the shapes,
+strides and types of the operands are its key. ``mode``:
 
 - ``auto`` (default): a key is recorded once it recurs, used in an earlier
   :meth:`StepReplay.begin_run` than the current one and at least :data:`RECORD_AFTER` times,
-  for models built from ``wirelessfl``'s and ``torch.nn``'s modules. A recording costs about
-  one second (FCNN); a short run never pays it, nor does a run whose step size changes every
-  round (a new key each round).
-- ``on``: every eligible step is recorded at its key's first use, for any model (a model
-  whose forward pass branches on tensor values must not use it: the branch taken when
+  for rules from ``wirelessfl`` and models built from ``wirelessfl``'s and ``torch.nn``'s
+  modules. A recording costs about one second (FCNN); a short run never pays it, nor does a
+  run whose step size changes every round (a new key each round).
+- ``on``: every eligible step is recorded at its key's first use, for any rule and model (a
+  rule or model whose step branches on tensor values must not use it: the branch taken when
   recording is replayed; the check on the first replay catches a difference on that step only).
 - ``off``: always eager.
 """
@@ -78,6 +82,17 @@ def _library_model(model: torch.nn.Module) -> bool:
                for m in model.modules())
 
 
+def _given(carry: Carry) -> list[torch.Tensor]:
+    """The step's read-only inputs besides the batch: the start, then the context, in order."""
+    return [*carry.start.values(), *(v for tree in carry.ctx.values() for v in tree.values())]
+
+
+def _settings(update: LocalSGD) -> tuple:
+    """The rule's scalar attributes (μ, τ, β, flags): constants of a recorded graph."""
+    return tuple(sorted((k, v) for k, v in vars(update).items()
+                        if v is None or isinstance(v, (bool, int, float, str))))
+
+
 class StepReplay:
     """Records eligible stacked steps and replays them (module docstring).
 
@@ -111,22 +126,24 @@ class StepReplay:
     def group_key(self, update: LocalSGD, carry: Carry) -> tuple | None:
         """The part of a step's key fixed for a group, or None if its steps are not recorded.
 
-        Eligible: a plain SGD rule with the default objective and no drift, on stacked
-        parameters with no start, buffers or optimiser state, in float32 (``auto``: a model of
-        library modules).
+        Eligible: a :attr:`~wirelessfl.engine.client.LocalSGD.plain_sgd` rule on stacked
+        parameters with no buffers or optimiser state, in float32 (``auto``: a rule from
+        ``wirelessfl`` and a model of library modules).
         """
-        if self.mode == "off" or carry.start or carry.buffers or carry.opt:
-            return None
-        rule = type(update)
-        if rule.objective is not LocalSGD.objective or update.drifts or not update.plain_sgd:
+        if self.mode == "off" or carry.buffers or carry.opt or not update.plain_sgd:
             return None
         model = update.model
-        if self.mode == "auto" and not _library_model(model):
+        if self.mode == "auto" and not (type(update).__module__.startswith("wirelessfl.")
+                                        and _library_model(model)):
             return None
-        params = tuple((k, _meta(v)) for k, v in carry.params.items())
-        if any(v.dtype != torch.float32 for v in carry.params.values()):
+        trees = (carry.params, carry.start, *carry.ctx.values())
+        if any(v.dtype != torch.float32 for tree in trees for v in tree.values()):
             return None
-        return (id(update), id(model), model.training, float(carry.lr), params)
+        return (id(update), id(model), model.training, float(carry.lr), _settings(update),
+                tuple((k, _meta(v)) for k, v in carry.params.items()),
+                tuple((k, _meta(v)) for k, v in carry.start.items()),
+                tuple((name, tuple((k, _meta(v)) for k, v in tree.items()))
+                      for name, tree in carry.ctx.items()))
 
     def step(self, key: tuple | None, update: LocalSGD, carry: Carry, x: torch.Tensor,
              y: torch.Tensor, w: torch.Tensor, keys: torch.Tensor, eager: Step) -> torch.Tensor:
@@ -153,11 +170,11 @@ class StepReplay:
                 entry.graph = self._record(update, carry, x, y, w, keys, eager)
                 entry.failed = entry.graph is None
             return eager(update, carry, x, y, w, keys)
-        params = list(carry.params.values())
+        params, given = list(carry.params.values()), _given(carry)
         if not entry.checked:  # the first replay, on a copy, against the eager step
             copies = [_twin(v) for v in params]
             with forked_rng(x.device):
-                replayed = entry.graph(copies, x, y, w, keys)
+                replayed = entry.graph(copies, given, x, y, w, keys)
             losses = eager(update, carry, x, y, w, keys)
             same = torch.equal(replayed, losses) and all(
                 torch.equal(c, v) for c, v in zip(copies, params))
@@ -166,7 +183,7 @@ class StepReplay:
                 entry.graph = None
             return losses
         with torch.no_grad():
-            losses = entry.graph(params, x, y, w, keys)
+            losses = entry.graph(params, given, x, y, w, keys)
         carry.step += 1
         self.replayed += 1
         return losses
@@ -178,16 +195,21 @@ class StepReplay:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         names = list(carry.params)
+        start_names = list(carry.start)
+        ctx_names = [(name, list(tree)) for name, tree in carry.ctx.items()]
 
-        def one_step(params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                     w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-            shadow = Carry(start={}, params=dict(zip(names, params)), lr=carry.lr,
-                           ctx=carry.ctx, batch_dims=carry.batch_dims)
+        def one_step(params: list[torch.Tensor], given: list[torch.Tensor], x: torch.Tensor,
+                     y: torch.Tensor, w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+            rest = iter(given)
+            start = {k: next(rest) for k in start_names}
+            ctx = {name: {k: next(rest) for k in ks} for name, ks in ctx_names}
+            shadow = Carry(start=start, params=dict(zip(names, params)), lr=carry.lr,
+                           ctx=ctx, batch_dims=carry.batch_dims)
             return eager(update, shadow, x, y, w, keys)
 
         copies = [_twin(v) for v in carry.params.values()]
         try:
             with forked_rng(x.device):
-                return make_fx(one_step)(copies, x, y, w, keys)
+                return make_fx(one_step)(copies, _given(carry), x, y, w, keys)
         except Exception:  # noqa: BLE001 - anything the tracer cannot follow: stay eager
             return None
