@@ -253,4 +253,7 @@ def test_column_major_names_the_wide_linear_weights():
             self.narrow = layers.Linear(layers.COLUMN_MAJOR_MIN_OUT, 10)
             self.torch_linear = nn.Linear(8, 500)
 
-    assert layers.column_major(Net()) == {"wide.weight"}
+    assert layers.column_major(Net(), "AVX512") == {"wide.weight"}
+    assert layers.column_major(Net(), "AVX2") == frozenset()
+    assert layers.column_major(Net()) == layers.column_major(
+        Net(), torch.backends.cpu.get_cpu_capability())

@@ -17,9 +17,10 @@ stacked tensors). ``benchmarks/engine.py``: FCNN HFedAvg 8.2 → 4.2 s per round
 step is plain SGD (:attr:`~wirelessfl.engine.client.LocalSGD.plain_sgd`: FedAvg, HIST, MOON,
 ...), the group owns its parameters and steps them in place, the wide linear layers' step
 fused into their weight-gradient GEMM inside the backward pass
-(:func:`~wirelessfl.models.layers.sgd_in_backward`), and on the CPU wide linear weights are
-stacked column-major (:func:`~wirelessfl.models.layers.column_major`): the peers'
-benchmark's FCNN FedAvg round (60 clients × 20 steps) 0.71 → 0.51 s. Clients that share
+(:func:`~wirelessfl.models.layers.sgd_in_backward`), and on an AVX-512 CPU wide linear
+weights are stacked column-major (:func:`~wirelessfl.models.layers.column_major`; row-major
+on AVX2, where that is faster): the peers' benchmark's FCNN FedAvg round (60 clients × 20
+steps) 0.71 → 0.51 s. Clients that share
 their start (FedAvg's global model) get it once, unstacked, so rules that read the start
 (MOON's anchor features, FedProx's pull) do not hold a copy per client, and a
 :class:`~wirelessfl.engine.client.DeltaFold` takes each chunk's pseudo-gradients on the
