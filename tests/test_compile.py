@@ -37,7 +37,10 @@ def test_compiled_step_gives_the_eager_numbers(rule):
 
     Eager, FedAvg and FedProx take the fused in-place SGD step, the compiled engine the
     general path (gradients, correction, optimiser), so both paths are checked against each
-    other; the unequal clients take the finishing branch as well.
+    other; the unequal clients take the finishing branch as well. Adam's step g/(√v + ε)
+    is about lr·sign(g) on its first steps, so an entry whose gradient is near zero turns
+    the paths' rounding into a larger relative difference: 1e-4 there (1.6e-5 measured on
+    an AVX2 CPU), 1e-5 for SGD.
     """
     eager = _results(rule, "off")
     torch._dynamo.reset()
@@ -48,7 +51,7 @@ def test_compiled_step_gives_the_eager_numbers(rule):
         for k in b:
             assert torch.isfinite(a[k]).all()
             gap = float((a[k] - b[k]).norm() / b[k].norm())
-            assert gap < 1e-5, (rule, k, gap)
+            assert gap < (1e-4 if rule == "local_adam" else 1e-5), (rule, k, gap)
 
 
 def test_compile_setting_is_checked():

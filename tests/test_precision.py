@@ -48,16 +48,18 @@ def _relative(a, b, whole=False):
 def test_reduced_precision_loop_equals_batched(name, precision):
     """Loop = batched to the type's tolerance, and the type really is used.
 
-    The engines' results differ by rounding in the reduced type only: less than the type
-    itself moves them away from float32 (over the whole model and per tensor), and by a few
-    percent at most (a wrong stacked gradient differs by O(1)).
-    Float32 engines agree to ~1e-8; these runs differ from float32 by far more.
+    The engines' results differ by rounding in the reduced type only: by about as much as
+    the type itself moves them away from float32 (two roundings of the same arithmetic in
+    another order: up to √2 times one's distance when they are independent; measured 0.2-1.0
+    times, fp16 LeNet-5 on an AVX2 CPU the most), and by a few percent at most (a wrong
+    stacked gradient differs by O(1)). Float32 engines agree to ~1e-8; these runs differ
+    from float32 by far more.
     """
     loop, batched = _round(name, precision, "loop"), _round(name, precision, "batched")
     fp32 = _round(name, "fp32", "loop")
     assert all(torch.isfinite(v).all() for r in batched for v in r.delta.values())
     whole = _relative(batched, loop, whole=True)
-    assert whole < 0.1 and whole < 0.75 * _relative(loop, fp32, whole=True)
+    assert whole < 0.1 and whole < 1.5 * _relative(loop, fp32, whole=True)
     assert _relative(batched, loop) < max(0.05, _relative(loop, fp32))
     assert _gap(fp32, _round(name, "fp32", "batched")) < 1e-6
     assert _gap(loop, fp32) > 1e-5

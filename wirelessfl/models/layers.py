@@ -93,9 +93,22 @@ def _column_major(w: torch.Tensor) -> bool:
     return w.stride(1) == 1 and w.stride(2) != 1
 
 
+#: Fewest outputs for which a row-major stacked weight's forward GEMM is ``rows W^T`` (the
+#: output in rows) rather than ``(W rows^T)^T``.
+ROWS_FIRST_MIN_OUT = 64
+
+
 def _stacked_matmul(rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``rows W^T`` per client, ``(n, B, in)`` by ``(n, out, in)``, on unit-stride operands."""
-    if _column_major(w):  # (:func:`column_major`)
+    """``rows W^T`` per client, ``(n, B, in)`` by ``(n, out, in)``.
+
+    A column-major stack (:func:`column_major`), or a row-major one with at least
+    :data:`ROWS_FIRST_MIN_OUT` outputs, gives the output in rows, ``(n, B, out)``
+    contiguous, for the bias, activation and next layer after it. A narrower row-major
+    one is computed as ``(W rows^T)^T``. Measured on 2 AVX2 cores, 30 clients, batch 50,
+    GEMM and bias: 784 → 300 6.7 against 7.6 ms, 400 → 120 1.46 against 1.74 ms, 120 → 84
+    0.29 against 0.31 ms, but 300 → 10 0.24 against 0.16 ms.
+    """
+    if _column_major(w) or w.shape[1] >= ROWS_FIRST_MIN_OUT:
         return torch.bmm(rows, w.transpose(1, 2))
     return torch.bmm(w, rows.transpose(1, 2)).transpose(1, 2)
 
