@@ -74,9 +74,12 @@ def test_replay_on_the_gpu_gives_the_eager_numbers(device):
     assert rep.replayed > 0 and _equal(replayed, eager)
 
 
-def test_auto_records_a_step_only_once_it_recurs():
+def test_auto_records_a_step_only_once_it_recurs(monkeypatch):
     """``auto``: not within the run that first uses a key, even past RECORD_AFTER uses; then yes."""
-    steps = RECORD_AFTER // 2 + 10  # two clients: more than RECORD_AFTER uses in one run
+    from wirelessfl.engine import replay
+
+    monkeypatch.setattr(replay, "RECORD_AFTER", 20)
+    steps = 30  # one stacked group of two clients: one use a step, past RECORD_AFTER in a run
     out_auto, rep = _rounds(build_model("fcnn", (1, 28, 28), 10, seed=0), "auto", rounds=1,
                             sizes=(40, 40), steps=steps)
     assert rep.recordings == 0 and rep.replayed == 0
@@ -88,6 +91,26 @@ def test_auto_records_a_step_only_once_it_recurs():
     assert _equal(out_auto, out_off)
 
 
+def test_auto_waits_for_record_after_uses():
+    """Across runs, ``auto`` records a key only at its RECORD_AFTER-th use."""
+    rep, carry = StepReplay("auto"), _carry()
+    update = LocalSGD(build_model("fcnn", (1, 28, 28), 10, seed=0), LocalHParams())
+    recorded = []
+
+    def step(update, carry, x, y, w, keys):
+        carry.params["w"].add_(x.mean(1, keepdim=True), alpha=-carry.lr)
+        carry.step += 1
+        return x.sum(1)
+
+    args = (torch.ones(3, 2), torch.zeros(3, 2), torch.ones(3, 2), torch.zeros(3))
+    for use in range(1, RECORD_AFTER + 2):
+        if use % 50 == 1:
+            rep.begin_run()
+        rep.step(("k",), update, carry, *args, step)
+        recorded.append(rep.recordings)
+    assert recorded.index(1) == RECORD_AFTER - 1  # recorded at (not before) that use
+
+
 class _OwnNet(FLModel):
     def __init__(self):
         super().__init__()
@@ -97,9 +120,12 @@ class _OwnNet(FLModel):
         return self.fc(x.flatten(1))
 
 
-def test_auto_leaves_models_of_other_modules_eager_and_on_records_them():
+def test_auto_leaves_models_of_other_modules_eager_and_on_records_them(monkeypatch):
+    from wirelessfl.engine import replay
+
+    monkeypatch.setattr(replay, "RECORD_AFTER", 20)
     model = _OwnNet()
-    _, rep = _rounds(model, "auto", rounds=3, sizes=(40, 40), steps=RECORD_AFTER)
+    _, rep = _rounds(model, "auto", rounds=3, sizes=(40, 40), steps=20)
     assert rep.recordings == 0 and rep.replayed == 0
     torch.manual_seed(0)
     on, rep = _rounds(_OwnNet(), "on")

@@ -25,8 +25,9 @@ strides and types of the operands are its key. ``mode``:
 - ``auto`` (default): a key is recorded once it recurs, used in an earlier
   :meth:`StepReplay.begin_run` than the current one and at least :data:`RECORD_AFTER` times,
   for rules from ``wirelessfl`` and models built from ``wirelessfl``'s and ``torch.nn``'s
-  modules. A recording costs about one second (FCNN); a short run never pays it, nor does a
-  run whose step size changes every round (a new key each round).
+  modules. A recording costs 0.35-2.9 s (FCNN; the first in a process the most); a short
+  run never pays it, nor does a run whose step size changes every round (a new key each
+  round).
 - ``on``: every eligible step is recorded at its key's first use, for any rule and model (a
   rule or model whose step branches on tensor values must not use it: the branch taken when
   recording is replayed; the check on the first replay catches a difference on that step only).
@@ -46,8 +47,11 @@ import torch
 from wirelessfl.engine.client import Carry, LocalSGD, forked_rng
 
 REPLAY_MODES = ("auto", "on", "off")
-#: Uses of a key before ``auto`` records it (and one earlier run).
-RECORD_AFTER = 100
+#: Uses of a key before ``auto`` records it (and one earlier run). A recording costs 0.35 s
+#: (FCNN, 30 stacked clients), the first in a process 1.2-2.9 s (the tracer's imports and
+#: warm-up), and a replayed step saves about 2 ms: it pays after 200-1,400 steps, so
+#: ``auto`` waits for 500 (a run that has taken that many is likely to take as many more).
+RECORD_AFTER = 500
 #: Recordings kept per :class:`StepReplay` (least recently used dropped first).
 MAX_RECORDINGS = 16
 
