@@ -257,3 +257,5 @@ def test_column_major_names_the_wide_linear_weights():
     assert layers.column_major(Net(), "AVX2") == frozenset()
     assert layers.column_major(Net()) == layers.column_major(
         Net(), torch.backends.cpu.get_cpu_capability())
+    with pytest.raises(TypeError, match="capability must be a string"):
+        layers.column_major(Net(), ["AVX512"])

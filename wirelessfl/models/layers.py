@@ -329,6 +329,9 @@ def column_major(model: nn.Module, capability: str | None = None) -> frozenset[s
     by the machine (same seed, same numbers on it); the two layouts' weight gradients may
     differ in the last bits.
     """
+    if capability is not None and not isinstance(capability, str):
+        raise TypeError(f"capability must be a string such as 'AVX2' or 'AVX512', got "
+                        f"{type(capability).__name__}")
     if (capability or torch.backends.cpu.get_cpu_capability()) not in COLUMN_MAJOR_CAPABILITIES:
         return frozenset()
     return frozenset(f"{name}.weight" if name else "weight" for name, m in model.named_modules()
