@@ -23,6 +23,23 @@ def fmnist():
     return load_dataset("fashion_mnist")
 
 
+@pytest.fixture(params=["AVX512", "AVX2"], ids=["columns", "rows"])
+def stack_layout(request, monkeypatch):
+    """The batched engine stacks wide linear weights as on a CPU of this kernel capability.
+
+    Column-major on AVX-512, row-major on AVX2 (``wirelessfl.models.layers.column_major``),
+    whatever the machine running the test: a test that asks for it runs both layouts.
+    """
+    import functools
+
+    from wirelessfl.engine import batched
+    from wirelessfl.models.layers import column_major
+
+    monkeypatch.setattr(batched, "column_major",
+                        functools.partial(column_major, capability=request.param))
+    return request.param
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)

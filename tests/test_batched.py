@@ -85,28 +85,13 @@ class _SGDWithOwnDescend(LocalSGD):
         return super().descend(carry, grads, loss)
 
 
-def _layout(monkeypatch, capability):
-    """Stack wide linear weights as on a CPU of that kernel capability (AVX512: column-major)."""
-    import functools
-
-    from wirelessfl.engine import batched
-    from wirelessfl.models.layers import column_major
-    monkeypatch.setattr(batched, "column_major", functools.partial(column_major,
-                                                                   capability=capability))
-
-
-LAYOUTS = pytest.mark.parametrize("capability", ["AVX512", "AVX2"], ids=["columns", "rows"])
-
-
-@LAYOUTS
 @pytest.mark.parametrize("name", ["fcnn", "mlp", "cifar_cnn"])
 def test_plain_sgd_in_the_backward_pass_gives_the_numbers_of_the_separate_step(
-        name, capability, monkeypatch):
+        name, stack_layout):
     """Plain SGD takes its stacked linear weights' step inside the backward pass (wide
     layers stacked column-major or row-major on the CPU, by the machine); with dropout and
     an unequal last step it gives the numbers of the rule taking a separate step, and of the
     loop, and contiguous results."""
-    _layout(monkeypatch, capability)
     shape = (3, 32, 32) if name == "cifar_cnn" else (1, 28, 28)
     kwargs = {"dropout": 0.5} if name == "fcnn" else {}
     model = build_model(name, shape, 10, seed=0, **kwargs)
@@ -133,19 +118,16 @@ CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU")])
 
 
-@LAYOUTS
 @pytest.mark.parametrize("rule", ["fedprox", "feddyn", "scaffold"])
 @pytest.mark.parametrize("starts", ["shared", "own"])
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 def test_drifting_rules_take_the_fused_step_with_the_numbers_of_the_loop(
-        rule, starts, device, capability, monkeypatch):
+        rule, starts, device, stack_layout):
     """FedProx, FedDyn and SCAFFOLD (β = 1) with plain SGD take their correction as an
     in-place drift beside the fused step (wide layer column-major or row-major on the CPU,
     row-major on a GPU; dropout, an unequal last step, the clients' h and c - c_i): the
     numbers of the loop on the CPU, from one start or each its own."""
     from wirelessfl.engine import client_store
-
-    _layout(monkeypatch, capability)
 
     model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=160, dropout=0.5)
     hp = LocalHParams(lr=0.05, batch_size=8, steps=5)

@@ -44,21 +44,14 @@ def _equal(a, b):
     return all(torch.equal(x[k], y[k]) for ra, rb in zip(a, b) for x, y in zip(ra, rb) for k in x)
 
 
-@pytest.mark.parametrize("capability", ["AVX512", "AVX2"], ids=["columns", "rows"])
 @pytest.mark.parametrize("name", ["fcnn", "lenet5", "mlp"])
-def test_replayed_steps_give_the_eager_numbers_bit_for_bit(name, capability, monkeypatch):
+def test_replayed_steps_give_the_eager_numbers_bit_for_bit(name, stack_layout):
     """``on`` records at once and replays: every delta equals the eager engine's exactly.
 
     FCNN (dropout through the masks' operator, column-major or row-major stacks stepped in
-    the backward pass), LeNet-5 (the stacked convolution and pooling rules), the MLP; unequal data sizes
-    (a padded batch, clients finishing early: those steps stay eager).
+    the backward pass), LeNet-5 (the stacked convolution and pooling rules), the MLP;
+    unequal data sizes (a padded batch, clients finishing early: those steps stay eager).
     """
-    import functools
-
-    from wirelessfl.engine import batched
-    from wirelessfl.models.layers import column_major
-    monkeypatch.setattr(batched, "column_major", functools.partial(column_major,
-                                                                   capability=capability))
     model = build_model(name, (1, 28, 28), 10, seed=0)
     replayed, rep = _rounds(model, "on")
     eager, off = _rounds(build_model(name, (1, 28, 28), 10, seed=0), "off")
