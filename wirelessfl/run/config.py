@@ -203,9 +203,10 @@ class RunConfig:
         step (``default``, ``reduce-overhead``: CUDA graphs on a GPU, ``max-autotune``);
         same numbers to float tolerance (:class:`~wirelessfl.engine.batched.BatchedExecutor`).
     replay : str
-        Batched engine: ``auto`` (default) records a plain SGD step that recurs and replays it
-        as one graph of tensor operations, the same numbers bit for bit; ``on`` records at
-        once, for any model; ``off`` never (:mod:`wirelessfl.engine.replay`).
+        Batched engine: ``auto`` (default) records a plain SGD step that recurs (any rule whose
+        step is plain SGD, with its drift) and replays it as one graph of tensor operations,
+        the same numbers bit for bit; ``on`` records at once, for any rule and model; ``off``
+        never (:mod:`wirelessfl.engine.replay`).
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
     population : PopulationConfig
