@@ -62,7 +62,7 @@ print((time.perf_counter() - t) / steps * 1e3, torch.get_num_threads())
 
 ROUND = r"""
 import os, sys, time
-mode, rounds = sys.argv[1], int(sys.argv[2])
+mode, rounds, clients = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if mode == "wirelessfl":
     import wirelessfl  # noqa: F401 - chooses the wait policy before torch starts OpenMP
 import torch
@@ -71,12 +71,12 @@ from wirelessfl.run.config import resolve
 from wirelessfl.run.rounds import prepare
 from wirelessfl.run.threads import choose_threads
 raw = {"seed": 0, "engine": "batched", "threads": "auto" if mode == "wirelessfl" else 2,
-       "data": {"dataset": "fashion_mnist", "partition": "iid", "num_clients": 60},
+       "data": {"dataset": "fashion_mnist", "partition": "iid", "num_clients": clients},
        "model": {"name": "fcnn"}, "local": {"lr": 0.05, "batch_size": 50, "steps": 20}}
 try:
     exp = prepare(resolve(raw))
 except DataNotFoundError:
-    exp = prepare(resolve({**raw, "data": {"dataset": "synthetic", "num_clients": 60,
+    exp = prepare(resolve({**raw, "data": {"dataset": "synthetic", "num_clients": clients,
                                            "samples_per_client": 1000}}))
 if mode == "wirelessfl":
     torch.set_num_threads(choose_threads("auto", engine="batched"))
@@ -105,10 +105,13 @@ def _fresh(code: str, policy: str | None, *argv: str) -> list[str]:
                           text=True, check=True).stdout.split()
 
 
-def run_round(setting: str, rounds: int) -> tuple[float, int, str]:
-    """Seconds per round of one ``--round`` setting in a fresh interpreter (and its threads)."""
+def run_round(setting: str, rounds: int, clients: int = 60) -> tuple[float, int, str]:
+    """Seconds per round of one ``--round`` setting in a fresh interpreter (and its threads).
+
+    ``clients`` (60: the peers' workload) smaller only to check the runner quickly.
+    """
     policy, mode = ROUND_SETTINGS[setting]
-    out = _fresh(ROUND, policy, mode, str(rounds))
+    out = _fresh(ROUND, policy, mode, str(rounds), str(clients))
     return float(out[0]), int(out[1]), out[2]
 
 

@@ -77,7 +77,7 @@ def test_paper_scale_dry_run_lists_every_run(tmp_path, capsys):
 def test_dynamic_cifar10_run_loads_the_pretrained_backbone_from_the_data_dir(tmp_path):
     """Table 1's CIFAR-10 runs: ResNet-18 + projection head, ImageNet backbone weights from
     --data-dir (here hand-made), sessions with the proposed initial model; shortened to
-    sessions of 1 round, 2 clients per group, 1 step of batch 8."""
+    sessions of 1 round, 2 clients per group, 1 step of batch 8 (fingerprints too)."""
     from safetensors.torch import save_file
 
     from wirelessfl.models import build_model
@@ -93,7 +93,8 @@ def test_dynamic_cifar10_run_loads_the_pretrained_backbone_from_the_data_dir(tmp
     raw = apply_overrides(spec.raw, [f"data.data_dir={tmp_path}", "rounds=4", "local.steps=1",
                                      "local.batch_size=8", "data.num_clients=4",
                                      "population.rounds_per_session=1", "local.schedule_rounds=1",
-                                     "engine=loop"])
+                                     "initial_model.fingerprint_steps=1",
+                                     "initial_model.fingerprint_batch=8", "engine=loop"])
     exp = prepare(resolve(raw))
     start = exp.initial_state()
     torch.testing.assert_close(start.params["layer4.1.conv2.weight"],

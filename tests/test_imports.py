@@ -133,7 +133,7 @@ def test_few_modules_loose_in_the_package_root():
     assert len(loose) <= 10, loose
 
 
-# One interpreter, torch loaded once; before each module every project module is forgotten,
+# One interpreter per order, torch loaded once; before each module every project module is forgotten,
 # so each import starts from nothing of the project (as a fresh interpreter would). After the
 # import, no module of a higher floor may be loaded (lazy imports stay lazy).
 SCRIPT = """
@@ -142,27 +142,32 @@ import torch, numpy, scipy, yaml  # third-party imports stay cached
 mods, floors = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 ours = ("wirelessfl", "channels", "solvers")
 bad = []
-for order in (mods, mods[::-1]):
-    for m in order:
-        for k in [k for k in sys.modules if k.split(".")[0] in ours]:
-            del sys.modules[k]
-        try:
-            importlib.import_module(m)
-        except Exception as exc:
-            bad.append(f"{m}: {type(exc).__name__}: {exc}")
-            continue
-        higher = [k for k in sys.modules if k in floors and floors[k] > floors[m]]
-        if higher:
-            bad.append(f"{m} loads the higher floor {higher[0]}")
+for m in mods:
+    for k in [k for k in sys.modules if k.split(".")[0] in ours]:
+        del sys.modules[k]
+    try:
+        importlib.import_module(m)
+    except Exception as exc:
+        bad.append(f"{m}: {type(exc).__name__}: {exc}")
+        continue
+    higher = [k for k in sys.modules if k in floors and floors[k] > floors[m]]
+    if higher:
+        bad.append(f"{m} loads the higher floor {higher[0]}")
 print(json.dumps(bad))
 """
 
 
 def test_every_module_imports_alone_without_loading_higher_floors():
-    floors = {m: floor(m) for m in MODULES}
-    out = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(MODULES), json.dumps(floors)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    """In both orders (third-party state left by earlier imports differs), one process each,
+    the two side by side."""
+    floors = json.dumps({m: floor(m) for m in MODULES})
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(order), floors],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+             for order in (MODULES, MODULES[::-1])]
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-2000:]
+        assert json.loads(out.strip().splitlines()[-1]) == []
 
 
 def test_channels_and_solvers_never_import_the_fl_side():

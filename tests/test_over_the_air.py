@@ -60,12 +60,13 @@ def test_weighted_transceiver_is_unbiased_with_the_closed_form_mse(weights):
                                      {"truncation_db": -3.0, "normalise": True}])
 def test_over_the_air_estimate_is_unbiased_with_the_logged_mse(options):
     """The aggregator's estimate minus the exact weighted mean over the transmitting clients,
-    divided by u·√MSE of each call, is N(0, 1): mean 0 and variance 1 within 2% (Monte Carlo)."""
+    divided by u·√MSE of each call, is N(0, 1): mean 0 and variance 1 within 2% (Monte Carlo,
+    60 channel draws × 2,000 entries: 5 standard errors of the variance)."""
     rng = np.random.default_rng(1)
-    trees, w = _trees(rng), np.array([1.0, 2.0, 1.0, 3.0, 1.0, 2.0])
+    trees, w = _trees(rng, d=2000), np.array([1.0, 2.0, 1.0, 3.0, 1.0, 2.0])
     agg = AirComp(5.0, 0.1, antennas=4, **options)
     z = []
-    for call in range(300):
+    for call in range(60):
         got = agg.aggregate(trees, w, np.random.default_rng([7, call]))
         h = simo_rayleigh((), 6, 4, np.random.default_rng([7, call]).spawn(2)[0])
         talk = ((np.abs(h) ** 2).mean(-1) >= 10 ** (options.get("truncation_db", -999) / 10))

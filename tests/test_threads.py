@@ -139,7 +139,7 @@ def test_a_busy_machine_gets_sleeping_openmp_threads_and_batched_runs_every_core
 
 def test_threads_benchmark_round_runs_each_setting_as_configured():
     """``benchmarks/threads.py --round``'s runner: the policy and count it sets are the ones
-    the fresh interpreter computes with (one timed round each)."""
+    the fresh interpreter computes with (one timed round of 4 clients each)."""
     import importlib.util
     from pathlib import Path
 
@@ -147,9 +147,9 @@ def test_threads_benchmark_round_runs_each_setting_as_configured():
     spec = importlib.util.spec_from_file_location("threads_benchmark", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    seconds, threads, policy = bench.run_round("passive 1", 1)
+    seconds, threads, policy = bench.run_round("passive 1", 1, clients=4)
     assert seconds > 0 and (threads, policy) == (1, "PASSIVE")
-    seconds, threads, policy = bench.run_round("wirelessfl default", 1)
+    seconds, threads, policy = bench.run_round("wirelessfl default", 1, clients=4)
     assert seconds > 0 and 1 <= threads <= usable_cpus() and policy in ("unset", "PASSIVE")
 
 

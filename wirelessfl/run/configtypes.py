@@ -12,6 +12,7 @@ dataclass sections, and nested algorithm sections (:class:`AlgorithmConfig`, e.g
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -164,6 +165,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {tp}")
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, evaluated once per class (read only).
+
+    A paper-scale figure set resolves thousands of configs; evaluating the annotations each
+    time was over half of ``load_figures``' time.
+    """
+    return typing.get_type_hints(cls)
+
+
 def build_dataclass(cls: type, raw: Any, prefix: str, *, built: dict[str, Any] | None = None) -> Any:
     """Instantiate dataclass ``cls`` from mapping ``raw``, checking keys and types.
 
@@ -178,7 +189,7 @@ def build_dataclass(cls: type, raw: Any, prefix: str, *, built: dict[str, Any] |
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping, got {short(raw)}")
     built = built or {}
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for k in raw:
         if k not in names or k in built:
