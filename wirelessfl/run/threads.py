@@ -27,7 +27,14 @@ threads would only wait for each other at every operation. Measured on the 2-cor
 1,000-client FCNN round took 1.53 s on one thread against 1.75 s on two (medians of 3), the
 60-client round 0.81 s on both but 0.79-1.12 s on two against 0.79-0.82 s on one (5 runs
 each). Busy processes of the run's own session share its part instead, thread by thread:
-there every usable CPU is still best (1.68 s against 2.55 s on one thread, above).
+there every usable CPU is still best (1.68 s against 2.55 s on one thread, above) among
+counts up to the CPUs. More threads than CPUs take a larger part of that session from the
+other busy processes: on a 2-core AVX2 VM beside 4 spinning processes of the same session
+(``benchmarks/threads.py --round --load 4``, 2026-11-25) the round took 3.89 s on one
+thread, 2.27 s on two and 1.48 s on four, as a thread-fair share predicts ((N + 4)/N: 5, 3,
+2). ``auto`` does not take more threads than CPUs: runs started side by side from one shell
+(a sweep) would each take as many as the others' threads and crowd the cores, each parallel
+region waiting for its last thread's turn.
 
 The count changes the order of floating-point sums in some kernels (the loop engine's
 parameters moved by about 1e-9 between one and two threads), so a run records the count it
