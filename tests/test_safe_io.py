@@ -188,6 +188,29 @@ def test_deeply_nested_yaml_is_one_line_everywhere(tmp_path, capsys, text):
     assert "nested more than" in capsys.readouterr().err
 
 
+def test_yaml_builds_plain_data_only_and_reads_as_pyyaml_safe_load(tmp_path, capsys):
+    """Configs and --set values go through libyaml's safe loader where PyYAML has it: a tag
+    that would build a Python object is refused (exit 2, nothing run or written), and plain
+    values read as ``yaml.safe_load`` reads them."""
+    from wirelessfl.errors import ConfigError, parse_yaml
+
+    for text in ("1", "1e-3", "yes", "[1, {a: 2}]", "null", ".inf", "0x10", "'x'", "a: &r [1]\nb: *r"):
+        assert parse_yaml(text, "t") == yaml.safe_load(text)
+    evil = "!!python/object/apply:os.system ['touch " + str(tmp_path / "pwned") + "']"
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse_yaml(evil, "t")
+    cfg = tmp_path / "evil.yaml"
+    cfg.write_text("seed: " + evil + "\n")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(RAW))
+    assert main(["run", str(ok), "--out", str(tmp_path / "o2"), "--set", "seed=" + evil]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("not valid YAML" in line for line in err)
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "o").exists()
+    assert not (tmp_path / "o2").exists()
+
+
 def test_a_damaged_run_folder_with_deep_rows_or_config_is_one_line(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({**RAW, "rounds": 2}))
