@@ -112,7 +112,7 @@ def parse_yaml(text: str, where: str) -> Any:
 
     check_nesting(text, where)
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML ({type(exc).__name__})") from None
     except RecursionError:
