@@ -347,6 +347,19 @@ def api_server_opt(p: Probes) -> None:
         p.bad(A, f"{name}.step params nan", lambda opt=opt: opt.step(
             {**a, "w": a["w"] * NAN}, b, None), "params")
         p.bad(A, f"{name}.step state wrong", lambda opt=opt: opt.step(a, b, {"m": 1}), "state")
+    from wirelessfl.server import aggregation
+
+    for n, call, names in (
+            ("weighted_mean a tree, not a list", lambda: aggregation.weighted_mean(a, [1.0]),
+             ("trees",)),
+            ("weighted_mean a number among trees", lambda: aggregation.weighted_mean(
+                [a, 3], [1.0, 1.0]), ("trees[1]",)),
+            ("weighted_mean other keys", lambda: aggregation.weighted_mean(
+                [a, {"w": a["w"]}], [1.0, 1.0]), ("keys",)),
+            ("apply_update params None", lambda: aggregation.apply_update(None, b), ("params",)),
+            ("apply_update update list", lambda: aggregation.apply_update(a, {**b, "w": [1.0]}),
+             ("update",))):
+        p.bad(A, n, call, *names)
 
 
 def api_masks(p: Probes) -> None:
@@ -402,6 +415,22 @@ def api_population(p: Probes) -> None:
     for t in (-1, 2.5):
         p.bad(A, f"alternating.active({t})", lambda t=t: alt.active(t), "round", "`t`")
         p.bad(A, f"alternating.session({t})", lambda t=t: alt.session(t), "round", "`t`")
+    from wirelessfl.data.partition import deal_labels
+    from wirelessfl.net.delays import speed_classes
+    from wirelessfl.net.resources import by_half
+
+    rng = np.random.default_rng(0)
+    for n, call, names in (
+            ("speed_classes num_clients=-1", lambda: speed_classes(-1, rng), ("num_clients",)),
+            ("speed_classes rng=3", lambda: speed_classes(10, 3), ("rng",)),
+            ("speed_classes shares over 1", lambda: speed_classes(10, rng, (0.5, 0.7, 0.1)),
+             ("shares",)),
+            ("by_half num_cells=0", lambda: by_half(0, 1.0, 2.0), ("num_cells",)),
+            ("deal_labels float labels", lambda: deal_labels(np.arange(5.0), [[1]], rng),
+             ("labels",)),
+            ("deal_labels no sets", lambda: deal_labels(np.arange(5), [], rng), ("sets",)),
+            ("deal_labels rng=0", lambda: deal_labels(np.arange(5), [[1]], 0), ("rng",))):
+        p.bad(A, n, call, *names)
     p.good(A, "alternating groups swap", lambda: (alt.active(0), alt.active(3)),
            lambda o: not (set(o[0].tolist()) & set(o[1].tolist())))
 
@@ -539,6 +568,11 @@ def api_channels(p: Probes) -> None:
                  ("str", "delta")):
         p.bad(A, f"AirCompCell.receive delta {n}", lambda d=d: cell.receive(d, rng), "delta")
     p.bad(A, "AirCompCell.receive rng None", lambda: cell.receive(np.ones((2, 4, 5)), None), "rng")
+    for v in (None, 3, np.zeros(3)):
+        p.bad(A, f"complex_normal rng={_short(v)[:20]}", lambda v=v: aircomp.complex_normal(
+            (2, 3), v), "rng")
+    p.bad(A, "path_gain shadowing rng=3", lambda: path_gain([10.0], shadowing_db=4.0, rng=3),
+          "rng")
 
 
 def api_solvers(p: Probes) -> None:
@@ -633,12 +667,14 @@ def cli_args(p: Probes, box: Path) -> None:
     (box / "bin.yaml").write_bytes(os.urandom(2048))
     (box / "huge.yaml").write_bytes(b"# " + b"x" * (17 << 20) + b"\n")
     (box / "dir.yaml").mkdir()
+    (box / "twice.yaml").write_text(yaml.safe_dump(TINY) + "rounds: 50\n")
     (box / "file").write_text("not a folder\n")
     for n, argv in (("missing config", ["run", "nope.yaml"]),
                     ("config is a folder", ["run", "dir.yaml"]),
                     ("binary config", ["run", "bin.yaml"]),
                     ("empty config", ["run", "empty.yaml"]),
                     ("list config", ["run", "list.yaml"]),
+                    ("a key given twice", ["run", "twice.yaml"]),
                     ("deep config", ["run", "deep.yaml"]),
                     ("17 MiB config", ["run", "huge.yaml"]),
                     ("unknown preset", ["run", "no_such_preset"]),

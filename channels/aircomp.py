@@ -82,6 +82,7 @@ def gains_unchecked(a: np.ndarray, h: np.ndarray) -> np.ndarray:
 def complex_normal(shape: tuple[int, ...], rng: np.random.Generator,
                    variance: ArrayLike = 1.0) -> np.ndarray:
     """Circularly-symmetric complex Gaussian CN(0, variance): variance/2 per real dimension."""
+    check_rng(rng)
     variance = as_finite("variance", variance, lo=0)
     try:
         size = float(np.prod([as_int("shape", s, lo=0) for s in shape], dtype=float))

@@ -80,6 +80,7 @@ def path_gain(distance_m: ArrayLike, exponent: float = 3.0, *, ref_distance_m: f
     pl_db = ref_loss_db + 10.0 * exponent * np.log10(r / ref_distance_m)
     if shadowing_db:
         if rng is None:
-            raise ValueError("shadowing needs `rng`")
+            raise ValueError("shadowing needs `rng` (np.random.default_rng(seed))")
+        check_rng(rng)
         pl_db = pl_db + rng.normal(0.0, shadowing_db, r.shape)
     return np.power(10.0, -pl_db / 10.0)

@@ -313,6 +313,20 @@ def test_channel_helpers_validate_their_arguments(call, match):
         call()
 
 
+def test_channel_draws_check_their_generator():
+    """A draw given something other than a numpy Generator says so (TypeError naming the
+    argument) instead of failing inside numpy with an AttributeError."""
+    from channels.rayleigh import path_gain
+
+    for call in (lambda: aircomp.complex_normal((2,), np.zeros(3)),
+                 lambda: aircomp.complex_normal((2,), 0),
+                 lambda: path_gain([2.0, 3.0], shadowing_db=4.0, rng=0)):
+        with pytest.raises(TypeError, match="`rng` must be a numpy.random.Generator"):
+            call()
+    g = path_gain([2.0, 3.0], shadowing_db=4.0, rng=np.random.default_rng(0))
+    assert g.shape == (2,) and np.isfinite(g).all()
+
+
 def test_fl_helpers_validate_their_arguments():
     """Aggregation, compression, masks and the HIST bound refuse what they cannot use."""
     from wirelessfl.algorithms.hist import theory
@@ -343,6 +357,39 @@ def test_fl_helpers_validate_their_arguments():
     for match, call in bad.items():
         with pytest.raises(ValueError, match=match):
             call()
+    wrong_type = {  # not trees at all: a TypeError naming the argument, not an AttributeError
+        "`trees` must be a sequence": lambda: aggregation.weighted_mean(p, [1]),
+        r"`trees\[1\]` must be a mapping": lambda: aggregation.weighted_mean([p, 3], [1, 1]),
+        "`params` must be a mapping": lambda: aggregation.apply_update(None, p),
+        r"`update`\['w'\] must be a tensor": lambda: aggregation.apply_update(p, {**p, "w": [1]}),
+    }
+    for match, call in wrong_type.items():
+        with pytest.raises(TypeError, match=match):
+            call()
+
+
+def test_population_helpers_validate_their_arguments():
+    """The speed classes, per-cell values and label dealing refuse counts, shares, label
+    arrays and generators they cannot use, naming the argument."""
+    from wirelessfl.data.partition import deal_labels
+    from wirelessfl.net.delays import speed_classes
+    from wirelessfl.net.resources import by_half
+
+    r = np.random.default_rng(0)
+    bad = {"`num_clients`": lambda: speed_classes(-1, r),
+           "`shares`": lambda: speed_classes(10, r, (0.5, 0.7, 0.1)),
+           "`multipliers`": lambda: speed_classes(10, r, (0.5, 0.5), (1.0, np.nan)),
+           "`num_cells`": lambda: by_half(0, 1.0, 2.0),
+           "`labels`": lambda: deal_labels(np.arange(5.0), [np.array([1])], r),
+           "`sets`": lambda: deal_labels(np.arange(5), [], r)}
+    for match, call in bad.items():
+        with pytest.raises(ValueError, match=match):
+            call()
+    with pytest.raises(TypeError, match="`rng`"):
+        speed_classes(10, 3)
+    assert sorted(speed_classes(8, r).tolist()) == [0.7, 0.7, 1.0, 1.0, 1.0, 1.0, 1.3, 1.3]
+    assert [p.tolist() for p in deal_labels(np.arange(6) % 3, [np.array([0, 1]), [1, 2]], r,
+                                            share=True)] == [[0, 1, 3, 4], [1, 2, 4, 5]]
 
 
 def test_models_and_latency_models_validate_their_arguments():
@@ -405,6 +452,8 @@ def _damage(out, how):
         (out / "metrics.jsonl").write_text("\n".join(rows[:2] + rows[1:]) + "\n")
     elif how == "truncated":
         (out / "metrics.jsonl").write_text("\n".join(rows)[:-20])
+    elif how == "binary":  # not UTF-8 at all
+        (out / "metrics.jsonl").write_bytes(b"\xff\xfe" + (out / "metrics.jsonl").read_bytes())
     elif how == "shape":
         ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
         ckpt["params"] = {k: torch.zeros(*[s + 1 for s in v.shape]) for k, v in ckpt["params"].items()}
@@ -415,7 +464,8 @@ def _damage(out, how):
         torch.save(ckpt, out / "checkpoint.pt")
 
 
-@pytest.mark.parametrize("how", ["deleted", "gap", "duplicate", "truncated", "shape", "later_round"])
+@pytest.mark.parametrize("how", ["deleted", "gap", "duplicate", "truncated", "binary", "shape",
+                                 "later_round"])
 def test_resume_refuses_damaged_folders(tmp_path, how):
     out = _run(tmp_path)
     (out / "summary.json").unlink()

@@ -211,6 +211,30 @@ def test_yaml_builds_plain_data_only_and_reads_as_pyyaml_safe_load(tmp_path, cap
     assert not (tmp_path / "o2").exists()
 
 
+def test_a_key_given_twice_is_refused_not_silently_dropped(tmp_path, capsys):
+    """``rounds: 3`` then ``rounds: 50`` in one config (or one --set mapping) exits 2 naming
+    the key and the line, instead of PyYAML's silent last-one-wins; a merge key (``<<``) may
+    still be overridden."""
+    from wirelessfl.errors import ConfigError, parse_yaml
+
+    cfg = tmp_path / "twice.yaml"
+    cfg.write_text(yaml.safe_dump(RAW) + "rounds: 50\n")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'rounds' is given twice" in err and "line" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(RAW))
+    assert main(["run", str(ok), "--out", str(tmp_path / "o2"), "--quiet",
+                 "--set", "local={lr: 0.1, lr: 0.2}"]) == 2
+    assert "'lr' is given twice" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_yaml("1: a\n1.0: b\n", "t")  # equal keys, as Python compares them
+    merged = "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n"
+    assert parse_yaml(merged, "t") == yaml.safe_load(merged) == {"base": {"x": 1, "y": 2},
+                                                                "c": {"x": 3, "y": 2}}
+
+
 def test_a_damaged_run_folder_with_deep_rows_or_config_is_one_line(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({**RAW, "rounds": 2}))

@@ -12,6 +12,7 @@ The command line prints each of them as one line and exits with code 2.
 
 from __future__ import annotations
 
+import functools
 import reprlib
 from typing import Any
 
@@ -101,18 +102,62 @@ def check_nesting(text: str, where: str, limit: int = MAX_NESTING) -> None:
         raise ConfigError(f"{where}: nested more than {limit} levels deep; flatten it")
 
 
+@functools.cache
+def _safe_loader() -> type:
+    """The safe YAML loader (libyaml's where PyYAML has it), refusing repeated keys.
+
+    YAML requires the keys of a mapping to be unique; PyYAML keeps the last of a repeated
+    one silently, so ``rounds: 5`` followed later by ``rounds: 50`` would run 50 rounds with
+    no word. Merge keys (``<<: *base``) may still be overridden, as YAML intends.
+    """
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node, deep=False):  # noqa: D102
+            if isinstance(node, yaml.MappingNode):
+                seen = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        repeated = key in seen
+                    except TypeError:  # unhashable: the base class says so
+                        continue
+                    if repeated:
+                        raise _RepeatedKey(key, key_node.start_mark.line + 1)
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+class _RepeatedKey(Exception):
+    """A mapping of a YAML document gives one key twice."""
+
+    def __init__(self, key: object, line: int) -> None:
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
 def parse_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load(text)`` with bounded size and nesting; a ConfigError of one line.
 
     Through libyaml's safe loader (``yaml.CSafeLoader``: the same constructors, several
     times faster) where PyYAML was built with it; a paper-scale figure set parses tens of
-    thousands of override values.
+    thousands of override values. A key given twice in one mapping is refused (YAML asks
+    for unique keys; PyYAML would keep the last one without a word).
     """
     import yaml
 
     check_nesting(text, where)
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(text, Loader=_safe_loader())
+    except _RepeatedKey as exc:
+        raise ConfigError(f"{where}: key {short(exc.key)} is given twice in one mapping (the "
+                          f"second at line {exc.line}); keep one") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML ({type(exc).__name__})") from None
     except RecursionError:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from channels.validation import check_memory
+from channels.validation import check_memory, check_rng
 
 Partition = tuple[np.ndarray, ...]
 
@@ -364,6 +364,17 @@ def deal_labels(labels: np.ndarray, sets: Sequence[np.ndarray], rng: np.random.G
 
     Every holder gets all of them (``share``) or an equal part (``np.array_split``).
     """
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"`labels` must be a 1-D integer array, got shape {labels.shape} "
+                         f"dtype {labels.dtype}")
+    if isinstance(sets, (str, bytes, np.ndarray)) or not isinstance(sets, Sequence) or not sets:
+        raise ValueError("`sets` must be a non-empty sequence of label arrays (one per holder)")
+    sets = [np.asarray(held) for held in sets]
+    if any(held.ndim != 1 or (held.size and not np.issubdtype(held.dtype, np.integer))
+           for held in sets):
+        raise ValueError("each of `sets` must be a 1-D integer array of labels")
+    check_rng(rng)
     parts: list[list[np.ndarray]] = [[] for _ in sets]
     for c in np.unique(np.concatenate(sets)):
         holders = [k for k, held in enumerate(sets) if c in held]

@@ -16,7 +16,7 @@ import numpy as np
 from channels.rates import tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
-from channels.validation import as_finite, as_float
+from channels.validation import as_finite, as_float, as_int, check_rng
 
 
 class LatencyModel(ABC):
@@ -109,6 +109,14 @@ def speed_classes(num_clients: int, rng: np.random.Generator,
 
     Exact class sizes (rounded shares, the remainder to the normal class), shuffled once.
     """
+    num_clients = as_int("num_clients", num_clients, lo=0, hi=10**8)
+    check_rng(rng)
+    shares = as_finite("shares", shares, lo=0)
+    multipliers = as_finite("multipliers", multipliers, lo=0)
+    if shares.ndim != 1 or shares.shape != multipliers.shape or not 0 < shares.sum() <= 1 + 1e-9:
+        raise ValueError(f"`shares` and `multipliers` must be 1-D of one length, the shares "
+                         f"summing to at most 1 (over 0), got {shares.tolist()}, "
+                         f"{multipliers.tolist()}")
     sizes = np.floor(np.asarray(shares) * num_clients).astype(int)
     sizes[int(np.argmax(shares))] += num_clients - sizes.sum()
     return rng.permutation(np.repeat(np.asarray(multipliers, float), sizes))

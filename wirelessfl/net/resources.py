@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike
 from channels.rates import BANDWIDTH_HZ, tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
-from channels.validation import as_float
+from channels.validation import as_float, as_int
 from solvers.latency import full_model_latency_aircomp, full_model_latency_oma
 
 
@@ -66,6 +66,7 @@ def check_scenario(snr_db: tuple[float, float],
 
 def by_half(num_cells: int, first: ArrayLike, rest: ArrayLike) -> np.ndarray:
     """Per-cell values, shape (N, ...): ``first`` in cells j ≤ ⌊N/2⌋, ``rest`` beyond (§6.4)."""
+    num_cells = as_int("num_cells", num_cells, lo=1, hi=10**6)
     head = np.arange(num_cells) < num_cells // 2
     first, rest = np.asarray(first, float), np.asarray(rest, float)
     return np.where(head.reshape(-1, *[1] * max(first.ndim, rest.ndim)), first, rest)

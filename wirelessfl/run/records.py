@@ -300,8 +300,14 @@ class RunRecord:
         """All metric rows; a damaged line is a :class:`~wirelessfl.errors.RunFolderError`."""
         if not self.metrics_path.is_file():
             return []
+        damaged = ("is damaged (truncated or edited): it cannot be read, resumed, plotted or "
+                   "re-timed; start the run again with another --out")
+        try:
+            text = self.metrics_path.read_text()
+        except UnicodeDecodeError:
+            raise RunFolderError(f"{self.metrics_path} {damaged}") from None
         rows = []
-        for n, line in enumerate(self.metrics_path.read_text().splitlines(), 1):
+        for n, line in enumerate(text.splitlines(), 1):
             if not line:
                 continue
             try:
@@ -309,9 +315,7 @@ class RunRecord:
             except ConfigError:
                 row = None
             if not isinstance(row, dict) or not isinstance(row.get("round"), int):
-                raise RunFolderError(f"{self.metrics_path} line {n} is damaged (truncated or "
-                                     "edited); the run cannot be resumed: start it again with "
-                                     "another --out")
+                raise RunFolderError(f"{self.metrics_path} line {n} {damaged}")
             rows.append(row)
         return rows
 

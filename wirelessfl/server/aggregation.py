@@ -28,7 +28,7 @@ from channels.units import db_to_lin
 from channels.validation import as_float, as_int
 from solvers import beamforming
 from wirelessfl.engine.client import FOLD_TREES, DeltaFold
-from wirelessfl.models.base import Params
+from wirelessfl.models.base import Params, check_tree
 
 
 def _weights(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
@@ -49,10 +49,13 @@ def weighted_mean(trees: Sequence[Params], weights: np.ndarray | Sequence[float]
     """Σ_i w_i tree_i / Σ_i w_i, key by key.
 
     Up to :data:`MEAN_CHUNK` trees in one stacked sum; more in chunks of that many, the
-    chunks' sums added in order.
+    chunks' sums added in order. NaN and Inf propagate, as in torch's own sums: a run reports
+    a diverged model after its round (:class:`~wirelessfl.errors.TrainingDiverged`).
     """
+    if isinstance(trees, dict) or not isinstance(trees, Sequence):
+        raise TypeError(f"`trees` must be a sequence of parameter trees, got {type(trees).__name__}")
     w = _weights(weights, len(trees))
-    _same_layout(trees[0], *trees[1:])
+    _same_layout(*(check_tree(f"trees[{i}]", t, finite=False) for i, t in enumerate(trees)))
     fold = DeltaFold(w)  # the same stacked sums as a round folded while it trains
     for lo in range(0, len(trees), MEAN_CHUNK):
         chunk = trees[lo:lo + MEAN_CHUNK]
@@ -107,9 +110,10 @@ class Mean(Aggregator):
 
 
 def apply_update(params: Params, update: Params, lr: float = 1.0) -> Params:
-    """Server step ``x − lr · update`` (plain averaging when lr = 1)."""
+    """Server step ``x − lr · update`` (plain averaging when lr = 1); NaN propagates."""
     lr = as_float("lr", lr)
-    _same_layout(params, update)
+    _same_layout(check_tree("params", params, finite=False),
+                 check_tree("update", update, finite=False))
     return {k: params[k] - lr * update[k] for k in params}
 
 
