@@ -364,10 +364,7 @@ def deal_labels(labels: np.ndarray, sets: Sequence[np.ndarray], rng: np.random.G
 
     Every holder gets all of them (``share``) or an equal part (``np.array_split``).
     """
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"`labels` must be a 1-D integer array, got shape {labels.shape} "
-                         f"dtype {labels.dtype}")
+    labels = _labels_iv(labels)
     if isinstance(sets, (str, bytes, np.ndarray)) or not isinstance(sets, Sequence) or not sets:
         raise ValueError("`sets` must be a non-empty sequence of label arrays (one per holder)")
     sets = [np.asarray(held) for held in sets]

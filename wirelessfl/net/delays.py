@@ -117,6 +117,6 @@ def speed_classes(num_clients: int, rng: np.random.Generator,
         raise ValueError(f"`shares` and `multipliers` must be 1-D of one length, the shares "
                          f"summing to at most 1 (over 0), got {shares.tolist()}, "
                          f"{multipliers.tolist()}")
-    sizes = np.floor(np.asarray(shares) * num_clients).astype(int)
+    sizes = np.floor(shares * num_clients).astype(int)
     sizes[int(np.argmax(shares))] += num_clients - sizes.sum()
-    return rng.permutation(np.repeat(np.asarray(multipliers, float), sizes))
+    return rng.permutation(np.repeat(multipliers, sizes))
