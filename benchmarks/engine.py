@@ -272,8 +272,18 @@ def profile_round(model: str, algo: dict, engine: str, device: str, rows: int = 
                  "self_cpu_ms": e.self_cpu_time_total / 1e3,
                  "self_device_ms": getattr(e, "self_device_time_total", 0) / 1e3} for e in best]
 
+    def count(names: tuple[str, ...]) -> int:
+        return int(sum(e.count for e in events if e.key in names))
+
     return {"model": model, "engine": engine, "profiled_round_seconds": seconds,
             "operators": len(events), "calls": int(sum(e.count for e in events)),
+            "aten_calls": int(sum(e.count for e in events if e.key.startswith("aten::"))),
+            # kernel launches on a GPU (the runtime's and the driver's launch calls)
+            "kernel_launches": count(("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                                      "cuLaunchKernelEx", "cudaGraphLaunch")),
+            # host waits: a scalar read (.item(), float()) or a stream/device synchronise
+            "host_syncs": count(("aten::_local_scalar_dense", "cudaStreamSynchronize",
+                                 "cudaDeviceSynchronize")),
             "top_host": top("self_cpu_time_total"),
             "top_device": top("self_device_time_total") if cuda else []}
 

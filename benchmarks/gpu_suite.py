@@ -7,6 +7,9 @@ Parts, in this order (what the issue's GPU targets need first: parts that would 
 ``--budget-s`` are skipped), each timed and recorded whatever happens to the others (a
 failing part keeps its error and the suite goes on):
 
+- ``presets``: every shipped preset for 3 rounds on the GPU, and on the CPU beside it in a
+  pool of processes (``benchmarks/presets.py``): both accuracies, the gap, whether it learns
+  (presets not started within :data:`PRESETS_BUDGET_S` are listed as skipped);
 - ``cuda_tests``: ``pytest -m cuda`` (every test marked as needing a GPU), pass/fail counts;
 - ``engine``: FCNN and LeNet-5, HIST N=4 and HFedAvg N=4 with 60 clients, loop against
   batched (``benchmarks/engine.py``): seconds per round, GFLOP/s, share of the matmul rate;
@@ -20,7 +23,8 @@ failing part keeps its error and the suite goes on):
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
   on the device;
 - ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
-  operators on the host and the device, call counts).
+  operators on the host and the device, call counts, kernel launches and host syncs per
+  round), run right after the engine part so that the time budget never skips it.
 
 Measured on one H100 (torch 2.11, CUDA 13.0), per part: CUDA tests 28 s (8 passed; the 2
 Ray tests skip where Ray is absent), profile 53 s, ResNet-18 30 s, LoRA 12 s; the engine
@@ -86,6 +90,26 @@ def _data(data_dir: str | None) -> dict:
     if "fmnist_random" not in USER_DATASETS:
         register_dataset("fmnist_random", random_fmnist)
     return {"dataset": "fmnist_random", "data_dir": None, "real": False, "why": reason}
+
+
+#: Seconds the presets part may take: presets not started by then are listed as skipped.
+PRESETS_BUDGET_S = 170.0
+
+
+def presets(device: str, quick: bool) -> dict:
+    """Every shipped preset for 3 rounds on this device and on the CPU beside it
+    (``benchmarks/presets.py``): accuracy on both, their gap, and whether each learns."""
+    import tempfile
+
+    pre = _module("presets")
+    names = list(pre.QUICK) if quick else list(__import__("wirelessfl.run.config", fromlist=["x"])
+                                                .list_presets())
+    devices = ["cpu"] + ([device] if device != "cpu" else [])
+    workers = 1 if quick else max(1, min(6, (os.cpu_count() or 2) // 2))
+    with tempfile.TemporaryDirectory() as tmp:
+        return pre.table(names, devices, 1 if quick else 3, tmp, cpu_workers=workers,
+                         data_dir=DATA.get("data_dir"), on_row=PARTIAL,
+                         budget_s=None if quick else PRESETS_BUDGET_S)
 
 
 def cuda_tests(device: str, quick: bool) -> dict:
@@ -182,9 +206,9 @@ def lora(device: str, quick: bool) -> dict:
 
 #: In order of what the issue's GPU targets need first: a run cut off by ``--budget-s``
 #: skips the last parts.
-PARTS = {"cuda_tests": cuda_tests, "engine": engine, "resnet": resnet, "lora": lora,
-         "compile": compile_step, "rules": rules, "precision": precision,
-         "placement": placement, "profile": profile}
+PARTS = {"presets": presets, "cuda_tests": cuda_tests, "engine": engine, "profile": profile,
+         "resnet": resnet, "lora": lora, "compile": compile_step, "rules": rules,
+         "precision": precision, "placement": placement}
 DATA: dict = {}
 _SAVE: list = []   # the running part's saver: PARTIAL(result so far) writes it into the JSON
 
@@ -227,8 +251,17 @@ def _markdown(report: dict) -> str:
                              + [f"{r['model']} round {r['compile']} "
                                 f"{r['seconds_per_round']:.3f}s (gap {r['gap_to_eager']:.0e})"
                                 for r in res.get("rounds", [])])
+        elif name == "presets":
+            ps = res.get("presets", [])
+            gaps = [e["gap"] for e in ps if "gap" in e]
+            head = (f"{sum(e['runs'] for e in ps)}/{len(ps)} run, "
+                    f"{sum(bool(e.get('learns')) for e in ps)} learn"
+                    + (f", largest CPU/GPU gap {max(gaps):.1e}" if gaps else "")
+                    + "".join(f"; {e['preset']}: {e['errors'][0][:60]}" for e in ps
+                              if e.get("errors"))[:300])
         elif name == "profile":
-            head = "; ".join(f"{r['model']}: {r['calls']} calls, top host "
+            head = "; ".join(f"{r['model']}: {r.get('kernel_launches', 0)} launches, "
+                             f"{r.get('host_syncs', 0)} host syncs, {r['calls']} calls, top host "
                              f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"
                              for r in res.get("rounds", []))
         elif name == "resnet":

@@ -18,8 +18,9 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert (tmp_path / "gpu_suite.json").stat().st_size < 2**20
-    assert set(report["parts"]) == {"cuda_tests", "engine", "profile", "placement", "rules",
-                                   "resnet", "lora", "precision", "compile"}
+    assert list(report["parts"])[:4] == ["presets", "cuda_tests", "engine", "profile"]
+    assert set(report["parts"]) == {"presets", "cuda_tests", "engine", "profile", "placement",
+                                   "rules", "resnet", "lora", "precision", "compile"}
     assert all(p["ok"] for p in report["parts"].values())
     assert report["forbidden_imports"] == []     # no cvxpy, Gurobi or Ray in its process
     eng = report["parts"]["engine"]["result"]["workloads"][0]
@@ -29,6 +30,11 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     assert [r["compile"] for r in compiled] == ["off", "default"]
     assert compiled[1]["gap_to_eager"] < 1e-5
     assert "| engine | yes |" in (tmp_path / "gpu_suite.md").read_text()
+    table = report["parts"]["presets"]["result"]["presets"]    # the presets table, quick
+    assert {e["preset"] for e in table} == {"quickstart", "heterofl_fmnist"}
+    assert all(e["runs"] and e["learns"] for e in table), table
+    prof = report["parts"]["profile"]["result"]["rounds"][0]
+    assert prof["aten_calls"] > 0 and prof["kernel_launches"] == 0   # no GPU: no launches
 
 
 @pytest.mark.cuda

@@ -33,7 +33,7 @@ def _rounds(model, mode, rounds=3, sizes=(40, 40, 30, 50), steps=5, device="cpu"
     for r in range(rounds):
         tasks = [ClientTask(c, params, np.arange(offset[c], offset[c + 1]), seed=10 * r + c)
                  for c in range(len(sizes))]
-        results = executor.run(update, data.to(device) if device != "cpu" else data, tasks, hp)
+        results = executor.run(update, data.placed(device, "device"), tasks, hp)
         out.append([{k: v.cpu() for k, v in res.delta.items()} for res in results])
         params = {k: v - torch.stack([res.delta[k] for res in results]).mean(0)
                   for k, v in params.items()}

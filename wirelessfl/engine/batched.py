@@ -62,6 +62,7 @@ import torch
 from torch.func import vmap
 
 from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.engine import device_guard
 from wirelessfl.engine.client import (
     Carry,
     ClientError,
@@ -74,8 +75,10 @@ from wirelessfl.engine.client import (
     LocalSGD,
     LoopExecutor,
     batch_schedule,
+    float32_arithmetic,
     forked_rng,
     keep_where,
+    on_device,
     task_lr,
     tree_bytes,
 )
@@ -176,6 +179,7 @@ class BatchedExecutor(Executor):
         into it as the chunk finishes (taken on the stacked parameters when the rule keeps
         the default :meth:`~wirelessfl.engine.client.ClientUpdate.client_final`).
         """
+        tasks = on_device(tasks, self.device)
         if not isinstance(update, LocalSGD) or not self._batchable(update, data, tasks, hp):
             return self._loop.run(update, data, tasks, hp, fold)
         if fold is not None:
@@ -300,7 +304,7 @@ class BatchedExecutor(Executor):
                       buffers=buffers, batch_dims=1)
         loss_sum = torch.zeros(len(tasks), device=self.device)
         try:
-            with forked_rng(self.device):
+            with forked_rng(self.device), float32_arithmetic(hp.precision):
                 torch.manual_seed(tasks[0].seed)
                 update.model.train()
                 batches = self._schedule(data, tasks, schedules)  # one upload per round
@@ -357,6 +361,8 @@ class BatchedExecutor(Executor):
                        opt={name: {k: v[c] for k, v in tree.items()} for name, tree in opt.items()},
                        seed=t.seed))
                    for c, t in enumerate(tasks)]
+        for r in results:
+            device_guard.check(r.delta, self.device, f"{type(update).__name__}.client_final")
         if fold is not None and not on_stack:
             results = fold.add_results(positions, results)
         return results

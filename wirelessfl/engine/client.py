@@ -34,14 +34,17 @@ from torch.func import functional_call
 
 from channels.validation import as_float, as_int
 from wirelessfl.data.arrays import ArrayDataset
+from wirelessfl.engine import device_guard
 from wirelessfl.errors import short
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.noise import client_noise, step_key
 
 #: Most local steps one call may run (the batch schedule of a call is held in memory).
 MAX_LOCAL_STEPS = 100_000
-#: The autocast dtype of each ``local.precision`` other than ``fp32``.
+#: The autocast dtype of each ``local.precision`` other than ``fp32`` and ``tf32``.
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+#: The values of ``local.precision``.
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 #: fp16's dynamic loss scale: its start, and the overflow-free steps after which it doubles
 #: (``torch.amp.GradScaler``'s defaults); an overflowing step halves it.
 SCALE_INIT, SCALE_GROWTH_INTERVAL = 2.0**16, 2000
@@ -82,7 +85,10 @@ class LocalHParams:
     schedule_floor : float
         ρ = γ_min / γ of ``poly`` (0: decay to zero; ``lr_poly.json``'s second value).
     precision : str
-        ``fp32`` (default), ``bf16`` or ``fp16``: the forward and backward passes under
+        ``fp32`` (default; on a GPU IEEE float32 also in cuDNN's convolutions, which PyTorch
+        otherwise runs in TF32), ``tf32`` (opt-in: float32 tensors, matmuls and
+        convolutions on a GPU in TensorFloat-32, :func:`float32_arithmetic`; the same as
+        ``fp32`` on the CPU), ``bf16`` or ``fp16``: the forward and backward passes under
         ``torch.autocast`` in that type, the weights, optimiser state and updates in float32
         (master weights). ``fp16`` scales the loss per client (:data:`SCALE_INIT`, halved and
         the step skipped on an overflow, doubled after :data:`SCALE_GROWTH_INTERVAL` clean
@@ -129,8 +135,48 @@ class LocalHParams:
         as_float("schedule_floor", self.schedule_floor, lo=0, hi=1)
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"`precision` must be fp32, bf16 or fp16, got {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"`precision` must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, "
+                             f"got {self.precision!r}")
+
+
+#: The GPU back ends whose float32 arithmetic ``local.precision`` sets (PyTorch ≥ 2.9 names).
+_FP32_BACKENDS = ("cuda.matmul", "cudnn.conv", "cudnn.rnn")
+
+
+@contextlib.contextmanager
+def float32_arithmetic(precision: str):
+    """Within the block, float32 matmuls and convolutions on a GPU in IEEE float32, or TF32.
+
+    ``precision`` ``tf32``: TensorFloat-32 (10-bit mantissa products, float32 accumulation)
+    for both; any other: IEEE float32, also for cuDNN's convolutions, which PyTorch
+    otherwise lets use TF32 by default (so ``fp32`` convolutions on a GPU give the CPU's
+    numbers to float32 rounding, not to TF32's ~1e-3). The settings are restored on exit.
+    Nothing changes on the CPU.
+    """
+    mode = "tf32" if precision == "tf32" else "ieee"
+    owners = []
+    for name in _FP32_BACKENDS:
+        owner = torch.backends
+        for part in name.split("."):
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, "fp32_precision"):
+            owners.append(owner)
+    if owners:  # PyTorch >= 2.9
+        before = [o.fp32_precision for o in owners]
+        for o in owners:
+            o.fp32_precision = mode
+    else:  # the legacy flags
+        before = [torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32]
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
+    try:
+        yield
+    finally:
+        if owners:
+            for o, b in zip(owners, before):
+                o.fp32_precision = b
+        else:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator) -> list[np.ndarray]:
@@ -416,7 +462,7 @@ class LocalSGD(ClientUpdate):
 
         ``p`` is in the loss only as the model's, and ``d`` is the rule's
         :meth:`drift_step` (none for plain SGD): SGD without momentum, weight decay or loss
-        scaling (``precision: fp32``), in a rule that overrides none of the hooks that
+        scaling (``precision`` fp32 or tf32), in a rule that overrides none of the hooks that
         change the gradient or the step, nor :meth:`penalty`; :meth:`objective` only if it
         declares :attr:`params_only_in_model` (MOON, distillation) and :meth:`correct` only
         if it :attr:`drifts` (FedProx, FedDyn, SCAFFOLD with β = 1). The batched engine then
@@ -430,7 +476,7 @@ class LocalSGD(ClientUpdate):
                  if not (name == "objective" and rule.params_only_in_model)
                  and not (name == "correct" and drifts)]
         return (hp.optimizer == "sgd" and not hp.momentum and not hp.weight_decay
-                and hp.precision == "fp32"
+                and hp.precision in ("fp32", "tf32")
                 and all(getattr(rule, name) is getattr(LocalSGD, name) for name in hooks))
 
     def loss(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -582,6 +628,34 @@ def keep_where(mask: torch.Tensor, new: Params, old: Params) -> Params:
     """
     return {k: torch.where(_expand_to(mask, v), v, old[k]) if k in old else v
             for k, v in new.items()}
+
+
+def on_device(tasks: Sequence[ClientTask], device: torch.device) -> list[ClientTask]:
+    """``tasks`` with their start models, buffers and broadcast tensors on ``device``.
+
+    An executor trains on its own device whatever device a task's tensors come from (a
+    server model kept on the host, a test's tasks built on the CPU): everything a rule
+    reads in :meth:`LocalSGD.context` and :meth:`ClientUpdate.client_final` is then on the
+    device of the round's parameters. Each distinct tensor moves once, so tasks that share
+    a start keep sharing one tensor; tensors already there are not copied. A task's
+    ``state`` stays where the client store keeps it (:mod:`wirelessfl.engine.client_store`
+    loads it onto the parameters' device).
+    """
+    moved: dict[int, torch.Tensor] = {}
+
+    def move(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            if id(x) not in moved:
+                moved[id(x)] = x.to(device)
+            return moved[id(x)]
+        if isinstance(x, dict):
+            return {k: move(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(move(v) for v in x)
+        return x
+
+    return [replace(t, params=move(t.params), buffers=move(t.buffers),
+                    broadcast=move(t.broadcast)) for t in tasks]
 
 
 class ClientError(RuntimeError):
@@ -743,7 +817,7 @@ class LoopExecutor(Executor):
             device=data.x.device)
         stage = "client_init"
         try:
-            with forked_rng(self.device):
+            with forked_rng(self.device), float32_arithmetic(hp.precision):
                 torch.manual_seed(task.seed)
                 carry = update.client_init(task)
                 stage = "client_step"
@@ -751,13 +825,16 @@ class LoopExecutor(Executor):
                     b = order[end - len(pos):end]
                     carry = update.client_step(carry, *data.batch(b, self.device))
                 stage = "client_final"
-                return update.client_final(task, carry)
+                res = update.client_final(task, carry)
+                device_guard.check(res.delta, self.device, f"{type(update).__name__}.client_final")
+                return res
         except Exception as exc:
             raise ClientError(f"client {task.client} failed in {stage}: {exc}") from exc
 
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
             hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
         """Train the tasks one after another (folded in groups as they finish)."""
+        tasks = on_device(tasks, self.device)
         if fold is None:
             return [self._run_one(update, data, t, hp) for t in tasks]
         fold.check(tasks)
@@ -779,17 +856,19 @@ def evaluate(model: FLModel, params: Params, data: ArrayDataset, *, batch_size: 
     """Test accuracy in [0, 1] and mean cross-entropy of ``params`` on ``data`` (eval mode).
 
     ``buffers`` (BatchNorm running statistics) default to the module's own. The sums stay on
-    the device (the loss in float64) and are read once, after the last batch.
+    the device (the loss in float64) and are read once, after the last batch. Always in IEEE
+    float32 (:func:`float32_arithmetic`), whatever the local training's precision.
     """
     params = {**params, **(buffers or {})}
     was_training = model.training
     model.eval()
     correct = torch.zeros((), dtype=torch.long, device=device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    for i in range(0, len(data), batch_size):
-        x, y = data.batch(slice(i, i + batch_size), device)
-        out = functional_call(model, params, (x,))
-        loss_sum += F.cross_entropy(out, y, reduction="sum").double()
-        correct += (out.argmax(1) == y).sum()
+    with float32_arithmetic("fp32"):  # IEEE float32 on a GPU too: the CPU's numbers
+        for i in range(0, len(data), batch_size):
+            x, y = data.batch(slice(i, i + batch_size), device)
+            out = functional_call(model, params, (x,))
+            loss_sum += F.cross_entropy(out, y, reduction="sum").double()
+            correct += (out.argmax(1) == y).sum()
     model.train(was_training)
     return int(correct) / len(data), float(loss_sum) / len(data)

@@ -21,21 +21,35 @@ from __future__ import annotations
 
 import torch
 
+from wirelessfl.engine import device_guard
 from wirelessfl.models.base import Params
 
 STORE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+#: Dtypes :func:`zeros` and :func:`to_host` also take (index tensors kept beside a store).
+HOST_DTYPES = {**STORE_DTYPES, "int64": torch.int64}
 
 
 def store(tree: Params, dtype: str = "float32") -> Params:
     """``tree`` as the store keeps it: on the CPU, in ``dtype``."""
     if dtype not in STORE_DTYPES:
         raise ValueError(f"`state_dtype` must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")
-    return {k: v.detach().to("cpu", STORE_DTYPES[dtype]) for k, v in tree.items()}
+    return device_guard.host({k: v.detach().to("cpu", STORE_DTYPES[dtype])
+                              for k, v in tree.items()})
+
+
+def zeros(shape: tuple[int, ...] | torch.Size, dtype: str = "float32") -> torch.Tensor:
+    """A zero tensor as the store keeps it (host memory, ``dtype``)."""
+    return device_guard.host(torch.zeros(tuple(shape), dtype=HOST_DTYPES[dtype]))
+
+
+def to_host(t: torch.Tensor, dtype: str = "float32") -> torch.Tensor:
+    """One tensor as the store keeps it (host memory, ``dtype``)."""
+    return device_guard.host(t.detach().to("cpu", HOST_DTYPES[dtype]))
 
 
 def load(tree: Params, like: Params) -> Params:
     """A stored ``tree`` on the device and in the dtype of ``like`` (a round's parameters)."""
-    return {k: tree[k].to(like[k].device, like[k].dtype) for k in like}
+    return {k: tree[k].to(like[k]) for k in like}
 
 
 def nbytes(states: dict) -> int:

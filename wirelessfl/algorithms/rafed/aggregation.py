@@ -83,6 +83,12 @@ class SubmodelReport(RoundReport):
     silent_clients: int | None = None
 
 
+def _on_host(index: tuple) -> tuple:
+    """A submodel's index (slices and index tensors) with its tensors in host memory."""
+    return tuple(client_store.to_host(i, "int64") if isinstance(i, torch.Tensor) else i
+                 for i in index)
+
+
 def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequence[ClientResult],
                        weights: np.ndarray, lr: float, *, memory_dtype: str | None = None,
                        client_states: Mapping[int, Any] | None = None,
@@ -100,10 +106,9 @@ def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequen
     acc = {k: torch.zeros_like(v) for k, v in params.items()}
     cov = {k: torch.zeros_like(v) for k, v in params.items()}
     states = dict(client_states or {})
-    if memory:  # Σ_n u_n (float32, CPU) and this round's change of it
-        usum = usum or {k: torch.zeros(v.shape) for k, v in params.items()}
-        dsum = {k: torch.zeros(v.shape) for k, v in params.items()}
-        dtype = client_store.STORE_DTYPES[memory_dtype]
+    if memory:  # Σ_n u_n (float32, host memory as the store) and this round's change of it
+        usum = usum or {k: client_store.zeros(v.shape) for k, v in params.items()}
+        dsum = {k: client_store.zeros(v.shape) for k, v in params.items()}
     sent = []  # over the air: each client's scattered contribution
     for sub, res, w in zip(subs, results, weights):
         mem = states.get(res.client) if memory else None
@@ -115,13 +120,14 @@ def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequen
             part = res.delta[k]
             if memory:  # Δ = D/γ against u_n on the coordinates just trained
                 stored = (mem[k].clone() if mem is not None
-                          else torch.zeros(params[k].shape, dtype=dtype))
-                old = stored[idx].float()    # (a view where idx is basic: used first)
-                fresh = (part / lr).to("cpu", torch.float32)
-                into[k][idx] += scale * (fresh - old).to(acc[k].device)
+                          else client_store.zeros(params[k].shape, memory_dtype))
+                at = _on_host(idx)  # the memories are host tensors: index them on the host
+                old = stored[at].float()    # (a view where idx is basic: used first)
+                fresh = client_store.to_host(part / lr)
+                into[k][idx] += scale * (fresh - old).to(acc[k])
                 kept = fresh.to(stored.dtype)  # what the store holds (float16: rounded)
-                dsum[k][idx] += kept.float() - old
-                stored[idx] = kept
+                dsum[k][at] += kept.float() - old
+                stored[at] = kept
                 new_mem[k] = stored
             else:
                 into[k][idx] += scale * part
@@ -136,7 +142,7 @@ def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequen
     if not memory:
         return {k: params[k] - acc[k] / covered[k] for k in params}, usum, states, cov
     n = num_clients  # v_q = ū + corr, ū over all N clients (old memory)
-    new = {k: params[k] - lr * (usum[k].to(params[k].device) / n + acc[k] / covered[k])
+    new = {k: params[k] - lr * (usum[k].to(params[k]) / n + acc[k] / covered[k])
            for k in params}
     return new, {k: usum[k] + dsum[k] for k in params}, states, cov
 
