@@ -335,3 +335,33 @@ def test_a_huge_tsv_field_is_read_or_refused_in_one_line(tmp_path):
     path = tmp_path / "t.tsv"
     path.write_text("sentence\tlabel\n" + "a" * 200_000 + "\t1\n")
     assert len(_read_tsv(path)[0]["sentence"]) == 200_000
+
+
+def test_lora_batched_round_stacks_only_the_adapters_and_shares_one_base(text_dir, monkeypatch):
+    """The batched engine stacks the adapters and the head per client; the frozen GPT-2 base
+    is one copy (the module's own storage) read by every client, never stacked or moved."""
+    from wirelessfl.engine import batched
+
+    stacked = []
+    real = batched._stack
+
+    def spy(tensors, device, column_major=False):
+        out = real(tensors, device, column_major)
+        stacked.append((len(tensors), tuple(tensors[0].shape)))
+        return out
+
+    monkeypatch.setattr(batched, "_stack", spy)
+    exp = _text_run(text_dir, {"name": "fedavg", "clients_per_round": 4}, engine="batched")
+    base = {n: (p.data_ptr(), p.detach().clone()) for n, p in exp.model.named_parameters()
+            if not p.requires_grad}
+    state = exp.initial_state()
+    state, _ = exp.algorithm.apply(state)
+    trainable = {tuple(v.shape) for v in state.params.values()}
+    assert stacked and all(shape in trainable and n == 4 for n, shape in stacked)
+    stacked_numel = sum(n * int(np.prod(s)) for n, s in stacked)
+    assert stacked_numel <= 4 * 3 * sum(v.numel() for v in state.params.values())  # params, ctx
+    base_numel = sum(v.numel() for _, v in base.values())
+    assert stacked_numel < base_numel  # the base (most of the model) is not among them
+    for n, p in exp.model.named_parameters():
+        if n in base:
+            assert p.data_ptr() == base[n][0] and torch.equal(p, base[n][1]) and p.grad is None

@@ -83,7 +83,7 @@ from wirelessfl.engine.client import (
     tree_bytes,
 )
 from wirelessfl.engine.replay import StepReplay
-from wirelessfl.models.base import Params
+from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.layers import column_major, sgd_in_backward
 from wirelessfl.models.noise import client_noise, step_keys
 
@@ -191,7 +191,7 @@ class BatchedExecutor(Executor):
         out: list[ClientResult | None] = [None] * len(tasks)
         for members in groups.values():
             n = len(members)
-            parts = -(-n // self.chunk_size(tasks[members[0]], hp, data))
+            parts = -(-n // self.chunk_size(tasks[members[0]], hp, data, update.model))
             for j in range(parts):  # chunks of equal size, to one client
                 chunk = members[n * j // parts:n * (j + 1) // parts]
                 for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk],
@@ -199,7 +199,8 @@ class BatchedExecutor(Executor):
                     out[i] = r
         return out  # type: ignore[return-value]
 
-    def chunk_size(self, task: ClientTask, hp: LocalHParams, data: ArrayDataset) -> int:
+    def chunk_size(self, task: ClientTask, hp: LocalHParams, data: ArrayDataset,
+                   model: FLModel | None = None) -> int:
         """Clients stacked at once for tasks like ``task``.
 
         ``max_batch``, else as many as :meth:`memory_budget` holds by :meth:`client_bytes`,
@@ -207,7 +208,7 @@ class BatchedExecutor(Executor):
         """
         if self.max_batch:
             return self.max_batch
-        size = max(1, int(self.memory_budget() // self.client_bytes(task, hp, data)))
+        size = max(1, int(self.memory_budget() // self.client_bytes(task, hp, data, model)))
         if self.device.type == "cpu":
             size = min(size, max(1, CPU_CHUNK_BYTES // max(1, tree_bytes(task.params))))
         return size
@@ -231,17 +232,21 @@ class BatchedExecutor(Executor):
         return min(4 << 30, available // 4)
 
     @staticmethod
-    def client_bytes(task: ClientTask, hp: LocalHParams, data: ArrayDataset) -> int:
+    def client_bytes(task: ClientTask, hp: LocalHParams, data: ArrayDataset,
+                     model: FLModel | None = None) -> int:
         """A stacked client's memory, estimated.
 
         Its parameters eight times over (start, current, gradient, update and the rule's
-        context; twelve with Adam's moments) and its mini-batch four times over (inputs and
-        the activations they make).
+        context; twelve with Adam's moments) and its step's activations
+        (:meth:`~wirelessfl.models.base.FLModel.activation_bytes`; without a model, its
+        mini-batch four times over). A frozen base (GPT-2 under LoRA) is one copy for all
+        clients and not counted.
         """
         params = tree_bytes(task.params)
         sample = data.x[0].numel() * data.x.element_size() if len(data.x) else 0
-        return max(1, params * (12 if hp.optimizer == "adam" else 8)
-                   + 4 * min(hp.batch_size, max(1, len(task.indices))) * sample)
+        batch = min(hp.batch_size, max(1, len(task.indices)))
+        act = model.activation_bytes(batch, sample) if model is not None else 4 * batch * sample
+        return max(1, params * (12 if hp.optimizer == "adam" else 8) + act)
 
     def _batchable(self, update: LocalSGD, data: ArrayDataset, tasks: Sequence[ClientTask],
                    hp: LocalHParams) -> bool:

@@ -107,6 +107,16 @@ class FLModel(nn.Module):
         """A detached copy of the trainable parameters (what clients train and send)."""
         return {k: v.detach().clone() for k, v in self.named_parameters() if v.requires_grad}
 
+    def activation_bytes(self, batch_size: int, sample_bytes: int) -> int:
+        """Bytes one client's training step keeps for its backward pass, estimated.
+
+        The batched engine sizes its chunks of stacked clients by it (with the parameters'
+        copies). Default: four times the mini-batch (inputs and the activations of a small
+        network); a model whose activations are far larger than its inputs (a transformer)
+        overrides it.
+        """
+        return 4 * batch_size * sample_bytes
+
     def buffers_state(self) -> Params:
         """A detached copy of the buffers (BatchNorm running statistics), empty if none.
 
