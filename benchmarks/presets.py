@@ -7,8 +7,8 @@ and does the GPU give the CPU's numbers?
 Each preset runs through the command line (``wirelessfl run NAME --set rounds=R --set
 device=D``, in this process, into a fresh run folder under ``DIR/runs``), so every kind of run
 (rounds, FedAST's simulations, dynamic-client sessions) is covered as a user would run it.
-Round-based presets run ``R`` rounds; a FedAST preset runs ``max_time / TIME_DIVISOR`` of its
-simulated time (its rounds are server updates of several tasks, not a count the CLI sets).
+Round-based presets run ``R`` rounds; a FedAST preset ``max_rounds = R`` server updates of
+each task, each evaluated (accuracies are then the mean over its tasks).
 
 CPU runs go to a pool of processes (``--cpu-workers``, threads split between them) while the
 GPU runs go one after another in this process, so the table costs about as long as its slower
@@ -33,8 +33,6 @@ import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-#: A FedAST preset runs this fraction of its ``max_time`` (simulated seconds).
-TIME_DIVISOR = 40
 #: A run "learns" when its final accuracy beats the initial model's by this much.
 LEARNS_BY = 0.05
 #: The presets of ``--quick``: the smallest round-based one and the one this table fixed.
@@ -46,8 +44,8 @@ def _overrides(name: str, rounds: int, device: str) -> list[str]:
 
     raw = load_raw(name)
     sets = [f"device={device}"]
-    if "max_time" in raw and "rounds" not in raw:
-        sets.append(f"max_time={float(raw['max_time']) / TIME_DIVISOR:g}")
+    if "tasks" in raw:  # FedAST: R server updates of each task, each evaluated
+        sets += [f"max_rounds={rounds}", "eval_every=1"]
     else:
         sets.append(f"rounds={rounds}")
     return sets
@@ -78,10 +76,16 @@ def run_preset(name: str, device: str, rounds: int, out_root: str, data_dir: str
         row["error"] = (err.getvalue().strip().splitlines() or [f"exit {rc}"])[-1][:300]
         return row
     rows = [r for r in RunRecord(out).rows() if r.get("test_accuracy") is not None]
-    row["rounds"] = rows[-1].get("round") if rows else 0
-    row["initial_accuracy"] = rows[0]["test_accuracy"] if rows else None
-    row["final_accuracy"] = rows[-1]["test_accuracy"] if rows else None
-    row["final_loss"] = rows[-1].get("test_loss") if rows else None
+    tasks: dict = {}  # one curve per task (FedAST), else one
+    for r in rows:
+        tasks.setdefault(r.get("task"), []).append(r)
+    if not tasks:
+        return {**row, "rounds": 0, "initial_accuracy": None, "final_accuracy": None}
+    row["rounds"] = max(c[-1].get("round", 0) for c in tasks.values())
+    for key, at in (("initial_accuracy", 0), ("final_accuracy", -1), ("final_loss", -1)):
+        field = "test_loss" if key == "final_loss" else "test_accuracy"
+        vals = [c[at].get(field) for c in tasks.values()]
+        row[key] = float(sum(vals) / len(vals)) if None not in vals else None
     return row
 
 
@@ -137,8 +141,8 @@ def table(names: list[str], devices: list[str], rounds: int, out_root: str, cpu_
                 for proc in list(getattr(pool, "_processes", {}).values()):
                     proc.terminate()
             pool.shutdown(wait=not running, cancel_futures=True)
-    return {"rounds": rounds, "devices": devices, "time_divisor": TIME_DIVISOR,
-            "learns_by": LEARNS_BY, "rows": rows, "presets": _compare(names, devices, rows)}
+    return {"rounds": rounds, "devices": devices, "learns_by": LEARNS_BY, "rows": rows,
+            "presets": _compare(names, devices, rows)}
 
 
 def _compare(names: list[str], devices: list[str], rows: list[dict]) -> list[dict]:
@@ -164,7 +168,7 @@ def _compare(names: list[str], devices: list[str], rows: list[dict]) -> list[dic
 
 def markdown(result: dict) -> str:
     devices = result["devices"]
-    lines = [f"# Presets, {result['rounds']} rounds (FedAST: max_time / {result['time_divisor']})", "",
+    lines = [f"# Presets, {result['rounds']} rounds (FedAST: {result['rounds']} updates per task)", "",
              "| preset | " + " | ".join(f"{d} accuracy" for d in devices)
              + " | gap | learns | note |",
              "|---|" + "---|" * (len(devices) + 3)]
