@@ -58,15 +58,18 @@ ALGOS = {"HIST N=4": {"cells": 4, "split": True}, "HFedAvg N=4": {"cells": 4, "s
 
 
 def matmul_gflops(device: torch.device, n: int = 2048, repeats: int = 20) -> float:
-    """Dense float32 matmul rate of this machine [GFLOP/s]."""
+    """Dense IEEE float32 matmul rate of this machine [GFLOP/s] (no TF32 on a GPU)."""
+    from wirelessfl.engine.client import float32_arithmetic
+
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    torch.mm(a, b)
-    _sync(device)
-    t = time.perf_counter()
-    for _ in range(repeats):
+    with float32_arithmetic("fp32"):
         torch.mm(a, b)
-    _sync(device)
-    return 2 * n**3 * repeats / (time.perf_counter() - t) / 1e9
+        _sync(device)
+        t = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(a, b)
+        _sync(device)
+        return 2 * n**3 * repeats / (time.perf_counter() - t) / 1e9
 
 
 def _sync(device: torch.device) -> None:
@@ -443,7 +446,7 @@ def main() -> None:
     p.add_argument("--max-batch", type=int, default=None, help="--resnet: clients per stacked chunk")
     p.add_argument("--placement", choices=("auto", "device", "host"), default="auto",
                    help="GPU: datasets on the device, or pinned on the host (data.placement)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="fp32",
                    help="local.precision of the workloads (autocast, float32 weights)")
     p.add_argument("--replay", choices=("auto", "on", "off"), default="auto",
                    help="the batched engine's recorded steps (replay setting)")

@@ -19,7 +19,7 @@ failing part keeps its error and the suite goes on):
   ``reduce-overhead`` (CUDA graphs): seconds and the gap to the eager numbers; then one
   stacked FCNN / LeNet-5 step eager against ``torch.compile``;
 - ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
-- ``precision``: the batched HFedAvg rounds in bf16 and fp16 (``local.precision``);
+- ``precision``: the batched HFedAvg rounds in tf32, bf16 and fp16 (``local.precision``);
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
   on the device;
 - ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
@@ -139,13 +139,14 @@ def engine(device: str, quick: bool) -> dict:
 
 
 def precision(device: str, quick: bool) -> dict:
-    """The batched HFedAvg rounds in bf16 and fp16 (autocast, float32 master weights)."""
+    """The batched HFedAvg rounds in tf32 (float32 tensors, TF32 matmuls and convolutions),
+    bf16 and fp16 (autocast, float32 master weights)."""
     eng = _engine_module(quick)
     algos = {k: v for k, v in eng.ALGOS.items() if k.startswith("HFedAvg")}
     return {p: eng.workloads(["fcnn"] if quick else ["fcnn", "lenet5"], algos, device,
                              1 if quick else 2, backends=("batched",), warmup=0 if quick else 1,
                              matmul_n=512 if quick else 4096, precision=p)
-            for p in ("bf16", "fp16")}
+            for p in ("tf32", "bf16", "fp16")}
 
 
 def compile_step(device: str, quick: bool) -> dict:

@@ -141,3 +141,24 @@ def test_stateful_runs_keep_the_host_and_the_device_apart(algorithm):
             guarded, _ = exp.algorithm.apply(guarded)
     for k in state.params:
         torch.testing.assert_close(guarded.params[k], state.params[k], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_local_training_reads_nothing_back_from_the_device(optimizer):
+    """No host synchronisation inside local training: the batched engine reads one scalar
+    per client (its mean loss, after the last step), however many steps it takes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=16, dropout=0.3)
+    data = _data(240)
+    hp = LocalHParams(lr=0.05, batch_size=10, steps=1, optimizer=optimizer)
+    BatchedExecutor().run(LocalSGD(model, hp), data, [ClientTask(0, model.params(), np.arange(40), 0)],
+                          hp)  # a process's first call checks its kernels once
+    reads = []
+    for steps in (2, 6):
+        hp = LocalHParams(lr=0.05, batch_size=10, steps=steps, optimizer=optimizer)
+        tasks = [ClientTask(c, model.params(), np.arange(40 * c, 40 * c + 40), seed=c) for c in range(6)]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp)
+        reads.append(sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"))
+    assert reads == [6, 6]
