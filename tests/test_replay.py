@@ -62,9 +62,13 @@ def test_replayed_steps_give_the_eager_numbers_bit_for_bit(name, stack_layout):
 
 @pytest.mark.parametrize("device", [CUDA])
 def test_replay_on_the_gpu_gives_the_eager_numbers(device):
+    """On a GPU the recorded steps run as CUDA graphs (one captured per recording and group,
+    checked once against the recorded graph): the eager numbers, bit for bit."""
     replayed, rep = _rounds(build_model("fcnn", (1, 28, 28), 10, seed=0), "on", device=device)
     eager, _ = _rounds(build_model("fcnn", (1, 28, 28), 10, seed=0), "off", device=device)
     assert rep.replayed > 0 and _equal(replayed, eager)
+    assert rep.captures >= 1, rep   # the CUDA graphs were used, not dropped
+    assert not any(e.cuda_failed for e in rep._entries.values())
 
 
 def test_auto_records_a_step_only_once_it_recurs(monkeypatch):
