@@ -334,3 +334,27 @@ def test_every_assignment_name_has_its_class():
         assert SyncSTHParams(assignment=name).assignment == name
     with pytest.raises(ValueError, match="`assignment` must be one of random, bayes, ucb"):
         SyncSTHParams(assignment="greedy")
+
+
+def test_a_user_registered_simulation_method_runs_from_a_config(tmp_path):
+    """``register(..., kind="simulation")`` from user code: the method runs from a config
+    (the method list is read when a config is resolved, not frozen at import)."""
+    from wirelessfl import registry
+    from wirelessfl.algorithms.fedast.fedast import FedAST, FedASTHParams
+    from wirelessfl.run.kinds import open_run, run_job
+
+    class MyAST(FedAST):
+        """FedAST under another name (a user's simulator subclass)."""
+
+    registry.register("my_ast", FedASTHParams, MyAST, kind="simulation")
+    try:
+        raw = {"tasks": ["synthetic_linear"], "seed": 1, "device": "cpu",
+               "pool": {"clients": N, "available": 10},
+               "method": {"name": "my_ast", "requests": 4, "ratio": 4}, "max_rounds": 3}
+        summary = run_job(open_run(raw), tmp_path / "mine", quiet=True)
+        assert RunRecord(tmp_path / "mine").config()["method"]["name"] == "my_ast"
+        assert summary["tasks"]
+    finally:
+        registry.unregister("my_ast")
+    with pytest.raises(ValueError, match="unknown method 'my_ast'"):
+        open_run(raw)

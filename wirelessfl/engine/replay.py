@@ -25,9 +25,9 @@ strides and types of the operands are its key. ``mode``:
 - ``auto`` (default): a key is recorded once it recurs, used in an earlier
   :meth:`StepReplay.begin_run` than the current one and at least :data:`RECORD_AFTER` times,
   for rules from ``wirelessfl`` and models built from ``wirelessfl``'s and ``torch.nn``'s
-  modules. A recording costs 0.35-2.9 s (FCNN; the first in a process the most); a short
-  run never pays it, nor does a run whose step size changes every round (a new key each
-  round).
+  modules (:data:`RECORD_AFTER_GPU` times on a GPU). A recording costs 0.35-2.9 s (FCNN;
+  the first in a process the most); a short run never pays it, nor does a run whose step
+  size changes every round (a new key each round).
 - ``on``: every eligible step is recorded at its key's first use, for any rule and model (a
   rule or model whose step branches on tensor values must not use it: the branch taken when
   recording is replayed; the check on the first replay catches a difference on that step only).
@@ -62,6 +62,9 @@ REPLAY_MODES = ("auto", "on", "off")
 #: warm-up), and a replayed step saves about 2 ms: it pays after 200-1,400 steps, so
 #: ``auto`` waits for 500 (a run that has taken that many is likely to take as many more).
 RECORD_AFTER = 500
+#: The same on a GPU, where a step is bound by its ~85 kernel launches and a replayed CUDA
+#: graph launches once: a recording pays for itself within a few steps.
+RECORD_AFTER_GPU = 20
 #: Recordings kept per :class:`StepReplay` (least recently used dropped first).
 MAX_RECORDINGS = 16
 
@@ -219,7 +222,8 @@ class StepReplay:
         if entry.failed:
             return eager(update, carry, x, y, w, keys)
         if entry.graph is None:
-            due = self.mode == "on" or (entry.uses >= RECORD_AFTER and entry.first_run < self.runs)
+            after = RECORD_AFTER_GPU if x.is_cuda else RECORD_AFTER
+            due = self.mode == "on" or (entry.uses >= after and entry.first_run < self.runs)
             if due:
                 entry.graph = self._record(update, carry, x, y, w, keys, eager)
                 entry.failed = entry.graph is None

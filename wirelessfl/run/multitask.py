@@ -48,12 +48,8 @@ from wirelessfl.run.rounds import check_finite
 from wirelessfl.run.shell import Job, Output, execute
 from wirelessfl.run.tasks import TaskConfig, build_tasks, task_from_registry
 
-#: method name → (hyperparameter dataclass, simulator class, uses the sync learning rates)
 #: Most tasks one multi-task run trains (``tasks`` × ``copies``).
 MAX_TASKS = 64
-
-#: The simulated-time methods (``simulation`` entries of :mod:`wirelessfl.registry`).
-METHODS = registry.names("simulation")
 
 
 @dataclass(frozen=True)
@@ -173,8 +169,9 @@ def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
         raise ConfigError(f"'method' must be a mapping, got {short(method)}")
     method = dict(method)
     name = method.pop("name", "fedast")
-    if not isinstance(name, str) or name not in METHODS:
-        raise ConfigError(f"unknown method {short(name)}; choose one of {', '.join(METHODS)}")
+    methods = registry.names("simulation")  # read now: a user's register() counts
+    if not isinstance(name, str) or name not in methods:
+        raise ConfigError(f"unknown method {short(name)}; choose one of {', '.join(methods)}")
     method_cfg = build_algorithm({"name": name, **method}, "method", kinds=("simulation",))
     pool = build_dataclass(PoolConfig, raw.pop("pool", None), "pool")
     for i, t in enumerate(tasks):
