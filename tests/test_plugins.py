@@ -166,3 +166,40 @@ def test_bad_registrations_are_refused():
         wirelessfl.register_local_rule("x2", object)
     with pytest.raises(ValueError, match="already"):
         wirelessfl.register_local_rule("fedavg", EntryClip, ClipOptions)
+
+
+def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_number():
+    """No hidden fold: a FedAvg subclass that overrides ``aggregate`` (a median) sees each
+    client's whole Δ_i; FedAvg's own fold and an unfolded mean give the same model."""
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+
+    seen = []
+
+    class FedMedian(FedAvg):
+        def aggregate(self, state, plan, results):
+            seen.append([{k: tuple(v.shape) for k, v in r.delta.items()} for r in results])
+            median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
+                      for k in state.params}
+            params, opt = self.server_opt.step(state.params, median, state.opt_state)
+            return self.finish_round(state, params, opt, results)
+
+    class Unfolded(FedAvg):
+        folds_deltas = False
+
+    assert FedAvg.reads_deltas_through_combine() and not FedMedian.reads_deltas_through_combine()
+    registry.register("fedmedian_t", FedAvgHParams, FedMedian)
+    registry.register("unfolded_t", FedAvgHParams, Unfolded)
+    try:
+        _final({**BASE, "algorithm": {"name": "fedmedian_t"}})
+        shapes = {k: tuple(v.shape) for k, v in build_params().items()}
+        assert seen and all(d == shapes for r in seen for d in r)
+        folded = _final({**BASE, "algorithm": {"name": "fedavg"}})
+        unfolded = _final({**BASE, "algorithm": {"name": "unfolded_t"}})
+        torch.testing.assert_close(folded, unfolded, rtol=1e-5, atol=1e-7)
+    finally:
+        registry.unregister("fedmedian_t")
+        registry.unregister("unfolded_t")
+
+
+def build_params():
+    return prepare(wirelessfl.resolve_config({**BASE, "algorithm": {"name": "fedavg"}})).model.params()

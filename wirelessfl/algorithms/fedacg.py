@@ -63,6 +63,8 @@ class FedACG(FedAvg):
         m = self._momentum(state)
         return {k: state.params[k] + self.hp.lam * m[k] for k in m}
 
+    folds_deltas = True  # aggregate reads the Δ_i only through combine
+
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)  # update = mean(start − w_k)

@@ -133,7 +133,11 @@ class FedAvg(FederatedAlgorithm):
     uses_digital_link = True
     #: Whether :meth:`aggregate` reads the clients' pseudo-gradients only through
     #: :meth:`combine`: then, over an exact uplink, they are averaged while the clients train
-    #: (:meth:`delta_fold`). FedDyn, which sums them itself, says False.
+    #: (:meth:`delta_fold`), and the results reach :meth:`aggregate` with that mean instead of
+    #: their Δ_i. The class that defines :meth:`aggregate` declares it beside it (FedDyn,
+    #: which sums the Δ_i itself, says False): a subclass that overrides :meth:`aggregate`
+    #: without declaring it gets every client's full Δ_i (a median, a trimmed mean), and
+    #: nothing is folded. Folded and unfolded rounds agree to float rounding (tested).
     folds_deltas = True
 
     def __init__(self, env: Environment, hp: FedAvgHParams = FedAvgHParams(),
@@ -167,11 +171,18 @@ class FedAvg(FederatedAlgorithm):
         :class:`~wirelessfl.engine.client.DeltaFold` sums it chunk by chunk and a round holds
         one chunk's pseudo-gradients, not every client's.
         """
-        if not (self.folds_deltas and self.env.link is None and type(self.aggregator) is Mean
-                and type(self).combine is FedAvg.combine and len(plan.clients)):
+        if not (self.reads_deltas_through_combine() and self.env.link is None
+                and type(self.aggregator) is Mean and type(self).combine is FedAvg.combine
+                and len(plan.clients)):
             return None
         sizes = np.array([len(self.env.client_indices[u]) for u in plan.clients])
         return DeltaFold(client_weights(sizes, self.hp.weighting))
+
+    @classmethod
+    def reads_deltas_through_combine(cls) -> bool:
+        """:attr:`folds_deltas` as declared by the class that defines :meth:`aggregate`."""
+        owner = next(c for c in cls.__mro__ if "aggregate" in vars(c))
+        return bool(cls.folds_deltas and vars(owner).get("folds_deltas", False))
 
     # ------------------------------------------------------------------ aggregate
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102

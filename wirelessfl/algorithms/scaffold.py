@@ -205,6 +205,8 @@ class SCAFFOLD(FedAvg):
         """Δ_i and, with control variates, Δc_i."""
         return 2.0 if self.hp.control_variates else 1.0
 
+    folds_deltas = True  # aggregate reads the Δ_i only through combine
+
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         t, hp = state.round, self.hp

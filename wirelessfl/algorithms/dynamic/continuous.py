@@ -91,6 +91,8 @@ class Continuous(FedAvg):
         return {"teacher": teacher if teacher is not None else
                 {k: v.detach().clone() for k, v in state.params.items()}}
 
+    folds_deltas = True  # aggregate reads the Δ_i only through combine
+
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)

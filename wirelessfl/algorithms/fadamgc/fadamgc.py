@@ -196,6 +196,8 @@ class FAdamGC(FedAvg):
         """Δ_i, and Δy_i for a client of S̃."""
         return 2.0 if result.client in plan.broadcast["tracked"] else 1.0
 
+    folds_deltas = True  # aggregate reads the Δ_i only through combine
+
     def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)
