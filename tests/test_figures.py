@@ -106,8 +106,8 @@ def test_codesign_figures_resolve_to_the_links_they_compare():
     from wirelessfl.run.config import resolve
 
     figs = {f.name: f for f in load_figures("codesign", "quick")}
-    assert set(figs) == {"snr", "noise_free", "antennas", "clients", "scheduling",
-                         "scheduling_curves", "bit_widths"}
+    assert {"snr", "noise_free", "antennas", "clients", "scheduling", "scheduling_curves",
+            "bit_widths"} <= set(figs)   # the figures this test reads (more may be added)
     nets = {(r.panel, r.series, r.value): resolve(r.raw).network for r in figs["snr"].runs}
     assert len(nets) == 2 * 4 * 5 and all(
         (n.aggregation == "over_the_air") == p.startswith("AirComp") for (p, _, _), n in nets.items())

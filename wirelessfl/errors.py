@@ -16,6 +16,8 @@ import functools
 import reprlib
 from typing import Any
 
+from typing_extensions import override
+
 __all__ = ["ConfigError", "RunFolderError", "TrainingDiverged", "check_config_size", "short"]
 
 #: Most nodes (mappings, lists and scalars, aliases counted each time they are used) a
@@ -115,7 +117,8 @@ def _safe_loader() -> type:
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node, deep=False):  # noqa: D102
+        @override
+        def construct_mapping(self, node, deep=False):
             if isinstance(node, yaml.MappingNode):
                 seen = set()
                 for key_node, _ in node.value:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from typing_extensions import override
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import (
@@ -59,13 +60,15 @@ class FedACG(FedAvg):
     def _momentum(self, state: ServerState) -> Params:
         return self.opt_state(state).m or {k: torch.zeros_like(v) for k, v in state.params.items()}
 
-    def start(self, state: ServerState) -> Params:  # noqa: D102
+    @override
+    def start(self, state: ServerState) -> Params:
         m = self._momentum(state)
         return {k: state.params[k] + self.hp.lam * m[k] for k in m}
 
     folds_deltas = True  # aggregate reads the Δ_i only through combine
 
-    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)  # update = mean(start − w_k)
         m = self._momentum(state)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from typing_extensions import override
 
 from channels.validation import as_float, as_int
 from wirelessfl.algorithms.base import (
@@ -150,7 +151,8 @@ class FedAvg(FederatedAlgorithm):
                                        else UniformSampler(num=hp.clients_per_round))
 
     # ------------------------------------------------------------------ configure
-    def configure(self, state: ServerState) -> RoundPlan:  # noqa: D102
+    @override
+    def configure(self, state: ServerState) -> RoundPlan:
         clients = self.sample(state.round, busy=[r.client for r in state.late])
         return RoundPlan(clients, [self.start(state)] * len(clients), self.broadcast(state, clients))
 
@@ -185,7 +187,8 @@ class FedAvg(FederatedAlgorithm):
         return bool(cls.folds_deltas and vars(owner).get("folds_deltas", False))
 
     # ------------------------------------------------------------------ aggregate
-    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)
         params, opt_state = self.server_opt.step(state.params, update, state.opt_state)

@@ -24,6 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from typing_extensions import override
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
@@ -58,12 +59,14 @@ class DynamicSGD(LocalSGD):
         super().__init__(model, hp)
         self.alpha = alpha
 
-    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+    @override
+    def context(self, task: ClientTask) -> dict[str, Params]:
         if task.state is None:
             return {"h": {k: torch.zeros_like(v) for k, v in task.params.items()}}
         return {"h": client_store.load(task.state, task.params)}
 
-    def correct(self, grads: Params, params: Params, start: Params,  # noqa: D102
+    @override
+    def correct(self, grads: Params, params: Params, start: Params,
                 ctx: dict[str, Params]) -> Params:
         if not self.alpha:
             return grads
@@ -72,11 +75,13 @@ class DynamicSGD(LocalSGD):
 
     drifts = True  # −h + α (θ − θ_start) does not depend on g: the fused step takes it
 
-    def drift_step(self, name, p, start, ctx, lr):  # noqa: D102
+    @override
+    def drift_step(self, name, p, start, ctx, lr):
         if self.alpha:  # θ − γ (α (θ − θ_start) − h)
             p.lerp_(start[name], lr * self.alpha).add_(ctx["h"][name], alpha=lr)
 
-    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+    @override
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
         res = super().client_final(task, carry)
         if not self.alpha or not res.num_steps:
             return dataclasses.replace(res, state=task.state)
@@ -102,7 +107,8 @@ class FedDyn(FedAvg):
         self.hp: FedDynHParams = hp
         self.update = DynamicSGD(env.model, env.local, hp.alpha)
 
-    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)
         mean, _ = self.server_opt.step(state.params, update, None)  # mean_{P_t} θ_i^t (η_s = 1)

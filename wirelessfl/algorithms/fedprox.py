@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from typing_extensions import override
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
@@ -42,7 +43,8 @@ class ProximalSGD(LocalSGD):
         super().__init__(model, hp)
         self.mu = mu
 
-    def correct(self, grads: Params, params: Params, start: Params,  # noqa: D102
+    @override
+    def correct(self, grads: Params, params: Params, start: Params,
                 ctx: dict[str, Params]) -> Params:
         # ∇ μ/2 ‖w − w_start‖² = μ (w − w_start), one fused pass per tensor (stacked or not)
         if not self.mu:
@@ -51,7 +53,8 @@ class ProximalSGD(LocalSGD):
 
     drifts = True  # the proximal gradient does not depend on g: the fused step takes it
 
-    def drift_step(self, name, p, start, ctx, lr):  # noqa: D102
+    @override
+    def drift_step(self, name, p, start, ctx, lr):
         if self.mu:  # p − γμ (p − w_start), one pass
             p.lerp_(start[name], lr * self.mu)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.func import functional_call
+from typing_extensions import override
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
@@ -94,7 +95,8 @@ class ContrastiveSGD(LocalSGD):
         z = functional_call(self.model, {**params, **frozen}, (x,), {"features": "only"})
         return z[1] if isinstance(z, tuple) else z  # a model that knows only features=True
 
-    def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
+    @override
+    def objective(self, params, buffers, start, x, y, w, ctx):
         out, z = functional_call(self.model, {**params, **buffers}, (x,), {"features": True})
         data = weighted_cross_entropy(out, y, w)
         with torch.no_grad():  # z_g: the received model is the start of local training
@@ -106,7 +108,8 @@ class ContrastiveSGD(LocalSGD):
         contrast = weighted_cross_entropy(logits, target, w)
         return data + self.mu * contrast, data
 
-    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+    @override
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
         res = super().client_final(task, carry)
         return dataclasses.replace(res, state=client_store.store(carry.params, self.state_dtype))
 
@@ -118,5 +121,6 @@ class MOON(FedAvg):
         super().__init__(env, hp)
         self.update = ContrastiveSGD(env.model, env.local, hp.mu, hp.tau, hp.state_dtype)
 
-    def session_client_states(self, state):  # noqa: D102
+    @override
+    def session_client_states(self, state):
         return state.client_states  # z_prev persists across rounds and sessions (§2.7)

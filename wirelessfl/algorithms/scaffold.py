@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import (
@@ -112,7 +113,8 @@ class ControlledSGD(LocalSGD):
         self.corrected, self.beta, self.control_variates = corrected, beta, control_variates
         self.state_dtype = state_dtype
 
-    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+    @override
+    def context(self, task: ClientTask) -> dict[str, Params]:
         sent = task.broadcast or {}
         c, u, ci = sent.get("c"), sent.get("u"), task.state
 
@@ -125,7 +127,8 @@ class ControlledSGD(LocalSGD):
             ctx["u"] = tree(u)
         return ctx
 
-    def correct(self, grads: Params, params: Params, start: Params,  # noqa: D102
+    @override
+    def correct(self, grads: Params, params: Params, start: Params,
                 ctx: dict[str, Params]) -> Params:
         if self.corrected and self.control_variates:
             grads = {k: g + ctx["c_diff"][k] for k, g in grads.items()}
@@ -138,11 +141,13 @@ class ControlledSGD(LocalSGD):
         """With β = 1 the correction c − c_i does not depend on g: the fused step takes it."""
         return self.beta == 1
 
-    def drift_step(self, name, p, start, ctx, lr):  # noqa: D102
+    @override
+    def drift_step(self, name, p, start, ctx, lr):
         if self.corrected and self.control_variates:
             p.sub_(ctx["c_diff"][name], alpha=lr)
 
-    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+    @override
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
         res = super().client_final(task, carry)
         if not self.control_variates:
             return dataclasses.replace(res, state=None)
@@ -207,7 +212,8 @@ class SCAFFOLD(FedAvg):
 
     folds_deltas = True  # aggregate reads the Δ_i only through combine
 
-    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         t, hp = state.round, self.hp
         c, _ = self._c_u(state)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from channels.validation import as_float, as_int, check_memory
 from wirelessfl.data import text
@@ -80,7 +81,8 @@ class _ArrayUnpickler(pickle.Unpickler):
                ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
                ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
 
-    def find_class(self, module: str, name: str):  # noqa: D102
+    @override
+    def find_class(self, module: str, name: str):
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"global {module[:40]}.{name[:40]} is not allowed")
         return super().find_class(module, name)

@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
+from typing_extensions import override
 
 from channels.validation import check_memory, check_rng
 
@@ -90,10 +91,12 @@ class IID(Partitioner):
                                    else _positive_int("samples_per_client", samples_per_client))
 
     @property
-    def num_clients(self) -> int:  # noqa: D102
+    @override
+    def num_clients(self) -> int:
         return self._num_clients
 
-    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+    @override
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
         n = len(_labels_iv(labels))
         per = self.samples_per_client or n // self._num_clients
         if per * self._num_clients > n or per == 0:
@@ -134,10 +137,12 @@ class Shards(Partitioner):
         self.shards_per_client = _positive_int("shards_per_client", shards_per_client)
 
     @property
-    def num_clients(self) -> int:  # noqa: D102
+    @override
+    def num_clients(self) -> int:
         return self._num_clients
 
-    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+    @override
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
         labels = _labels_iv(labels)
         return _shard_split(np.arange(len(labels)), labels, self._num_clients,
                             self.shards_per_client, rng)
@@ -164,10 +169,12 @@ class CellIIDShards(Partitioner):
         self.shards_per_client = _positive_int("shards_per_client", shards_per_client)
 
     @property
-    def num_clients(self) -> int:  # noqa: D102
+    @override
+    def num_clients(self) -> int:
         return sum(self.clients_per_cell)
 
-    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+    @override
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
         labels = _labels_iv(labels)
         cells = len(self.clients_per_cell)
         per_cell = len(labels) // cells
@@ -199,7 +206,8 @@ class DirichletOverClients(Partitioner):
         self.max_tries = _positive_int("max_tries", max_tries)
 
     @property
-    def num_clients(self) -> int:  # noqa: D102
+    @override
+    def num_clients(self) -> int:
         return self._num_clients
 
     def _draw(self, labels: np.ndarray, rng: np.random.Generator) -> list[list[np.ndarray]]:
@@ -218,7 +226,8 @@ class DirichletOverClients(Partitioner):
                 sizes[k] += len(chunk)
         return parts
 
-    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+    @override
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
         labels = _labels_iv(labels)
         if self.min_size * self._num_clients > len(labels):
             raise ValueError(
@@ -337,10 +346,12 @@ class DirichletPerClient(Partitioner):
         self.reuse = bool(reuse)
 
     @property
-    def num_clients(self) -> int:  # noqa: D102
+    @override
+    def num_clients(self) -> int:
         return self._num_clients
 
-    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+    @override
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
         labels = _labels_iv(labels)
         need = self._num_clients * self.samples_per_client
         check_memory(16.0 * need + 8.0 * self._num_clients * 1000,
@@ -445,10 +456,12 @@ class TwoGroupOverlap(Partitioner):
         self.share_overlap = bool(share_overlap)
 
     @property
-    def num_clients(self) -> int:  # noqa: D102
+    @override
+    def num_clients(self) -> int:
         return len(self.label_sets) * self.clients_per_group
 
-    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+    @override
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
         labels = _labels_iv(labels)
         if labels.max(initial=0) >= self.num_classes:
             raise ValueError(f"labels reach {labels.max()} but `num_classes`={self.num_classes}")
@@ -551,10 +564,12 @@ class LabelSets(Partitioner):
         label_sets(kind, self._num_clients, self.num_classes, np.random.default_rng(0))  # checks
 
     @property
-    def num_clients(self) -> int:  # noqa: D102
+    @override
+    def num_clients(self) -> int:
         return self._num_clients
 
-    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:  # noqa: D102
+    @override
+    def partition(self, labels: np.ndarray, rng: np.random.Generator) -> Partition:
         labels = _labels_iv(labels)
         out = tuple(deal_labels(labels, label_sets(self.kind, self._num_clients,
                                                    self.num_classes, rng), rng))

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
+from typing_extensions import override
 
 from channels.validation import as_float, as_int
 from wirelessfl.data.arrays import ArrayDataset
@@ -563,14 +564,16 @@ class LocalSGD(ClientUpdate):
         carry.opt["amp"] = {"scale": scale, "clean": torch.where(grow, 0.0, clean)}
         return carry
 
-    def client_init(self, task: ClientTask) -> Carry:  # noqa: D102
+    @override
+    def client_init(self, task: ClientTask) -> Carry:
         self.model.train()
         params = {k: v.detach() for k, v in task.params.items()}
         buffers = {k: v.detach().clone() for k, v in (task.buffers or {}).items()}
         return Carry(start=params, params=params, lr=task_lr(task, self.hp), state=task.state,
                      ctx=self.context(task), buffers=buffers, seed=task.seed)
 
-    def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:  # noqa: D102
+    @override
+    def client_step(self, carry: Carry, x: torch.Tensor, y: torch.Tensor) -> Carry:
         grads, loss = self.gradient(carry, x, y)
         return self.take_step(carry, grads, loss)
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from typing_extensions import override
 
 from wirelessfl.models import vmap_rules
 
@@ -341,7 +342,8 @@ def column_major(model: nn.Module, capability: str | None = None) -> frozenset[s
 class Linear(nn.Linear):
     """``nn.Linear`` with a batched-matmul rule for stacked clients (module docstring)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return vmap_rules.apply(_LinearFn, x, self.weight, self.bias)
 
 
@@ -364,7 +366,8 @@ class Conv2d(nn.Conv2d):
             raise ValueError("wirelessfl Conv2d supports only integer zero padding, "
                              "dilation 1 and groups 1")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return vmap_rules.apply(_Conv2dFn, x, self.weight, self.bias, self.stride,
                                 self.padding, self.channels_last)
 
@@ -378,7 +381,8 @@ class GroupNorm(nn.GroupNorm):
     weight it is given, so sliced submodels (RA-Fed) normalise their own channels.
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c = x.shape[0], x.shape[1]
         g = x.reshape(b, self.num_groups, -1)
         mean = g.mean(-1, keepdim=True)

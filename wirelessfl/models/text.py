@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 from wirelessfl.errors import parse_json
 from wirelessfl.models import layers
@@ -92,7 +93,8 @@ class FastText(FLModel):
         self.fc = layers.Linear(dim, num_classes)
         self.vocab_size = vocab
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         ids, mask = _ids(x)
         w = mask.to(self.fc.weight.dtype)
         z = (self.embed(ids) * w.unsqueeze(-1)).sum(-2) / w.sum(-1, keepdim=True).clamp(min=1)
@@ -165,7 +167,8 @@ class GPT2LoRA(FLModel):
         self.lora_rank = r
         self.vocab_size = cfg.vocab_size
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         ids, mask = _ids(x, self.pad_id)
         return self.net(input_ids=ids, attention_mask=mask.long()).logits
 

@@ -20,6 +20,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
+from typing_extensions import override
 
 from wirelessfl.models import layers, noise
 from wirelessfl.models.base import FLModel, UnitGroup, UnitSlice, linear_group
@@ -77,7 +78,8 @@ class Linear(FLModel):
         super().__init__()
         self.fc = layers.Linear(_flat(sample_shape), num_classes)
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         out = self.fc(x.flatten(1))
         return out if features == "only" else (out, out) if features else out
 
@@ -94,7 +96,8 @@ class FCNN(FLModel):
         self.unit_groups = (linear_group("fc1", hidden, "fc2"),)
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         z = F.relu(self.fc1(x.flatten(1)))  # ReLU before dropout: they commute
         if features == "only":
             return z
@@ -118,7 +121,8 @@ class MLP(FLModel):
                             linear_group("fc2", hidden[1], "fc3"))
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         z = F.relu(self.fc2(F.relu(self.fc1(x.flatten(1)))))
         if features == "only":
             return z
@@ -157,7 +161,8 @@ class LeNet5(FLModel):
         )
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         x = F.relu(layers.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
         x = F.relu(layers.max_pool2d(self.conv2(x), 2)).flatten(1)
         x = F.relu(dropout(self.fc1(x), self.dropout, self.training))
@@ -191,7 +196,8 @@ class CifarCNN(FLModel):
                             linear_group("fc1", 500, "fc2"))
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for conv in (self.conv1, self.conv2, self.conv3):
             x = F.relu(layers.max_pool2d(conv(x), 2))  # ReLU after pooling: they commute
         x = dropout(x.flatten(1), self.dropout, self.training)
@@ -219,7 +225,8 @@ class FedDynCNN(FLModel):
                             linear_group("fc1", 384, "fc2"), linear_group("fc2", 192, "fc3"))
         self.hist_groups = ("fc1",)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(layers.max_pool2d(self.conv1(x), 2))  # ReLU after pooling: they commute
         x = F.relu(layers.max_pool2d(self.conv2(x), 2)).flatten(1)
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
@@ -247,7 +254,8 @@ class CharLSTM(FLModel):
         self.unit_groups = (UnitGroup("hidden", hidden, (*gate, UnitSlice("hh.weight", 1),
                                                          UnitSlice("fc.weight", 1))),)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         gates_x = self.ih(self.embed(x.long()))
         # the width comes from the (possibly sliced) recurrent weights
         h = gates_x.new_zeros(gates_x.shape[0], self.hh.weight.shape[-1])
@@ -309,7 +317,8 @@ class SVHNEfficient(FLModel):
     def _conv(self, i: int, x: torch.Tensor) -> torch.Tensor:
         return F.relu(getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(x)))
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         x = layers.max_pool2d(self._conv(2, self._conv(1, x)), 2)
         x = layers.max_pool2d(self._conv(4, self._conv(3, x)), 2)
         x = layers.max_pool2d(self._conv(5, x), 2).flatten(1)
@@ -365,7 +374,8 @@ class ResNet18(FLModel):
         self.unit_groups = tuple(groups)
         self.hist_groups = ()
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         return _resnet_forward(self, self.gn1, x, features)
 
 
@@ -393,7 +403,8 @@ class ResNet18BN(FLModel):
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.fc = layers.Linear(512, num_classes)
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         return _resnet_forward(self, self.bn1, x, features)
 
 
@@ -435,7 +446,8 @@ class ResNetProjection(FLModel):
         self.proj2 = layers.Linear(512, 256)
         self.fc = layers.Linear(256, num_classes)
 
-    def forward(self, x: torch.Tensor, features: bool | str = False):  # noqa: D102
+    @override
+    def forward(self, x: torch.Tensor, features: bool | str = False):
         if self.augment and self.training:
             x = random_crop_flip(x)
         x = F.relu(self.bn1(self.conv1(x)))

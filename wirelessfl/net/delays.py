@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import numpy as np
+from typing_extensions import override
 
 from channels.rates import tdma_rate
 from channels.rayleigh import simo_rayleigh
@@ -57,7 +58,8 @@ class ShiftedExponential(LatencyModel):
                              f"{self.c.shape}") from None
         self.kappa = as_float("kappa", kappa, lo=0, lo_open=True)
 
-    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:  # noqa: D102
+    @override
+    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:
         beta = self.kappa * self.c[task] * self.speed[client]
         return float(self.steps[task] * (beta + rng.exponential(2 * beta)))
 
@@ -97,7 +99,8 @@ class WirelessLatency(LatencyModel):
             raise ValueError("cpu_hz must be > 0, cycles and steps >= 0, antennas >= 1")
         self.antennas, self.bandwidth_hz = int(antennas), float(bandwidth_hz)
 
-    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:  # noqa: D102
+    @override
+    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:
         h = simo_rayleigh((), 1, self.antennas, rng)
         rate = float(tdma_rate(h, self.snr[client], self.bandwidth_hz)[0])
         return float(self.compute[task] / self.cpu_hz[client] + self.bits[task] / rate)

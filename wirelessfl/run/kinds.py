@@ -28,6 +28,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from wirelessfl.run import config as single
 from wirelessfl.run import multitask
 from wirelessfl.run.records import RunRecord
@@ -65,16 +67,20 @@ class Rounds(RunKind):
 
     name = "rounds"
 
-    def matches(self, raw: dict[str, Any]) -> bool:  # noqa: D102
+    @override
+    def matches(self, raw: dict[str, Any]) -> bool:
         return not multitask.is_multitask(raw)
 
-    def resolve(self, raw: dict[str, Any]) -> single.RunConfig:  # noqa: D102
+    @override
+    def resolve(self, raw: dict[str, Any]) -> single.RunConfig:
         return single.resolve(raw)
 
-    def to_dict(self, cfg: single.RunConfig) -> dict[str, Any]:  # noqa: D102
+    @override
+    def to_dict(self, cfg: single.RunConfig) -> dict[str, Any]:
         return single.to_dict(cfg)
 
-    def open(self, cfg: single.RunConfig, *, checkpoint_every_s: float) -> Job:  # noqa: D102
+    @override
+    def open(self, cfg: single.RunConfig, *, checkpoint_every_s: float) -> Job:
         from wirelessfl.run.rounds import RoundsJob, prepare
 
         return RoundsJob(prepare(cfg))
@@ -85,16 +91,20 @@ class MultiTask(RunKind):
 
     name = "multitask"
 
-    def matches(self, raw: dict[str, Any]) -> bool:  # noqa: D102
+    @override
+    def matches(self, raw: dict[str, Any]) -> bool:
         return multitask.is_multitask(raw)
 
-    def resolve(self, raw: dict[str, Any]) -> multitask.MultiTaskConfig:  # noqa: D102
+    @override
+    def resolve(self, raw: dict[str, Any]) -> multitask.MultiTaskConfig:
         return multitask.resolve_multitask(raw)
 
-    def to_dict(self, cfg: multitask.MultiTaskConfig) -> dict[str, Any]:  # noqa: D102
+    @override
+    def to_dict(self, cfg: multitask.MultiTaskConfig) -> dict[str, Any]:
         return multitask.multitask_to_dict(cfg)
 
-    def open(self, cfg: multitask.MultiTaskConfig, *, checkpoint_every_s: float) -> Job:  # noqa: D102
+    @override
+    def open(self, cfg: multitask.MultiTaskConfig, *, checkpoint_every_s: float) -> Job:
         return multitask.SimulationJob(cfg, checkpoint_every_s)
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from channels.validation import as_float
 from wirelessfl import registry
 from wirelessfl.algorithms.fedast.fedast import FedASTHParams
@@ -261,7 +263,8 @@ class SimulationJob(Job):
         self.progress_unit = "eval" if self.open_ended else "t"
         self.rows, self.end = 0, 0.0
 
-    def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
+    @override
+    def restore(self, ckpt: dict[str, Any]) -> None:
         try:
             self.sim.load_state_dict(ckpt["sim"])
             self.rows = int(ckpt["rows"])
@@ -270,7 +273,8 @@ class SimulationJob(Job):
                                  f"({str(exc)[:100]}); start the run again with another --out"
                                  ) from None
 
-    def kept_rows(self, record: RunRecord,  # noqa: D102
+    @override
+    def kept_rows(self, record: RunRecord,
                   rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(rows) < self.rows:
             raise RunFolderError(f"--resume: {record.metrics_path} has {len(rows)} rows but the "
@@ -285,10 +289,12 @@ class SimulationJob(Job):
             record.check_rows(mine, sorted({r["round"] for r in mine}), key=lambda r: r["round"])
         return kept
 
-    def progress(self) -> float:  # noqa: D102
+    @override
+    def progress(self) -> float:
         return float(self.rows) if self.open_ended else float(getattr(self.sim, "time", 0.0))
 
-    def advance(self, out: Output) -> None:  # noqa: D102
+    @override
+    def advance(self, out: Output) -> None:
         cfg, sim = self.cfg, self.sim
         saved = [time.perf_counter()]
 
@@ -314,13 +320,15 @@ class SimulationJob(Job):
                            **({} if cfg.eval_interval is None
                               else {"eval_interval": cfg.eval_interval}))
 
-    def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
+    @override
+    def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         stats = {t.name: {"updates": s.updates, "rounds": s.round,
                           "staleness_mean": s.mean_staleness}
                  for t, s in zip(self.tasks, self.sim.states)}
         return summarize_multitask(self.cfg, rows, self.end, wall, stats)
 
-    def describe(self, summary: dict[str, Any], out: Any, plot: Any = None) -> str:  # noqa: D102
+    @override
+    def describe(self, summary: dict[str, Any], out: Any, plot: Any = None) -> str:
         lines = []
         for name, t in summary["tasks"].items():
             reached = (f"target {t['target']:.2f} at t = {t['time_to_target']:.1f}" if t["reached"]

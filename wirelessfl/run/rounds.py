@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from wirelessfl import registry
 from wirelessfl.algorithms.base import Environment, FederatedAlgorithm, ServerState
@@ -318,7 +319,8 @@ class RoundsJob(Job):
             self.starts = SessionStarts(cfg.initial_model, exp.algorithm, cfg.algorithm,
                                         self.state)
 
-    def restore(self, ckpt: dict[str, Any]) -> None:  # noqa: D102
+    @override
+    def restore(self, ckpt: dict[str, Any]) -> None:
         self.state = _restore(ckpt, self.exp)
         origin = ckpt.get("schedule_origin", 0)
         if not isinstance(origin, int) or not 0 <= origin <= self.cfg.rounds:
@@ -336,10 +338,12 @@ class RoundsJob(Job):
         if self.starts is not None:
             self.starts.load_state_dict(ckpt.get("sessions"))
 
-    def progress(self) -> float:  # noqa: D102
+    @override
+    def progress(self) -> float:
         return self.state.round
 
-    def kept_rows(self, record: RunRecord,  # noqa: D102
+    @override
+    def kept_rows(self, record: RunRecord,
                   rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         t = self.state.round
         rows = [r for r in rows if r["round"] <= t]
@@ -348,7 +352,8 @@ class RoundsJob(Job):
                           key=lambda r: r["round"])
         return rows
 
-    def advance(self, out: Output) -> None:  # noqa: D102
+    @override
+    def advance(self, out: Output) -> None:
         try:
             with deterministic_mode(self.cfg.deterministic):
                 self._rounds(out)
@@ -429,10 +434,12 @@ class RoundsJob(Job):
                         buffers=self.state.buffers)[0] if len(test) else float("nan"))
         return {"session": s, "active_accuracy": acc}
 
-    def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:  # noqa: D102
+    @override
+    def summary(self, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         return summarize(self.cfg, rows, wall)
 
-    def describe(self, summary: dict[str, Any], out: Any, plot: Any = None) -> str:  # noqa: D102
+    @override
+    def describe(self, summary: dict[str, Any], out: Any, plot: Any = None) -> str:
         line = (f"{self.name}: {summary['rounds']} rounds, test accuracy "
                 f"{summary['final_accuracy']:.4f} (best {summary['best_accuracy']:.4f}), "
                 f"uplink {summary['uplink_mb_per_client']:.2f} MB/client")

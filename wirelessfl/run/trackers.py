@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from typing_extensions import override
 
 from wirelessfl.errors import ConfigError, short
 from wirelessfl.run.safe_io import atomic_write
@@ -82,18 +83,21 @@ class TensorBoard(Tracker):
 
     name = "tensorboard"
 
-    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:  # noqa: D102
+    @override
+    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(folder / "tensorboard"))
         if not resume:
             self.writer.add_text("config", "```\n" + yaml.safe_dump(config, sort_keys=False) + "```")
 
-    def log(self, row: dict[str, Any], step: int) -> None:  # noqa: D102
+    @override
+    def log(self, row: dict[str, Any], step: int) -> None:
         for k, v in scalars(row).items():
             self.writer.add_scalar(k, v, step)
 
-    def close(self, finished: bool) -> None:  # noqa: D102
+    @override
+    def close(self, finished: bool) -> None:
         self.writer.close()
 
 
@@ -102,7 +106,8 @@ class MLflow(Tracker):
 
     name = "mlflow"
 
-    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:  # noqa: D102
+    @override
+    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # no table-creation chatter
@@ -125,7 +130,8 @@ class MLflow(Tracker):
             self.client.log_batch(self.run_id, params=params[i:i + 100])
         atomic_write(id_file, lambda fh: fh.write(self.run_id.encode()))
 
-    def log(self, row: dict[str, Any], step: int) -> None:  # noqa: D102
+    @override
+    def log(self, row: dict[str, Any], step: int) -> None:
         import time
 
         from mlflow.entities import Metric
@@ -135,7 +141,8 @@ class MLflow(Tracker):
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
 
-    def close(self, finished: bool) -> None:  # noqa: D102
+    @override
+    def close(self, finished: bool) -> None:
         self.client.set_terminated(self.run_id, status="FINISHED" if finished else "KILLED")
 
 
@@ -144,7 +151,8 @@ class WandB(Tracker):
 
     name = "wandb"
 
-    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:  # noqa: D102
+    @override
+    def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:
         import wandb
 
         id_file = folder / "wandb_run_id"
@@ -156,10 +164,12 @@ class WandB(Tracker):
         if not id_file.is_file():
             atomic_write(id_file, lambda fh: fh.write(run_id.encode()))
 
-    def log(self, row: dict[str, Any], step: int) -> None:  # noqa: D102
+    @override
+    def log(self, row: dict[str, Any], step: int) -> None:
         self.run.log(scalars(row), step=step)
 
-    def close(self, finished: bool) -> None:  # noqa: D102
+    @override
+    def close(self, finished: bool) -> None:
         self.run.finish(exit_code=0 if finished else 1)
 
 

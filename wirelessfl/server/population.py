@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from typing_extensions import override
 
 from channels.validation import as_int
 
@@ -145,7 +146,8 @@ class Static(Population):
     def __init__(self, *, clients: Sequence[int]) -> None:
         self.clients = np.sort(np.asarray(clients, dtype=np.int64))
 
-    def active(self, t: int) -> np.ndarray:  # noqa: D102
+    @override
+    def active(self, t: int) -> np.ndarray:
         check_round(t)
         return self.clients
 
@@ -161,10 +163,12 @@ class AlternatingGroups(Population):
         self.rounds_per_session = int(rounds_per_session)
         self.order = tuple(int(g) for g in (order or range(len(self.groups))))
 
-    def session(self, t: int) -> int:  # noqa: D102
+    @override
+    def session(self, t: int) -> int:
         return check_round(t) // self.rounds_per_session
 
-    def active(self, t: int) -> np.ndarray:  # noqa: D102
+    @override
+    def active(self, t: int) -> np.ndarray:
         group = self.groups[self.order[self.session(t) % len(self.order)]]
         return np.sort(np.asarray(group, dtype=np.int64))
 
@@ -220,10 +224,12 @@ class EventSessions(Population):
             raise ValueError(f"{where} names a client twice")
         return ids
 
-    def session(self, t: int) -> int:  # noqa: D102
+    @override
+    def session(self, t: int) -> int:
         return int(np.searchsorted(self.starts, check_round(t), side="right") - 1)
 
-    def active(self, t: int) -> np.ndarray:  # noqa: D102
+    @override
+    def active(self, t: int) -> np.ndarray:
         return self.sets[self.session(t)]
 
     def __repr__(self) -> str:

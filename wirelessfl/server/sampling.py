@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import numpy as np
+from typing_extensions import override
 
 
 class ClientSampler(ABC):
@@ -33,7 +34,8 @@ class ClientSampler(ABC):
 class AllClients(ClientSampler):
     """Full participation."""
 
-    def sample(self, available: np.ndarray, rng: np.random.Generator) -> np.ndarray:  # noqa: D102
+    @override
+    def sample(self, available: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return np.sort(np.asarray(available))
 
 
@@ -45,7 +47,8 @@ class UniformSampler(ClientSampler):
             raise ValueError(f"`num` must be >= 1, got {num}")
         self.num = int(num)
 
-    def sample(self, available: np.ndarray, rng: np.random.Generator) -> np.ndarray:  # noqa: D102
+    @override
+    def sample(self, available: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         available = np.asarray(available)
         k = min(self.num, len(available))
         return np.sort(rng.choice(available, size=k, replace=False))

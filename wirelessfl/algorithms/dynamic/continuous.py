@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
+from typing_extensions import override
 
 from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
@@ -54,10 +55,12 @@ class DistillSGD(LocalSGD):
         super().__init__(model, hp)
         self.kl = kl_coefficient
 
-    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+    @override
+    def context(self, task: ClientTask) -> dict[str, Params]:
         return {"teacher": client_store.load(task.broadcast["teacher"], task.params)}
 
-    def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
+    @override
+    def objective(self, params, buffers, start, x, y, w, ctx):
         out = functional_call(self.model, {**params, **buffers}, (x,))
         data = weighted_cross_entropy(out, y, w)
         frozen = {k: v.clone() for k, v in buffers.items()}  # the teacher leaves no statistics
@@ -93,7 +96,8 @@ class Continuous(FedAvg):
 
     folds_deltas = True  # aggregate reads the Δ_i only through combine
 
-    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from channels.validation import as_float, as_int
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
@@ -179,7 +180,8 @@ class FAdamGC(FedAvg):
         rng = self.env.seeds.generator("tracking", t)
         return {int(c) for c in rng.choice(clients, min(k, len(clients)), replace=False)}
 
-    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:  # noqa: D102
+    @override
+    def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:
         if self.hp.warm_start and state.round == 0 and self.opt_state(state).y is None:
             state = self.warm_start(state)
         return super().apply(state)
@@ -198,7 +200,8 @@ class FAdamGC(FedAvg):
 
     folds_deltas = True  # aggregate reads the Δ_i only through combine
 
-    def aggregate(self, state: ServerState, plan: RoundPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         update, _ = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)

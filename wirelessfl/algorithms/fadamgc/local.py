@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from typing_extensions import override
 
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
@@ -33,7 +34,8 @@ class TrackedAdam(LocalSGD):
         self.correction, self.betas, self.eps = correction, betas, eps
         self.state_dtype, self.normaliser = state_dtype, normaliser
 
-    def context(self, task: ClientTask) -> dict[str, Params]:  # noqa: D102
+    @override
+    def context(self, task: ClientTask) -> dict[str, Params]:
         state, sent = task.state or {}, task.broadcast or {}
 
         def tree(x: Params | None) -> Params:
@@ -94,7 +96,8 @@ class TrackedAdam(LocalSGD):
         """‖√v̂‖ over each client's whole model: one scalar per client (§2.5 analysis variant)."""
         return sum(v.flatten(batch_dims).sum(-1) for v in vhat.values()).sqrt()
 
-    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:  # noqa: D102
+    @override
+    def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
         res = super().client_final(task, carry)
         old = task.state or {}
         if not carry.step:

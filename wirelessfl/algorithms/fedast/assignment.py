@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 from scipy.stats import norm
+from typing_extensions import override
 
 from wirelessfl.algorithms.fedast.hparams import SyncSTHParams
 from wirelessfl.algorithms.fedast.snapshot import snapshot_type
@@ -45,7 +46,8 @@ class Assignment(ABC):
 class RandomAssignment(Assignment):
     """Sync-ST: a random partition of Σ n_m distinct clients every round (§3.1)."""
 
-    def assign(self, r, active, counts, rng):  # noqa: D102
+    @override
+    def assign(self, r, active, counts, rng):
         return self._blocks(counts, rng), True
 
     def observe(self, active, kept, durations, losses):
@@ -68,7 +70,8 @@ class UCBAssignment(Assignment):
         self.losses = np.zeros((num_tasks, num_clients))
         self.rounds = 0
 
-    def assign(self, r, active, counts, rng):  # noqa: D102
+    @override
+    def assign(self, r, active, counts, rng):
         if self.rounds == 0:
             return [np.arange(self.num_clients)] * len(active), False
         g = self.hp.ucb_discount
@@ -86,7 +89,8 @@ class UCBAssignment(Assignment):
             pool = [c for c in pool if c not in set(picks[j])]
         return [picks[j] for j in active], True
 
-    def observe(self, active, kept, durations, losses):  # noqa: D102
+    @override
+    def observe(self, active, kept, durations, losses):
         g = self.hp.ucb_discount
         self.counts *= g
         self.losses *= g
@@ -157,7 +161,8 @@ class BayesAssignment(Assignment):
             v[j, b] = 1.0
         return v.ravel()
 
-    def assign(self, r, active, counts, rng):  # noqa: D102
+    @override
+    def assign(self, r, active, counts, rng):
         options = [self._blocks(counts, rng, extra=5)
                    for _ in range(1 if len(self.seen) < 2 else self.candidates)]
         if len(options) > 1:
@@ -167,7 +172,8 @@ class BayesAssignment(Assignment):
         self._last = self._vector(active, options[0])
         return options[0], True
 
-    def observe(self, active, kept, durations, losses):  # noqa: D102
+    @override
+    def observe(self, active, kept, durations, losses):
         for j, clients in zip(active, kept):
             self.kept_counts[j, clients] += 1
         a = self.hp.bayes_alpha

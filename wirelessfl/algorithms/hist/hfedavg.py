@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from typing_extensions import override
 
 from channels.validation import as_int
 from wirelessfl.algorithms.base import (
@@ -116,14 +117,16 @@ class HFedAvg(FederatedAlgorithm):
                          [cell_starts[j] for j, c in enumerate(cells) for _ in c],
                          cell_starts=list(cell_starts), **more)
 
-    def configure(self, state: ServerState) -> CellsPlan:  # noqa: D102
+    @override
+    def configure(self, state: ServerState) -> CellsPlan:
         return self.cells_plan([state.params] * self.topology.num_cells)
 
     def train(self, state: ServerState, plan: CellsPlan) -> CellsOutcome:
         """The E edge rounds of every cell (:meth:`run_cells`)."""
         return self.run_cells(plan.cell_starts, state.round)
 
-    def aggregate(self, state: ServerState, plan: CellsPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: CellsPlan,
                   outcome: CellsOutcome) -> tuple[ServerState, RoundReport]:
         t = state.round
         params = weighted_mean(outcome.edge_params, np.ones(self.topology.num_cells))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from solvers import mask_sizes
 from solvers.latency import size_cap, uniform_sizes
@@ -118,7 +119,8 @@ class HIST(HFedAvg):
                                         tight_power=hp.tight_power)
                                 for snr in by_half(hp.cells, *hp.snr_db)]
 
-    def cell_aggregator(self, j: int) -> Aggregator:  # noqa: D102
+    @override
+    def cell_aggregator(self, j: int) -> Aggregator:
         return self.aggregators[j]
 
     def _full_latency(self, t: int, num: int) -> np.ndarray:
@@ -174,7 +176,8 @@ class HIST(HFedAvg):
                 agg.mse_log.clear()
         return self.cells_plan(starts, subs=subs, sizes=sizes, full_latency=full)
 
-    def aggregate(self, state: ServerState, plan: HISTPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: HISTPlan,
                   outcome: CellsOutcome) -> tuple[ServerState, HISTReport]:
         t, params, hp = state.round, state.params, self.hp
         num = num_params(params)

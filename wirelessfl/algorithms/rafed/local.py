@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from wirelessfl.algorithms.rafed.masks import kept_units
 from wirelessfl.engine.client import LocalHParams, LocalSGD
@@ -28,10 +29,12 @@ class SubmodelSGD(LocalSGD):
         #: units each level keeps, per group (FjORD's per-step widths)
         self.kept = {g.name: [kept_units(g, r) for r in levels] for g in groups} if levels else {}
 
-    def context(self, task):  # noqa: D102
+    @override
+    def context(self, task):
         return task.broadcast or {}
 
-    def objective(self, params, buffers, start, x, y, w, ctx):  # noqa: D102
+    @override
+    def objective(self, params, buffers, start, x, y, w, ctx):
         if self.scaler:  # scaling a layer's inputs by 1/r = scaling the pruned outputs
             params = {k: v * ctx["rate"]["inv"] if k in self.consumers else v
                       for k, v in params.items()}
@@ -39,7 +42,8 @@ class SubmodelSGD(LocalSGD):
             params = self._ordered_dropout(params, ctx["rate"]["allowed"])
         return super().objective(params, buffers, start, x, y, w, ctx)
 
-    def correct(self, grads, params, start, ctx):  # noqa: D102
+    @override
+    def correct(self, grads, params, start, ctx):
         if "mask" not in ctx:
             return grads
         return {k: g * ctx["mask"][k] for k, g in grads.items()}

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from wirelessfl.algorithms.base import (
     Environment,
@@ -179,7 +180,8 @@ class RAFed(FederatedAlgorithm):
             results = [replace(r, delta=s.slice(r.delta)) for r, s in zip(results, plan.subs)]
         return results
 
-    def aggregate(self, state: ServerState, plan: SubmodelPlan,  # noqa: D102
+    @override
+    def aggregate(self, state: ServerState, plan: SubmodelPlan,
                   results: list[ClientResult]) -> tuple[ServerState, SubmodelReport]:
         hp, params, d = self.hp, state.params, num_params(state.params)
         opt = self.opt_state(state)
