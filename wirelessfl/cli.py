@@ -1,9 +1,11 @@
 """The ``wirelessfl`` command.
 
-Subcommands: ``run`` (train a preset or YAML config), ``list`` (presets), ``plot`` (PNG of
-run folders), ``masks`` (latency-optimal HIST mask sizes), ``beamform`` (AirComp receive
-beams), ``figures`` (regenerate a paper's figures and tables). Bad input prints one line
-``wirelessfl: error: ...`` on stderr and exits with code 2, before anything is written.
+Subcommands: ``run`` (train a preset or YAML config), ``list`` (presets, or algorithms),
+``plot`` (PNG of run folders), ``retime`` (a finished run's simulated time under another
+link), ``masks`` (latency-optimal HIST mask sizes), ``beamform`` (AirComp receive beams),
+``figures`` (regenerate a paper's figures and tables) and ``sweep`` (a config over a grid of
+settings and seeds). Bad input prints one line ``wirelessfl: error: ...`` on stderr and exits
+with code 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.workers is not None:
         overrides.append(f"workers={args.workers}")
     if args.deterministic:
-        if kind_of(raw).name != "rounds":
+        if not kind_of(raw).deterministic:
             raise ConfigError("--deterministic is for round-based runs, not multi-task ones")
         overrides.append("deterministic=true")
     job = open_run(apply_overrides(raw, overrides), checkpoint_every_s=args.checkpoint_every)

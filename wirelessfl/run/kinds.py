@@ -38,9 +38,17 @@ from wirelessfl.run.trackers import make_trackers
 
 
 class RunKind(ABC):
-    """A kind of run: how its config is recognised, resolved, written back and opened."""
+    """A kind of run: how its config is recognised, resolved, written back and opened.
+
+    Its capabilities are class attributes, read by the command line instead of its name:
+    ``retimable`` (``wirelessfl retime`` can clock a finished run again under another link:
+    its rows carry per-round costs) and ``deterministic`` (``--deterministic`` applies:
+    PyTorch's deterministic algorithms around a run in one process).
+    """
 
     name: str
+    retimable: bool = False
+    deterministic: bool = False
 
     @abstractmethod
     def matches(self, raw: dict[str, Any]) -> bool:
@@ -66,6 +74,8 @@ class Rounds(RunKind):
     """Round-based runs (:class:`~wirelessfl.run.config.RunConfig`)."""
 
     name = "rounds"
+    retimable = True
+    deterministic = True
 
     @override
     def matches(self, raw: dict[str, Any]) -> bool:

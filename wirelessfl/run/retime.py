@@ -44,7 +44,7 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
         raise ConfigError("--set network / network.params_per_vector: the payloads are the "
                           "run's; set network.<key> one at a time (model, rate_mbps, snr_db, ...)")
     raw = record.config()
-    if kind_of(raw).name != "rounds" or "algorithm" not in raw:
+    if not kind_of(raw).retimable or "algorithm" not in raw:
         raise ConfigError(f"{folder} is not a round-based run; only those can be re-timed")
     net = raw.get("network") or {}
     shaped = [k for k, default in (("deadline_s", None), ("scheduler", "uniform"),

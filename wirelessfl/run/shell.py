@@ -1,7 +1,7 @@
 """The one run loop every kind of run shares.
 
-A run is a :class:`Job` (round-based training, a multi-task simulation, and next the
-sessions of dynamic clients); :func:`execute` does everything around it the same way for all:
+A run is a :class:`Job` (round-based training, including the sessions of dynamic clients,
+or a multi-task simulation); :func:`execute` does everything around it the same way for all:
 it opens the run folder (lock, never overwrite, nothing half-written:
 :meth:`~wirelessfl.run.records.RunRecord.writing`), restores the job from its checkpoint,
 keeps the metric rows the checkpoint had seen (after the job has checked them), shows one
