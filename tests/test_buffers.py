@@ -12,6 +12,8 @@ from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExe
 from wirelessfl.models import MODELS, FLModel, build_model
 from wirelessfl.models import layers as L
 from wirelessfl.run.config import resolve
+from wirelessfl.run.kinds import run_job
+from wirelessfl.run.rounds import RoundsJob
 
 
 class TinyBN(FLModel):
@@ -82,7 +84,7 @@ def test_buffers_are_the_plain_mean_of_the_clients():
 
 def test_evaluation_uses_the_averaged_statistics(tmp_path):
     raw = {**RAW, "name": "bn", "algorithm": {"name": "fedavg"}}
-    full = runner.run(runner.prepare(resolve(raw)), tmp_path / "a", quiet=True)
+    full = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "a", quiet=True)
     from wirelessfl.run.records import RunRecord
 
     ckpt = RunRecord(tmp_path / "a").load_checkpoint()

@@ -14,8 +14,9 @@ from wirelessfl.cli import main
 from wirelessfl.errors import ConfigError
 from wirelessfl.net.links import LinkModel, NetworkConfig, RoundCost
 from wirelessfl.run.config import resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.rounds import prepare, run
+from wirelessfl.run.rounds import RoundsJob, prepare
 
 RAW = {"seed": 4, "rounds": 4,
        "data": {"dataset": "synthetic", "num_clients": 10, "samples_per_client": 30},
@@ -123,8 +124,8 @@ def test_hostile_solver_inputs_are_one_line_errors(call, match):
 
 # ---------------------------------------------------------------- training over the link
 def test_a_deadline_everyone_meets_is_no_deadline_exactly(tmp_path):
-    run(prepare(resolve(_raw(TDMA))), tmp_path / "free", quiet=True)
-    run(prepare(resolve(_raw({**TDMA, "deadline_s": 1e9}))), tmp_path / "late", quiet=True)
+    run_job(RoundsJob(prepare(resolve(_raw(TDMA)))), tmp_path / "free", quiet=True)
+    run_job(RoundsJob(prepare(resolve(_raw({**TDMA, "deadline_s": 1e9})))), tmp_path / "late", quiet=True)
     free, late = _rows(tmp_path / "free"), _rows(tmp_path / "late")
     assert [r["test_accuracy"] for r in free] == [r["test_accuracy"] for r in late]
     assert [r.get("sim_time_s") for r in free] == [r.get("sim_time_s") for r in late]
@@ -238,10 +239,10 @@ def test_scaffold_counts_its_control_variates_in_the_upload():
 def test_a_run_under_outage_and_scheduling_resumes_to_the_uninterrupted_rows(
         tmp_path, interrupt_after, network):
     raw = {**_raw(network), "checkpoint_every": 1}
-    run(prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "full", quiet=True)
     with pytest.raises(KeyboardInterrupt):
-        run(interrupt_after(prepare(resolve(raw)), 2), tmp_path / "cut", quiet=True)
-    run(prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+        run_job(RoundsJob(interrupt_after(prepare(resolve(raw)), 2)), tmp_path / "cut", quiet=True)
+    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
     assert "arrived" in _rows(tmp_path / "full")[-1]
     if network.get("late"):
@@ -288,7 +289,7 @@ def test_cli_one_line_errors_and_retime_refuses_runs_the_link_shaped(tmp_path, c
                  "--set", "network.model=tdma", "--set", "network.deadline_s=-3"]) == 2
     err = capsys.readouterr().err.strip()
     assert "deadline_s" in err and len(err.splitlines()) == 1
-    run(prepare(resolve({**_raw({**TDMA, "deadline_s": 1.0}), "rounds": 1})), tmp_path / "r",
+    run_job(RoundsJob(prepare(resolve({**_raw({**TDMA, "deadline_s": 1.0}), "rounds": 1}))), tmp_path / "r",
         quiet=True)
     assert main(["retime", str(tmp_path / "r"), "--set", "network.model=fdma"]) == 2
     assert "link decided who" in capsys.readouterr().err

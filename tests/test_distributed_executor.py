@@ -9,6 +9,8 @@ from wirelessfl.engine.batched import BatchedExecutor
 from wirelessfl.engine.client import ClientError, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.engine.distributed import DistributedExecutor
 from wirelessfl.models import build_model
+from wirelessfl.run.kinds import run_job
+from wirelessfl.run.rounds import RoundsJob
 
 
 @pytest.fixture
@@ -90,7 +92,7 @@ def test_engine_distributed_runs_as_batched(tmp_path):
     rows = []
     for engine in ("batched", "distributed"):
         exp = runner.prepare(resolve({**raw, "engine": engine}))
-        runner.run(exp, tmp_path / engine, quiet=True)
+        run_job(RoundsJob(exp), tmp_path / engine, quiet=True)
         rows.append([(r["round"], r["test_accuracy"]) for r in RunRecord(tmp_path / engine).rows()])
         if engine == "distributed":
             assert exp.algorithm.env.executor._procs == []          # stopped with the run

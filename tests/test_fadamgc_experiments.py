@@ -8,8 +8,9 @@ import torch
 
 from wirelessfl.report import load_figures
 from wirelessfl.run.config import apply_overrides, resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.rounds import prepare, run
+from wirelessfl.run.rounds import RoundsJob, prepare
 
 RESNET18_D = 11_173_962   # the CIFAR ResNet-18's parameter count (docs/papers/fadamgc.md §5.4)
 
@@ -52,7 +53,7 @@ def test_cifar10_preset_smoke_run_on_a_hand_made_folder(tmp_path, engine):
                                      "local.batch_size=8", f"engine={engine}"])
     exp = prepare(resolve(raw))
     assert sum(v.numel() for v in exp.initial_state().params.values()) == RESNET18_D
-    run(exp, tmp_path / "run", quiet=True)
+    run_job(RoundsJob(exp), tmp_path / "run", quiet=True)
     rows = RunRecord(tmp_path / "run").rows()
     assert [r["round"] for r in rows] == [0, 1]   # round 0: the initial model
     assert all(np.isfinite(r["test_accuracy"]) and np.isfinite(r["test_loss"]) for r in rows)
@@ -99,7 +100,7 @@ def test_dynamic_cifar10_run_loads_the_pretrained_backbone_from_the_data_dir(tmp
     start = exp.initial_state()
     torch.testing.assert_close(start.params["layer4.1.conv2.weight"],
                                donor.state_dict()["layer4.1.conv2.weight"])
-    run(exp, tmp_path / "run", quiet=True)
+    run_job(RoundsJob(exp), tmp_path / "run", quiet=True)
     rows = RunRecord(tmp_path / "run").rows()
     assert [r["session"] for r in rows[1:]] == [0, 1, 2, 3]
     assert "init_weights" in rows[3] and all(np.isfinite(r["active_accuracy"]) for r in rows)

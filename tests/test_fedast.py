@@ -18,7 +18,8 @@ from wirelessfl.engine.client import LoopExecutor, batch_schedule
 from wirelessfl.net.delays import LatencyModel
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError
-from wirelessfl.run.multitask import resolve_multitask, run_multitask
+from wirelessfl.run.kinds import open_run, run_job
+from wirelessfl.run.multitask import resolve_multitask
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.tasks import build_tasks
 
@@ -111,7 +112,7 @@ def test_same_seed_same_numbers_and_staleness_grows_with_requests(tmp_path):
             "tasks": ["synthetic_linear", "synthetic_linear"], "seed": seed, "device": "cpu",
             "pool": {"clients": N, "available": 10},
             "method": {"name": "fedast", "requests": requests, "ratio": 4}, "max_rounds": 12})
-        run_multitask(cfg, tmp_path / name, quiet=True)
+        run_job(open_run(cfg), tmp_path / name, quiet=True)
         return [(r["task"], r["round"], r["sim_time"], r["test_accuracy"], r["staleness_mean"])
                 for r in RunRecord(tmp_path / name).rows()]
 
@@ -341,7 +342,6 @@ def test_a_user_registered_simulation_method_runs_from_a_config(tmp_path):
     (the method list is read when a config is resolved, not frozen at import)."""
     from wirelessfl import registry
     from wirelessfl.algorithms.fedast.fedast import FedAST, FedASTHParams
-    from wirelessfl.run.kinds import open_run, run_job
 
     class MyAST(FedAST):
         """FedAST under another name (a user's simulator subclass)."""

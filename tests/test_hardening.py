@@ -19,8 +19,10 @@ from wirelessfl.data import load_dataset
 from wirelessfl.data.partition import _LabelPools, _largest_remainder
 from wirelessfl.errors import ConfigError, RunFolderError, TrainingDiverged
 from wirelessfl.run.config import resolve
-from wirelessfl.run.multitask import resolve_multitask, run_multitask
+from wirelessfl.run.kinds import open_run, run_job
+from wirelessfl.run.multitask import resolve_multitask
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import RoundsJob
 
 RAW = {"name": "tiny", "seed": 5, "rounds": 3,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},
@@ -58,7 +60,7 @@ def _one_line(code, err, match=""):
 
 def _run(tmp_path, name="r", raw=RAW):
     out = tmp_path / name
-    runner.run(runner.prepare(resolve(raw)), out, quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(raw))), out, quiet=True)
     return out
 
 
@@ -89,14 +91,14 @@ def test_checkpoint_saved_on_a_gpu_loads_on_the_cpu(tmp_path, monkeypatch):
     loaded = RunRecord(out).load_checkpoint()
     assert all(v.device.type == "cpu" for v in loaded["params"].values())
     (out / "summary.json").unlink()
-    summary = runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)
+    summary = run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)
     assert summary["rounds"] == RAW["rounds"]  # the runner resumed from it
 
 
 
 def test_fedast_snapshot_is_plain_data_and_refuses_code(tmp_path, capsys):
     out = tmp_path / "m"
-    run_multitask(resolve_multitask(MULTI), out, quiet=True, checkpoint_every_s=0)
+    run_job(open_run(resolve_multitask(MULTI), checkpoint_every_s=0), out, quiet=True)
     snap = torch.load(out / "checkpoint.pt", weights_only=True)  # loads without any allow-list
     held = snap["sim"]["results"]["__items__"]  # trained, not yet consumed: kept (max_batch)
     assert 0 < len(held) <= 64 and all(isinstance(v["fc.weight"], torch.Tensor) for _, v in held)
@@ -432,7 +434,7 @@ def test_failure_in_round_one_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(exp.algorithm, "apply", broken)
     with pytest.raises(ValueError, match="boom"):
-        runner.run(exp, tmp_path / "r", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "r", quiet=True)
     assert not (tmp_path / "r").exists()
 
 
@@ -472,7 +474,7 @@ def test_resume_refuses_damaged_folders(tmp_path, how):
     _damage(out, how)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     with pytest.raises(RunFolderError):
-        runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)
+        run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert before == after  # refused without touching anything
 
@@ -480,11 +482,11 @@ def test_resume_refuses_damaged_folders(tmp_path, how):
 def test_resume_of_damaged_multitask_rows_is_refused(tmp_path):
     out = tmp_path / "m"
     cfg = resolve_multitask(MULTI)
-    run_multitask(cfg, out, quiet=True, checkpoint_every_s=0)
+    run_job(open_run(cfg, checkpoint_every_s=0), out, quiet=True)
     rows = (out / "metrics.jsonl").read_text().splitlines()
     (out / "metrics.jsonl").write_text("\n".join(rows[:1] + rows[:1] + rows[1:]) + "\n")
     with pytest.raises(RunFolderError):
-        run_multitask(cfg, out, quiet=True, resume=True)
+        run_job(open_run(cfg), out, quiet=True, resume=True)
 
 
 def test_a_run_folder_is_locked_while_written(tmp_path):
@@ -494,10 +496,10 @@ def test_a_run_folder_is_locked_while_written(tmp_path):
     holder.open(yaml.safe_load((out / "config.yaml").read_text()), 5, "cpu", resume=True)
     try:
         with pytest.raises(RunFolderError, match="being written by another run"):
-            runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)
+            run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)
     finally:
         holder.close()
-    runner.run(runner.prepare(resolve(RAW)), out, resume=True, quiet=True)  # free again
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)  # free again
 
 
 def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
@@ -521,7 +523,7 @@ def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch):
 
     cfg = resolve_multitask(MULTI)
     full = tmp_path / "full"
-    run_multitask(cfg, full, quiet=True, checkpoint_every_s=0)
+    run_job(open_run(cfg, checkpoint_every_s=0), full, quiet=True)
     real, calls = TaskEnv.evaluate, []
 
     def interrupting(self, params):
@@ -533,10 +535,10 @@ def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(TaskEnv, "evaluate", interrupting)
     cut = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt):
-        run_multitask(cfg, cut, quiet=True, checkpoint_every_s=0)
+        run_job(open_run(cfg, checkpoint_every_s=0), cut, quiet=True)
     monkeypatch.setattr(TaskEnv, "evaluate", real)
     assert (cut / "checkpoint.pt").is_file() and len(RunRecord(cut).rows()) == 6
-    run_multitask(cfg, cut, quiet=True, resume=True, checkpoint_every_s=0)
+    run_job(open_run(cfg, checkpoint_every_s=0), cut, quiet=True, resume=True)
 
     def rows(p):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(p).rows()]
@@ -546,7 +548,7 @@ def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(TaskEnv, "evaluate", interrupting)
     calls.clear()
     with pytest.raises(KeyboardInterrupt):
-        run_multitask(cfg, never, quiet=True, checkpoint_every_s=1e9)
+        run_job(open_run(cfg, checkpoint_every_s=1e9), never, quiet=True)
     assert not (never / "checkpoint.pt").exists()  # the interval is honoured
 
 
@@ -610,7 +612,7 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_its_rows(tmp_path, capsys
 
     exp = runner.prepare(resolve({**RAW, "rounds": 8, "local": {**RAW["local"], "lr": 1e6}}))
     with pytest.raises(TrainingDiverged, match="became NaN/Inf") as exc:
-        runner.run(exp, tmp_path / "r", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "r", quiet=True)
     bad = int(re.search(r"round (\d+)", str(exc.value)).group(1))
     assert [r["round"] for r in RunRecord(tmp_path / "r").rows()] == list(range(bad))
     assert RunRecord(tmp_path / "r").summary() is None

@@ -9,7 +9,8 @@ from wirelessfl.algorithms.scaffold import ControlledSGD
 from wirelessfl.engine.batched import BatchedExecutor
 from wirelessfl.engine.client import ClientTask, LocalHParams, LoopExecutor
 from wirelessfl.run.config import resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import run_job
+from wirelessfl.run.rounds import RoundsJob, prepare
 
 RAW = {"seed": 4, "rounds": 2,
        "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
@@ -112,13 +113,13 @@ def test_scaffold_resumes_with_its_control_variates(tmp_path, monkeypatch, inter
     from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "rounds": 4, "name": "sc", "algorithm": {"name": "scaffold", "clients_per_round": 4}}
-    full = runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    full = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
     exp = runner.prepare(resolve(raw))
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     assert RunRecord(tmp_path / "cut").load_checkpoint()["client_states"]
-    cut = runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+    cut = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
     assert cut["final_accuracy"] == full["final_accuracy"]
     assert np.isfinite(cut["final_loss"])
 
@@ -199,11 +200,11 @@ def test_single_task_run_stops_at_its_target(tmp_path):
 
     raw = {**RAW, "name": "stop", "rounds": 30, "target_accuracy": 0.3, "stop_at_target": True,
            "algorithm": {"name": "fedavg"}}
-    summary = runner.run(runner.prepare(resolve(raw)), tmp_path / "r", quiet=True)
+    summary = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "r", quiet=True)
     rows = RunRecord(tmp_path / "r").rows()
     assert summary["target_reached"] and rows[-1]["test_accuracy"] >= 0.3
     assert summary["rounds"] < 30 and all(r["test_accuracy"] < 0.3 for r in rows[:-1])
-    again = runner.run(runner.prepare(resolve(raw)), tmp_path / "r", resume=True, quiet=True)
+    again = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "r", resume=True, quiet=True)
     assert again["rounds"] == summary["rounds"]  # a resumed finished run trains no further
 
 
@@ -239,7 +240,7 @@ def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, mon
         return real(self, payload)
 
     monkeypatch.setattr(RunRecord, "save_checkpoint", counting)
-    full = runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    full = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
     assert saved == [3, 6, 7]
     ckpt = RunRecord(tmp_path / "full").load_checkpoint()
     assert all(v.dtype == torch.float16 and v.device.type == "cpu"
@@ -247,9 +248,9 @@ def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, mon
     exp = runner.prepare(resolve(raw))
     interrupt_after(exp, 5)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     assert RunRecord(tmp_path / "cut").load_checkpoint()["round"] == 3
-    cut = runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+    cut = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
     assert cut["final_accuracy"] == full["final_accuracy"]
     rows = [r["round"] for r in RunRecord(tmp_path / "cut").rows()]
     assert rows == list(range(8))
@@ -299,7 +300,7 @@ def test_a_restarted_schedule_survives_a_resume(tmp_path):
            "local": {**RAW["local"], "schedule": "poly", "schedule_rounds": 10}}
     exp = runner.prepare(resolve(raw))
     exp.algorithm.restart_schedule(2)
-    runner.run(exp, tmp_path / "r", quiet=True)
+    run_job(RoundsJob(exp), tmp_path / "r", quiet=True)
     assert RunRecord(tmp_path / "r").load_checkpoint()["schedule_origin"] == 2
     again = runner.prepare(resolve(raw))
     job = runner.RoundsJob(again)

@@ -9,8 +9,9 @@ from channels.aircomp import AirCompCell
 from channels.rayleigh import simo_rayleigh
 from wirelessfl.errors import ConfigError
 from wirelessfl.run.config import resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.rounds import prepare, run
+from wirelessfl.run.rounds import RoundsJob, prepare
 from wirelessfl.server.aggregation import AirComp, Mean
 
 RAW = {"seed": 2, "rounds": 3,
@@ -123,10 +124,10 @@ def test_noisy_runs_loop_equals_batched_and_log_the_mse():
 def test_an_over_the_air_run_resumes_to_the_uninterrupted_rows(tmp_path, interrupt_after):
     raw = {**RAW, "rounds": 4, "checkpoint_every": 1, "network": {**OTA, "truncation_db": -2.0},
            "algorithm": {"name": "scaffold", "clients_per_round": 6}}
-    run(prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "full", quiet=True)
     with pytest.raises(KeyboardInterrupt):
-        run(interrupt_after(prepare(resolve(raw)), 2), tmp_path / "cut", quiet=True)
-    run(prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+        run_job(RoundsJob(interrupt_after(prepare(resolve(raw)), 2)), tmp_path / "cut", quiet=True)
+    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
 
     def rows(f):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
@@ -168,8 +169,8 @@ def test_aircomp_refuses_unusable_settings():
 def test_retime_refuses_settings_that_change_learning(tmp_path):
     from wirelessfl.run.retime import retime_run
 
-    run(prepare(resolve({**RAW, "rounds": 1, "algorithm": {"name": "fedavg"}})), tmp_path / "r",
-        quiet=True)
+    run_job(RoundsJob(prepare(resolve({**RAW, "rounds": 1, "algorithm": {"name": "fedavg"}}))),
+            tmp_path / "r", quiet=True)
     with pytest.raises(ConfigError, match="what the run learned"):
         retime_run(tmp_path / "r", ["network.model=aircomp", "network.aggregation=over_the_air"])
     assert retime_run(tmp_path / "r", ["network.model=aircomp"])[-1]["sim_time_s"] > 0

@@ -9,7 +9,8 @@ from wirelessfl.algorithms.rafed.masks import draw, kept_units, parameter_fracti
 from wirelessfl.models import build_model
 from wirelessfl.net.compression import compress, quantize_bound, relative_error
 from wirelessfl.run.config import ConfigError, resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import run_job
+from wirelessfl.run.rounds import RoundsJob, prepare
 from wirelessfl.server.submodel import Submodel
 
 SYN = {"seed": 5, "rounds": 2,
@@ -255,16 +256,15 @@ def test_resume_equals_uninterrupted(tmp_path, interrupt_after, algorithm):
     """The memories, Σu and Γ* are checkpointed: a resumed run gives the same numbers."""
     import json
 
-    import wirelessfl.run.rounds as runner
     from wirelessfl.run.records import RunRecord
 
     raw = {**SYN, "name": "r", "rounds": 4, "checkpoint_every": 1, "algorithm": algorithm}
-    runner.run(prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "full", quiet=True)
     exp = prepare(resolve(raw))
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
-    runner.run(prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
+    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
 
     def rows(f):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]

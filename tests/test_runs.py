@@ -6,7 +6,9 @@ import wirelessfl.run.rounds as runner
 from wirelessfl.cli import main
 from wirelessfl.errors import RunFolderError
 from wirelessfl.run.config import resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import RoundsJob
 
 RAW = {"name": "tiny", "seed": 5, "rounds": 4, "target_accuracy": 0.3,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 80},
@@ -20,10 +22,10 @@ def _metrics(folder):
 
 
 def test_same_seed_same_metrics(tmp_path):
-    a = runner.run(runner.prepare(resolve(RAW)), tmp_path / "a", quiet=True)
-    runner.run(runner.prepare(resolve(RAW)), tmp_path / "b", quiet=True)
+    a = run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "a", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "b", quiet=True)
     c = resolve({**RAW, "seed": 6})
-    runner.run(runner.prepare(c), tmp_path / "c", quiet=True)
+    run_job(RoundsJob(runner.prepare(c)), tmp_path / "c", quiet=True)
     assert _metrics(tmp_path / "a") == _metrics(tmp_path / "b")
     assert _metrics(tmp_path / "a") != _metrics(tmp_path / "c")
     assert [r["round"] for r in _metrics(tmp_path / "a")] == [0, 1, 2, 3, 4]
@@ -31,13 +33,13 @@ def test_same_seed_same_metrics(tmp_path):
 
 
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch, interrupt_after):
-    runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
     exp = runner.prepare(resolve(RAW))
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     assert [r["round"] for r in RunRecord(tmp_path / "cut").rows()] == [0, 1, 2]
-    runner.run(runner.prepare(resolve(RAW)), tmp_path / "cut", resume=True, quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
     full = json.loads((tmp_path / "full" / "summary.json").read_text())
     cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
@@ -49,20 +51,20 @@ def test_a_run_made_before_an_option_existed_still_resumes(tmp_path, interrupt_a
     with the numbers of an uninterrupted run; a real config change is still refused."""
     import yaml
 
-    runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
     exp = runner.prepare(resolve(RAW))
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     path = tmp_path / "cut" / "config.yaml"
     stored = yaml.safe_load(path.read_text())
     for key in ("tokenizer", "max_length", "placement"):
         del stored["data"][key]
     path.write_text(yaml.safe_dump(stored))
     with pytest.raises(RunFolderError, match="different config"):
-        runner.run(runner.prepare(resolve({**RAW, "seed": 6})), tmp_path / "cut", resume=True,
+        run_job(RoundsJob(runner.prepare(resolve({**RAW, "seed": 6}))), tmp_path / "cut", resume=True,
                    quiet=True)
-    runner.run(runner.prepare(resolve(RAW)), tmp_path / "cut", resume=True, quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
 
 

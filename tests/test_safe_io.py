@@ -10,7 +10,9 @@ from wirelessfl.cli import main
 from wirelessfl.errors import RunFolderError
 from wirelessfl.run import rounds as runner
 from wirelessfl.run.config import resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.run.safe_io import atomic_write, open_append, open_new
 
 RAW = {"name": "tiny", "seed": 5, "rounds": 3, "checkpoint_every": 1,
@@ -134,7 +136,7 @@ def test_an_infinite_test_loss_stops_the_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "evaluate", overflowing)
     with pytest.raises(TrainingDiverged, match="test loss"):
-        runner.run(exp, tmp_path / "r", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "r", quiet=True)
 
 
 def test_numba_kernels_compile_without_a_writable_cache(monkeypatch):

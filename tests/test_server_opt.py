@@ -7,7 +7,9 @@ import torch
 
 import wirelessfl.run.rounds as runner
 from wirelessfl.run.config import ConfigError, resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.server.optimizers import ServerOptimizer
 
 G1, G2 = 2.0, -1.0  # two rounds' aggregated updates of a one-entry model, x0 = 1
@@ -74,14 +76,14 @@ RAW = {"name": "adam", "seed": 2, "rounds": 4,
 
 
 def test_fedams_learns_and_resumes_with_its_moments(tmp_path, monkeypatch, interrupt_after):
-    full = runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
+    full = run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
     rows = RunRecord(tmp_path / "full").rows()
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
     exp = runner.prepare(resolve(RAW))
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     ckpt = RunRecord(tmp_path / "cut").load_checkpoint()
     assert set(ckpt["opt_state"]) == {"m", "v", "vhat"}
-    cut = runner.run(runner.prepare(resolve(RAW)), tmp_path / "cut", resume=True, quiet=True)
+    cut = run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
     assert cut["final_accuracy"] == full["final_accuracy"]

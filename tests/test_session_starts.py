@@ -6,7 +6,9 @@ import torch
 import wirelessfl.run.rounds as runner
 from wirelessfl.algorithms.dynamic.sessions import SessionStarts, session_store_bytes
 from wirelessfl.run.config import resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord, load_plain
+from wirelessfl.run.rounds import RoundsJob
 
 RAW = {"name": "a1", "seed": 4, "rounds": 8,
        "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},
@@ -18,7 +20,7 @@ RAW = {"name": "a1", "seed": 4, "rounds": 8,
 
 def _run(tmp_path, name, **initial):
     raw = {**RAW, "name": name, "initial_model": {"fingerprint_batch": 16, **initial}}
-    runner.run(runner.prepare(resolve(raw)), tmp_path / name, quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / name, quiet=True)
     return [{k: v for k, v in r.items() if k not in ("wall_s", "init_weights")}
             for r in RunRecord(tmp_path / name).rows()]
 
@@ -64,11 +66,11 @@ def test_pilot_model_fingerprints_and_resets_at_the_session_starts():
 def test_resume_with_a_session_store_gives_the_uninterrupted_numbers(tmp_path,
                                                                      interrupt_after):
     raw = {**RAW, "initial_model": {"rule": "proposed", "fingerprint_batch": 16}}
-    runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
     exp = interrupt_after(runner.prepare(resolve(raw)), 7)   # inside session 3, Q1 of two
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
-    runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
 
     def rows(f):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]

@@ -8,7 +8,9 @@ import pytest
 import wirelessfl.run.rounds as runner
 from wirelessfl.cli import main
 from wirelessfl.run.config import resolve, to_dict
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.server.population import EventSessions
 
 RAW = {"name": "s", "seed": 3, "rounds": 6,
@@ -32,7 +34,7 @@ def test_only_the_sessions_clients_train_and_rows_carry_the_session(tmp_path):
             state = exp.algorithm.start_session(state, t)
         state, report = exp.algorithm.apply(state)
         assert sorted(report.clients) == ([0, 1, 2] if t < 2 else [3, 4, 5])  # full participation
-    runner.run(runner.prepare(resolve(RAW)), tmp_path / "r", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "r", quiet=True)
     assert [r["session"] for r in RunRecord(tmp_path / "r").rows()] == [0, 0, 0, 1, 1, 2, 2]
 
 
@@ -57,8 +59,8 @@ def test_one_event_session_is_the_static_run_exactly(tmp_path):
     static = {**RAW, "population": {"kind": "static"}}
     events = {**RAW, "population": {"kind": "events",
                                     "events": [{"round": 0, "join": list(range(6))}]}}
-    runner.run(runner.prepare(resolve(static)), tmp_path / "a", quiet=True)
-    runner.run(runner.prepare(resolve(events)), tmp_path / "b", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(static))), tmp_path / "a", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(events))), tmp_path / "b", quiet=True)
     a, b = run_rows(tmp_path / "a"), run_rows(tmp_path / "b")
     assert [{k: v for k, v in r.items() if k not in ("session", "active_accuracy")}
             for r in b] == a
@@ -78,7 +80,7 @@ def test_active_accuracy_is_measured_on_the_active_groups_labels(fmnist, tmp_pat
            "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 32, "steps": 5},
            "population": {"kind": "alternating", "rounds_per_session": 2}}
     exp = runner.prepare(resolve(raw))
-    runner.run(exp, tmp_path / "r", quiet=True)
+    run_job(RoundsJob(exp), tmp_path / "r", quiet=True)
     rows = RunRecord(tmp_path / "r").rows()
     assert [r["session"] for r in rows] == [0, 0, 0, 1]
     params = load_plain(tmp_path / "r" / "checkpoint.pt", "checkpoint")["params"]
@@ -96,11 +98,11 @@ def test_resume_mid_session_gives_the_uninterrupted_numbers(tmp_path, interrupt_
     raw = {**RAW, "population": {"kind": "events", "events": [
         {"round": 0, "join": [0, 1, 2]}, {"round": 2, "join": [3]},
         {"round": 4, "leave": [0, 1], "join": [4, 5]}]}}
-    runner.run(runner.prepare(resolve(raw)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
     exp = interrupt_after(runner.prepare(resolve(raw)), after)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
-    runner.run(runner.prepare(resolve(raw)), tmp_path / "cut", resume=True, quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
     assert run_rows(tmp_path / "cut") == run_rows(tmp_path / "full")
     assert [r["session"] for r in run_rows(tmp_path / "full")] == [0, 0, 0, 1, 1, 2, 2]
 

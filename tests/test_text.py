@@ -14,6 +14,7 @@ from wirelessfl.data.arrays import DataFileError, DataNotFoundError  # noqa: E40
 from wirelessfl.data.text import load_text, read_split  # noqa: E402
 from wirelessfl.models import build_model  # noqa: E402
 from wirelessfl.run.config import resolve  # noqa: E402
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.rounds import prepare  # noqa: E402
 
 WORDS = ["<eos>", "<unk>", "good", "bad", "great", "awful", "movie", "the", "was", "a", "plot",
@@ -260,7 +261,7 @@ def test_fadamgc_table2_text_smoke_run_on_a_hand_made_folder(text_dir):
     from wirelessfl.report import load_figures
     from wirelessfl.run.config import apply_overrides
     from wirelessfl.run.records import RunRecord
-    from wirelessfl.run.rounds import run
+    from wirelessfl.run.rounds import RoundsJob
 
     (fig,) = load_figures("fadamgc", "paper", only=["table2_text"])
     spec = next(r for r in fig.runs if (r.panel, r.series, r.seed) == ("SST-2", "FAdamGC", 0))
@@ -271,7 +272,7 @@ def test_fadamgc_table2_text_smoke_run_on_a_hand_made_folder(text_dir):
                                      "data.max_length=12", "rounds=1", "data.num_clients=10",
                                      "data.alpha=1.0", "data.min_size=2"])
     exp = prepare(resolve(raw))
-    run(exp, text_dir / "run", quiet=True)
+    run_job(RoundsJob(exp), text_dir / "run", quiet=True)
     rows = RunRecord(text_dir / "run").rows()
     assert [r["round"] for r in rows] == [0, 1] and rows[-1]["sim_time_s"] > 0
     d = sum(v.numel() for v in exp.initial_state().params.values())
@@ -283,7 +284,7 @@ def test_dynamic_table2_ag_news_smoke_run(tmp_path):
     from wirelessfl.report import load_figures
     from wirelessfl.run.config import apply_overrides
     from wirelessfl.run.records import RunRecord
-    from wirelessfl.run.rounds import run
+    from wirelessfl.run.rounds import RoundsJob
 
     bert = tmp_path / "bert-base-uncased"
     bert.mkdir()
@@ -308,7 +309,7 @@ def test_dynamic_table2_ag_news_smoke_run(tmp_path):
     raw = apply_overrides(spec.raw, [f"data.data_dir={tmp_path}", "rounds=6",
                                      "population.rounds_per_session=2", "local.schedule_rounds=2",
                                      "model.options={vocab: 13}"])
-    run(prepare(resolve(raw)), tmp_path / "run", quiet=True)
+    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "run", quiet=True)
     rows = RunRecord(tmp_path / "run").rows()
     assert rows[-1]["round"] == 6 and {r["session"] for r in rows if r["round"]} == {0, 1, 2}
 

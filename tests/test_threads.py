@@ -11,7 +11,9 @@ import torch
 
 from wirelessfl.run import rounds as runner
 from wirelessfl.run.config import ConfigError, resolve
+from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
+from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.run.threads import (
     busy_sessions,
     choose_threads,
@@ -71,7 +73,7 @@ def test_a_run_records_its_count_and_resume_reuses_it(tmp_path, monkeypatch, int
         return exp
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    runner.run(runner.prepare(resolve(RAW)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
     assert json.loads((tmp_path / "full" / "meta.json").read_text())["threads"] == 1
     assert RunRecord(tmp_path / "full").load_checkpoint()["threads"] == 1
     assert resolve(RAW).threads == "auto"
@@ -79,9 +81,9 @@ def test_a_run_records_its_count_and_resume_reuses_it(tmp_path, monkeypatch, int
 
     exp = interrupt_after(runner.prepare(resolve(RAW)), 1)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(exp, tmp_path / "cut", quiet=True)
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")              # auto would now choose 2
-    runner.run(spy(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(RoundsJob(spy(runner.prepare(resolve(RAW)))), tmp_path / "cut", resume=True, quiet=True)
     assert seen and set(seen) == {1}
     rows = [[{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
             for f in (tmp_path / "full", tmp_path / "cut")]
@@ -94,7 +96,7 @@ def test_an_explicit_count_beats_the_environment(tmp_path, monkeypatch):
     seen, real = [], exp.algorithm.apply
     monkeypatch.setattr(exp.algorithm, "apply",
                         lambda state: (seen.append(torch.get_num_threads()), real(state))[1])
-    runner.run(exp, tmp_path / "one", quiet=True)
+    run_job(RoundsJob(exp), tmp_path / "one", quiet=True)
     assert set(seen) == {1}
     assert json.loads((tmp_path / "one" / "meta.json").read_text())["threads"] == 1
 

@@ -2,8 +2,9 @@
 
 ``name → (kind, module, hyperparameter class, algorithm class)``. ``kind`` is ``rounds``
 (round-based: ``init`` / ``apply`` over a :class:`~wirelessfl.algorithms.base.ServerState`,
-run by :func:`wirelessfl.run.rounds.run`) or ``simulation`` (several tasks in simulated time, run
-by :func:`wirelessfl.run.multitask.run_multitask`). Nothing is imported until :func:`get` asks
+a :class:`wirelessfl.run.rounds.RoundsJob`) or ``simulation`` (several tasks in simulated
+time, a :class:`wirelessfl.run.multitask.SimulationJob`); both are opened by
+:func:`wirelessfl.run.kinds.open_run`. Nothing is imported until :func:`get` asks
 for an entry, so configuration code can name algorithms without importing them (and the
 algorithms can import the configuration code).
 

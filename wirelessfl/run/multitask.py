@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from typing_extensions import override
@@ -47,7 +46,7 @@ from wirelessfl.run.config import (
 from wirelessfl.run.configtypes import AlgorithmConfig, algorithm_dict, build_algorithm
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import check_finite
-from wirelessfl.run.shell import Job, Output, execute
+from wirelessfl.run.shell import Job, Output
 from wirelessfl.run.tasks import TaskConfig, build_tasks, task_from_registry
 
 #: Most tasks one multi-task run trains (``tasks`` × ``copies``).
@@ -343,19 +342,3 @@ class SimulationJob(Job):
                      f"{'not reached' if done is None else f'{done:.1f}'} (simulated), "
                      f"{summary['wall_s']:.1f} s wall; run folder {out}")
         return "\n".join(lines)
-
-
-def run_multitask(cfg: MultiTaskConfig, out: str | Path, *, quiet: bool = False,
-                  resume: bool = False, checkpoint_every_s: float = 60.0) -> dict[str, Any]:
-    """Simulate ``cfg`` into run folder ``out``; return the summary.
-
-    A snapshot of the simulation is saved after a completed aggregation (round) once
-    ``checkpoint_every_s`` wall seconds have passed since the last one (0: after every
-    round); it holds model versions and state, never trained results, so it stays small.
-    With ``resume`` a run continues from its last snapshot (rows written after it are
-    dropped and produced again, with the same numbers). The loop around the simulation is
-    :func:`wirelessfl.run.shell.execute`, shared with every kind of run (lock, nothing
-    half-written, one progress bar, summary).
-    """
-    job = SimulationJob(cfg, checkpoint_every_s)
-    return execute(RunRecord(out), job, resume=resume, quiet=quiet)

@@ -37,7 +37,7 @@ from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, RunConfig, resolve, to_dict
 from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
-from wirelessfl.run.shell import Job, Output, execute
+from wirelessfl.run.shell import Job, Output
 from wirelessfl.server.aggregation import AirComp
 from wirelessfl.server.population import make_population
 from wirelessfl.server.state import to_plain
@@ -447,19 +447,6 @@ class RoundsJob(Job):
             line += f", simulated {summary['sim_time_s']:.1f} s"
         return f"{line}, {summary['wall_s']:.1f} s wall; run folder {out}" + (
             f"; plot {plot}" if plot else "")
-
-
-def run(exp: Experiment, out: str | Path, *, resume: bool = False,
-        quiet: bool = False) -> dict[str, Any]:
-    """Train ``exp`` into run folder ``out``; return the summary.
-
-    Without ``resume``, ``out`` must not exist or be empty. With it, ``out`` must hold a run
-    of the same resolved config whose rows match its checkpoint; it continues after the
-    checkpoint. The folder is locked while the run writes it; a run that fails before its
-    first round leaves nothing behind (Ctrl-C keeps it, resumable). The loop around the
-    rounds is :func:`wirelessfl.run.shell.execute`, shared with every kind of run.
-    """
-    return execute(RunRecord(out), RoundsJob(exp), resume=resume, quiet=quiet)
 
 
 @contextlib.contextmanager
