@@ -169,7 +169,7 @@ def test_lora_trainable_count_is_the_formula_and_the_base_is_frozen():
     lora = 2 * 4 * ((32 + 96) + (32 + 32) + (32 + 128) + (128 + 32))  # 2 blocks
     head = 32 * 3
     assert sum(v.numel() for v in params.values()) == lora + head == m.lora_parameter_count()
-    from wirelessfl.run.rounds import make_executor
+    from wirelessfl.engine.executors import make_executor
     assert type(make_executor("auto", torch.device("cpu"), model=m)).__name__ == "LoopExecutor"
     assert all("lora_" in k or "score" in k for k in params)
     frozen = [p for n, p in m.named_parameters() if not p.requires_grad]

@@ -184,7 +184,7 @@ class RunConfig:
         ``cpu``, ``cuda`` or ``auto``.
     engine : str
         Client executor: ``loop``, ``batched``, ``auto`` or ``distributed``
-        (:func:`wirelessfl.run.rounds.make_executor`).
+        (:func:`wirelessfl.engine.executors.make_executor`).
     workers : int
         ``engine: distributed``: processes a round's clients are split over (2 to 256;
         :mod:`wirelessfl.engine.distributed`).

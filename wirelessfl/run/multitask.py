@@ -202,7 +202,7 @@ def multitask_to_dict(cfg: MultiTaskConfig) -> dict[str, Any]:
 
 def build_simulator(cfg: MultiTaskConfig) -> tuple[Any, list[TaskEnv]]:
     """Tasks, client pool and the method's simulator (nothing written)."""
-    from wirelessfl.run.rounds import make_executor, resolve_device
+    from wirelessfl.engine.executors import make_executor, resolve_device
 
     device = resolve_device(cfg.device)
     seeds = Seeds(cfg.seed)

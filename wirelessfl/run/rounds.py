@@ -27,8 +27,8 @@ from wirelessfl.data import (
     DatasetSplits,
     load_dataset,
 )
-from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientResult, Executor, LocalSGD, LoopExecutor, evaluate
+from wirelessfl.engine.client import ClientResult, LocalSGD, evaluate
+from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.digital import DigitalUplink
@@ -41,44 +41,6 @@ from wirelessfl.run.shell import Job, Output
 from wirelessfl.server.aggregation import AirComp
 from wirelessfl.server.population import make_population
 from wirelessfl.server.state import to_plain
-
-
-def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``auto`` (cuda when available)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device cuda requested but no CUDA GPU is available; use --device cpu")
-    return torch.device(name)
-
-
-def make_executor(engine: str, device: torch.device, max_batch: int | None = None,
-                  model: FLModel | None = None, workers: int = 2,
-                  compile: str = "off", replay: str = "auto") -> Executor:  # noqa: A002
-    """The client engine: ``loop``, ``batched``, ``auto`` or ``distributed``.
-
-    ``distributed`` splits each round's clients over ``workers`` processes
-    (:class:`~wirelessfl.engine.distributed.DistributedExecutor`; a run stops them at its end).
-
-    ``auto`` is the batched engine: on 2 CPU cores it measured 1.9× the loop for the FCNN,
-    1.6× for LeNet-5 (``benchmarks/engine.py``) and 5.6× for the quickstart's linear model;
-    it runs updates it cannot stack (subclassed steps) through the loop itself. The
-    exception is a model that sets ``loop_on_cpu`` (GPT-2 + LoRA: stacked attention measured
-    0.35–0.78× the loop on 2 CPU cores, ``benchmarks/lora.py``), which ``auto`` runs on the
-    loop on a CPU. ``compile`` is the batched engine's (and each distributed worker's)
-    ``torch.compile`` mode and ``replay`` when it records and replays its steps
-    (:class:`~wirelessfl.engine.batched.BatchedExecutor`, :mod:`wirelessfl.engine.replay`).
-    """
-    if engine == "distributed":
-        from wirelessfl.engine.distributed import DistributedExecutor
-
-        return DistributedExecutor(workers, device.type, max_batch=max_batch, compile=compile,
-                                   replay=replay)
-    if engine == "auto" and device.type == "cpu" and getattr(model, "loop_on_cpu", False):
-        return LoopExecutor(device)
-    if engine in ("batched", "auto"):
-        return BatchedExecutor(device, max_batch=max_batch, compile=compile, replay=replay)
-    return LoopExecutor(device)
 
 
 @dataclass(eq=False)
