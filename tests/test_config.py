@@ -76,3 +76,18 @@ def test_nested_algorithm_sections_are_typed_and_validated():
         build_dataclass(Wrapper, {"inner": {"name": "nope"}}, "algorithm")
     with pytest.raises(ConfigError, match="unknown algorithm 'fedast'"):  # wrong kind
         build_dataclass(Wrapper, {"inner": {"name": "fedast"}}, "algorithm")
+
+
+def test_yaml_booleans_read_as_on_off_where_documented_and_say_what_to_write_elsewhere():
+    """``--set replay=off`` (YAML reads off as false) is replay off, as the docs say;
+    compile off likewise; a string setting given a boolean says to quote the word."""
+    from wirelessfl.run.config import ConfigError, apply_overrides, resolve
+
+    base = {"data": {"dataset": "synthetic", "num_clients": 4}}
+    assert resolve(apply_overrides(base, ["replay=off"])).replay == "off"
+    assert resolve(apply_overrides(base, ["replay=on"])).replay == "on"
+    assert resolve(apply_overrides(base, ["compile=off"])).compile == "off"
+    with pytest.raises(ConfigError, match="names no mode"):
+        resolve(apply_overrides(base, ["compile=on"]))
+    with pytest.raises(ConfigError, match="quote the word"):
+        resolve(apply_overrides(base, ["engine=off"]))

@@ -206,7 +206,8 @@ class RunConfig:
         Batched engine: ``auto`` (default) records a plain SGD step that recurs (any rule whose
         step is plain SGD, with its drift) and replays it as one graph of tensor operations,
         the same numbers bit for bit; ``on`` records at once, for any rule and model; ``off``
-        never (:mod:`wirelessfl.engine.replay`).
+        never (:mod:`wirelessfl.engine.replay`). YAML's booleans count as on/off (``--set
+        replay=off`` reads ``off`` as false).
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
     population : PopulationConfig
@@ -229,8 +230,8 @@ class RunConfig:
     device: str = "auto"
     engine: str = "auto"
     max_batch: int | None = None
-    compile: str = "off"
-    replay: str = "auto"
+    compile: str | bool = "off"
+    replay: str | bool = "auto"
     deterministic: bool = False
     threads: int | str = "auto"
     workers: int = 2
@@ -254,9 +255,16 @@ class RunConfig:
                                        or not 1 <= self.threads <= 4096):
             raise ConfigError(f"threads must be auto or an integer in [1, 4096], got "
                               f"{short(self.threads)}")
+        if self.compile is False:  # YAML reads off as false
+            object.__setattr__(self, "compile", "off")
+        if self.compile is True:
+            raise ConfigError("compile: true names no mode; write default, reduce-overhead or "
+                              "max-autotune (or off)")
         if self.compile not in COMPILE_MODES:
             raise ConfigError(f"compile must be one of {', '.join(COMPILE_MODES)}, got "
                               f"{short(self.compile)}")
+        if isinstance(self.replay, bool):  # YAML reads on/off as true/false
+            object.__setattr__(self, "replay", "on" if self.replay else "off")
         if self.replay not in REPLAY_MODES:
             raise ConfigError(f"replay must be one of {', '.join(REPLAY_MODES)}, got "
                               f"{short(self.replay)}")

@@ -159,6 +159,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key} must be a finite number, got {value}")
         return float(value)
     if tp is str:
+        if isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans
+            raise ConfigError(f"{key} must be a string, got {str(value).lower()} (YAML reads "
+                              f"on/off/yes/no as true/false: quote the word, e.g. {key}: 'off')")
         if not isinstance(value, str):
             raise ConfigError(f"{key} must be a string, got {short(value)}")
         return value
