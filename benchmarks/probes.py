@@ -943,6 +943,24 @@ def files_links(p: Probes, box: Path) -> None:
           box)
     if victim.read_text() != "precious\n" or (proj / "README.md").read_text() != "my project\n":
         p._add(A, "victims intact", "outside", "a victim changed")
+    # trackers: their folder and database planted as links out of the run folder (issue 57)
+    import importlib.util
+
+    outside = box / "tracker-outside"
+    outside.mkdir()
+    for tracker, name, target in (("tensorboard", "tensorboard", outside),
+                                  ("mlflow", "mlflow.db", outside / "new.db")):
+        if importlib.util.find_spec(tracker) is None:
+            continue
+        run = box / f"t-{tracker}"
+        shutil.copytree(base, run, symlinks=True)
+        (run / name).symlink_to(target, target_is_directory=target.is_dir())
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+        p.cli(A, f"--tracker {tracker} with RUN/{name} a link",
+              ["run", "t.yaml", "--resume", "--out", run.name, "--quiet", "--tracker", tracker],
+              box, allowed=(run.name,), expect=0)
+        if any(outside.iterdir()):
+            p._add(A, f"{tracker} wrote through the link", "outside", str(list(outside.iterdir())))
 
 
 def files_data(p: Probes, box: Path, marker: Path) -> None:

@@ -78,3 +78,54 @@ def test_trackers_are_checked_before_anything_runs(tmp_path, capsys):
     assert code == 2 and not (tmp_path / "r").exists()
     assert scalars({"task": "a", "round": 3, "test_accuracy": 0.5, "loss": float("nan"),
                     "ok": True}) == {"a/test_accuracy": 0.5}
+
+
+def test_a_planted_link_is_never_written_through_by_a_tracker(tmp_path, capsys, monkeypatch):
+    """RUN/tensorboard and RUN/mlflow.db planted as links to a folder outside: the resumed run
+    goes on without those trackers, says so in one line each, and nothing appears outside."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("tensorboard")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    wirelessfl.run_job(wirelessfl.open_run({**RAW, "rounds": 2}), out, quiet=True)
+    (out / "tensorboard").symlink_to(outside, target_is_directory=True)
+    (out / "mlflow.db").symlink_to(outside / "new.db")
+    capsys.readouterr()
+    wirelessfl.run_job(wirelessfl.open_run({**RAW, "rounds": 2}), out, quiet=True, resume=True,
+                       trackers=["tensorboard", "mlflow"])
+    err = capsys.readouterr().err
+    assert list(outside.iterdir()) == []
+    notes = [line for line in err.splitlines() if "did not start" in line]
+    assert len(notes) == 2 and all("symbolic link" in n for n in notes), err
+    assert [r["round"] for r in wirelessfl.RunRecord(out).rows()] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("uri", ["garbage://x", "relmlruns", "file:///proc/x", "http://127.0.0.1:1"])
+def test_a_tracker_that_cannot_start_is_one_line_and_the_run_goes_on(tmp_path, capsys,
+                                                                   monkeypatch, uri):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**RAW, "rounds": 1}))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet", "--tracker",
+                 "mlflow"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "tracker mlflow did not start" in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_a_damaged_mlflow_run_id_is_one_line(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "run"
+    wirelessfl.run_job(wirelessfl.open_run({**RAW, "rounds": 2}), out, quiet=True,
+                       trackers=["mlflow"])
+    (out / "mlflow_run_id").write_text("../../etc\x00junk")
+    capsys.readouterr()
+    wirelessfl.run_job(wirelessfl.open_run({**RAW, "rounds": 2}), out, quiet=True, resume=True,
+                       trackers=["mlflow"])
+    err = capsys.readouterr().err
+    assert "does not hold an MLflow run id" in err and "Traceback" not in err

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.threads import MAX_THREADS, choose_threads, torch_threads
-from wirelessfl.run.trackers import Tracker, step_of
+from wirelessfl.run.trackers import Tracker, open_trackers, step_of
 
 
 class Output:
@@ -135,8 +135,7 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
         bar = tqdm(total=job.progress_total, initial=job.progress(), desc=job.name,
                    unit=job.progress_unit, disable=quiet or bool(os.environ.get("CI")),
                    dynamic_ncols=True)
-        for t in trackers:
-            t.open(record.folder, job.name, job.resolved, resume)
+        trackers = open_trackers(list(trackers), record.folder, job.name, job.resolved, resume)
         out = Output(record, bar, time.perf_counter() - wall0, trackers, threads)
         finished = False
         try:
@@ -145,7 +144,11 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
         finally:
             bar.close()
             for t in out.trackers:
-                t.close(finished)
+                try:
+                    t.close(finished)
+                except Exception as exc:  # noqa: BLE001 - the run's record is already complete
+                    print(f"wirelessfl: note: tracker {t.name} did not close cleanly "
+                          f"({type(exc).__name__}: {str(exc)[:100]})", file=sys.stderr)
         summary = job.summary(record.rows(), out.wall())
         record.write_summary(summary)
         return summary

@@ -60,8 +60,48 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _own_folder(path: Path) -> Path:
+    """``path``, a tracker's folder inside the run folder, made if missing.
+
+    Refused if it is a link (nothing is written through one), not a folder, or not writable.
+    """
+    if os.path.islink(path):
+        raise ConfigError(f"{path} is a symbolic link; the tracker writes nothing through "
+                          "one: remove it")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{path} exists and is not a folder: remove it")
+    path.mkdir(exist_ok=True)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path} is not writable: fix its permissions or remove it")
+    return path
+
+
+def _own_file(path: Path) -> Path:
+    """``path``, a tracker's file inside the run folder (it may not exist yet).
+
+    Refused if it is a link or a folder.
+    """
+    if os.path.islink(path):
+        raise ConfigError(f"{path} is a symbolic link; the tracker writes nothing through "
+                          "one: remove it")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{path} exists and is not a file: remove it")
+    return path
+
+
+#: Seconds an MLflow tracking server has to answer, and its retries, unless the environment
+#: sets them (MLflow's own defaults, 120 s and 7 retries with back-off, hung a run for
+#: minutes on an unreachable server).
+MLFLOW_TIMEOUT_S, MLFLOW_RETRIES = 10, 0
+
+
 class Tracker(ABC):
-    """One tracker: opened with the run, fed every row, closed at its end."""
+    """One tracker: opened with the run, fed every row, closed at its end.
+
+    ``open`` raising anything (its library, a bad setting, a link where it writes) leaves the
+    run going without it, with one line saying why
+    (:func:`open_trackers`).
+    """
 
     name: str
 
@@ -87,7 +127,15 @@ class TensorBoard(Tracker):
     def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(folder / "tensorboard"))
+        logdir = _own_folder(folder / "tensorboard")
+        probe = logdir / ".write-check"   # its writer thread would fail later, with a traceback
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise ConfigError(f"{logdir} cannot be written ({exc.strerror})") from None
+        self.writer = SummaryWriter(log_dir=str(logdir))
         if not resume:
             self.writer.add_text("config", "```\n" + yaml.safe_dump(config, sort_keys=False) + "```")
 
@@ -111,14 +159,24 @@ class MLflow(Tracker):
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # no table-creation chatter
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{folder.resolve() / 'mlflow.db'}"
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(MLFLOW_TIMEOUT_S))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(MLFLOW_RETRIES))
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:  # the run folder's own database: never written through a link
+            uri = f"sqlite:///{_own_file(folder.resolve() / 'mlflow.db')}"
         self.client = MlflowClient(tracking_uri=uri)
-        id_file = folder / "mlflow_run_id"
-        if resume and id_file.is_file() and not id_file.is_symlink():
-            self.run_id = id_file.read_text().strip()
+        id_file = _own_file(folder / "mlflow_run_id")
+        if resume and id_file.is_file():
+            self.run_id = id_file.read_text(errors="replace").strip()
+            if not (self.run_id.isalnum() and len(self.run_id) <= 64):
+                raise ConfigError(f"{id_file} does not hold an MLflow run id: remove it to start "
+                                  "a new MLflow run")
             self.client.update_run(self.run_id, status="RUNNING")
             return
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "wirelessfl")
+        if not name or len(name) > 500:
+            raise ConfigError("MLFLOW_EXPERIMENT_NAME must be 1 to 500 characters, got "
+                              f"{len(name)}")
         exp = self.client.get_experiment_by_name(name)
         exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(name)
         run = self.client.create_run(exp_id, run_name=run_name, tags={"run_folder": str(folder)})
@@ -155,9 +213,10 @@ class WandB(Tracker):
     def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:
         import wandb
 
-        id_file = folder / "wandb_run_id"
-        run_id = (id_file.read_text().strip() if resume and id_file.is_file()
-                  and not id_file.is_symlink() else wandb.util.generate_id())
+        id_file = _own_file(folder / "wandb_run_id")
+        _own_folder(folder / "wandb")
+        run_id = (id_file.read_text(errors="replace").strip() if resume and id_file.is_file()
+                  else wandb.util.generate_id())
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "wirelessfl"), name=run_name,
                               id=run_id, resume="allow", dir=str(folder), config=config,
                               mode=os.environ.get("WANDB_MODE", "offline"))
@@ -193,3 +252,25 @@ def make_trackers(names: list[str] | tuple[str, ...] | None) -> list[Tracker]:
             raise ConfigError(f"--tracker {n} is given twice")
         out.append(cls())
     return out
+
+
+def open_trackers(trackers: list[Tracker], folder: Path, run_name: str, config: dict[str, Any],
+                  resume: bool) -> list[Tracker]:
+    """The trackers that opened; each that failed is named on stderr in one line, with why.
+
+    The run folder is the record, so a tracker that cannot start (an unreachable or bad
+    ``MLFLOW_TRACKING_URI``, a damaged id file, a link planted where it writes) leaves the
+    run going without it.
+    """
+    import sys
+
+    opened = []
+    for t in trackers:
+        try:
+            t.open(folder, run_name, config, resume)
+            opened.append(t)
+        except Exception as exc:  # noqa: BLE001 - any failure of a tracker's library or setting
+            why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            print(f"wirelessfl: note: tracker {t.name} did not start ({why}); the run goes on "
+                  "without it (its rows are in the run folder)", file=sys.stderr)
+    return opened
