@@ -1066,6 +1066,45 @@ def files_data(p: Probes, box: Path, marker: Path) -> None:
         "gpt2_lora", (16,), 2, seed=0, model_dir=str(g)), "safetensors", "config", "shape")
 
 
+def api_edges(p: Probes) -> None:
+    """Issue 57, item 9: the API edges of the third review, each with the bad argument named."""
+    from channels.aircomp import AirCompCell
+    from channels.rates import tdma_rate
+    from channels.rayleigh import simo_rayleigh
+    from channels.validation import check_memory
+    from solvers import latency, scheduling, uplink
+    from wirelessfl.net.compression import compress, quantize_bound
+    from wirelessfl.server.population import AlternatingGroups
+
+    A = "api edges"
+    h = simo_rayleigh((2,), 4, 3, np.random.default_rng(1))
+    beam = h[:, 0, :]
+    p.bad(A, "aircomp_mse selecting nobody", lambda: uplink.aircomp_mse(
+        h, snr_db=20.0, selection=np.zeros((2, 4), bool)), "selection")
+    p.bad(A, "aircomp_mse all-zero weights", lambda: uplink.aircomp_mse(
+        h, snr_db=20.0, weights=np.zeros((2, 4))), "weights")
+    p.bad(A, "proportional fair, denormal averages", lambda: scheduling.schedule(
+        np.ones((1, 4)), 2, "proportional_fair", average_bps=np.full((1, 4), 1e-320)),
+        "average_bps")
+    p.bad(A, "update_variance(-5, 0.1)", lambda: AirCompCell(h, beam).update_variance(-5, 0.1),
+          "num_entries")
+    p.bad(A, "update_variance(5, nan)", lambda: AirCompCell(h, beam).update_variance(5, np.nan),
+          "lr")
+    p.good(A, "compress an empty tensor", lambda: compress(
+        {"w": torch.ones(0)}, "quantize", gen=torch.Generator()), lambda o: o["w"].numel() == 0)
+    p.good(A, "quantize_bound of an empty tensor", lambda: quantize_bound(
+        {"w": torch.ones(0)}, 4), lambda o: o == 0.0)
+    p.bad(A, "alternating order past the groups", lambda: AlternatingGroups(
+        groups=[[0], [1]], rounds_per_session=5, order=[0, 5]), "order")
+    p.bad(A, "alternating empty group", lambda: AlternatingGroups(
+        groups=[[], [1]], rounds_per_session=5), "groups")
+    p.bad(A, "tdma_rate snr of another shape", lambda: tdma_rate(h, snr=np.ones(7)), "snr")
+    p.bad(A, "check_memory(nan)", lambda: check_memory(np.nan, "x", "y"), "estimate")
+    p.bad(A, "oma latency with no cell", lambda: latency.full_model_latency_oma(
+        np.ones((0, 3)), np.ones((0, 3)), local_steps=1, cycles_per_step=1.0, model_bits=1.0),
+        "cpu_hz")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one line of JSON")
@@ -1078,7 +1117,8 @@ def main() -> None:
         os.environ["HOME"] = str(box / "home")
         (box / "home").mkdir()
         for part in (api_initial_model, api_submodel, api_compression, api_server_opt, api_masks,
-                     api_population, api_uplink, api_scheduling, api_channels, api_solvers):
+                     api_population, api_uplink, api_scheduling, api_channels, api_solvers,
+                     api_edges):
             part(p)
         (box / "c").mkdir()
         cli_args(p, box / "c")

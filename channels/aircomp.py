@@ -193,7 +193,11 @@ class AirCompCell:
 
     def update_variance(self, num_entries: ArrayLike, lr: float) -> np.ndarray:
         """Variance (28) of the edge update (27): γ² d_j MSE_j."""
-        return lr ** 2 * np.asarray(num_entries, dtype=float) * self.mse
+        from channels.validation import as_float
+
+        as_float("lr", lr, lo=0, hi=1e6)
+        d = as_finite("num_entries", num_entries, lo=0)
+        return lr ** 2 * d * self.mse
 
     def receive(self, delta: ArrayLike, rng: np.random.Generator) -> np.ndarray:
         """Simulate (22) literally for a block of K entries; returns the complex estimate.

@@ -38,7 +38,9 @@ def tdma_rate(h: ArrayLike, snr: ArrayLike, bandwidth_hz: float = BANDWIDTH_HZ) 
     ndarray, shape (...), float [bit/s]
     """
     h = as_finite("h", h, dtype=complex)
-    snr = as_finite("snr", snr, lo=0)
+    if h.ndim < 1:
+        raise ValueError(f"`h` must have shape (..., M) (one channel per antenna), got {h.shape}")
+    snr = as_finite("snr", snr, lo=0, shape=h.shape[:-1])  # refused by name if it does not fit
     bandwidth_hz = as_float("bandwidth_hz", bandwidth_hz, lo=0, lo_open=True)
     with np.errstate(over="ignore"):
         rate = bandwidth_hz * np.log2(1.0 + snr * np.sum(np.abs(h) ** 2, -1))

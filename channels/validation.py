@@ -128,6 +128,13 @@ def check_memory(nbytes: float, what: str, fix: str) -> None:
 
     ``what`` names the request, ``fix`` says how to make it smaller.
     """
+    try:
+        finite = math.isfinite(float(nbytes)) and float(nbytes) >= 0
+    except (TypeError, ValueError):
+        finite = False
+    if not finite:
+        raise ValueError(f"{what}: its memory estimate is {short(nbytes)}, not a number of bytes "
+                         "(a size in the request is not finite); check the sizes you passed")
     budget = memory_budget()
     if not nbytes <= budget:
         raise ValueError(f"{what} needs about {nbytes / 2**30:.3g} GiB, more than the "

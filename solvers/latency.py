@@ -49,6 +49,9 @@ def _cells_iv(name: str, x: ArrayLike, client_mask: ArrayLike | None,
         raise ValueError(f"`{name}` must be an array of numbers") from None
     if x.ndim < 2:
         raise ValueError(f"`{name}` must have shape (..., N, n), got {x.shape}")
+    if 0 in x.shape[-2:]:
+        raise ValueError(f"`{name}` must hold at least one cell and one client (shape (..., N, n) "
+                         f"with N, n >= 1), got {x.shape}")
     if shape is not None and x.shape != shape:
         raise ValueError(f"`{name}` must have the shape of `cpu_hz` {shape}, got {x.shape}")
     mask = np.ones(x.shape, bool) if client_mask is None else as_mask(

@@ -104,7 +104,13 @@ def schedule(rate_bps: ArrayLike, k: int, policy: str = "best_channel", *,
     elif policy == "proportional_fair":
         if average_bps is None:
             raise ValueError("policy proportional_fair needs `average_bps`, each client's average rate")
-        score = rate / as_finite("average_bps", average_bps, lo=0, lo_open=True, shape=rate.shape)
+        avg = as_finite("average_bps", average_bps, lo=0, lo_open=True, shape=rate.shape)
+        with np.errstate(over="ignore"):
+            score = rate / avg
+        if not np.isfinite(score).all():
+            raise ValueError("`average_bps` is so small that rate / average_bps overflows "
+                             f"(smallest {avg.min():g} bit/s): give average rates in bit/s, "
+                             "e.g. the rates themselves before any client has been scheduled")
     else:
         if age is None:
             raise ValueError("policy age needs `age`, the rounds since each client was scheduled")

@@ -301,6 +301,10 @@ def aircomp_mse(h: ArrayLike, *, snr_db: float, selection: ArrayLike | None = No
         "weights", weights, lo=0, shape=h.shape[:-1])
     w = np.where(sel, w, 0.0)
     empty = w.sum(-1) == 0
+    if empty.all():
+        raise ValueError("`selection` and `weights` leave no client with a positive weight in "
+                         "any instance: nothing would be aggregated (select at least one client "
+                         "with weight > 0)")
     w = np.where(empty[..., None], 1.0, w)  # placeholder; its MSE is reported as inf
     if beam is None:
         first = np.argmax(w > 0, axis=-1)

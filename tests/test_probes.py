@@ -31,13 +31,15 @@ def _mlp():
 
 def _cases():
     from channels.aircomp import AirCompCell
+    from channels.rates import tdma_rate
     from channels.rayleigh import simo_rayleigh
+    from channels.validation import check_memory
     from solvers import beamforming, latency, scheduling, uplink
     from wirelessfl.algorithms.dynamic.initial_model import SessionStore, blend, distances, fingerprint
     from wirelessfl.algorithms.rafed import masks
     from wirelessfl.net.compression import compress, relative_error
     from wirelessfl.server.optimizers import ServerOptimizer
-    from wirelessfl.server.population import PopulationConfig, make_population
+    from wirelessfl.server.population import AlternatingGroups, PopulationConfig, make_population
     from wirelessfl.server.submodel import Submodel, random_disjoint_selections
 
     a = _tree()
@@ -102,10 +104,32 @@ def _cases():
                                                     cycles_per_step=1.0, num_params=10,
                                                     subcarrier_hz=1e8), "subcarrier_hz"),
         (lambda: latency.edge_round_latency(np.ones(2), [5, 50], 10), "sizes"),
+        # issue 57, item 9: API edges
+        (lambda: uplink.aircomp_mse(h, snr_db=20.0, selection=np.zeros((2, 4), bool)),
+         "selection"),
+        (lambda: uplink.aircomp_mse(h, snr_db=20.0, weights=np.zeros((2, 4))), "weights"),
+        (lambda: scheduling.schedule(np.ones((1, 4)), 2, "proportional_fair",
+                                     average_bps=np.full((1, 4), 1e-320)), "average_bps"),
+        (lambda: AirCompCell(h, beam).update_variance(-5, 0.1), "num_entries"),
+        (lambda: AirCompCell(h, beam).update_variance(5, float("nan")), "lr"),
+        (lambda: AlternatingGroups(groups=[[0], [1]], rounds_per_session=5, order=[0, 5]), "order"),
+        (lambda: AlternatingGroups(groups=[[], [1]], rounds_per_session=5), "groups"),
+        (lambda: tdma_rate(h, snr=np.ones(7)), "snr"),
+        (lambda: check_memory(float("nan"), "a request", "smaller"), "estimate"),
+        (lambda: latency.full_model_latency_oma(np.ones((0, 3)), np.ones((0, 3)), local_steps=1,
+                                                cycles_per_step=1.0, model_bits=1.0), "cpu_hz"),
     ]
 
 
-@pytest.mark.parametrize("case", range(41))
+def test_an_empty_tensor_is_compressed_to_itself():
+    from wirelessfl.net.compression import compress, quantize_bound
+
+    got = compress({"w": torch.ones(0), "b": torch.ones(3)}, "quantize", gen=torch.Generator())
+    assert got["w"].numel() == 0 and got["b"].shape == (3,)
+    assert quantize_bound({"w": torch.ones(0)}, 4) == 0.0
+
+
+@pytest.mark.parametrize("case", range(51))
 def test_each_bad_argument_is_one_named_error(case):
     call, match = _cases()[case]
     with pytest.raises((ValueError, TypeError, TrainingDiverged), match=match) as err:

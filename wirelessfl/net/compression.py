@@ -62,6 +62,8 @@ def _finite(params: Params) -> Params:
 
 
 def _quantize(v: torch.Tensor, bits: int, gen: torch.Generator | None) -> torch.Tensor:
+    if v.numel() == 0:  # nothing to quantise
+        return v.clone()
     if not bool(torch.isfinite(v.max() - v.min())):  # the span overflows its dtype (±3e38)
         return _quantize(v.double(), bits, gen).clamp(torch.finfo(v.dtype).min,
                                                       torch.finfo(v.dtype).max).to(v.dtype)
@@ -91,7 +93,7 @@ def quantize_bound(params: Params, bits: int) -> float:
     bits = as_int("bits", bits, lo=1, hi=24)
     check_tree("params", params, floating=True)
     return sum(v.numel() * float((v.max() - v.min()) / (2**bits - 1)) ** 2 / 4
-               for v in params.values())
+               for v in params.values() if v.numel())
 
 
 def relative_error(params: Params, compressed: Params) -> float:

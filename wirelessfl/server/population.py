@@ -160,8 +160,16 @@ class AlternatingGroups(Population):
         if len(groups) < 1 or rounds_per_session < 1:
             raise ValueError("need >= 1 group and `rounds_per_session` >= 1")
         self.groups = tuple(tuple(int(u) for u in g) for g in groups)
+        empty = [i for i, g in enumerate(self.groups) if not g]
+        if empty:
+            raise ValueError(f"`groups`[{empty[0]}] is empty: every group needs at least one "
+                             "client (its sessions would train nobody)")
         self.rounds_per_session = int(rounds_per_session)
-        self.order = tuple(int(g) for g in (order or range(len(self.groups))))
+        self.order = tuple(int(g) for g in (order if order is not None else range(len(self.groups))))
+        bad = [g for g in self.order if not 0 <= g < len(self.groups)]
+        if bad or not self.order:
+            raise ValueError(f"`order` must list group indices in 0..{len(self.groups) - 1}, got "
+                             f"{list(self.order)[:8]}")
 
     @override
     def session(self, t: int) -> int:
