@@ -59,8 +59,9 @@ def test_compile_setting_is_checked():
         BatchedExecutor("cpu", compile="fast")
     with pytest.raises(ConfigError, match="compile must be one of"):
         resolve({"compile": "fast"})
-    with pytest.raises(ConfigError, match="compile must be a string"):
+    with pytest.raises(ConfigError, match="names no mode"):   # YAML's on: which mode?
         resolve({"compile": True})
+    assert resolve({"compile": False}).compile == "off"     # YAML's off
     with pytest.raises(ConfigError, match="loop engine does not compile"):
         resolve({"compile": "default", "engine": "loop"})
     assert resolve({"compile": "reduce-overhead"}).compile == "reduce-overhead"

@@ -181,7 +181,9 @@ def test_replay_setting_is_checked():
     with pytest.raises(ConfigError, match="replay must be one of"):
         resolve({"replay": "always"})
     with pytest.raises(ConfigError, match="replay must be a string"):
-        resolve({"replay": True})
+        resolve({"replay": 3})
+    assert resolve({"replay": True}).replay == "on"      # YAML reads on/off as booleans
+    assert resolve({"replay": False}).replay == "off"
     assert resolve({"replay": "off"}).replay == "off"
     assert "replay='off'" in repr(BatchedExecutor("cpu", replay="off"))
     assert "replay" not in repr(BatchedExecutor("cpu"))

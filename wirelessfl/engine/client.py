@@ -651,11 +651,11 @@ def on_device(tasks: Sequence[ClientTask], device: torch.device) -> list[ClientT
             if id(x) not in moved:
                 moved[id(x)] = x.to(device)
             return moved[id(x)]
-        if isinstance(x, dict):
+        if type(x) is dict:
             return {k: move(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
+        if type(x) in (list, tuple):
             return type(x)(move(v) for v in x)
-        return x
+        return x  # anything else as it is (frozensets of ids, a rule's own objects)
 
     return [replace(t, params=move(t.params), buffers=move(t.buffers),
                     broadcast=move(t.broadcast)) for t in tasks]
