@@ -620,3 +620,28 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_its_rows(tmp_path, capsys
                  "--out", str(tmp_path / "cli")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "diverged" in err[0]
+
+
+@pytest.mark.parametrize("sets, match", [
+    (["network.model=tdma", "network.deadline_s=1", "network.max_bits=8"], "max_bits"),
+    (["network.model=tdma", "network.deadline_s=1", "network.compression=topk",
+      "network.max_bits=8"], "max_bits"),
+    (["network.model=fdma", "network.rate_mbps=50"], "rate_mbps"),
+    (["workers=3"], "engine distributed"),
+    (["algorithm.name=fadamgc", "algorithm.tracked=50"], "tracked"),
+])
+def test_inert_settings_are_refused_in_one_line(tmp_path, capsys, sets, match):
+    """Issue 57, item 6: a setting that would change nothing is refused, not silently kept."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**RAW, "rounds": 1}))
+    argv = ["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_an_empty_scenario_path_is_refused(capsys):
+    assert main(["masks", "--scenario", ""]) == 2
+    assert "--scenario needs the path" in capsys.readouterr().err

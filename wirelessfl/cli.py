@@ -146,7 +146,10 @@ def _cmd_masks(args: argparse.Namespace) -> int:
     from solvers.scenarios import load_arrays, mask_size_study
     from wirelessfl.net.resources import Resources, draw_resources, unit_latency
 
-    if args.scenario:
+    if args.scenario is not None:
+        if not args.scenario.strip():
+            raise ConfigError("--scenario needs the path of an .npz with cpu_hz and rate_bps "
+                              "(leave the option out to draw a scenario)")
         f = load_arrays(args.scenario, ("cpu_hz", "rate_bps", "snr"),
                         "cpu_hz and rate_bps arrays of shape (cells, clients)")
         if "rate_bps" not in f:

@@ -201,6 +201,13 @@ class NetworkConfig:
         as_float("bandwidth_hz", self.bandwidth_hz, lo=0, hi=1e12, lo_open=True)
         if self.params_per_vector is not None:
             as_int("params_per_vector", self.params_per_vector, lo=1, hi=10**13)
+        if self.max_bits != 16 and self.compression != "quantize":
+            raise ValueError("`max_bits` is the most bits of quantize compression: set "
+                             "compression: quantize with it, or remove it")
+        if self.rate_mbps != 100.0 and self.model not in ("fixed", "none"):
+            raise ValueError(f"`rate_mbps` is the link rate of model fixed; model {self.model} "
+                             "draws its rates from the channel (snr_db, antennas, bandwidth_hz): "
+                             "remove rate_mbps or use model: fixed")
 
 
 @dataclass(frozen=True)

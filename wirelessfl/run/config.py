@@ -250,6 +250,9 @@ class RunConfig:
                 eval_every=(self.eval_every, 1, 10**7),
                 checkpoint_every=(self.checkpoint_every, 1, 10**7),
                 max_batch=(self.max_batch, 1, 10**6), workers=(self.workers, 2, 256))
+        if self.workers != 2 and self.engine != "distributed":
+            raise ConfigError(f"workers ({self.workers}) is the process count of engine "
+                              "distributed: add --engine distributed, or remove --workers")
         if self.threads != "auto" and (isinstance(self.threads, bool)
                                        or not isinstance(self.threads, int)
                                        or not 1 <= self.threads <= 4096):

@@ -144,6 +144,9 @@ class FAdamGC(FedAvg):
     def __init__(self, env: Environment, hp: FAdamGCHParams = FAdamGCHParams()) -> None:
         super().__init__(env, hp)
         self.hp: FAdamGCHParams = hp
+        if hp.tracked is not None and hp.tracked > env.num_clients:
+            raise ConfigError(f"`tracked` S~ = {hp.tracked} > the {env.num_clients} clients: S~ is "
+                              "a subset of the round's clients; lower tracked")
         if hp.adam == "library":
             self.update = LocalSGD(env.model, dataclasses.replace(
                 env.local, optimizer="adam", betas=hp.betas, eps=max(hp.eps, 1e-38)))
