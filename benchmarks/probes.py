@@ -695,6 +695,16 @@ def cli_args(p: Probes, box: Path) -> None:
                                         "--workers", "100000"]),
                     ("--workers text", ["run", "t.yaml", "--workers", "two"]),
                     ("--engine gpu", ["run", "t.yaml", "--engine", "gpu"]),
+                    # issue 57: inert settings and YAML booleans
+                    ("--workers 3 without distributed", ["run", "t.yaml", "--workers", "3"]),
+                    ("max_bits without quantize", ["run", "t.yaml", "--set", "network.model=tdma",
+                                                   "--set", "network.deadline_s=1",
+                                                   "--set", "network.max_bits=8"]),
+                    ("rate_mbps with fdma", ["run", "t.yaml", "--set", "network.model=fdma",
+                                             "--set", "network.rate_mbps=50"]),
+                    ("compile=on", ["run", "t.yaml", "--set", "compile=on"]),
+                    ("engine=off", ["run", "t.yaml", "--set", "engine=off"]),
+                    ("masks --scenario ''", ["masks", "--scenario", ""]),
                     ("unknown command", ["frobnicate"])):
         p.cli(A, f"run {n}" if argv[:1] == ["run"] else n, argv, box,
               allowed=("gpu", "runs") if "cuda" in argv else ())
