@@ -25,6 +25,14 @@ RAW = {"seed": 4, "rounds": 4,
 TDMA = {"model": "tdma", "snr_db": 0.0, "params_per_vector": 10**6, "step_seconds": 0.01}
 
 
+def _yaml(folder, raw):
+    import yaml
+
+    path = folder / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
 def _raw(network, algorithm=None, **extra):
     return {**RAW, "algorithm": algorithm or {"name": "fedavg", "clients_per_round": 5},
             "network": network, **extra}
@@ -154,12 +162,34 @@ def test_dropped_clients_leave_the_aggregate_and_the_round_lasts_the_deadline():
         assert torch.equal(new.params[k], only.params[k])
 
 
-def test_nobody_in_time_keeps_the_model():
-    exp = prepare(resolve(_raw({**TDMA, "deadline_s": 0.01})))
+def test_nobody_in_time_keeps_the_model_and_the_round_is_counted():
+    """Computing fits the deadline (0.03 of 0.05 s), no 32 Mbit upload does at 0 dB: the
+    model stays, the round counts as aggregating nothing, and the summary says so."""
+    exp = prepare(resolve(_raw({**TDMA, "deadline_s": 0.05})))
     state = exp.initial_state()
     new, report = exp.algorithm.apply(state)
-    assert new.round == 1 and not report.delivery.arrived and report.latency_s == 0.01
+    assert new.round == 1 and not report.delivery.arrived and report.latency_s == 0.05
+    assert report.cumulative["empty_rounds"] == 1.0
     assert all(torch.equal(new.params[k], state.params[k]) for k in state.params)
+
+
+@pytest.mark.parametrize("network, match", [
+    ({**TDMA, "deadline_s": 0.01}, "computing alone"),       # 3 steps x 0.01 s
+    ({**TDMA, "deadline_s": 0.03 + 1e-6}, "one symbol"),
+    ({"model": "aircomp", "aggregation": "over_the_air", "truncation_db": 200}, "silences"),
+])
+def test_a_link_no_upload_can_cross_is_refused_before_training(network, match):
+    with pytest.raises(ConfigError, match=match):
+        prepare(resolve(_raw(network)))
+
+
+def test_rounds_that_aggregate_nothing_are_said_in_the_summary(tmp_path, capsys):
+    raw = {**_raw({**TDMA, "deadline_s": 0.05}), "rounds": 2}
+    summary = run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "r", quiet=True)
+    assert summary["empty_rounds"] == 2
+    assert _rows(tmp_path / "r")[-1]["empty_rounds"] == 2.0
+    assert main(["run", str(_yaml(tmp_path, raw)), "--out", str(tmp_path / "c")]) == 0
+    assert "2 of 2 rounds aggregated nothing" in capsys.readouterr().out
 
 
 def test_late_uploads_join_the_next_round_and_their_clients_rest():

@@ -194,7 +194,8 @@ class FederatedAlgorithm(ABC):
         new = dataclasses.replace(new, late=tuple(later))
         return new, dataclasses.replace(
             report, latency_s=delivery.seconds, delivery=delivery,
-            cumulative={**report.cumulative, "dropped_clients": float(len(delivery.dropped))})
+            cumulative={**report.cumulative, "dropped_clients": float(len(delivery.dropped)),
+                        "empty_rounds": float(not kept)})
 
     def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
         """d-vectors client ``result.client`` uploads this round (1: its model update)."""

@@ -13,6 +13,7 @@ registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,8 +224,11 @@ class FedAvg(FederatedAlgorithm):
                       downlink_params=None if vectors_down is None else vectors_down * d)
         if self.aggregator.exact:
             return new, RoundReport(**fields)
+        log = getattr(self.aggregator, "mse_log", [])
+        nothing = bool(log) and math.isinf(log[0])  # the model's own upload: every client silent
         mse, silent = self.aggregator.take_log()
-        return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent)
+        return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent,
+                                 cumulative={"empty_rounds": float(nothing)})
 
     def uplink_sum(self, state: ServerState, trees: list[Params], coefs: np.ndarray) -> Params:
         """Σ_i coef_i tree_i of a second uploaded vector, as received over the air.

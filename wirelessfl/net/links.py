@@ -340,3 +340,45 @@ def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[floa
             total += seconds
         out.append(total)
     return out
+
+
+#: A run is refused when the chance that any client ever clears the truncation threshold
+#: over the whole run is below this.
+NEVER = 1e-9
+
+
+def check_reachable(cfg: NetworkConfig, steps: int, num_clients: int, rounds: int) -> None:
+    """Refuse (ValueError, one line) a link under which no upload can ever be aggregated.
+
+    - A deadline (``deadline_s``) that the fewest local ``steps`` of any client already miss
+      at ``step_seconds`` each, or that leaves less than one symbol (t_s) to upload: every
+      client is dropped every round.
+    - Over the air, a ``truncation_db`` no client's average channel gain ‖h‖²/M reaches: the
+      gain of a unit Rayleigh channel over M antennas is Gamma(M, 1/M), so the chance that
+      any of ``num_clients`` clients clears it in any of ``rounds`` rounds is at most
+      N T P(Gamma(M, 1/M) ≥ g); below :data:`NEVER` every client stays silent.
+
+    Such runs used to train nothing and report the initial model's accuracy without a word.
+    """
+    if cfg.deadline_s is not None:
+        compute = steps * cfg.step_seconds
+        if compute >= cfg.deadline_s:
+            raise ValueError(f"network.deadline_s = {cfg.deadline_s:g} s is met by no client: "
+                             f"{steps} local steps x step_seconds {cfg.step_seconds:g} s = "
+                             f"{compute:g} s of computing alone; raise deadline_s or lower "
+                             "step_seconds")
+        if cfg.deadline_s - compute < SYMBOL_S:
+            raise ValueError(f"network.deadline_s = {cfg.deadline_s:g} s leaves less than one "
+                             f"symbol ({SYMBOL_S:.3g} s) to upload after computing: no upload "
+                             "can arrive; raise deadline_s")
+    if cfg.aggregation == "over_the_air" and cfg.truncation_db is not None:
+        from scipy.stats import gamma
+
+        m = cfg.antennas
+        p = gamma.sf(db_to_lin(cfg.truncation_db), a=m, scale=1.0 / m)
+        if p * num_clients * rounds < NEVER:
+            raise ValueError(f"network.truncation_db = {cfg.truncation_db:g} dB silences every "
+                             f"client: the average gain of a Rayleigh channel over {m} antennas "
+                             f"exceeds it with probability {p:.2g}, so no client would transmit "
+                             f"in {rounds} rounds; lower truncation_db")
+

@@ -32,7 +32,7 @@ from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.digital import DigitalUplink
-from wirelessfl.net.links import LinkModel, RoundCost
+from wirelessfl.net.links import LinkModel, RoundCost, check_reachable
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, RunConfig, resolve, to_dict
 from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
@@ -127,6 +127,13 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         raise ConfigError(f"network.late next_round: {cfg.algorithm.name} sums the second "
                           "vectors of its round's clients only, so a late one would be lost; "
                           "use late: drop with it")
+    fewest = (cfg.local.steps if cfg.local.epochs is None else cfg.local.epochs * min(
+        (len(i) // cfg.local.batch_size if cfg.local.drop_last
+         else -(-len(i) // cfg.local.batch_size)) for i in client_indices))
+    try:
+        check_reachable(net, fewest, len(client_indices), cfg.rounds)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     algorithm = algo_cls(env, cfg.algorithm.hparams)
     k = getattr(getattr(algorithm, "sampler", None), "num", None)
     if k is not None and k > len(client_indices):
@@ -247,6 +254,8 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float) -> dict[s
         "final_loss": last["test_loss"], "uplink_mb_per_client": last["uplink_mb_per_client"],
         "sim_time_s": last.get("sim_time_s"), "wall_s": wall,
     }
+    if last.get("empty_rounds"):  # rounds whose link delivered no upload (the model stayed)
+        summary["empty_rounds"] = int(last["empty_rounds"])
     if cfg.target_accuracy is not None:
         hit = first_reaching(rows, cfg.target_accuracy)
         summary["target_accuracy"] = cfg.target_accuracy
@@ -361,9 +370,11 @@ class RoundsJob(Job):
                     if self.starts.last_weights is not None:  # eq. (5)'s α of this session
                         row["init_weights"] = self.starts.last_weights
                         self.starts.last_weights = None
+                empty = int(self.totals.get("empty_rounds", 0))
                 out.row({**row, **self.totals, "train_loss": report.train_loss,
                          **report.logged(), "round_costs": self.costs},
-                        progress=t, note=f"acc={row['test_accuracy']:.3f}")
+                        progress=t, note=f"acc={row['test_accuracy']:.3f}"
+                        + (f", {empty} of {t} rounds aggregated nothing" if empty else ""))
                 self.costs = []
                 done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
             else:
@@ -407,6 +418,9 @@ class RoundsJob(Job):
                 f"uplink {summary['uplink_mb_per_client']:.2f} MB/client")
         if summary.get("sim_time_s") is not None:
             line += f", simulated {summary['sim_time_s']:.1f} s"
+        if summary.get("empty_rounds"):
+            line += (f", {summary['empty_rounds']} of {summary['rounds']} rounds aggregated "
+                     "nothing (no upload reached the server)")
         return f"{line}, {summary['wall_s']:.1f} s wall; run folder {out}" + (
             f"; plot {plot}" if plot else "")
 
