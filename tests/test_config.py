@@ -91,3 +91,30 @@ def test_yaml_booleans_read_as_on_off_where_documented_and_say_what_to_write_els
         resolve(apply_overrides(base, ["compile=on"]))
     with pytest.raises(ConfigError, match="quote the word"):
         resolve(apply_overrides(base, ["engine=off"]))
+
+
+def test_keys_that_python_merges_are_named_exactly():
+    """{1: a, true: b} are two YAML keys but one Python key: the message names both."""
+    from wirelessfl.errors import ConfigError, parse_yaml
+
+    with pytest.raises(ConfigError, match=r"keys 1 and True \(line 1\) are one key once read"):
+        parse_yaml("{1: a, true: b}", "x.yaml")
+    with pytest.raises(ConfigError, match="key 'a' is given twice"):
+        parse_yaml("a: 1\na: 2\n", "x.yaml")
+
+
+def test_retime_of_rows_without_accuracy_is_one_line(tmp_path, capsys):
+    import json
+
+    from wirelessfl.cli import main
+    from wirelessfl.run.kinds import open_run, run_job
+
+    raw = {"seed": 1, "rounds": 1, "data": {"dataset": "synthetic", "num_clients": 4},
+           "model": {"name": "fcnn", "options": {"hidden": 4}}, "algorithm": {"name": "fedavg"}}
+    run_job(open_run(raw), tmp_path / "r", quiet=True)
+    rows = (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()
+    bare = [json.dumps({k: v for k, v in json.loads(r).items() if k != "test_accuracy"}) for r in rows]
+    (tmp_path / "r" / "metrics.jsonl").write_text("\n".join(bare) + "\n")
+    assert main(["retime", str(tmp_path / "r"), "--set", "network.model=tdma"]) == 2
+    err = capsys.readouterr().err
+    assert "lacks its round or test_accuracy" in err and "Traceback" not in err

@@ -120,7 +120,7 @@ def _safe_loader() -> type:
         @override
         def construct_mapping(self, node, deep=False):
             if isinstance(node, yaml.MappingNode):
-                seen = set()
+                seen: dict = {}
                 for key_node, _ in node.value:
                     if key_node.tag == "tag:yaml.org,2002:merge":
                         continue
@@ -130,8 +130,8 @@ def _safe_loader() -> type:
                     except TypeError:  # unhashable: the base class says so
                         continue
                     if repeated:
-                        raise _RepeatedKey(key, key_node.start_mark.line + 1)
-                    seen.add(key)
+                        raise _RepeatedKey(key, key_node.start_mark.line + 1, seen[key])
+                    seen[key] = key
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader
@@ -140,9 +140,9 @@ def _safe_loader() -> type:
 class _RepeatedKey(Exception):
     """A mapping of a YAML document gives one key twice."""
 
-    def __init__(self, key: object, line: int) -> None:
+    def __init__(self, key: object, line: int, first: object = None) -> None:
         super().__init__(key, line)
-        self.key, self.line = key, line
+        self.key, self.line, self.first = key, line, first
 
 
 def parse_yaml(text: str, where: str) -> Any:
@@ -159,6 +159,10 @@ def parse_yaml(text: str, where: str) -> Any:
     try:
         return yaml.load(text, Loader=_safe_loader())
     except _RepeatedKey as exc:
+        if type(exc.first) is not type(exc.key):  # 1 and true, 1 and 1.0: one key to Python
+            raise ConfigError(f"{where}: keys {short(exc.first)} and {short(exc.key)} (line "
+                              f"{exc.line}) are one key once read (Python counts true as 1 and 1.0 "
+                              "as 1); use other keys") from None
         raise ConfigError(f"{where}: key {short(exc.key)} is given twice in one mapping (the "
                           f"second at line {exc.line}); keep one") from None
     except yaml.YAMLError as exc:

@@ -58,6 +58,11 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     rows = record.rows()
     if not rows:
         raise RunFolderError(f"{folder} has no metrics rows yet")
+    bad = next((r for r in rows if not isinstance(r.get("round"), int)
+                or "test_accuracy" not in r), None)
+    if bad is not None:
+        raise RunFolderError(f"{folder}: a metrics row lacks its round or test_accuracy (the "
+                             "folder is damaged or not a round-based run's); train it again")
     times = retime(rows, LinkModel(cfg.network), Seeds(cfg.seed))
     return [{"round": r["round"], "test_accuracy": r["test_accuracy"], "sim_time_s": t}
             for r, t in zip(rows, times)]
