@@ -100,3 +100,39 @@ def test_engine_distributed_runs_as_batched(tmp_path):
     for bad in (1, 300, "many"):
         with pytest.raises(ConfigError, match="workers"):
             resolve({**raw, "engine": "distributed", "workers": bad})
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_worker_killed_or_stopped_mid_run_is_one_line_within_a_bounded_time(how):
+    """kill -9 or SIGSTOP of a worker: the round fails within seconds with one line naming
+    the worker (not a hang), the workers are gone, and the next round starts a fresh group."""
+    import os
+    import signal
+    import time
+
+    update, data, tasks, hp = _setup(seed=3)
+    ex = DistributedExecutor(workers=2, threads=1)
+    try:
+        assert len(ex.run(update, data, tasks, hp)) == len(tasks)
+        worker = ex._procs[0]
+        os.kill(worker.pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        t = time.perf_counter()
+        with pytest.raises(ClientError, match="rank 1") as info:
+            ex.run(update, data, tasks, hp)
+        assert time.perf_counter() - t < 30 and len(str(info.value).splitlines()) == 1
+        assert "resume" in str(info.value)
+        worker.join(timeout=10)
+        assert not worker.is_alive() and ex._procs == []
+        assert len(ex.run(update, data, tasks, hp)) == len(tasks)   # a fresh group
+    finally:
+        ex.close()
+
+
+def test_workers_are_capped_by_the_clients():
+    from wirelessfl.run.config import ConfigError, resolve
+    from wirelessfl.run.rounds import prepare
+
+    raw = {"seed": 1, "rounds": 1, "engine": "distributed", "workers": 5,
+           "data": {"dataset": "synthetic", "num_clients": 4}}
+    with pytest.raises(ConfigError, match="more than the 4 clients"):
+        prepare(resolve(raw))

@@ -454,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     return 2; Ctrl-C returns 130 with one line.
     """
     from solvers.mask_sizes import SolverUnavailableError
+    from wirelessfl.engine.client import ClientError
 
     args = build_parser().parse_args(argv)
     try:
@@ -464,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into e.g. `head`, which has closed: not an error
         sys.stdout = None  # nothing more to flush at exit
         return 0
-    except (ValueError, OSError, TrainingDiverged, SolverUnavailableError, MemoryError) as exc:
+    except (ValueError, OSError, TrainingDiverged, SolverUnavailableError, MemoryError,
+            ClientError) as exc:
         text = str(exc).strip()
         msg = text.splitlines()[0] if text else type(exc).__name__
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError) or isinstance(

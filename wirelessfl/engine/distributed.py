@@ -30,8 +30,10 @@ import atexit
 import multiprocessing as mp
 import os
 import socket
+import time
 import traceback
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -64,17 +66,53 @@ def _device_of(device: str, rank: int) -> torch.device:
     return torch.device(f"cuda:{rank}") if device.startswith("cuda") else torch.device("cpu")
 
 
+#: Rank 0 waits for the workers' shares at most this multiple of its own share's time (and
+#: at least :data:`MIN_WAIT_S` s); a worker that dies or is stopped (SIGSTOP) is reported
+#: within :data:`POLL_S` s.
+WAIT_FACTOR, MIN_WAIT_S, POLL_S = 20.0, 60.0, 0.2
+#: Resident memory of one worker before it holds any data (the interpreter and PyTorch:
+#: about 230 MB measured).
+WORKER_BYTES = 300 << 20
+#: Seconds the workers have to start and join the group (and the group's own timeout).
+JOIN_TIMEOUT_S = 300
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the worker processes
+    """Linux: the kernel kills this process when the one that started it dies (kill -9 too)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before the call: nothing will signal us
+        os._exit(1)
+
+
+def _stopped(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP) or a zombie (Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z")
+    except (OSError, IndexError):
+        return False
+
+
 def _serve(rank: int, world: int, port: int, device: str, threads: int,
            max_batch: int | None, compile: str = "off", replay: str = "auto") -> None:  # noqa: A002  # pragma: no cover - runs in the worker processes
     """A worker: join the group, then train each round's share until told to stop."""
     import torch.distributed as dist
 
+    _die_with_parent()
     torch.set_num_threads(threads)  # for the worker's life
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if device.startswith("cuda"):
         torch.cuda.set_device(rank)  # NCCL's object collectives use the current device
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                            init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+                            init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=JOIN_TIMEOUT_S))
     executor = BatchedExecutor(_device_of(device, rank), max_batch=max_batch, compile=compile,
                                replay=replay)
     data = None
@@ -166,9 +204,16 @@ class DistributedExecutor(Executor):
             p.start()
         if self.device == "cuda":
             torch.cuda.set_device(0)
-        dist.init_process_group("nccl" if self.device == "cuda" else "gloo",
-                                init_method=f"tcp://127.0.0.1:{port}", rank=0,
-                                world_size=self.workers)
+        try:
+            dist.init_process_group("nccl" if self.device == "cuda" else "gloo",
+                                    init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                    world_size=self.workers,
+                                    timeout=timedelta(seconds=JOIN_TIMEOUT_S))
+        except Exception as exc:  # a worker that could not start or join
+            self._abandon()
+            raise ClientError(f"distributed workers did not join within {JOIN_TIMEOUT_S} s "
+                              f"({type(exc).__name__}); check the machine's memory and "
+                              "processes, or use fewer --workers") from None
         atexit.register(self.close)
 
     def close(self) -> None:
@@ -177,16 +222,87 @@ class DistributedExecutor(Executor):
             return
         import torch.distributed as dist
 
+        if any(not p.is_alive() or _stopped(p.pid) for p in self._procs):
+            self._abandon()  # a dead or stopped peer would never take the stop message
+            return
         try:
             if dist.is_initialized():
-                dist.broadcast_object_list([("stop", None)], src=0)
+                self._watched("stop", lambda: dist.broadcast_object_list([("stop", None)], src=0),
+                              10.0)
                 dist.destroy_process_group()
+        except ClientError:
+            pass  # _watched has killed the workers
         finally:
             for p in self._procs:
                 p.join(timeout=30)
                 if p.is_alive():
                     p.kill()
             self._procs, self._data_id = [], None
+
+    def _watched(self, what: str, call: Any, limit: float) -> None:
+        """``call()`` (a collective) on a helper thread while the workers are watched.
+
+        A worker that dies or is stopped is reported within :data:`POLL_S`; a collective not
+        done within ``limit`` seconds is reported then. Either way the workers are killed
+        and the round fails with one line naming the worker (a run then stops, resumable
+        from its checkpoint); nothing waits on a peer that will never answer.
+        """
+        import threading
+
+        failure: list[BaseException] = []
+
+        def body() -> None:
+            try:
+                call()
+            except BaseException as exc:  # noqa: BLE001 - reported by the watching thread
+                failure.append(exc)
+
+        helper = threading.Thread(target=body, daemon=True, name=f"wirelessfl-{what}")
+        helper.start()
+        t0 = time.perf_counter()
+        problem = None
+        while problem is None:
+            helper.join(POLL_S)
+            problem = self._lost_worker()
+            if not helper.is_alive():
+                break
+            if problem is None and time.perf_counter() - t0 > limit:
+                problem = f"distributed workers did not answer within {limit:.0f} s ({what})"
+        if problem is None and failure:
+            time.sleep(POLL_S)  # a peer's socket closes a moment before its process is reaped
+            problem = self._lost_worker() or (
+                f"distributed {what} failed ({type(failure[0]).__name__}: "
+                f"{str(failure[0]).splitlines()[0][:120] if str(failure[0]) else ''})")
+        if problem is not None:
+            self._abandon(helper)
+            raise ClientError(f"{problem}; the round cannot finish: resume the run (--resume)")
+
+    def _lost_worker(self) -> str | None:
+        """The first worker that died or is stopped, described; None if all are running."""
+        for r, p in enumerate(self._procs, start=1):
+            if not p.is_alive():
+                return f"distributed worker rank {r} (pid {p.pid}) died (exit code {p.exitcode})"
+            if _stopped(p.pid):
+                return f"distributed worker rank {r} (pid {p.pid}) is stopped"
+        return None
+
+    def _abandon(self, helper: Any = None) -> None:
+        """Kill the workers and drop the process group without talking to them."""
+        import torch.distributed as dist
+
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+        for p in self._procs:
+            p.join(timeout=5)
+        self._procs, self._data_id = [], None
+        if helper is not None:  # its collective fails once the peers' sockets close
+            helper.join(timeout=10)
+        try:
+            if dist.is_initialized() and (helper is None or not helper.is_alive()):
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - the group is gone with its peers
+            pass
 
     # ------------------------------------------------------------------ rounds
     def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
@@ -205,23 +321,29 @@ class DistributedExecutor(Executor):
         if not self._procs:
             self._start()
         if self._data_id != id(data):
-            dist.broadcast_object_list([("data", data.placed("cpu", "auto"))], src=0)
+            box = [("data", data.placed("cpu", "auto"))]
+            self._watched("data upload", lambda: dist.broadcast_object_list(box, src=0),
+                          MIN_WAIT_S + data.nbytes / 50e6)
             self._data_id = id(data)
         parts = np.array_split(np.arange(len(tasks)), self.workers)
         shares = [list(tasks[i] for i in part) for part in parts]
         ends = np.cumsum([0] + [len(p) for p in parts])
         folds = None if fold is None else [fold.share(int(lo), int(hi))
                                            for lo, hi in zip(ends[:-1], ends[1:])]
-        dist.broadcast_object_list([("run", (update, shares, hp, folds))], src=0)
+        box = [("run", (update, shares, hp, folds))]
+        self._watched("round's tasks", lambda: dist.broadcast_object_list(box, src=0), MIN_WAIT_S)
         own_fold = folds[0] if folds else None
         mine: Any
+        started = time.perf_counter()
         try:
             with torch_threads(self.threads):  # rank 0's share of the cores, as every rank's
                 mine = ("ok", (self.local.run(update, data, shares[0], hp, own_fold), own_fold))
         except Exception as exc:  # noqa: BLE001 - the workers are waiting to be gathered
             mine = ("error", f"{type(exc).__name__}: {exc}"[:500])
         gathered: list[Any] = [None] * self.workers
-        dist.gather_object(mine, gathered, dst=0)
+        own_s = time.perf_counter() - started
+        self._watched("results", lambda: dist.gather_object(mine, gathered, dst=0),
+                      max(MIN_WAIT_S, WAIT_FACTOR * own_s))
         errors = [f"rank {r}: {msg}" for r, (kind, msg) in enumerate(gathered) if kind == "error"]
         if errors:
             raise ClientError("distributed clients failed: " + "; ".join(errors))

@@ -127,6 +127,19 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         raise ConfigError(f"network.late next_round: {cfg.algorithm.name} sums the second "
                           "vectors of its round's clients only, so a late one would be lost; "
                           "use late: drop with it")
+    if cfg.engine == "distributed":  # capped by the clients and by memory before any spawns
+        from channels.validation import check_memory
+        from wirelessfl.engine.distributed import WORKER_BYTES
+
+        if cfg.workers > len(client_indices):
+            raise ConfigError(f"workers = {cfg.workers} is more than the {len(client_indices)} "
+                              "clients: a worker without clients only costs memory; lower it")
+        try:
+            check_memory(cfg.workers * (WORKER_BYTES + train.nbytes),
+                         f"engine distributed with {cfg.workers} workers (each a process with "
+                         "PyTorch and a copy of the training set)", "use fewer --workers")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     fewest = (cfg.local.steps if cfg.local.epochs is None else cfg.local.epochs * min(
         (len(i) // cfg.local.batch_size if cfg.local.drop_last
          else -(-len(i) // cfg.local.batch_size)) for i in client_indices))
