@@ -645,3 +645,24 @@ def test_inert_settings_are_refused_in_one_line(tmp_path, capsys, sets, match):
 def test_an_empty_scenario_path_is_refused(capsys):
     assert main(["masks", "--scenario", ""]) == 2
     assert "--scenario needs the path" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys):
+    """SIGINT during the imports (before ``main`` runs) exits 130 with one line."""
+    import builtins
+    import sys
+
+    import wirelessfl
+
+    real = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "wirelessfl.cli":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "wirelessfl.cli", raising=False)
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    assert wirelessfl._console() == 130
+    err = capsys.readouterr().err.strip()
+    assert err == "wirelessfl: interrupted"
