@@ -328,3 +328,24 @@ def test_cli_one_line_errors_and_retime_refuses_runs_the_link_shaped(tmp_path, c
         quiet=True)
     assert main(["retime", str(tmp_path / "r"), "--set", "network.model=fdma"]) == 2
     assert "link decided who" in capsys.readouterr().err
+
+
+def test_the_uplink_counts_the_bits_sent_at_their_widths_and_those_delivered():
+    """Issue 57: with quantisation and drops, uplink_params counts every transmitted upload
+    at its fitted width (dropped ones used the channel too) and the delivered metric only
+    the arrivals: fp32-parameter units, per client of the round."""
+    exp = prepare(resolve(_raw({**TDMA, "model": "fdma", "deadline_s": 0.5,
+                                "compression": "quantize"})))
+    state = exp.initial_state()
+    d = sum(v.numel() for v in state.params.values())
+    _, report = exp.algorithm.apply(state)
+    dv = report.delivery
+    n = len(dv.arrived) + len(dv.dropped) + len(dv.late)
+    assert report.uplink_params == dv.sent_params < d            # compressed: below fp32
+    arrived_bits = sum(dv.bits_per_param) * d / 32 / n           # the arrivals' payloads
+    delivered = report.cumulative["uplink_delivered_params_per_client"]
+    assert delivered == pytest.approx(arrived_bits, rel=1e-3) and delivered <= dv.sent_params
+    plain = prepare(resolve(_raw({**TDMA, "deadline_s": 1e9})))   # fp32, everyone arrives
+    _, r = plain.algorithm.apply(plain.initial_state())
+    assert r.uplink_params == pytest.approx(d) and r.cumulative[
+        "uplink_delivered_params_per_client"] == pytest.approx(d)

@@ -192,10 +192,12 @@ class FederatedAlgorithm(ABC):
             report = RoundReport(uplink_params=float(np.mean(vectors)) * num_params(state.params),
                                  train_loss=loss, clients=diag)
         new = dataclasses.replace(new, late=tuple(later))
+        sent = report.uplink_params if delivery.sent_params is None else delivery.sent_params
         return new, dataclasses.replace(
-            report, latency_s=delivery.seconds, delivery=delivery,
+            report, latency_s=delivery.seconds, delivery=delivery, uplink_params=sent,
             cumulative={**report.cumulative, "dropped_clients": float(len(delivery.dropped)),
-                        "empty_rounds": float(not kept)})
+                        "empty_rounds": float(not kept),
+                        "uplink_delivered_params_per_client": delivery.delivered_params or 0.0})
 
     def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
         """d-vectors client ``result.client`` uploads this round (1: its model update)."""

@@ -64,6 +64,10 @@ class Delivery:
         With ``topk``, the fraction of entries each arrived client sent.
     late : tuple of int
         With ``late: next_round``, the clients whose uploads join the next round.
+    sent_params, delivered_params : float or None
+        Per client of the round, the mean upload in fp32-parameter units (bits / 32): every
+        transmitted upload at its compressed width (dropped and late ones used the channel
+        too), and only those that arrived (0 for the others).
     """
 
     arrived: tuple[int, ...]
@@ -72,6 +76,8 @@ class Delivery:
     bits_per_param: tuple[float, ...] | None = None
     keep: tuple[float, ...] | None = None
     late: tuple[int, ...] = ()
+    sent_params: float | None = None
+    delivered_params: float | None = None
 
     def logged(self) -> dict[str, Any]:
         """The fields logged in a metrics row (the round's arrivals and widths)."""
@@ -187,7 +193,9 @@ class DigitalUplink:
             None if widths is None else tuple(float(b) for b in widths.bits[arrived]),
             None if widths is None or cfg.compression != "topk"
             else tuple(float(k) for k in widths.keep[arrived]),
-            tuple(int(c) for c in ids[late]))
+            tuple(int(c) for c in ids[late]),
+            float(np.mean(payload)) / cfg.bits_per_param / scale,
+            float(np.mean(np.where(arrived, payload, 0.0))) / cfg.bits_per_param / scale)
         return kept, delivery, later
 
     def _compressed(self, t: int, result: Any, widths: Any, i: int) -> Any:
