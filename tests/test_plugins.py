@@ -203,3 +203,62 @@ def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_
 
 def build_params():
     return prepare(wirelessfl.resolve_config({**BASE, "algorithm": {"name": "fedavg"}})).model.params()
+
+
+@pytest.mark.parametrize("damage, match", [
+    ("labels", r"labels run 0\.\.4, outside \[0, 3\)"),
+    ("shape", "differ; one model cannot read both"),
+])
+def test_a_plugin_dataset_is_checked_at_the_door(damage, match):
+    """A registered dataset with labels past its classes, or test samples of another shape,
+    is refused in one line when it loads (not an IndexError from torch mid-training)."""
+    from wirelessfl.data import load_dataset
+    from wirelessfl.data.datasets import USER_DATASETS
+
+    def bad(folder):
+        s = _blobs(folder)
+        if damage == "labels":
+            return DatasetSplits("bad", ArrayDataset(s.train.x, s.train.y * 2, 3), s.test)
+        return DatasetSplits("bad", s.train, ArrayDataset(s.test.x[:, :1], s.test.y, 3))
+
+    wirelessfl.register_dataset("bad_blobs", bad)
+    try:
+        with pytest.raises(ValueError, match=match):
+            load_dataset("bad_blobs")
+    finally:
+        del USER_DATASETS["bad_blobs"]
+
+
+class NarrowNet(TinyNet):
+    """A user's model with one output column too few."""
+
+    def __init__(self, sample_shape, num_classes, width=3):
+        super().__init__(sample_shape, num_classes - 1, width)
+
+
+class FrozenNet(TinyNet):
+    """A user's model with nothing to train."""
+
+    def __init__(self, sample_shape, num_classes, width=3):
+        super().__init__(sample_shape, num_classes, width)
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+
+@pytest.mark.parametrize("model, match", [(NarrowNet, r"outputs of shape \(2, 2\)"),
+                                          (FrozenNet, "no trainable parameters")])
+def test_a_plugin_model_is_checked_at_the_door(model, match):
+    from wirelessfl.data.datasets import USER_DATASETS
+    from wirelessfl.errors import ConfigError
+
+    wirelessfl.register_model("door_net", model)
+    wirelessfl.register_dataset("door_blobs", _blobs)
+    try:
+        raw = {"seed": 0, "rounds": 1, "data": {"dataset": "door_blobs", "num_clients": 3,
+                                                "partition": "iid"},
+               "model": {"name": "door_net"}}
+        with pytest.raises(ConfigError, match=match):
+            prepare(wirelessfl.resolve_config(raw))
+    finally:
+        del MODELS["door_net"]
+        del USER_DATASETS["door_blobs"]

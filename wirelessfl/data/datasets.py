@@ -532,6 +532,21 @@ def _user_dataset(name: str, folder: Path | None) -> DatasetSplits:
                 or not bool(torch.isfinite(ds.x).all()):
             raise DataFileError(f"dataset {name!r}: its {split} set must be an ArrayDataset of "
                                 "finite float inputs and as many int64 labels (at least one)")
+        k = ds.num_classes
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise DataFileError(f"dataset {name!r}: its {split} set's num_classes must be an "
+                                f"integer >= 2, got {k!r}")
+        lo, hi = int(ds.y.min()), int(ds.y.max())
+        if lo < 0 or hi >= k:
+            raise DataFileError(f"dataset {name!r}: its {split} labels run {lo}..{hi}, outside "
+                                f"[0, {k}) of its num_classes = {k}; relabel them 0..{k - 1}")
+    if splits.train.sample_shape != splits.test.sample_shape:
+        raise DataFileError(f"dataset {name!r}: train samples of shape "
+                            f"{splits.train.sample_shape} and test samples of shape "
+                            f"{splits.test.sample_shape} differ; one model cannot read both")
+    if splits.train.num_classes != splits.test.num_classes:
+        raise DataFileError(f"dataset {name!r}: train has {splits.train.num_classes} classes "
+                            f"and test {splits.test.num_classes}; give both the same num_classes")
     return splits
 
 

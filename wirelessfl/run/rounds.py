@@ -97,6 +97,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
                               "own tokenizer or raise its vocabulary size")
     splits = splits.placed(device, d.placement)
     train = splits.train
+    _check_model(model, cfg.model.name, train)
     net = cfg.network
     uplink = (AirComp(net.snr_db, cfg.local.lr, antennas=net.antennas, method=net.beamforming,
                       truncation_db=net.truncation_db, normalise=net.normalise)
@@ -156,6 +157,35 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         raise ConfigError(f"network.scheduler {net.scheduler} picks K clients a round: set "
                           "algorithm.hparams.clients_per_round (K)")
     return Experiment(cfg, device, seeds, splits, model, algorithm, link)
+
+
+def _check_model(model: FLModel, name: str, train: Any) -> None:
+    """A model that can train on this data: trainable parameters, one logit per class.
+
+    Checked on two training samples before anything trains (a registered model with too few
+    output columns failed with an IndexError mid-round, one with no trainable parameter with
+    autograd's "inputs argument to grad() cannot be empty").
+    """
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"model {name!r} has no trainable parameters (requires_grad=True): "
+                          "there is nothing for the clients to train")
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(train.batch(slice(0, min(2, len(train))), train.x.device)[0])
+    except Exception as exc:  # noqa: BLE001 - a plug-in's forward pass: one line
+        raise ConfigError(f"model {name!r} cannot read samples of shape {train.sample_shape} "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
+                          ) from None
+    finally:
+        model.train(was)
+    want = (min(2, len(train)), train.num_classes)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(f"model {name!r} gives outputs of shape {got} for 2 samples; the "
+                          f"data has {train.num_classes} classes, so it must give {want} "
+                          "(one logit per class)")
 
 
 def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
