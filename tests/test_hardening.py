@@ -652,7 +652,7 @@ def test_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys):
     import builtins
     import sys
 
-    import wirelessfl
+    from wirelessfl.__main__ import console
 
     real = builtins.__import__
 
@@ -663,6 +663,6 @@ def test_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys):
 
     monkeypatch.delitem(sys.modules, "wirelessfl.cli", raising=False)
     monkeypatch.setattr(builtins, "__import__", interrupted)
-    assert wirelessfl._console() == 130
+    assert console() == 130
     err = capsys.readouterr().err.strip()
     assert err == "wirelessfl: interrupted"

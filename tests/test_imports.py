@@ -32,6 +32,7 @@ FLOORS = [
     ["wirelessfl.run"],
     ["wirelessfl.report"],
     ["wirelessfl.cli"],
+    ["wirelessfl.__main__"],   # the command's entry: Ctrl-C during the CLI's imports
 ]
 
 

@@ -63,19 +63,4 @@ _EXPORTS: dict[str, str | tuple[str, str]] = {
 }
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
-
-def _console() -> int:
-    """The ``wirelessfl`` command, which exits 130 with one line on Ctrl-C while it starts.
-
-    Ctrl-C during PyTorch's import (~2 s) ends it as it does once :func:`wirelessfl.cli.main`
-    runs.
-    """
-    import sys
-
-    try:
-        from wirelessfl.cli import main
-    except KeyboardInterrupt:
-        print("\nwirelessfl: interrupted", file=sys.stderr)
-        return 130
-    return main()
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
