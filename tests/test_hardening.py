@@ -4,6 +4,7 @@ are never corrupted, overwritten or left half-written (issue 16)."""
 import os
 import pickle
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -666,3 +667,24 @@ def test_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys):
     assert console() == 130
     err = capsys.readouterr().err.strip()
     assert err == "wirelessfl: interrupted"
+
+
+def test_relative_paths_in_a_config_stay_inside_the_data_folder(tmp_path):
+    """``pretrained: ../../etc/passwd`` (or a link out of --data-dir) is refused; a path
+    inside the folder and an absolute path (the user's own) are taken as they are."""
+    from wirelessfl.data.arrays import inside
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import model_options
+
+    data = tmp_path / "data"
+    (data / "weights").mkdir(parents=True)
+    (data / "out").symlink_to(tmp_path, target_is_directory=True)
+    raw = {**RAW, "data": {**RAW["data"], "data_dir": str(data)}}
+    for bad in ("../../../../etc/passwd", "out/secret.safetensors"):
+        with pytest.raises(ConfigError, match="leaves the data folder"):
+            model_options(resolve({**raw, "model": {"name": "fcnn",
+                                                    "options": {"pretrained": bad}}}))
+    with pytest.raises(ValueError, match="data.tokenizer '../etc' leaves the data folder"):
+        inside(data, "../etc", "data.tokenizer")
+    assert inside(data, "weights/w.safetensors", "x") == data.resolve() / "weights/w.safetensors"
+    assert inside(data, "/abs/w", "x") == Path("/abs/w")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,6 +23,24 @@ class DataNotFoundError(ValueError):
 
 class DataFileError(ValueError):
     """A dataset file is damaged, truncated or not of its format; the message names it."""
+
+
+def inside(folder: Path | str, name: str, what: str) -> Path:
+    """``folder / name`` for a relative ``name``, refused (ValueError) if it leaves ``folder``.
+
+    A relative path in a config is read from the data folder (``--data-dir``); ``..`` or a
+    link that leads out of it is refused, so a config cannot make the tool read elsewhere by
+    itself (an absolute path is the user's own choice, and is returned as it is).
+    """
+    path = Path(name).expanduser()
+    if path.is_absolute():
+        return path
+    base = Path(folder).expanduser().resolve()
+    full = (base / path).resolve()
+    if full != base and base not in full.parents:
+        raise DataFileError(f"{what} {name!r} leaves the data folder {base}; give a path inside "
+                            "it, or an absolute path")
+    return base / path
 
 
 @dataclass(frozen=True, eq=False)

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wirelessfl.data.arrays import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits
+from wirelessfl.data.arrays import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits, inside
 from wirelessfl.errors import ConfigError, parse_json
 
 
@@ -106,7 +106,7 @@ def load_tokenizer(folder: Path | None, name: str):
                                 "pip install 'wirelessfl[text]'") from None
     path = Path(name).expanduser()
     if not path.is_absolute() and folder is not None:
-        path = folder / path
+        path = inside(folder, name, "data.tokenizer")
     if not path.is_dir():
         raise DataNotFoundError(f"tokenizer folder {path} not found: give a local folder with "
                                 "the model's tokenizer files (tokenizer.json, or vocab.json + "

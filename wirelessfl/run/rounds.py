@@ -27,6 +27,7 @@ from wirelessfl.data import (
     DatasetSplits,
     load_dataset,
 )
+from wirelessfl.data.arrays import inside
 from wirelessfl.engine.client import ClientResult, LocalSGD, evaluate
 from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.errors import RunFolderError, TrainingDiverged
@@ -66,7 +67,10 @@ def model_options(cfg: RunConfig) -> dict[str, Any]:
     for key in ("pretrained", "model_dir"):
         path = options.get(key)
         if isinstance(path, str) and cfg.data.data_dir and not Path(path).expanduser().is_absolute():
-            options[key] = str(Path(cfg.data.data_dir).expanduser() / path)
+            try:
+                options[key] = str(inside(cfg.data.data_dir, path, f"model.options.{key}"))
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
     return options
 
 
