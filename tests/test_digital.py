@@ -349,3 +349,11 @@ def test_the_uplink_counts_the_bits_sent_at_their_widths_and_those_delivered():
     _, r = plain.algorithm.apply(plain.initial_state())
     assert r.uplink_params == pytest.approx(d) and r.cumulative[
         "uplink_delivered_params_per_client"] == pytest.approx(d)
+
+
+def test_a_link_whose_rates_round_to_zero_is_refused_not_clocked_as_null():
+    """fdma at -200 dB: log2(1 + SNR |h|^2) underflows to 0 for any plausible channel, so
+    sim_time_s would be null; refused in one line (a low but usable SNR still runs)."""
+    with pytest.raises(ConfigError, match="rounds to 0 bit/s"):
+        prepare(resolve(_raw({**TDMA, "model": "fdma", "snr_db": -200.0})))
+    prepare(resolve(_raw({**TDMA, "model": "fdma", "snr_db": -60.0})))

@@ -166,6 +166,13 @@ def test_bad_registrations_are_refused():
         wirelessfl.register_local_rule("x2", object)
     with pytest.raises(ValueError, match="already"):
         wirelessfl.register_local_rule("fedavg", EntryClip, ClipOptions)
+    from wirelessfl.algorithms.fedavg import FedAvgHParams
+
+    with pytest.raises(TypeError, match="no init"):   # a class, but not an algorithm
+        wirelessfl.register_algorithm("mine", FedAvgHParams, int)
+    with pytest.raises(TypeError, match="no run"):
+        wirelessfl.register_algorithm("mine_sim", FedAvgHParams, dict, kind="simulation")
+    assert "mine" not in wirelessfl.algorithm_names()
 
 
 def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_number():

@@ -88,6 +88,13 @@ def register(name: str, hparams: type, algorithm: type, *, kind: str = "rounds")
         raise TypeError(f"`hparams` must be a dataclass type, got {hparams!r}")
     if not isinstance(algorithm, type):
         raise TypeError(f"`algorithm` must be a class, got {algorithm!r}")
+    needs = ("init", "apply") if kind == "rounds" else ("run",)
+    missing = [m for m in needs if not callable(getattr(algorithm, m, None))]
+    if missing:  # e.g. int: a class, but no algorithm (the interface, read without importing it)
+        base = ("wirelessfl.FederatedAlgorithm (init, apply)" if kind == "rounds"
+                else "a simulator like FedAST's (run)")
+        raise TypeError(f"`algorithm` {algorithm.__name__} has no {missing[0]}(): a {kind} "
+                        f"algorithm is a subclass of {base}")
     ENTRIES[name] = (kind, algorithm.__module__, hparams.__name__, algorithm.__name__)
     _LOADED[name] = (hparams, algorithm)
 

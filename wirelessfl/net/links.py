@@ -353,6 +353,8 @@ def check_reachable(cfg: NetworkConfig, steps: int, num_clients: int, rounds: in
     - A deadline (``deadline_s``) that the fewest local ``steps`` of any client already miss
       at ``step_seconds`` each, or that leaves less than one symbol (t_s) to upload: every
       client is dropped every round.
+    - Under ``tdma``/``fdma``, an ``snr_db`` so low that every rate rounds to 0 bit/s (the
+      round time would be infinite, and ``sim_time_s`` null).
     - Over the air, a ``truncation_db`` no client's average channel gain ‖h‖²/M reaches: the
       gain of a unit Rayleigh channel over M antennas is Gamma(M, 1/M), so the chance that
       any of ``num_clients`` clients clears it in any of ``rounds`` rounds is at most
@@ -371,6 +373,16 @@ def check_reachable(cfg: NetworkConfig, steps: int, num_clients: int, rounds: in
             raise ValueError(f"network.deadline_s = {cfg.deadline_s:g} s leaves less than one "
                              f"symbol ({SYMBOL_S:.3g} s) to upload after computing: no upload "
                              "can arrive; raise deadline_s")
+    if cfg.model in DIGITAL:  # a rate that rounds to 0 bit/s: no upload ever ends
+        from scipy.stats import gamma
+
+        strong = gamma.isf(NEVER, a=cfg.antennas)  # ‖h‖² of Rayleigh over M antennas, its tail
+        with np.errstate(over="ignore"):
+            best = cfg.bandwidth_hz * np.log2(1.0 + db_to_lin(cfg.snr_db) * strong)
+        if not best > 0:
+            raise ValueError(f"network.snr_db = {cfg.snr_db:g} dB is so low that every {cfg.model} "
+                             "rate rounds to 0 bit/s (log2(1 + SNR |h|^2) underflows): no upload "
+                             "would ever end; raise snr_db")
     if cfg.aggregation == "over_the_air" and cfg.truncation_db is not None:
         from scipy.stats import gamma
 

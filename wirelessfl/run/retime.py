@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wirelessfl.errors import RunFolderError
-from wirelessfl.net.links import LEARNING_KEYS, LinkModel, retime
+from wirelessfl.net.links import LEARNING_KEYS, LinkModel, check_reachable, retime
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, apply_overrides
 from wirelessfl.run.kinds import kind_of, resolve_config
@@ -63,6 +63,10 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     if bad is not None:
         raise RunFolderError(f"{folder}: a metrics row lacks its round or test_accuracy (the "
                              "folder is damaged or not a round-based run's); train it again")
+    try:  # a link whose rates round to 0 would clock every round as infinite
+        check_reachable(cfg.network, 0, 1, 1)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     times = retime(rows, LinkModel(cfg.network), Seeds(cfg.seed))
     return [{"round": r["round"], "test_accuracy": r["test_accuracy"], "sim_time_s": t}
             for r, t in zip(rows, times)]
