@@ -269,3 +269,26 @@ def test_a_plugin_model_is_checked_at_the_door(model, match):
     finally:
         del MODELS["door_net"]
         del USER_DATASETS["door_blobs"]
+
+
+class Blowup(LocalSGD):
+    """A user's rule that diverges: its correction multiplies the gradient by 1e38."""
+
+    elementwise = True
+
+    def __init__(self, model, hp, clip):
+        super().__init__(model, hp)
+
+    def correct(self, grads, params, start, ctx):
+        return {k: g * 1e38 for k, g in grads.items()}
+
+
+def test_divergence_advice_names_the_plugin_in_use(rules, tmp_path):
+    """A run that diverges with a plug-in rule says which plug-in was in use, beside the
+    advice to lower the learning rate."""
+    from wirelessfl.errors import TrainingDiverged
+
+    rules("blowup", Blowup)
+    with pytest.raises(TrainingDiverged, match=r"plug-ins in use.*local rule Blowup"):
+        wirelessfl.run_job(wirelessfl.open_run({**BASE, "algorithm": {"name": "blowup"}}),
+                           tmp_path / "r", quiet=True)

@@ -268,6 +268,16 @@ def evaluated_rounds(cfg: RunConfig, upto: int) -> list[int]:
     return [0] + [t for t in range(1, upto + 1) if t % cfg.eval_every == 0 or t == cfg.rounds]
 
 
+def _plugins(exp: Experiment) -> str:
+    """`` (plug-ins in use: ...)`` naming the run's pieces from outside wirelessfl, or ''."""
+    algo = exp.algorithm
+    pieces = (("algorithm", type(algo)), ("local rule", type(getattr(algo, "update", None))),
+              ("model", type(exp.model)))
+    own = [f"{what} {cls.__name__} ({cls.__module__})" for what, cls in pieces
+           if cls is not type(None) and not cls.__module__.startswith("wirelessfl.")]
+    return f" (plug-ins in use, which may cause it too: {', '.join(own)})" if own else ""
+
+
 def check_finite(params: Params, where: str) -> None:
     """Raise :class:`~wirelessfl.errors.TrainingDiverged` if any parameter is NaN or infinite."""
     bad = [k for k, v in params.items() if v.is_floating_point() and not torch.isfinite(v).all()]
@@ -397,9 +407,12 @@ class RoundsJob(Job):
             try:
                 self.state, report = exp.algorithm.apply(self.state)
             except TrainingDiverged as exc:
-                raise TrainingDiverged(f"{cfg.name}, round {t0 + 1}: {exc}") from None
+                raise TrainingDiverged(f"{cfg.name}, round {t0 + 1}: {exc}{_plugins(exp)}") from None
             t = self.state.round
-            check_finite(self.state.params, f"{cfg.name}, round {t}")
+            try:
+                check_finite(self.state.params, f"{cfg.name}, round {t}")
+            except TrainingDiverged as exc:
+                raise TrainingDiverged(f"{exc}{_plugins(exp)}") from None
             self.uplink += report.uplink_params
             cost = exp.link.cost(report) if exp.link is not None else RoundCost.from_report(report)
             self.costs.append(cost.as_list())  # what re-timing the run needs
