@@ -30,7 +30,7 @@ import yaml
 from typing_extensions import override
 
 from wirelessfl.errors import ConfigError, short
-from wirelessfl.run.safe_io import atomic_write
+from wirelessfl.run.safe_io import atomic_write, refuse_link
 
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 
@@ -65,9 +65,7 @@ def _own_folder(path: Path) -> Path:
 
     Refused if it is a link (nothing is written through one), not a folder, or not writable.
     """
-    if os.path.islink(path):
-        raise ConfigError(f"{path} is a symbolic link; the tracker writes nothing through "
-                          "one: remove it")
+    refuse_link(path)  # the project's one link check (nothing is written through one)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a folder: remove it")
     path.mkdir(exist_ok=True)
@@ -81,9 +79,7 @@ def _own_file(path: Path) -> Path:
 
     Refused if it is a link or a folder.
     """
-    if os.path.islink(path):
-        raise ConfigError(f"{path} is a symbolic link; the tracker writes nothing through "
-                          "one: remove it")
+    refuse_link(path)  # the project's one link check (nothing is written through one)
     if path.exists() and not path.is_file():
         raise ConfigError(f"{path} exists and is not a file: remove it")
     return path
