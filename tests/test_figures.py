@@ -377,3 +377,45 @@ def test_titles_say_the_settings_their_scale_runs():
     paper = load_figures("hist", "paper", only=["fig3"])[0].title
     assert "[quick scale: " in quick and "rounds=15" in quick and "num_clients=30" in quick
     assert "[paper scale: rounds=100]" in paper
+
+
+def test_a_defaulted_hyperparameter_added_to_an_algorithm_keeps_every_key(monkeypatch):
+    """Adding a field with a default to an HParams class re-keys no run (no hand-kept list):
+    the key view leaves it out at its default and keys only the runs that set it."""
+    from wirelessfl import registry
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+    from wirelessfl.report import RunSpec
+
+    raw = {"seed": 1, "rounds": 3, "data": {"dataset": "synthetic", "num_clients": 4},
+           "algorithm": {"name": "fedavg", "server_lr": 0.5}}
+    before = RunSpec("", "", None, 0, raw).key
+    grown = dataclasses.make_dataclass("FedAvgHParams", [("my_new_knob", float, 0.25)],
+                                       bases=(FedAvgHParams,), frozen=True)
+    grown.__module__, grown.__qualname__ = FedAvgHParams.__module__, FedAvgHParams.__qualname__
+    monkeypatch.setitem(registry._LOADED, "fedavg", (grown, FedAvg))
+    assert RunSpec("", "", None, 0, raw).key == before
+    set_it = {**raw, "algorithm": {**raw["algorithm"], "my_new_knob": 0.5}}
+    assert RunSpec("", "", None, 0, set_it).key != before
+
+
+def test_the_frozen_key_schema_matches_the_classes_it_names():
+    """Every class of the frozen key schema still exists and each frozen field it still has
+    keeps its recorded default: changing a default would silently change old runs' meaning."""
+    import importlib
+
+    from wirelessfl.run.configtypes import _plain
+    from wirelessfl.run.key_schema import FROZEN, REQUIRED
+
+    assert len(FROZEN) > 30
+    for name, frozen in FROZEN.items():
+        module, _, qual = name.rpartition(".")
+        cls = getattr(importlib.import_module(module), qual)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key, default in frozen.items():
+            if key not in fields:
+                continue  # moved: enters keys with the recorded default
+            f = fields[key]
+            now = (_plain(f.default) if f.default is not dataclasses.MISSING
+                   else _plain(f.default_factory()) if f.default_factory is not dataclasses.MISSING
+                   else REQUIRED)
+            assert now == default or (now is REQUIRED and default is REQUIRED), (name, key)

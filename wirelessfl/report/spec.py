@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from wirelessfl.errors import parse_yaml
-from wirelessfl.run.config import ConfigError, apply_overrides, presets_dir, without_later_defaults
-from wirelessfl.run.kinds import canonical
+from wirelessfl.run.config import ConfigError, apply_overrides, key_view, presets_dir
+from wirelessfl.run.kinds import canonical, resolve_config
 from wirelessfl.run.records import RunRecord
 
 SCALES = ("quick", "paper")
@@ -70,11 +70,11 @@ class RunSpec:
     def key(self) -> str:
         """Hash of the resolved config (without its name): equal configs share a run.
 
-        Settings added after runs were made (:data:`wirelessfl.run.config.LATER_DEFAULTS`) enter
-        the hash only when they differ from their defaults, so a new option leaves existing
-        runs' keys alone.
+        The hash is of the config's :func:`~wirelessfl.run.configtypes.key_view`: settings
+        added after runs were made enter it only when they differ from their defaults, so a
+        new option leaves existing runs' keys alone.
         """
-        config = without_later_defaults(canonical({**self.raw, "name": "run"}))
+        config = key_view(resolve_config({**self.raw, "name": "run"}))
         text = json.dumps({**config, "name": ""}, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 

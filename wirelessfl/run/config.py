@@ -36,7 +36,6 @@ from wirelessfl.engine.replay import REPLAY_MODES
 from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, short
 from wirelessfl.net.links import NetworkConfig
 from wirelessfl.run.configtypes import (
-    LATER_DEFAULTS,
     AlgorithmConfig,
     _lists,
     algorithm_dict,
@@ -44,7 +43,7 @@ from wirelessfl.run.configtypes import (
     build_dataclass,
     check_name,
     checked,
-    without_later_defaults,
+    key_view,
 )
 from wirelessfl.server.population import PopulationConfig
 
@@ -55,7 +54,7 @@ PARTITIONS = ("iid", "shards", "cell_iid_shards", "dirichlet_over_clients",
 
 __all__ = ["ConfigError", "DataConfig", "ModelConfig", "AlgorithmConfig", "RunConfig", "resolve",
            "to_dict", "apply_overrides", "load_raw", "list_presets", "check_name", "checked",
-           "LATER_DEFAULTS", "without_later_defaults"]
+           "key_view"]
 
 @dataclass(frozen=True)
 class DataConfig:

@@ -226,31 +226,55 @@ def _lists(value: Any) -> Any:
     return value
 
 
-#: Fields added after runs were made, with their defaults: run keys (figures) and data seeds
-#: (multi-task runs) leave them out while they hold these values, so that existing runs keep
-#: their keys and their numbers.
-LATER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "": {"threads": "auto", "workers": 2, "compile": "off", "replay": "auto"},  # top-level
-    "data": {"tokenizer": None, "max_length": 128, "placement": "auto"},
-    "local": {"precision": "fp32"}, "sync_local": {"precision": "fp32"},
-    "network": {"aggregation": "exact", "beamforming": "fast", "truncation_db": None,
-                "normalise": True, "deadline_s": None, "scheduler": "uniform",
-                "compression": "none", "max_bits": 16, "late": "drop"}}
+def key_view(value: Any) -> Any:
+    """The plain mapping a run's key is the hash of: ``value`` less the defaults of new fields.
 
+    ``value`` is a resolved config or any part of it (dataclasses, algorithm sections, lists,
+    mappings). A field enters the view when its class had it when run keys were frozen
+    (:data:`wirelessfl.run.key_schema.FROZEN`, generated once, never edited) or when it differs
+    from its default. So adding a field with a default to any config, section or
+    hyperparameter class leaves every existing run key alone, and the new field re-keys only
+    the runs that set it. A frozen field no longer on its class (a setting that moved, such as
+    a link model's own settings) enters with its frozen default, so moving a field re-keys
+    nothing either.
 
-def without_later_defaults(raw: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` without the :data:`LATER_DEFAULTS` it holds.
-
-    ``raw`` is a resolved config as a mapping, single- or multi-task: the defaults are left
-    out at the top level and in each of its ``tasks``.
+    >>> from wirelessfl.run.config import resolve
+    >>> key_view(resolve({"algorithm": {"name": "fedavg"}}))["network"]["model"]
+    'none'
     """
-    out = {k: v for k, v in raw.items()
-           if not (k in LATER_DEFAULTS[""] and v == LATER_DEFAULTS[""][k])}
-    for section, defaults in LATER_DEFAULTS.items():
-        if section and isinstance(out.get(section), dict):
-            out[section] = {k: v for k, v in out[section].items()
-                            if not (k in defaults and v == defaults[k])}
-    if isinstance(out.get("tasks"), list):
-        out["tasks"] = [without_later_defaults(t) if isinstance(t, dict) else t
-                        for t in out["tasks"]]
-    return out
+    from wirelessfl.run.key_schema import FROZEN, REQUIRED
+
+    if isinstance(value, AlgorithmConfig):
+        return {"name": value.name, **key_view(value.hparams)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        frozen = FROZEN.get(qualified_name(type(value)), {})
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            v = getattr(value, f.name)
+            if f.metadata.get("flat"):  # a section written at its parent's level
+                out.update(key_view(v))
+            elif f.name in frozen or not has_default(f, v):
+                out[f.name] = key_view(v)
+        for name, default in frozen.items():
+            if name not in out and default is not REQUIRED:
+                out[name] = default
+        return out
+    if isinstance(value, dict):
+        return {k: key_view(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [key_view(v) for v in value]
+    return value
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName`` of a class, as :data:`wirelessfl.run.key_schema.FROZEN` names it."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def has_default(f: dataclasses.Field, value: Any) -> bool:
+    """Whether ``value`` is the default of dataclass field ``f`` (False when it has none)."""
+    if f.default is not dataclasses.MISSING:
+        return bool(value == f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return bool(value == f.default_factory())
+    return False

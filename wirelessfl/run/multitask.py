@@ -43,7 +43,7 @@ from wirelessfl.run.config import (
     check_name,
     checked,
 )
-from wirelessfl.run.configtypes import AlgorithmConfig, algorithm_dict, build_algorithm
+from wirelessfl.run.configtypes import AlgorithmConfig, algorithm_dict, build_algorithm, key_view
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import check_finite
 from wirelessfl.run.shell import Job, Output
@@ -261,6 +261,10 @@ class SimulationJob(Job):
         self.progress_total = None if self.open_ended else cfg.max_time
         self.progress_unit = "eval" if self.open_ended else "t"
         self.rows, self.end = 0, 0.0
+
+    @override
+    def key_of(self, config: dict[str, Any]) -> Any:
+        return key_view(resolve_multitask(config))
 
     @override
     def restore(self, ckpt: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ import yaml
 
 import wirelessfl
 from wirelessfl.errors import ConfigError, RunFolderError, parse_json, parse_yaml
-from wirelessfl.run.configtypes import without_later_defaults
 from wirelessfl.run.safe_io import atomic_write, open_append, open_new, refuse_link
 
 __all__ = ["RunRecord", "atomic_write", "load_plain", "params_to_mb", "write_csv"]
@@ -209,12 +208,15 @@ class RunRecord:
                 fh.write(text)
 
     def open(self, config: dict[str, Any], seed: int, device: str, *,
-             resume: bool, threads: int | None = None) -> dict[str, Any] | None:
+             resume: bool, threads: int | None = None,
+             key: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any] | None:
         """Lock the folder and start a run there, or with ``resume`` continue the one there.
 
         A new run needs a folder that does not exist or is empty; a resumed one must hold a
-        run of the same resolved ``config`` (options added since, at their defaults, do not
-        count: :data:`wirelessfl.run.configtypes.LATER_DEFAULTS`). Returns the last checkpoint (None if none).
+        run of the same resolved ``config``: equal under ``key`` (the run kind's
+        :func:`~wirelessfl.run.configtypes.key_view` of a resolved config, so options added
+        since, at their defaults, do not count; None: equal as mappings). Returns the last
+        checkpoint (None if none).
         Raises :class:`~wirelessfl.errors.RunFolderError` (nothing written) otherwise.
         """
         if resume and not self.folder.is_dir():
@@ -236,7 +238,7 @@ class RunRecord:
                 raise RunFolderError(f"--resume: {self.folder} holds no run (no config.yaml); "
                                      "nothing was changed there. Start the run in a new folder "
                                      "with --out")
-            if without_later_defaults(self.config()) != without_later_defaults(config):
+            if not self._same(self.config(), config, key):
                 raise RunFolderError(f"--resume: {self.folder} was made with a different config; "
                                      "resume with the same preset and --set values (or none)")
             self.check_meta(seed)
@@ -245,15 +247,28 @@ class RunRecord:
             self.close()
             raise
 
+    @staticmethod
+    def _same(stored: dict[str, Any], config: dict[str, Any],
+              key: Callable[[dict[str, Any]], Any] | None) -> bool:
+        """Whether a folder's stored config and ``config`` describe one run (under ``key``)."""
+        if key is None:
+            return stored == config
+        try:
+            return bool(key(stored) == key(config))
+        except ValueError:  # a stored config this version cannot read: not the same run
+            return False
+
     @contextlib.contextmanager
     def writing(self, config: dict[str, Any], seed: int, device: str, *,
-                resume: bool, threads: int | None = None) -> Iterator[dict[str, Any] | None]:
+                resume: bool, threads: int | None = None,
+                key: Callable[[dict[str, Any]], Any] | None = None
+                ) -> Iterator[dict[str, Any] | None]:
         """:meth:`open` for the life of a ``with`` block, which gets the checkpoint.
 
         The lock is freed at the end; a new run that fails before its first checkpoint is
         removed (:meth:`discard`), so nothing half-written stays; Ctrl-C keeps it (resumable).
         """
-        ckpt = self.open(config, seed, device, resume=resume, threads=threads)
+        ckpt = self.open(config, seed, device, resume=resume, threads=threads, key=key)
         try:
             yield ckpt
         except KeyboardInterrupt:

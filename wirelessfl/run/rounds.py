@@ -35,7 +35,7 @@ from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.digital import DigitalUplink
 from wirelessfl.net.links import LinkModel, RoundCost, check_reachable
 from wirelessfl.rng import Seeds
-from wirelessfl.run.config import ConfigError, RunConfig, resolve, to_dict
+from wirelessfl.run.config import ConfigError, RunConfig, key_view, resolve, to_dict
 from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.run.shell import Job, Output
@@ -346,6 +346,10 @@ class RoundsJob(Job):
 
             self.starts = SessionStarts(cfg.initial_model, exp.algorithm, cfg.algorithm,
                                         self.state)
+
+    @override
+    def key_of(self, config: dict[str, Any]) -> Any:
+        return key_view(resolve(config))
 
     @override
     def restore(self, ckpt: dict[str, Any]) -> None:

@@ -85,6 +85,14 @@ class Job(ABC):
     plottable: bool = False
 
     @abstractmethod
+    def key_of(self, config: dict[str, Any]) -> Any:
+        """The run key view of a plain config of this kind (ValueError if it does not resolve).
+
+        Two configs are one run when their views are equal: a resumed folder's
+        ``config.yaml`` against the config asked for.
+        """
+
+    @abstractmethod
     def restore(self, ckpt: dict[str, Any]) -> None:
         """Continue from a checkpoint (RunFolderError if it does not fit the config)."""
 
@@ -121,7 +129,7 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
     threads = choose_threads(job.resolved.get("threads", "auto"),
                              engine=job.resolved.get("engine", "auto"))
     with record.writing(job.resolved, job.seed, job.device, resume=resume,
-                        threads=threads) as ckpt, contextlib.ExitStack() as stack:
+                        threads=threads, key=job.key_of) as ckpt, contextlib.ExitStack() as stack:
         wall0 = 0.0
         if ckpt is not None:
             job.restore(ckpt)

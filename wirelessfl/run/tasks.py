@@ -31,7 +31,7 @@ from wirelessfl.run.config import (
     RunConfig,
     check_name,
     checked,
-    without_later_defaults,
+    key_view,
 )
 from wirelessfl.run.datasplit import partition_data
 
@@ -128,11 +128,11 @@ def task_from_registry(entry: Any, index: int) -> dict[str, Any]:
 
 
 def _data_key(data: DataConfig) -> int:
-    """Seed key of a task's data: its config less later defaults and placement.
+    """Seed key of a task's data: its config's key view less placement.
 
     Placement changes where the samples live, not which they are.
     """
-    fields = without_later_defaults({"data": dataclasses.asdict(data)})["data"]
+    fields = key_view(data)
     fields.pop("placement", None)
     blob = json.dumps(fields, sort_keys=True).encode()
     return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
