@@ -12,7 +12,7 @@ from solvers.scheduling import schedule
 from solvers.uplink import aircomp_mse, deadline_outage, fit_bit_widths
 from wirelessfl.cli import main
 from wirelessfl.errors import ConfigError
-from wirelessfl.net.links import LinkModel, NetworkConfig, RoundCost
+from wirelessfl.net.links import NetworkConfig, RoundCost, make_link
 from wirelessfl.run.config import resolve
 from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
@@ -285,7 +285,7 @@ def test_a_run_under_outage_and_scheduling_resumes_to_the_uninterrupted_rows(
 
 
 def test_channels_belong_to_clients_not_to_who_is_sampled():
-    link = LinkModel(NetworkConfig(model="tdma"), num_clients=10)
+    link = make_link(NetworkConfig.of("tdma"), num_clients=10)
     cost = RoundCost(1e6, 1e6, 0.0, 3, 10, (2, 5, 7))
     rng = lambda: np.random.default_rng(9)  # noqa: E731
     rates = link.rates(10, rng())[[2, 5, 7]]
@@ -301,7 +301,7 @@ def test_channels_belong_to_clients_not_to_who_is_sampled():
     ({"model": "tdma", "deadline_s": 0.0}, "deadline_s"),
     ({"model": "tdma", "deadline_s": -1.0}, "deadline_s"),
     ({"model": "tdma", "deadline_s": float("nan")}, "deadline_s"),
-    ({"model": "aircomp", "deadline_s": 1.0}, "digital links"),
+    ({"model": "aircomp", "deadline_s": 1.0}, "setting of link model tdma / fdma, not of aircomp"),
     ({"model": "tdma", "scheduler": "loudest"}, "scheduler"),
     ({"model": "tdma", "compression": "quantize"}, "set deadline_s"),
     ({"model": "fdma", "deadline_s": 1.0, "compression": "gzip"}, "compression"),

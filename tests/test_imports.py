@@ -27,7 +27,8 @@ FLOORS = [
      "wirelessfl.openmp"],
     ["wirelessfl.data", "wirelessfl.models"],
     ["wirelessfl.engine"],
-    ["wirelessfl.server", "wirelessfl.net"],
+    ["wirelessfl.server"],
+    ["wirelessfl.net"],         # link models: the over-the-air one provides its aggregator
     ["wirelessfl.algorithms"],
     ["wirelessfl.run"],
     ["wirelessfl.report"],

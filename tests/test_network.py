@@ -5,7 +5,7 @@ import pytest
 
 import wirelessfl.run.rounds as runner
 from wirelessfl.algorithms.base import RoundReport
-from wirelessfl.net.links import LinkModel, NetworkConfig
+from wirelessfl.net.links import NetworkConfig, make_link
 from wirelessfl.run.config import resolve
 from wirelessfl.run.kinds import run_job
 from wirelessfl.run.records import RunRecord
@@ -38,7 +38,7 @@ def test_tdma_grows_with_clients_and_aircomp_does_not():
         return RoundReport(uplink_params=1e5, train_loss=0.0,
                            clients={i: {"steps": 5} for i in range(n)})
 
-    tdma, air = LinkModel(NetworkConfig(model="tdma")), LinkModel(NetworkConfig(model="aircomp"))
+    tdma, air = make_link(NetworkConfig.of("tdma")), make_link(NetworkConfig.of("aircomp"))
     t = [np.mean([tdma.round_seconds(report(n), np.random.default_rng(s)) for s in range(50)])
          for n in (2, 8)]
     assert t[1] > 3 * t[0]
@@ -67,7 +67,7 @@ def test_resnet18_vectors_at_100_mbps_give_the_per_round_costs_implied_by_table2
     with torch.device("meta"):
         d = sum(p.numel() for p in build_model("resnet18_bn", (3, 32, 32), 10, seed=0).parameters())
     assert d == 11_173_962
-    link = LinkModel(NetworkConfig(model="fixed", rate_mbps=100))
+    link = make_link(NetworkConfig.of("fixed", rate_mbps=100))
     implied = {(1, 1): 7.2, (1, 2): 10.8, (1.5, 2): 12.6, (2, 3): 17.4}
     for (up, down), paper in implied.items():
         report = RoundReport(uplink_params=up * d, downlink_params=down * d, train_loss=0.0, clients={})
@@ -75,7 +75,7 @@ def test_resnet18_vectors_at_100_mbps_give_the_per_round_costs_implied_by_table2
         assert seconds == pytest.approx((up + down) * 32 * d / 1e8)
         assert abs(seconds / paper - 1) < (0.03 if paper == 17.4 else 0.01)
     # a stand-in model timed as if its vectors were ResNet-18's
-    small = LinkModel(NetworkConfig(model="fixed", rate_mbps=100, params_per_vector=d), 610)
+    small = make_link(NetworkConfig.of("fixed", rate_mbps=100, params_per_vector=d), 610)
     report = RoundReport(uplink_params=1.5 * 610, downlink_params=2 * 610, train_loss=0.0,
                          clients={})
     assert small.round_seconds(report, np.random.default_rng(0)) == pytest.approx(3.5 * 32 * d / 1e8)

@@ -137,7 +137,7 @@ def test_an_over_the_air_run_resumes_to_the_uninterrupted_rows(tmp_path, interru
 
 
 @pytest.mark.parametrize("network, match", [
-    ({"model": "tdma", "aggregation": "over_the_air"}, "needs model: aircomp"),
+    ({"model": "tdma", "aggregation": "over_the_air"}, "use it with model: aircomp"),
     ({"model": "aircomp", "truncation_db": -3.0}, "add aggregation: over_the_air"),
     ({**OTA, "antennas": 0}, "antennas"),
     ({**OTA, "snr_db": float("nan")}, "snr_db"),

@@ -32,19 +32,142 @@ A run whose every client meets the deadline equals the run without one exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from typing_extensions import override
 
-from solvers.scheduling import schedule, update_age, update_average
+from channels.rates import SYMBOL_S
+from channels.units import db_to_lin
+from channels.validation import as_float, as_int
+from solvers.scheduling import POLICIES, schedule, update_age, update_average
 from solvers.uplink import deadline_outage, fit_bit_widths
 from wirelessfl.net.compression import compress
-from wirelessfl.net.links import LinkModel
+from wirelessfl.net.links import NEVER, ChannelLink, ChannelSettings, RoundCost
 
 #: R̄'s averaging window of proportional fair [rounds].
 PF_WINDOW = 10.0
+COMPRESSIONS = ("none", "quantize", "topk")
+LATE = ("drop", "next_round")
+_SHAPES = {"shapes_learning": True}
+
+
+@dataclass(frozen=True)
+class DigitalSettings(ChannelSettings):
+    """Settings of a digital uplink (``tdma``, ``fdma``): its channels and how it shapes learning.
+
+    Attributes
+    ----------
+    snr_db, antennas, bandwidth_hz
+        The channels (:class:`~wirelessfl.net.links.ChannelSettings`).
+    deadline_s : float or None
+        The round deadline T [s] from the round's start (computation included); a client
+        whose upload ends later is dropped from the round's aggregate (None: no deadline)
+        [default None].
+    scheduler : str
+        Who of the present clients transmits, K = ``algorithm.hparams.clients_per_round`` of
+        them: ``uniform`` (the algorithm's own sampler), ``best_channel``,
+        ``proportional_fair`` or ``age`` (:func:`solvers.schedule`, reading the round's
+        channels) [default uniform].
+    compression : str
+        With ``deadline_s``: ``quantize`` (stochastic b-bit quantisation) or ``topk`` of each
+        client's model update, fitted per client so its upload meets the deadline in its
+        equal share of the link (:func:`solvers.uplink.fit_bit_widths`); ``none`` sends fp32
+        [default none].
+    max_bits : int
+        The most bits per entry of fitted quantisation (16; fp32 when the whole vector fits).
+    late : str
+        With ``deadline_s``: ``drop`` a client that misses the deadline, or let it arrive
+        ``next_round`` when its upload ends by 2T (it joins the next round's aggregate with
+        the update of its own round and is not sampled meanwhile; later ones are dropped)
+        [default drop].
+    """
+
+    deadline_s: float | None = field(default=None, metadata=_SHAPES)
+    scheduler: str = field(default="uniform", metadata=_SHAPES)
+    compression: str = field(default="none", metadata=_SHAPES)
+    max_bits: int = field(default=16, metadata=_SHAPES)
+    late: str = field(default="drop", metadata=_SHAPES)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.deadline_s is not None:
+            as_float("deadline_s", self.deadline_s, lo=0, hi=1e12, lo_open=True)
+        if self.scheduler not in POLICIES:
+            raise ValueError(f"`scheduler` must be one of {', '.join(POLICIES)}, got "
+                             f"{self.scheduler!r}")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"`compression` must be one of {', '.join(COMPRESSIONS)}, got "
+                             f"{self.compression!r}")
+        as_int("max_bits", self.max_bits, lo=1, hi=24)
+        if self.late not in LATE:
+            raise ValueError(f"`late` must be one of {', '.join(LATE)}, got {self.late!r}")
+        if (self.compression != "none" or self.max_bits != 16) and self.deadline_s is None:
+            raise ValueError("`compression` is fitted to the deadline: set deadline_s too")
+        if self.late != "drop" and self.deadline_s is None:
+            raise ValueError("`late` says what happens to uploads that miss the deadline: set "
+                             "deadline_s too")
+        if self.late != "drop" and self.scheduler != "uniform":
+            raise ValueError("`late: next_round` keeps late clients busy in the next round, "
+                             "which the channel-aware schedulers do not model: use scheduler "
+                             "uniform with it")
+        if self.max_bits != 16 and self.compression != "quantize":
+            raise ValueError("`max_bits` is the most bits of quantize compression: set "
+                             "compression: quantize with it, or remove it")
+
+
+class DigitalLink(ChannelLink):
+    """A digital uplink over drawn channels: TDMA or FDMA access (``access``).
+
+    The round takes max_i steps_i·``step_seconds`` plus the uploads of
+    :func:`solvers.uplink.deadline_outage` (``tdma``: one after another, shortest first;
+    ``fdma``: at once on B/S). With ``deadline_s``, ``scheduler`` or ``compression`` it
+    decides who arrives (:meth:`digital_uplink`).
+    """
+
+    Settings: ClassVar[type] = DigitalSettings
+    #: ``tdma`` or ``fdma``.
+    access: ClassVar[str] = "tdma"
+
+    @override
+    def seconds(self, cost: RoundCost, rng: np.random.Generator) -> float:
+        compute = cost.max_steps * self.cfg.step_seconds  # the slowest client's compute
+        up = cost.uplink * self.cfg.bits_per_param
+        return float(deadline_outage(self.round_rates(cost, rng), up, None, access=self.access,
+                                     compute_s=compute).seconds)
+
+    @override
+    def digital_uplink(self, num_clients: int, seeds: Any) -> DigitalUplink | None:
+        return DigitalUplink(self, num_clients, seeds) if self.shaping() else None
+
+    @override
+    def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
+        """A deadline no client meets (by computing alone, or with less than a symbol left), or
+        an ``snr_db`` so low that every rate rounds to 0 bit/s (the round would never end).
+        """
+        s, step_s = self.settings, self.cfg.step_seconds
+        if s.deadline_s is not None:
+            compute = steps * step_s
+            if compute >= s.deadline_s:
+                raise ValueError(f"network.deadline_s = {s.deadline_s:g} s is met by no client: "
+                                 f"{steps} local steps x step_seconds {step_s:g} s = "
+                                 f"{compute:g} s of computing alone; raise deadline_s or lower "
+                                 "step_seconds")
+            if s.deadline_s - compute < SYMBOL_S:
+                raise ValueError(f"network.deadline_s = {s.deadline_s:g} s leaves less than one "
+                                 f"symbol ({SYMBOL_S:.3g} s) to upload after computing: no "
+                                 "upload can arrive; raise deadline_s")
+        from scipy.stats import gamma
+
+        strong = gamma.isf(NEVER, a=s.antennas)  # ‖h‖² of Rayleigh over M antennas, its tail
+        with np.errstate(over="ignore"):
+            best = s.bandwidth_hz * np.log2(1.0 + db_to_lin(s.snr_db) * strong)
+        if not best > 0:
+            raise ValueError(f"network.snr_db = {s.snr_db:g} dB is so low that every "
+                             f"{self.access} rate rounds to 0 bit/s (log2(1 + SNR |h|^2) "
+                             "underflows): no upload would ever end; raise snr_db")
 
 
 @dataclass(frozen=True)
@@ -99,9 +222,9 @@ class DigitalUplink:
 
     Parameters
     ----------
-    link : LinkModel
-        The run's link (its ``cfg`` a ``tdma``/``fdma`` network; ``scale`` its
-        ``params_per_vector`` scaling).
+    link : DigitalLink
+        The run's link (its ``settings`` the deadline, scheduler and compression; ``scale``
+        its ``params_per_vector`` scaling).
     num_clients : int
         N, the clients of the population.
     seeds : wirelessfl.rng.Seeds
@@ -109,8 +232,8 @@ class DigitalUplink:
         ``compression``).
     """
 
-    def __init__(self, link: LinkModel, num_clients: int, seeds: Any) -> None:
-        self.link, self.cfg, self.n, self.seeds = link, link.cfg, int(num_clients), seeds
+    def __init__(self, link: DigitalLink, num_clients: int, seeds: Any) -> None:
+        self.link, self.cfg, self.n, self.seeds = link, link.settings, int(num_clients), seeds
         self._rates: dict[int, np.ndarray] = {}
         self._sched: tuple[int, np.ndarray, np.ndarray] | None = None  # (next round, R̄, ages)
 
@@ -118,6 +241,11 @@ class DigitalUplink:
     def schedules(self) -> bool:
         """Whether the round's clients are chosen by their channels."""
         return self.cfg.scheduler != "uniform"
+
+    @property
+    def takes_late(self) -> bool:
+        """Whether a late upload joins the next round (``late: next_round``)."""
+        return self.cfg.late != "drop"
 
     def rates(self, t: int) -> np.ndarray:
         """Full-band rates of all N clients in round t (0-based), shape (N,)."""
@@ -159,25 +287,25 @@ class DigitalUplink:
         The late results join the next round (``late: next_round``). ``vectors`` are the
         d-vectors each client uploads (in the order of ``results``), ``num_params`` d.
         """
-        cfg, scale = self.cfg, self.link.scale
+        cfg, net, scale, access = self.cfg, self.link.cfg, self.link.scale, self.link.access
         ids = np.array([int(r.client) for r in results], dtype=int)
         if not len(ids):
             return [], Delivery((), (), 0.0), []
         rates = self.rates(t)[ids]
-        compute = max(r.num_steps for r in results) * cfg.step_seconds
+        compute = max(r.num_steps for r in results) * net.step_seconds
         d = num_params * scale
-        payload = np.asarray(vectors, float) * d * cfg.bits_per_param
+        payload = np.asarray(vectors, float) * d * net.bits_per_param
         widths = None
         if cfg.compression != "none":
             n_tensors = len(results[0].delta)
             widths = fit_bit_widths(rates, max(1, round(d)), cfg.deadline_s,
-                                    operator=cfg.compression, access=cfg.model,
-                                    compute_s=compute, full_bits=cfg.bits_per_param,
-                                    max_bits=min(cfg.max_bits, cfg.bits_per_param),
-                                    other_bits=payload - d * cfg.bits_per_param,
+                                    operator=cfg.compression, access=access,
+                                    compute_s=compute, full_bits=net.bits_per_param,
+                                    max_bits=min(cfg.max_bits, net.bits_per_param),
+                                    other_bits=payload - d * net.bits_per_param,
                                     num_tensors=n_tensors)
             payload = widths.payload_bits
-        out = deadline_outage(rates, payload, cfg.deadline_s, access=cfg.model, compute_s=compute)
+        out = deadline_outage(rates, payload, cfg.deadline_s, access=access, compute_s=compute)
         arrived = out.arrived if widths is None else out.arrived & widths.fits
         late = ~arrived & (out.finish_s <= 2 * cfg.deadline_s) if cfg.late == "next_round" \
             else np.zeros_like(arrived)
@@ -194,13 +322,13 @@ class DigitalUplink:
             None if widths is None or cfg.compression != "topk"
             else tuple(float(k) for k in widths.keep[arrived]),
             tuple(int(c) for c in ids[late]),
-            float(np.mean(payload)) / cfg.bits_per_param / scale,
-            float(np.mean(np.where(arrived, payload, 0.0))) / cfg.bits_per_param / scale)
+            float(np.mean(payload)) / net.bits_per_param / scale,
+            float(np.mean(np.where(arrived, payload, 0.0))) / net.bits_per_param / scale)
         return kept, delivery, later
 
     def _compressed(self, t: int, result: Any, widths: Any, i: int) -> Any:
         """``result`` with its update C(Δ) at client i's fitted width (as is when fp32 fits)."""
-        if widths.bits[i] >= self.cfg.bits_per_param and widths.keep[i] >= 1:
+        if widths.bits[i] >= self.link.cfg.bits_per_param and widths.keep[i] >= 1:
             return result
         gen = torch.Generator().manual_seed(self.seeds.int_seed("compression", t, int(result.client)))
         delta = compress(result.delta, self.cfg.compression, bits=int(widths.bits[i]),

@@ -1,4 +1,4 @@
-"""Network cost: a round's payloads and local steps turned into simulated time.
+"""Network cost: the link models, one seam: a round's payloads and local steps turned into time.
 
 Every round-based algorithm reports what its clients moved and computed
 (:class:`~wirelessfl.algorithms.base.RoundReport`: ``uplink_params`` and
@@ -7,26 +7,31 @@ into the round's duration, so any algorithm runs under any link model
 (``--set network.model=...``). Algorithms that model their own time exactly (HIST's (18)
 and (35)) report ``latency_s`` themselves and are not re-timed.
 
-Models (``network.model``):
+A link model is one class behind :class:`LinkModel`, in a module of its own, registered by
+name in :data:`LINK_MODELS` (or by :func:`register_link` from a user's code). It declares
+its own settings as a frozen dataclass (``Settings``: fields, defaults and checks), which
+a config's ``network`` section sets beside the common fields of :class:`NetworkConfig`;
+fields whose metadata says ``shapes_learning`` change what a run learns, not only its clock
+(re-timing refuses them, and a run under them needs an algorithm that takes such a link).
+The models (``network.model``):
 
-- ``none`` (default): no simulated time;
-- ``fixed``: independent links of ``rate_mbps`` per client in both directions (FAdamGC's
-  100 Mbps, ``docs/papers/fadamgc.md`` §4.6); a client takes down/R + steps·``step_seconds`` + up/R and
-  the round lasts as long as its slowest client;
-- ``tdma``: HIST's OMA uplink (``docs/papers/hist.md`` §4.1, §6.4): SIMO Rayleigh channels drawn
-  each round, R_i = B log2(1 + SNR ‖h_i‖²), the clients upload one after another; the round
-  takes max_i steps_i·``step_seconds`` + Σ_i up/R_i;
-- ``fdma``: the band split equally among the round's S clients, all uploading at once at
-  the same SNR (rate R_i/S, as RA-Fed's FDMA); the round takes max_i steps_i·``step_seconds``
-  + max_i S·up/R_i;
-- ``aircomp``: HIST's over-the-air uplink, eq. (34): max_i steps_i·``step_seconds`` +
-  d t_s Δf / B, whatever the number of clients.
+- ``none`` (default, :mod:`~wirelessfl.net.nolink`): no simulated time;
+- ``fixed`` (:mod:`~wirelessfl.net.fixed`): independent links of ``rate_mbps`` per client in
+  both directions (FAdamGC's 100 Mbps, ``docs/papers/fadamgc.md`` §4.6);
+- ``tdma`` (:mod:`~wirelessfl.net.tdma`): HIST's OMA uplink (``docs/papers/hist.md`` §4.1,
+  §6.4) over SIMO Rayleigh channels drawn each round, the clients one after another;
+- ``fdma`` (:mod:`~wirelessfl.net.fdma`): the band split equally among the round's clients,
+  all uploading at once (RA-Fed's FDMA);
+- ``aircomp`` (:mod:`~wirelessfl.net.aircomp`): HIST's over-the-air uplink, eq. (34), and
+  with ``aggregation: over_the_air`` its noisy aggregate (eqs. (21)–(28));
+- ``shadowed`` (:mod:`~wirelessfl.net.shadowed`): ``fixed`` links whose rates carry
+  log-normal shadowing, drawn per client and round.
 
-Under ``tdma`` and ``fdma`` every client of the population has a channel each round, drawn
-from the ``("network", t)`` stream for all N clients at once (a client's channel does not
-depend on who else is sampled), so channel-aware schedulers, deadlines and the clock read
-one channel state (:mod:`wirelessfl.net.digital`). With ``deadline_s``, ``scheduler`` or
-``compression`` the link changes what is learned, not only the clock: clients that miss the
+Digital links (``tdma``, ``fdma``: :mod:`wirelessfl.net.digital`) draw every client of the
+population a channel each round, from the ``("network", t)`` stream for all N clients at
+once (a client's channel does not depend on who else is sampled), so channel-aware
+schedulers, deadlines and the clock read one channel state. With ``deadline_s``,
+``scheduler`` or ``compression`` the link changes what is learned: clients that miss the
 deadline are dropped from the round's aggregate (:mod:`solvers.uplink`).
 
 As in HIST, downlinks are free under ``tdma`` and ``aircomp`` (the server broadcasts);
@@ -43,171 +48,205 @@ comparable with the paper's; the default is the model's own d.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import dataclasses
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
-from channels.rates import BANDWIDTH_HZ, SUBCARRIER_HZ, SYMBOL_S, tdma_rate
+from channels.rates import BANDWIDTH_HZ, tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
 from channels.validation import as_float, as_int
-from solvers.uplink import deadline_outage
+from wirelessfl.errors import ConfigError, short
 
-LINK_MODELS = ("none", "fixed", "tdma", "fdma", "aircomp")
-AGGREGATIONS = ("exact", "over_the_air")
-DIGITAL = ("tdma", "fdma")
-COMPRESSIONS = ("none", "quantize", "topk")
-LATE = ("drop", "next_round")
-#: Settings that change what a run learns, not only its clock (re-timing refuses them).
-LEARNING_KEYS = ("aggregation", "beamforming", "truncation_db", "normalise", "deadline_s",
-                 "scheduler", "compression", "max_bits", "late")
+_N = "wirelessfl.net."
+#: name → ``module:Class`` of every link model, imported when first asked for.
+LINK_MODELS: dict[str, str] = {
+    "none": _N + "nolink:NoLink",
+    "fixed": _N + "fixed:FixedRate",
+    "tdma": _N + "tdma:TDMA",
+    "fdma": _N + "fdma:FDMA",
+    "aircomp": _N + "aircomp:AirCompLink",
+    "shadowed": _N + "shadowed:Shadowed",
+}
+_LOADED: dict[str, type[LinkModel]] = {}
+
+
+def link_class(name: str) -> type[LinkModel]:
+    """The :class:`LinkModel` registered as ``name`` (ValueError naming the known ones)."""
+    if name in _LOADED:
+        return _LOADED[name]
+    if not isinstance(name, str) or name not in LINK_MODELS:
+        raise ValueError(f"`model` must be one of {', '.join(LINK_MODELS)}, got {short(name)}")
+    module, _, cls = LINK_MODELS[name].partition(":")
+    _LOADED[name] = getattr(importlib.import_module(module), cls)
+    return _LOADED[name]
+
+
+def register_link(name: str, cls: type[LinkModel]) -> None:
+    """Add a link model from a user's own code: ``network.model: <name>`` then runs it.
+
+    ``cls`` subclasses :class:`LinkModel` (its ``Settings`` a frozen dataclass). A
+    registered name is refused. Runs in worker processes import the project's own models
+    only: register there too, or run with one job.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"`name` must be an identifier such as 'my_link', got {short(name)}")
+    if name in LINK_MODELS:
+        raise ValueError(f"`name` {name!r} is registered already; choose another name")
+    if not (isinstance(cls, type) and issubclass(cls, LinkModel)):
+        raise TypeError(f"`cls` must be a subclass of wirelessfl.net.links.LinkModel, got "
+                        f"{short(cls)}")
+    if not (dataclasses.is_dataclass(cls.Settings) and cls.Settings.__dataclass_params__.frozen):
+        raise TypeError(f"{cls.__name__}.Settings must be a frozen dataclass (its settings)")
+    LINK_MODELS[name] = f"{cls.__module__}:{cls.__qualname__}"
+    _LOADED[name] = cls
+
+
+def unregister_link(name: str) -> None:
+    """Remove a link model added by :func:`register_link` (the project's own stay)."""
+    if name not in _LOADED or LINK_MODELS.get(name, "").startswith(_N):
+        raise ValueError(f"{name!r} was not added by register_link(); only those can be removed")
+    del _LOADED[name], LINK_MODELS[name]
+
+
+def shaping_fields(settings_cls: type) -> tuple[str, ...]:
+    """The fields of a ``Settings`` class whose metadata says they shape learning."""
+    return tuple(f.name for f in dataclasses.fields(settings_cls)
+                 if f.metadata.get("shapes_learning"))
+
+
+def learning_keys() -> set[str]:
+    """Every setting of every registered link model that changes what a run learns."""
+    return {k for name in LINK_MODELS for k in shaping_fields(link_class(name).Settings)}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
+@dataclass(frozen=True)
+class NoSettings:
+    """A link model without settings of its own."""
+
+
+@dataclass(frozen=True)
+class ChannelSettings:
+    """Settings of a link over drawn SIMO Rayleigh channels (``tdma``, ``fdma``, ``aircomp``).
+
+    Attributes
+    ----------
+    snr_db : float
+        Transmit SNR [dB] (30, ``docs/papers/hist.md`` §6.4).
+    antennas : int
+        Receive antennas M (maximum-ratio reception).
+    bandwidth_hz : float
+        Band B [Hz] (9 MHz).
+    """
+
+    snr_db: float = 30.0
+    antennas: int = 10
+    bandwidth_hz: float = BANDWIDTH_HZ
+
+    def __post_init__(self) -> None:
+        as_float("snr_db", self.snr_db, lo=-200, hi=200)
+        as_int("antennas", self.antennas, lo=1, hi=4096)
+        as_float("bandwidth_hz", self.bandwidth_hz, lo=0, hi=1e12, lo_open=True)
 
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    """The ``network`` section of a run.
+    """The ``network`` section of a run: the fields every link model has, and its own.
+
+    A config writes them all at one level (``network: {model: tdma, snr_db: 20,
+    step_seconds: 0.01}``); :meth:`from_raw` sorts them. A setting of another link model at
+    its default is accepted and left out (run folders written before this seam hold every
+    field); at any other value it is refused, as an inert setting.
 
     Attributes
     ----------
     model : str
-        One of :data:`LINK_MODELS`.
-    rate_mbps : float
-        Per-client link rate of ``fixed`` [Mbit/s] (100, ``docs/papers/fadamgc.md`` §4.6).
+        A registered link model (:data:`LINK_MODELS`).
     step_seconds : float
         Time of one local step [s] (0: communication only).
     bits_per_param : int
         Bits per parameter (32: fp32).
-    snr_db : float
-        Transmit SNR of ``tdma`` [dB] (30, ``docs/papers/hist.md`` §6.4).
-    antennas : int
-        Receive antennas M of ``tdma`` (maximum-ratio reception).
-    bandwidth_hz : float
-        Band B of ``tdma`` and ``aircomp`` [Hz] (9 MHz).
     params_per_vector : int or None
         Parameters one exchanged d-vector counts as (None: the model's d).
-    aggregation : str
-        ``exact`` (the link changes the clock only) or ``over_the_air`` (with ``model:
-        aircomp``: every vector the clients upload is aggregated over drawn SIMO channels
-        at ``snr_db`` with ``antennas``, :class:`~wirelessfl.server.aggregation.AirComp`).
-        Deviation, stated: the issue asks for over-the-air learning under ``aircomp``
-        itself; it is opt-in [default ``exact``] so that runs made before keep their numbers.
-    beamforming : str
-        Receive beamformer of ``over_the_air`` (``fast``, ``sca``, ``certified``, ...).
-    truncation_db : float or None
-        ``over_the_air``: clients whose average channel gain ‖h‖²/M is below this [dB]
-        stay silent (truncated channel inversion; None: none).
-    normalise : bool
-        ``over_the_air``: one common scale makes every transmitted symbol of power ≤ 1 (the
-        literature's transmit normalisation [default true]; false sends gradient-valued
-        symbols as HIST does, whose noise accumulates in SCAFFOLD's c and FAdamGC's y).
-    deadline_s : float or None
-        ``tdma``/``fdma``: the round deadline T [s] from the round's start (computation
-        included); a client whose upload ends later is dropped from the round's aggregate
-        (None: no deadline) [default None].
-    scheduler : str
-        ``tdma``/``fdma``: who of the present clients transmits, K =
-        ``algorithm.hparams.clients_per_round`` of them: ``uniform`` (the algorithm's own
-        sampler), ``best_channel``, ``proportional_fair`` or ``age``
-        (:func:`solvers.schedule`, reading the round's channels) [default uniform].
-    compression : str
-        With ``deadline_s``: ``quantize`` (stochastic b-bit quantisation) or ``topk`` of each
-        client's model update, fitted per client so its upload meets the deadline in its
-        equal share of the link (:func:`solvers.uplink.fit_bit_widths`); ``none`` sends fp32
-        [default none].
-    max_bits : int
-        The most bits per entry of fitted quantisation (16; fp32 when the whole vector fits).
-    late : str
-        With ``deadline_s``: ``drop`` a client that misses the deadline, or let it arrive
-        ``next_round`` when its upload ends by 2T (it joins the next round's aggregate with
-        the update of its own round and is not sampled meanwhile; later ones are dropped)
-        [default drop].
+    settings : dataclass
+        The model's own ``Settings`` (None: its defaults).
     """
 
     model: str = "none"
-    rate_mbps: float = 100.0
     step_seconds: float = 0.0
     bits_per_param: int = 32
-    snr_db: float = 30.0
-    antennas: int = 10
-    bandwidth_hz: float = BANDWIDTH_HZ
     params_per_vector: int | None = None
-    aggregation: str = "exact"
-    beamforming: str = "fast"
-    truncation_db: float | None = None
-    normalise: bool = True
-    deadline_s: float | None = None
-    scheduler: str = "uniform"
-    compression: str = "none"
-    max_bits: int = 16
-    late: str = "drop"
+    settings: Any = field(default=None, metadata={"flat": True})
 
     def __post_init__(self) -> None:
-        from solvers.beamforming import METHODS
-        from solvers.scheduling import POLICIES
-
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"`aggregation` must be one of {', '.join(AGGREGATIONS)}, got "
-                             f"{self.aggregation!r}")
-        if self.aggregation == "over_the_air" and self.model != "aircomp":
-            raise ValueError("`aggregation` over_the_air needs model: aircomp (the clients "
-                             "transmit at once over the air)")
-        if self.beamforming not in METHODS:
-            raise ValueError(f"`beamforming` must be one of {', '.join(METHODS)}, got "
-                             f"{self.beamforming!r}")
-        if self.truncation_db is not None:
-            as_float("truncation_db", self.truncation_db, lo=-200, hi=200)
-        inert = [k for k, v, d in (("beamforming", self.beamforming, "fast"),
-                                   ("truncation_db", self.truncation_db, None),
-                                   ("normalise", self.normalise, True)) if v != d]
-        if inert and self.aggregation != "over_the_air":
-            raise ValueError(f"`{inert[0]}` is a setting of over-the-air aggregation: add "
-                             "aggregation: over_the_air (with model: aircomp) or remove it")
-        if self.model not in LINK_MODELS:
-            raise ValueError(f"`model` must be one of {', '.join(LINK_MODELS)}, got {self.model!r}")
-        if self.deadline_s is not None:
-            as_float("deadline_s", self.deadline_s, lo=0, hi=1e12, lo_open=True)
-        if self.scheduler not in POLICIES:
-            raise ValueError(f"`scheduler` must be one of {', '.join(POLICIES)}, got "
-                             f"{self.scheduler!r}")
-        if self.compression not in COMPRESSIONS:
-            raise ValueError(f"`compression` must be one of {', '.join(COMPRESSIONS)}, got "
-                             f"{self.compression!r}")
-        as_int("max_bits", self.max_bits, lo=1, hi=24)
-        if self.late not in LATE:
-            raise ValueError(f"`late` must be one of {', '.join(LATE)}, got {self.late!r}")
-        digital = [k for k, v, d in (("deadline_s", self.deadline_s, None),
-                                     ("scheduler", self.scheduler, "uniform"),
-                                     ("compression", self.compression, "none"),
-                                     ("max_bits", self.max_bits, 16),
-                                     ("late", self.late, "drop")) if v != d]
-        if digital and self.model not in DIGITAL:
-            raise ValueError(f"`{digital[0]}` is a setting of digital links: use it with model: "
-                             "tdma or fdma")
-        if (self.compression != "none" or self.max_bits != 16) and self.deadline_s is None:
-            raise ValueError("`compression` is fitted to the deadline: set deadline_s too")
-        if self.late != "drop" and self.deadline_s is None:
-            raise ValueError("`late` says what happens to uploads that miss the deadline: set "
-                             "deadline_s too")
-        if self.late != "drop" and self.scheduler != "uniform":
-            raise ValueError("`late: next_round` keeps late clients busy in the next round, "
-                             "which the channel-aware schedulers do not model: use scheduler "
-                             "uniform with it")
-        as_float("rate_mbps", self.rate_mbps, lo=0, hi=1e9, lo_open=True)
+        cls = link_class(self.model)
+        if self.settings is None:
+            object.__setattr__(self, "settings", cls.Settings())
+        elif type(self.settings) is not cls.Settings:
+            raise ValueError(f"`settings` of model {self.model} must be a "
+                             f"{cls.Settings.__name__}, got {type(self.settings).__name__}")
         as_float("step_seconds", self.step_seconds, lo=0, hi=1e6)
         as_int("bits_per_param", self.bits_per_param, lo=1, hi=64)
-        as_float("snr_db", self.snr_db, lo=-200, hi=200)
-        as_int("antennas", self.antennas, lo=1, hi=4096)
-        as_float("bandwidth_hz", self.bandwidth_hz, lo=0, hi=1e12, lo_open=True)
         if self.params_per_vector is not None:
             as_int("params_per_vector", self.params_per_vector, lo=1, hi=10**13)
-        if self.max_bits != 16 and self.compression != "quantize":
-            raise ValueError("`max_bits` is the most bits of quantize compression: set "
-                             "compression: quantize with it, or remove it")
-        if self.rate_mbps != 100.0 and self.model not in ("fixed", "none"):
-            raise ValueError(f"`rate_mbps` is the link rate of model fixed; model {self.model} "
-                             "draws its rates from the channel (snr_db, antennas, bandwidth_hz): "
-                             "remove rate_mbps or use model: fixed")
+
+    @classmethod
+    def of(cls, model: str = "none", **settings: Any) -> NetworkConfig:
+        """A network from flat keyword settings, e.g. ``NetworkConfig.of("tdma", snr_db=20)``."""
+        common = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("flat")}
+        own = link_class(model).Settings(**{k: v for k, v in settings.items() if k not in common})
+        return cls(model, **{k: v for k, v in settings.items() if k in common}, settings=own)
+
+    @classmethod
+    def from_raw(cls, raw: Any, prefix: str, build: Any) -> NetworkConfig:
+        """The section from a flat mapping (every key and value checked; ConfigError).
+
+        ``build`` is the config builder
+        (:func:`wirelessfl.run.configtypes.build_dataclass`), which calls this hook.
+        """
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"'{prefix}' must be a mapping, got {short(raw)}")
+        raw = dict(raw)
+        model = raw.get("model", "none")
+        try:
+            own = link_class(model).Settings
+        except ValueError as exc:
+            raise ConfigError(f"{prefix}.{str(exc).replace('`', '')}") from None
+        common = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("flat")}
+        mine = {f.name for f in dataclasses.fields(own)}
+        for key in [k for k in raw if k not in common and k not in mine]:
+            owners = {name: f for name in LINK_MODELS
+                      for f in dataclasses.fields(link_class(name).Settings) if f.name == key}
+            if not owners:
+                valid = sorted((common | mine) - {"settings"})
+                raise ConfigError(f"unknown config key '{prefix}.{str(key)[:40]}'; valid keys "
+                                  f"under '{prefix}' with model {model}: {', '.join(valid)}")
+            if all(raw[key] == _default(f) for f in owners.values()):
+                del raw[key]  # another model's setting at its default: inert, as old folders hold
+                continue
+            raise ConfigError(f"{prefix}.{key} is a setting of link model "
+                              f"{' / '.join(owners)}, not of {model}: use it with model: "
+                              f"{next(iter(owners))} or remove it")
+        settings = build(own, {k: raw.pop(k) for k in mine if k in raw}, prefix)
+        return build(cls, raw, prefix, built={"settings": settings})
+
+    def flat(self) -> dict[str, Any]:
+        """The section as a config writes it: the common fields and the model's own."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if not f.metadata.get("flat")}
+        return {**out, **dataclasses.asdict(self.settings)}
 
 
 @dataclass(frozen=True)
@@ -266,12 +305,35 @@ class RoundCost:
         return cls(up, down, steps, clients, n, tuple(ids))
 
 
-class LinkModel:
-    """Round duration from a round's report under one :class:`NetworkConfig`."""
+class LinkModel(ABC):
+    """A link: how long a round takes and, for some, who arrives and what the server receives.
+
+    Subclasses set ``Settings`` (a frozen dataclass of their own settings; fields with
+    ``metadata={"shapes_learning": True}`` change what a run learns) and implement
+    :meth:`seconds`. A digital link that drops, schedules or compresses returns its
+    :class:`~wirelessfl.net.digital.DigitalUplink` from :meth:`digital_uplink`; an
+    over-the-air one its aggregator from :meth:`aggregator`.
+
+    Parameters
+    ----------
+    cfg : NetworkConfig
+        The run's network (``cfg.settings`` this model's ``Settings``).
+    num_params : int or None
+        d, the model's parameters (``params_per_vector`` scales payloads by its ratio to d).
+    num_clients : int or None
+        N, the clients of the population (channels are drawn for all N each round).
+    """
+
+    Settings: ClassVar[type] = NoSettings
+    #: Whether the link keeps a clock (``none`` does not: no simulated time).
+    clocked: ClassVar[bool] = True
 
     def __init__(self, cfg: NetworkConfig, num_params: int | None = None,
                  num_clients: int | None = None) -> None:
-        self.cfg = cfg
+        if type(cfg.settings) is not self.Settings:
+            raise ValueError(f"{type(self).__name__} takes {self.Settings.__name__} settings, got "
+                             f"{type(cfg.settings).__name__} (network.model {cfg.model})")
+        self.cfg, self.settings = cfg, cfg.settings
         self.scale = (1.0 if cfg.params_per_vector is None or not num_params
                       else cfg.params_per_vector / num_params)
         self.num_clients = num_clients
@@ -280,34 +342,56 @@ class LinkModel:
         """The round's :class:`RoundCost` with this model's ``params_per_vector`` scaling."""
         return RoundCost.from_report(report, self.scale, self.num_clients)
 
-    def rates(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Full-band rates R_i = B log2(1 + SNR ‖h_i‖²) of n clients' drawn channels, (n,)."""
-        cfg = self.cfg
-        h = simo_rayleigh((), n, cfg.antennas, rng)
-        return tdma_rate(h, db_to_lin(cfg.snr_db), cfg.bandwidth_hz)
-
     def round_seconds(self, report: Any, rng: np.random.Generator) -> float | None:
-        """Seconds of the round ``report`` describes (None for ``none``)."""
+        """Seconds of the round ``report`` describes (None: the link keeps no clock)."""
         return self.seconds(self.cost(report), rng)
 
+    @abstractmethod
     def seconds(self, cost: RoundCost, rng: np.random.Generator) -> float | None:
-        """Seconds of a round of cost ``cost`` (None for ``none``)."""
-        cfg = self.cfg
-        if cfg.model == "none":
-            return None
-        compute = cost.max_steps * cfg.step_seconds  # the slowest client's compute
-        up = cost.uplink * cfg.bits_per_param
-        down = cost.downlink * cfg.bits_per_param
-        if cfg.model == "fixed":  # every client has the same payloads and its own link
-            rate = cfg.rate_mbps * 1e6
-            return float(down / rate + compute + up / rate)
-        if cfg.model in DIGITAL:
-            rates = (self.rates(cost.clients, rng) if cost.ids is None
-                     else self.rates(cost.population, rng)[list(cost.ids)])
-            return float(deadline_outage(rates, up, None, access=cfg.model,
-                                         compute_s=compute).seconds)
-        # aircomp, eq. (34): one symbol per uploaded entry, all clients at once
-        return float(compute + cost.uplink * SYMBOL_S * SUBCARRIER_HZ / cfg.bandwidth_hz)
+        """Seconds of a round of cost ``cost``, its draws from ``rng`` only (None: no clock)."""
+
+    def shaping(self) -> list[str]:
+        """The settings, away from their defaults, by which this link changes what is learned."""
+        return [f.name for f in dataclasses.fields(self.settings)
+                if f.metadata.get("shapes_learning")
+                and getattr(self.settings, f.name) != _default(f)]
+
+    def aggregator(self, lr: float) -> Any:
+        """The aggregator every upload goes through (None: the algorithm's own, exact)."""
+        return None
+
+    def digital_uplink(self, num_clients: int, seeds: Any) -> Any:
+        """The :class:`~wirelessfl.net.digital.DigitalUplink` that decides who arrives (None)."""
+        return None
+
+    def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
+        """Refuse (ValueError, one line) a link under which no upload can ever be aggregated."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings})"
+
+
+class ChannelLink(LinkModel):
+    """A link over SIMO Rayleigh channels drawn each round (:class:`ChannelSettings`)."""
+
+    Settings: ClassVar[type] = ChannelSettings
+
+    def rates(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Full-band rates R_i = B log2(1 + SNR ‖h_i‖²) of n clients' drawn channels, (n,)."""
+        s = self.settings
+        h = simo_rayleigh((), n, s.antennas, rng)
+        return tdma_rate(h, db_to_lin(s.snr_db), s.bandwidth_hz)
+
+    def round_rates(self, cost: RoundCost, rng: np.random.Generator) -> np.ndarray:
+        """The rates of a round's clients: each its own of the N drawn (S drawn in old rows)."""
+        return (self.rates(cost.clients, rng) if cost.ids is None
+                else self.rates(cost.population, rng)[list(cost.ids)])
+
+
+def make_link(cfg: NetworkConfig, num_params: int | None = None,
+              num_clients: int | None = None) -> LinkModel:
+    """The :class:`LinkModel` of a run's network (its registered class)."""
+    return link_class(cfg.model)(cfg, num_params, num_clients)
 
 
 def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[float | None]:
@@ -320,7 +404,7 @@ def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[floa
     re-timed under a link model reports exactly the times a run trained under it would
     (training never reads the link's streams).
     """
-    if link.cfg.model == "none":
+    if not link.clocked:
         return [None] * len(rows)
     total, out, total_rounds = 0.0, [], 0
     for row in rows:
@@ -337,6 +421,8 @@ def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[floa
         for i, values in enumerate(costs or []):
             seconds = link.seconds(RoundCost.from_list(values),
                                    seeds.generator("network", first + i + 1))
+            if seconds is None:  # a link without a clock
+                return [None] * len(rows)
             total += seconds
         out.append(total)
     return out
@@ -345,52 +431,3 @@ def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[floa
 #: A run is refused when the chance that any client ever clears the truncation threshold
 #: over the whole run is below this.
 NEVER = 1e-9
-
-
-def check_reachable(cfg: NetworkConfig, steps: int, num_clients: int, rounds: int) -> None:
-    """Refuse (ValueError, one line) a link under which no upload can ever be aggregated.
-
-    - A deadline (``deadline_s``) that the fewest local ``steps`` of any client already miss
-      at ``step_seconds`` each, or that leaves less than one symbol (t_s) to upload: every
-      client is dropped every round.
-    - Under ``tdma``/``fdma``, an ``snr_db`` so low that every rate rounds to 0 bit/s (the
-      round time would be infinite, and ``sim_time_s`` null).
-    - Over the air, a ``truncation_db`` no client's average channel gain ‖h‖²/M reaches: the
-      gain of a unit Rayleigh channel over M antennas is Gamma(M, 1/M), so the chance that
-      any of ``num_clients`` clients clears it in any of ``rounds`` rounds is at most
-      N T P(Gamma(M, 1/M) ≥ g); below :data:`NEVER` every client stays silent.
-
-    Such runs used to train nothing and report the initial model's accuracy without a word.
-    """
-    if cfg.deadline_s is not None:
-        compute = steps * cfg.step_seconds
-        if compute >= cfg.deadline_s:
-            raise ValueError(f"network.deadline_s = {cfg.deadline_s:g} s is met by no client: "
-                             f"{steps} local steps x step_seconds {cfg.step_seconds:g} s = "
-                             f"{compute:g} s of computing alone; raise deadline_s or lower "
-                             "step_seconds")
-        if cfg.deadline_s - compute < SYMBOL_S:
-            raise ValueError(f"network.deadline_s = {cfg.deadline_s:g} s leaves less than one "
-                             f"symbol ({SYMBOL_S:.3g} s) to upload after computing: no upload "
-                             "can arrive; raise deadline_s")
-    if cfg.model in DIGITAL:  # a rate that rounds to 0 bit/s: no upload ever ends
-        from scipy.stats import gamma
-
-        strong = gamma.isf(NEVER, a=cfg.antennas)  # ‖h‖² of Rayleigh over M antennas, its tail
-        with np.errstate(over="ignore"):
-            best = cfg.bandwidth_hz * np.log2(1.0 + db_to_lin(cfg.snr_db) * strong)
-        if not best > 0:
-            raise ValueError(f"network.snr_db = {cfg.snr_db:g} dB is so low that every {cfg.model} "
-                             "rate rounds to 0 bit/s (log2(1 + SNR |h|^2) underflows): no upload "
-                             "would ever end; raise snr_db")
-    if cfg.aggregation == "over_the_air" and cfg.truncation_db is not None:
-        from scipy.stats import gamma
-
-        m = cfg.antennas
-        p = gamma.sf(db_to_lin(cfg.truncation_db), a=m, scale=1.0 / m)
-        if p * num_clients * rounds < NEVER:
-            raise ValueError(f"network.truncation_db = {cfg.truncation_db:g} dB silences every "
-                             f"client: the average gain of a Rayleigh channel over {m} antennas "
-                             f"exceeds it with probability {p:.2g}, so no client would transmit "
-                             f"in {rounds} rounds; lower truncation_db")
-

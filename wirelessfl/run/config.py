@@ -37,13 +37,12 @@ from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, short
 from wirelessfl.net.links import NetworkConfig
 from wirelessfl.run.configtypes import (
     AlgorithmConfig,
-    _lists,
-    algorithm_dict,
     build_algorithm,
     build_dataclass,
     check_name,
     checked,
     key_view,
+    plain,
 )
 from wirelessfl.server.population import PopulationConfig
 
@@ -331,9 +330,7 @@ def resolve(raw: dict[str, Any]) -> RunConfig:
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
     """Plain nested mapping of a config (round-trips through :func:`resolve`)."""
-    out = dataclasses.asdict(dataclasses.replace(cfg, algorithm=None))
-    out["algorithm"] = algorithm_dict(cfg.algorithm)
-    return _lists(out)
+    return plain(cfg)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

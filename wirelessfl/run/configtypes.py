@@ -98,7 +98,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, AlgorithmConfig):
         return algorithm_dict(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):  # a "flat" field's section sits at this level
+            v = _plain(getattr(value, f.name))
+            if f.metadata.get("flat"):
+                out.update(v)
+            else:
+                out[f.name] = v
+        return out
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -125,6 +132,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return value
     if tp is AlgorithmConfig:
         return build_algorithm(value, key)
+    if isinstance(tp, type) and callable(getattr(tp, "from_raw", None)):  # a section that sorts
+        return tp.from_raw(value, key, build_dataclass)  # its own keys (the network's link model)
     if dataclasses.is_dataclass(tp):
         return build_dataclass(tp, value, key)
     if origin is tuple:
@@ -226,7 +235,7 @@ def _lists(value: Any) -> Any:
     return value
 
 
-def key_view(value: Any) -> Any:
+def key_view(value: Any, keep: frozenset[str] | dict[str, Any] = frozenset()) -> Any:
     """The plain mapping a run's key is the hash of: ``value`` less the defaults of new fields.
 
     ``value`` is a resolved config or any part of it (dataclasses, algorithm sections, lists,
@@ -236,7 +245,8 @@ def key_view(value: Any) -> Any:
     hyperparameter class leaves every existing run key alone, and the new field re-keys only
     the runs that set it. A frozen field no longer on its class (a setting that moved, such as
     a link model's own settings) enters with its frozen default, so moving a field re-keys
-    nothing either.
+    nothing either. ``keep`` names fields that enter at any value (those a "flat" section
+    writes at its parent's level, which the parent's frozen record has).
 
     >>> from wirelessfl.run.config import resolve
     >>> key_view(resolve({"algorithm": {"name": "fedavg"}}))["network"]["model"]
@@ -252,8 +262,8 @@ def key_view(value: Any) -> Any:
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
             if f.metadata.get("flat"):  # a section written at its parent's level
-                out.update(key_view(v))
-            elif f.name in frozen or not has_default(f, v):
+                out.update(key_view(v, keep=frozen))
+            elif f.name in frozen or f.name in keep or not has_default(f, v):
                 out[f.name] = key_view(v)
         for name, default in frozen.items():
             if name not in out and default is not REQUIRED:
@@ -264,6 +274,11 @@ def key_view(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [key_view(v) for v in value]
     return value
+
+
+def plain(value: Any) -> Any:
+    """A resolved config (or any part of it) as the plain mapping a config file writes."""
+    return _lists(_plain(value))
 
 
 def qualified_name(cls: type) -> str:

@@ -38,12 +38,11 @@ from wirelessfl.run.config import (
     ConfigError,
     DataConfig,
     ModelConfig,
-    _lists,
     build_dataclass,
     check_name,
     checked,
 )
-from wirelessfl.run.configtypes import AlgorithmConfig, algorithm_dict, build_algorithm, key_view
+from wirelessfl.run.configtypes import AlgorithmConfig, build_algorithm, key_view, plain
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import check_finite
 from wirelessfl.run.shell import Job, Output
@@ -192,12 +191,11 @@ def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
 
 def multitask_to_dict(cfg: MultiTaskConfig) -> dict[str, Any]:
     """Plain nested mapping of a multi-task config (round-trips through :func:`resolve_multitask`)."""
-    out = dataclasses.asdict(dataclasses.replace(cfg, method=None))
-    out["method"] = algorithm_dict(cfg.method)
+    out = plain(cfg)
     for t in out["tasks"]:
         if t["sync_local"] is None:
             del t["sync_local"]
-    return _lists(out)
+    return out
 
 
 def build_simulator(cfg: MultiTaskConfig) -> tuple[Any, list[TaskEnv]]:

@@ -6,11 +6,12 @@ stands and only its simulated time changes; ``wirelessfl retime RUN --set networ
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from wirelessfl.errors import RunFolderError
-from wirelessfl.net.links import LEARNING_KEYS, LinkModel, check_reachable, retime
+from wirelessfl.net.links import NetworkConfig, learning_keys, link_class, make_link, retime
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, apply_overrides
 from wirelessfl.run.kinds import kind_of, resolve_config
@@ -36,7 +37,8 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     if bad:
         raise ConfigError(f"--set {bad[0]}: re-timing changes only network.* keys (the link), "
                           "not training; train a new run for other changes")
-    learning = [k for k in keys if k.split(".", 1)[-1] in LEARNING_KEYS]
+    shaping = learning_keys()  # derived from the registered link models' settings
+    learning = [k for k in keys if k.split(".", 1)[-1] in shaping]
     if learning:
         raise ConfigError(f"--set {learning[0]}: this setting changes what the run learned, not "
                           "only its clock; train a new run for it")
@@ -46,15 +48,12 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     raw = record.config()
     if not kind_of(raw).retimable or "algorithm" not in raw:
         raise ConfigError(f"{folder} is not a round-based run; only those can be re-timed")
-    net = raw.get("network") or {}
-    shaped = [k for k, default in (("deadline_s", None), ("scheduler", "uniform"),
-                                   ("compression", "none"))
-              if isinstance(net, dict) and net.get(k, default) != default]
-    if shaped:
-        raise ConfigError(f"{folder} was trained with network.{shaped[0]}: its link decided who "
-                          "was aggregated, so another link would change what it learned; train "
-                          "a new run instead")
-    cfg = resolve_config(apply_overrides(raw, overrides))
+    trained = make_link(resolve_config(raw).network)
+    if trained.shaping():
+        raise ConfigError(f"{folder} was trained with network.{trained.shaping()[0]}: its link "
+                          "decided who was aggregated, so another link would change what it "
+                          "learned; train a new run instead")
+    cfg = resolve_config(_for_new_model(apply_overrides(raw, overrides), keys))
     rows = record.rows()
     if not rows:
         raise RunFolderError(f"{folder} has no metrics rows yet")
@@ -63,10 +62,31 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     if bad is not None:
         raise RunFolderError(f"{folder}: a metrics row lacks its round or test_accuracy (the "
                              "folder is damaged or not a round-based run's); train it again")
+    link = make_link(cfg.network)
     try:  # a link whose rates round to 0 would clock every round as infinite
-        check_reachable(cfg.network, 0, 1, 1)
+        link.check_reachable(0, 1, 1)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    times = retime(rows, LinkModel(cfg.network), Seeds(cfg.seed))
+    times = retime(rows, link, Seeds(cfg.seed))
     return [{"round": r["round"], "test_accuracy": r["test_accuracy"], "sim_time_s": t}
             for r, t in zip(rows, times)]
+
+
+def _for_new_model(raw: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """``raw`` with the network settings the new link model lacks left out.
+
+    Re-timing a TDMA run under ``network.model=fixed`` keeps the run's ``step_seconds`` and
+    payloads; its ``snr_db`` and ``antennas`` belong to the old link, not the new one. A
+    setting named on the command line stays, so one the new model lacks is refused.
+    """
+    net = raw.get("network")
+    if not isinstance(net, dict):
+        return raw
+    try:
+        own = link_class(net.get("model", "none")).Settings
+    except ValueError:
+        return raw  # the unknown model is refused, with the known ones, when resolved
+    keep = ({f.name for f in dataclasses.fields(NetworkConfig)}
+            | {f.name for f in dataclasses.fields(own)}
+            | {k.split(".", 1)[1] for k in keys if k.startswith("network.")})
+    return {**raw, "network": {k: v for k, v in net.items() if k in keep}}

@@ -32,14 +32,12 @@ from wirelessfl.engine.client import ClientResult, LocalSGD, evaluate
 from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
-from wirelessfl.net.digital import DigitalUplink
-from wirelessfl.net.links import LinkModel, RoundCost, check_reachable
+from wirelessfl.net.links import LinkModel, RoundCost, make_link
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, RunConfig, key_view, resolve, to_dict
 from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.run.shell import Job, Output
-from wirelessfl.server.aggregation import AirComp
 from wirelessfl.server.population import make_population
 from wirelessfl.server.state import to_plain
 
@@ -103,21 +101,18 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     train = splits.train
     _check_model(model, cfg.model.name, train)
     net = cfg.network
-    uplink = (AirComp(net.snr_db, cfg.local.lr, antennas=net.antennas, method=net.beamforming,
-                      truncation_db=net.truncation_db, normalise=net.normalise)
-              if net.aggregation == "over_the_air" else None)
     d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
-    link = LinkModel(net, d, len(client_indices))
-    shaping = [k for k, v, default in (("deadline_s", net.deadline_s, None),
-                                       ("scheduler", net.scheduler, "uniform"),
-                                       ("compression", net.compression, "none")) if v != default]
+    link = make_link(net, d, len(client_indices))
+    uplink = link.aggregator(cfg.local.lr)
+    shaping = link.shaping() if uplink is None else []
+    digital = link.digital_uplink(len(client_indices), seeds)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=make_executor(cfg.engine, device, cfg.max_batch, model,
                                              cfg.workers, cfg.compile, cfg.replay),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
-                      link=DigitalUplink(link, len(client_indices), seeds) if shaping else None)
+                      link=digital)
     algo_cls = registry.get(cfg.algorithm.name)[1]
     if uplink is not None and not algo_cls.uses_uplink:
         raise ConfigError(f"network.aggregation over_the_air: {cfg.algorithm.name} aggregates its "
@@ -128,7 +123,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         raise ConfigError(f"network.{shaping[0]}: {cfg.algorithm.name} schedules and times its "
                           "own uplink; use it with the FedAvg family (fedavg, fedprox, scaffold, "
                           "fadamgc, moon, fedacg, feddyn, ...)")
-    if net.late != "drop" and not algo_cls.takes_late_uploads:
+    if digital is not None and digital.takes_late and not algo_cls.takes_late_uploads:
         raise ConfigError(f"network.late next_round: {cfg.algorithm.name} sums the second "
                           "vectors of its round's clients only, so a late one would be lost; "
                           "use late: drop with it")
@@ -149,7 +144,7 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
         (len(i) // cfg.local.batch_size if cfg.local.drop_last
          else -(-len(i) // cfg.local.batch_size)) for i in client_indices))
     try:
-        check_reachable(net, fewest, len(client_indices), cfg.rounds)
+        link.check_reachable(fewest, len(client_indices), cfg.rounds)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     algorithm = algo_cls(env, cfg.algorithm.hparams)
@@ -157,8 +152,8 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     if k is not None and k > len(client_indices):
         raise ConfigError(f"algorithm.clients_per_round = {k} is more than the "
                           f"{len(client_indices)} clients; lower it (or omit it: all take part)")
-    if net.scheduler != "uniform" and not hasattr(algorithm.sampler, "num"):
-        raise ConfigError(f"network.scheduler {net.scheduler} picks K clients a round: set "
+    if digital is not None and digital.schedules and not hasattr(algorithm.sampler, "num"):
+        raise ConfigError(f"network.scheduler {digital.cfg.scheduler} picks K clients a round: set "
                           "algorithm.hparams.clients_per_round (K)")
     return Experiment(cfg, device, seeds, splits, model, algorithm, link)
 

@@ -1,0 +1,113 @@
+"""``network.model: aircomp``: HIST's over-the-air uplink, timed by eq. (34), and its aggregate.
+
+All clients transmit at once, one symbol per uploaded entry on its own subcarrier: the round
+takes max_i steps_i·``step_seconds`` + d t_s Δf / B, whatever the number of clients. With
+``aggregation: over_the_air`` every vector the clients upload is aggregated over drawn SIMO
+channels at ``snr_db`` with ``antennas`` (:class:`~wirelessfl.server.aggregation.AirComp`,
+eqs. (21)–(28)), so the link changes what is learned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from typing_extensions import override
+
+from channels.rates import SUBCARRIER_HZ, SYMBOL_S
+from channels.units import db_to_lin
+from channels.validation import as_float
+from wirelessfl.net.links import NEVER, ChannelLink, ChannelSettings, RoundCost
+from wirelessfl.server.aggregation import AirComp
+
+AGGREGATIONS = ("exact", "over_the_air")
+_SHAPES = {"shapes_learning": True}
+
+
+@dataclass(frozen=True)
+class AirCompSettings(ChannelSettings):
+    """Settings of the over-the-air uplink.
+
+    Attributes
+    ----------
+    snr_db, antennas, bandwidth_hz
+        The channels (:class:`~wirelessfl.net.links.ChannelSettings`).
+    aggregation : str
+        ``exact`` (the link changes the clock only) or ``over_the_air`` (every uploaded
+        vector aggregated over the air). Deviation, stated: over-the-air learning is opt-in
+        [default ``exact``] so that runs made before it keep their numbers.
+    beamforming : str
+        Receive beamformer of ``over_the_air`` (``fast``, ``sca``, ``certified``, ...).
+    truncation_db : float or None
+        ``over_the_air``: clients whose average channel gain ‖h‖²/M is below this [dB]
+        stay silent (truncated channel inversion; None: none).
+    normalise : bool
+        ``over_the_air``: one common scale makes every transmitted symbol of power ≤ 1 (the
+        literature's transmit normalisation [default true]; false sends gradient-valued
+        symbols as HIST does, whose noise accumulates in SCAFFOLD's c and FAdamGC's y).
+    """
+
+    aggregation: str = field(default="exact", metadata=_SHAPES)
+    beamforming: str = field(default="fast", metadata=_SHAPES)
+    truncation_db: float | None = field(default=None, metadata=_SHAPES)
+    normalise: bool = field(default=True, metadata=_SHAPES)
+
+    def __post_init__(self) -> None:
+        from solvers.beamforming import METHODS
+
+        super().__post_init__()
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"`aggregation` must be one of {', '.join(AGGREGATIONS)}, got "
+                             f"{self.aggregation!r}")
+        if self.beamforming not in METHODS:
+            raise ValueError(f"`beamforming` must be one of {', '.join(METHODS)}, got "
+                             f"{self.beamforming!r}")
+        if self.truncation_db is not None:
+            as_float("truncation_db", self.truncation_db, lo=-200, hi=200)
+        inert = [k for k, v, d in (("beamforming", self.beamforming, "fast"),
+                                   ("truncation_db", self.truncation_db, None),
+                                   ("normalise", self.normalise, True)) if v != d]
+        if inert and self.aggregation != "over_the_air":
+            raise ValueError(f"`{inert[0]}` is a setting of over-the-air aggregation: add "
+                             "aggregation: over_the_air (with model: aircomp) or remove it")
+
+
+class AirCompLink(ChannelLink):
+    """Over-the-air uplink: eq. (34) time; with ``over_the_air`` its noisy aggregate."""
+
+    Settings: ClassVar[type] = AirCompSettings
+
+    @override
+    def seconds(self, cost: RoundCost, rng: np.random.Generator) -> float:
+        compute = cost.max_steps * self.cfg.step_seconds
+        return float(compute + cost.uplink * SYMBOL_S * SUBCARRIER_HZ / self.settings.bandwidth_hz)
+
+    @override
+    def aggregator(self, lr: float) -> AirComp | None:
+        s = self.settings
+        if s.aggregation != "over_the_air":
+            return None
+        return AirComp(s.snr_db, lr, antennas=s.antennas, method=s.beamforming,
+                       truncation_db=s.truncation_db, normalise=s.normalise)
+
+    @override
+    def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
+        """A ``truncation_db`` no client's average gain ‖h‖²/M reaches in the whole run.
+
+        The gain of a unit Rayleigh channel over M antennas is Gamma(M, 1/M), so the chance
+        that any of N clients clears g in any of T rounds is at most N T P(Gamma ≥ g); below
+        :data:`~wirelessfl.net.links.NEVER` every client stays silent.
+        """
+        s = self.settings
+        if s.aggregation != "over_the_air" or s.truncation_db is None:
+            return
+        from scipy.stats import gamma
+
+        m = s.antennas
+        p = gamma.sf(db_to_lin(s.truncation_db), a=m, scale=1.0 / m)
+        if p * num_clients * rounds < NEVER:
+            raise ValueError(f"network.truncation_db = {s.truncation_db:g} dB silences every "
+                             f"client: the average gain of a Rayleigh channel over {m} antennas "
+                             f"exceeds it with probability {p:.2g}, so no client would transmit "
+                             f"in {rounds} rounds; lower truncation_db")
