@@ -85,6 +85,7 @@ def test_resnet18_vectors_at_100_mbps_give_the_per_round_costs_implied_by_table2
     {"model": "tdma", "snr_db": 10.0, "step_seconds": 0.01},
     {"model": "aircomp", "step_seconds": 0.02},
     {"model": "fixed", "rate_mbps": 20.0},
+    {"model": "shadowed", "rate_mbps": 20.0, "shadowing_db": 6.0},
 ])
 def test_a_run_retimed_under_a_link_is_the_run_trained_under_it(tmp_path, link):
     """Training never reads the link's streams: re-timing a finished run under another link
@@ -139,3 +140,107 @@ def test_round_costs_between_rows_survive_a_resume(tmp_path, interrupt_after):
     assert [len(r.get("round_costs", [])) for r in full] == [0, 3, 2]
     assert [r["round_costs"] for r in cut[1:]] == [r["round_costs"] for r in full[1:]]
     assert [r["sim_time_s"] for r in cut[1:]] == [r["sim_time_s"] for r in full[1:]]
+
+
+def test_shadowed_links_are_fixed_links_with_log_normal_rates():
+    """σ = 0 is ``fixed`` exactly; σ > 0 draws per-client rates whose dB values are normal
+    around the median (a Monte Carlo check of mean and spread), and the round waits for the
+    slowest client, so it is never faster than the median link."""
+    from wirelessfl.net.links import RoundCost
+
+    cost = RoundCost(uplink=1e6, downlink=1e6, max_steps=3, clients=4, population=50,
+                     ids=(0, 7, 8, 40))
+    fixed = make_link(NetworkConfig.of("fixed", rate_mbps=20.0, step_seconds=0.1))
+    flat = make_link(NetworkConfig.of("shadowed", rate_mbps=20.0, shadowing_db=0.0,
+                                      step_seconds=0.1))
+    rng = np.random.default_rng
+    assert flat.seconds(cost, rng(0)) == pytest.approx(fixed.seconds(cost, rng(0)))
+    link = make_link(NetworkConfig.of("shadowed", rate_mbps=20.0, shadowing_db=8.0))
+    db = 10 * np.log10(link.rates(200_000, rng(1)) / 20e6)
+    assert abs(db.mean()) < 0.05 and db.std() == pytest.approx(8.0, rel=0.01)
+    times = [link.seconds(cost, rng(s)) for s in range(200)]
+    assert min(times) > 0 and np.median(times) > 2e6 * 32 / 20e6
+
+
+def test_a_user_registered_link_model_runs_from_a_config_and_is_retimed(tmp_path):
+    """One class and one register_link line: ``network.model: <name>`` with its own settings
+    trains, keeps a clock, and re-times; its settings are checked like the project's own."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from wirelessfl.net.links import LinkModel, register_link, unregister_link
+    from wirelessfl.run.config import ConfigError
+    from wirelessfl.run.retime import retime_run
+
+    @dataclass(frozen=True)
+    class HalfSettings:
+        seconds_per_param: float = 1e-6
+
+        def __post_init__(self):
+            if not self.seconds_per_param > 0:
+                raise ValueError("`seconds_per_param` must be > 0")
+
+    class Half(LinkModel):
+        Settings: ClassVar[type] = HalfSettings
+
+        def seconds(self, cost, rng):
+            return cost.uplink * self.settings.seconds_per_param / 2
+
+    register_link("my_half", Half)
+    try:
+        net = {"model": "my_half", "seconds_per_param": 2e-6}
+        times = _time(tmp_path, "mine", {"name": "fedavg"}, net)
+        d = 60 * 10 + 10
+        assert times[1] == pytest.approx(d * 1e-6) and times[2] == pytest.approx(2 * d * 1e-6)
+        with pytest.raises(ConfigError, match="seconds_per_param"):
+            resolve({**RAW, "algorithm": {"name": "fedavg"},
+                     "network": {"model": "my_half", "seconds_per_param": -1}})
+        with pytest.raises(ConfigError, match="setting of link model my_half, not of fixed"):
+            resolve({**RAW, "algorithm": {"name": "fedavg"},
+                     "network": {"model": "fixed", "seconds_per_param": 1.0}})
+        retimed = retime_run(tmp_path / "mine", ["network.seconds_per_param=4e-6"])
+        assert retimed[2]["sim_time_s"] == pytest.approx(4 * d * 1e-6)
+    finally:
+        unregister_link("my_half")
+    with pytest.raises(ConfigError, match="my_half"):
+        resolve({**RAW, "algorithm": {"name": "fedavg"}, "network": {"model": "my_half"}})
+
+
+def test_register_link_refuses_what_is_no_link_model():
+    from wirelessfl.net.links import register_link
+
+    with pytest.raises(ValueError, match="registered already"):
+        register_link("tdma", type(make_link(NetworkConfig.of("tdma"))))
+    with pytest.raises(TypeError, match="subclass of wirelessfl.net.links.LinkModel"):
+        register_link("my_int", int)
+    with pytest.raises(ValueError, match="identifier"):
+        register_link("../x", int)
+
+
+def test_a_run_folder_written_before_the_link_seam_resumes(tmp_path):
+    """Run folders written before the link models had their own settings hold every
+    network field flat (``rate_mbps`` and ``aggregation`` under tdma too): they resume, and
+    their run keys are those of today's configs."""
+    import yaml
+
+    from wirelessfl.report import RunSpec
+
+    raw = {**RAW, "name": "old", "algorithm": {"name": "fedavg"},
+           "network": {"model": "tdma", "snr_db": 12.0}}
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "old", quiet=True)
+    path = tmp_path / "old" / "config.yaml"
+    stored = yaml.safe_load(path.read_text())
+    stored["network"] = {"model": "tdma", "rate_mbps": 100.0, "step_seconds": 0.0,
+                         "bits_per_param": 32, "snr_db": 12.0, "antennas": 10,
+                         "bandwidth_hz": 9e6, "params_per_vector": None, "aggregation": "exact",
+                         "beamforming": "fast", "truncation_db": None, "normalise": True,
+                         "deadline_s": None, "scheduler": "uniform", "compression": "none",
+                         "max_bits": 16, "late": "drop"}
+    path.write_text(yaml.safe_dump(stored))
+    before = RunRecord(tmp_path / "old").rows()
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "old", resume=True, quiet=True)
+    assert RunRecord(tmp_path / "old").rows() == before
+    assert RunSpec("", "", None, 0, stored).key == RunSpec("", "", None, 0, raw).key
+    with pytest.raises(Exception, match="different config"):
+        run_job(RoundsJob(runner.prepare(resolve({**raw, "network": {"model": "tdma"}}))),
+                tmp_path / "old", resume=True, quiet=True)
