@@ -144,8 +144,10 @@ class DigitalLink(ChannelLink):
 
     @override
     def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
-        """A deadline no client meets (by computing alone, or with less than a symbol left), or
-        an ``snr_db`` so low that every rate rounds to 0 bit/s (the round would never end).
+        """Refuse a deadline no client meets, or an ``snr_db`` whose rates round to 0 bit/s.
+
+        The deadline is missed by computing alone, or leaves less than one symbol to upload;
+        at such an SNR no upload would ever end.
         """
         s, step_s = self.settings, self.cfg.step_seconds
         if s.deadline_s is not None:
