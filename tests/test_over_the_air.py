@@ -1,6 +1,8 @@
 """Over-the-air aggregation for any round-based algorithm (issue 33, item 1): HIST's AirComp
 transceiver with weights, truncation and normalisation, used by the FedAvg family."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -66,9 +68,10 @@ def test_over_the_air_estimate_is_unbiased_with_the_logged_mse(options):
     rng = np.random.default_rng(1)
     trees, w = _trees(rng, d=2000), np.array([1.0, 2.0, 1.0, 3.0, 1.0, 2.0])
     agg = AirComp(5.0, 0.1, antennas=4, **options)
-    z = []
+    z, silent = [], 0
     for call in range(60):
-        got = agg.aggregate(trees, w, np.random.default_rng([7, call]))
+        got, info = agg.aggregate(trees, w, np.random.default_rng([7, call]))
+        silent += info.silent
         h = simo_rayleigh((), 6, 4, np.random.default_rng([7, call]).spawn(2)[0])
         talk = ((np.abs(h) ** 2).mean(-1) >= 10 ** (options.get("truncation_db", -999) / 10))
         if not talk.any():
@@ -77,23 +80,26 @@ def test_over_the_air_estimate_is_unbiased_with_the_logged_mse(options):
         exact = sum(pi * t["w"] for pi, t in zip(p, trees))
         unit = (max(float(torch.cat([t["w"], t["b"]]).pow(2).mean().sqrt())
                     for t, on in zip(trees, talk) if on) if options.get("normalise") else 0.1)
-        z.append(((got["w"] - exact) / (unit * agg.mse_log[-1] ** 0.5)).numpy())
+        z.append(((got["w"] - exact) / (unit * info.mse ** 0.5)).numpy())
     z = np.concatenate(z)
     assert abs(z.mean()) < 4 / np.sqrt(z.size)
     assert z.var() == pytest.approx(1.0, rel=0.02)
     if "truncation_db" in options:
-        assert sum(agg.silent_log) > 0
+        assert silent > 0
 
 
 def test_noise_off_is_the_exact_mean_and_no_truncation_is_threshold_minus_infinity():
     rng = np.random.default_rng(2)
     trees, w = _trees(rng), np.ones(6)
-    quiet = AirComp(0.0, 0.1, antennas=3, noise_power=0.0).aggregate(trees, w, rng)
-    exact = Mean().aggregate(trees, w, rng)
+    quiet, info = AirComp(0.0, 0.1, antennas=3, noise_power=0.0).aggregate(trees, w, rng)
+    exact, none = Mean().aggregate(trees, w, rng)
     assert all(torch.equal(quiet[k], exact[k]) for k in exact)
-    a = AirComp(0.0, 0.1, antennas=3).aggregate(trees, w, np.random.default_rng(5))
-    b = AirComp(0.0, 0.1, antennas=3, truncation_db=-200.0).aggregate(trees, w, np.random.default_rng(5))
+    assert info.mse == 0.0 and none.mse is None and none.silent == 0   # the info carries the MSE
+    a, info_a = AirComp(0.0, 0.1, antennas=3).aggregate(trees, w, np.random.default_rng(5))
+    b, info_b = AirComp(0.0, 0.1, antennas=3, truncation_db=-200.0).aggregate(
+        trees, w, np.random.default_rng(5))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert info_a == info_b and info_a.mse > 0 and info_a.silent == 0
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "scaffold", "clients_per_round": 6},
@@ -196,11 +202,12 @@ def test_rafed_over_the_air_is_exact_without_noise_and_unbiased_with_it(name):
     for t in trees:  # scattered slices: zeros off each client's mask
         t["w"][rng.random(4000) < 0.5] = 0.0
     want = sum(float(a) * t["w"] for a, t in zip(w, trees))
-    errs = []
+    errs, mses = [], []
     for s in range(40):
-        got = air.aggregate(trees, w, np.random.default_rng(100 + s), unit=1.0)
+        got, info = air.aggregate(trees, w, np.random.default_rng(100 + s), unit=1.0)
         errs.append((w.sum() * got["w"] - want).numpy())
-    mse = np.mean(air.mse_log)
+        mses.append(info.mse)
+    mse = np.mean(mses)
     errs = np.concatenate(errs)
     assert abs(errs.mean()) < 4 * w.sum() * np.sqrt(mse / errs.size * 2)
     assert errs.var() == pytest.approx(w.sum() ** 2 * mse, rel=0.15)
@@ -210,3 +217,15 @@ def test_rafed_logs_its_aircomp_mse_over_the_air():
     exp = _exp({"name": "rafed", "clients_per_round": 6}, OTA)
     _, report = _rounds(exp, 2)
     assert report.aircomp_mse > 0 and "aircomp_mse" in report.logged()
+
+
+def test_one_mse_metric_name_and_old_run_folders_read_by_it(tmp_path):
+    """HIST, FedAvg and RA-Fed log one name, ``aircomp_mse``; rows written before under HIST's
+    old ``aircomp_mse_mean`` are read by the new name."""
+    from wirelessfl.algorithms.hist.hist import HISTReport
+
+    assert "aircomp_mse" in {f.name for f in dataclasses.fields(HISTReport)}
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"round": 0, "test_accuracy": 0.1}\n{"round": 1, "aircomp_mse_mean": 0.25}\n')
+    rows = RunRecord(tmp_path).rows()
+    assert rows[1]["aircomp_mse"] == 0.25 and "aircomp_mse_mean" not in rows[1]

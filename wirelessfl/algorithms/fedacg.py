@@ -70,8 +70,8 @@ class FedACG(FedAvg):
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
-        update, _ = self.combine(state, results)  # update = mean(start − w_k)
+        update, _, info = self.combine(state, results)  # update = mean(start − w_k)
         m = self._momentum(state)
         m = {k: self.hp.lam * m[k] - update[k] for k in m}
         params = {k: state.params[k] + m[k] for k in m}
-        return self.finish_round(state, params, FedACGState(m), results)
+        return self.finish_round(state, params, FedACGState(m), results, infos=(info,))

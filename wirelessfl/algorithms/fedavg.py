@@ -13,7 +13,7 @@ registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.engine.client import ClientResult, DeltaFold, FoldedResults
 from wirelessfl.models.base import Params
-from wirelessfl.server.aggregation import Aggregator, Mean
+from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
@@ -191,28 +191,35 @@ class FedAvg(FederatedAlgorithm):
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
-        update, _ = self.combine(state, results)
+        update, _, info = self.combine(state, results)
         params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
-        return self.finish_round(state, params, opt_state, results)
+        return self.finish_round(state, params, opt_state, results, infos=(info,))
 
-    def combine(self, state: ServerState, results: list[ClientResult]) -> tuple[Params, np.ndarray]:
-        """The aggregated pseudo-gradient (``noise`` stream) and the aggregation weights.
+    def combine(self, state: ServerState,
+                results: list[ClientResult]) -> tuple[Params, np.ndarray, AggregateInfo]:
+        """The aggregated pseudo-gradient (``noise`` stream), its weights and its info.
+
+        The info is the aggregation's :class:`~wirelessfl.server.aggregation.AggregateInfo`
+        (its MSE over the air).
 
         Results folded while training (:meth:`train`) bring their mean with them.
         """
         w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
         if isinstance(results, FoldedResults):
-            return results.fold.mean(), w
-        update = self.aggregator.aggregate([r.delta for r in results], w,
-                                           self.env.seeds.generator("noise", state.round))
-        return update, w
+            return results.fold.mean(), w, AggregateInfo()
+        update, info = self.aggregator.aggregate([r.delta for r in results], w,
+                                                 self.env.seeds.generator("noise", state.round))
+        return update, w, info
 
     def finish_round(self, state: ServerState, params: Params, opt_state: Any,
                      results: list[ClientResult], vectors_up: float = 1,
-                     vectors_down: float | None = None) -> tuple[ServerState, RoundReport]:
+                     vectors_down: float | None = None,
+                     infos: Sequence[AggregateInfo] = ()) -> tuple[ServerState, RoundReport]:
         """The next state (clients' new states stored, buffers averaged) and the report.
 
-        ``vectors_up``/``vectors_down`` count the d-vectors each client sends and receives.
+        ``vectors_up``/``vectors_down`` count the d-vectors each client sends and receives;
+        ``infos`` are what the round's aggregations returned (over the air: their mean MSE
+        and silent clients go into the report).
         """
         states = {**state.client_states, **{r.client: r.state for r in results
                                              if r.state is not None}}  # a rule's client state
@@ -224,22 +231,23 @@ class FedAvg(FederatedAlgorithm):
                       downlink_params=None if vectors_down is None else vectors_down * d)
         if self.aggregator.exact:
             return new, RoundReport(**fields)
-        log = getattr(self.aggregator, "mse_log", [])
-        nothing = bool(log) and math.isinf(log[0])  # the model's own upload: every client silent
-        mse, silent = self.aggregator.take_log()
+        nothing = bool(infos) and infos[0].received_nothing  # the model's own: all silent
+        mse, silent = AggregateInfo.merged(infos)
         return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent,
                                  cumulative={"empty_rounds": float(nothing)})
 
-    def uplink_sum(self, state: ServerState, trees: list[Params], coefs: np.ndarray) -> Params:
-        """Σ_i coef_i tree_i of a second uploaded vector, as received over the air.
+    def uplink_sum(self, state: ServerState, trees: list[Params],
+                   coefs: np.ndarray) -> tuple[Params, AggregateInfo]:
+        """Σ_i coef_i tree_i of a second uploaded vector, as received over the air, and its info.
 
         For control variates and tracking terms (gradient units, one symbol = 1); only for a
         non-exact uplink: exact algorithms keep their own arithmetic.
         """
         total = float(np.sum(coefs))
-        got = self.aggregator.aggregate(trees, np.asarray(coefs, float),
-                                        self.env.seeds.generator("noise", state.round, 1), unit=1.0)
-        return {k: total * v for k, v in got.items()}
+        got, info = self.aggregator.aggregate(trees, np.asarray(coefs, float),
+                                              self.env.seeds.generator("noise", state.round, 1),
+                                              unit=1.0)
+        return {k: total * v for k, v in got.items()}, info
 
 
 @dataclass(frozen=True)

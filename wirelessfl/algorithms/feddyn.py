@@ -110,7 +110,7 @@ class FedDyn(FedAvg):
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
-        update, _ = self.combine(state, results)
+        update, _, info = self.combine(state, results)
         mean, _ = self.server_opt.step(state.params, update, None)  # mean_{P_t} θ_i^t (η_s = 1)
         alpha, m = self.hp.alpha, self.env.num_clients
         h = self.opt_state(state).h
@@ -118,4 +118,4 @@ class FedDyn(FedAvg):
             h = {k: (0 if h is None else h[k]) + alpha / m * sum(r.delta[k] for r in results)
                  for k in update}
             mean = {k: v - h[k] / alpha for k, v in mean.items()}
-        return self.finish_round(state, mean, FedDynState(h), results)
+        return self.finish_round(state, mean, FedDynState(h), results, infos=(info,))

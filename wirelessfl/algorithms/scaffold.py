@@ -217,7 +217,8 @@ class SCAFFOLD(FedAvg):
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
         t, hp = state.round, self.hp
         c, _ = self._c_u(state)
-        update, w = self.combine(state, results)
+        update, w, info = self.combine(state, results)
+        infos = [info]
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         steps = float(np.mean([r.num_steps for r in results]))
         lr = self.client_lr(t)
@@ -236,9 +237,10 @@ class SCAFFOLD(FedAvg):
         if self.aggregator.exact or not dc:
             c = {k: c[k] + sum(float(a) * d[k] for a, d in zip(coef, dc)) for k in c}
         else:  # the Δc_i go up over the air too
-            got = self.uplink_sum(state, dc, coef)
+            got, more = self.uplink_sum(state, dc, coef)
+            infos.append(more)
             c = {k: c[k] + got[k] for k in c}
         new = SCAFFOLDState(c if hp.control_variates else None, u if hp.beta < 1 else None, server)
-        return self.finish_round(state, params, new, results,
+        return self.finish_round(state, params, new, results, infos=infos,
                                  vectors_up=2 if hp.control_variates else 1,
                                  vectors_down=1 + len(plan.broadcast))

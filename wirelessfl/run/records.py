@@ -48,6 +48,9 @@ from wirelessfl.run.safe_io import atomic_write, open_append, open_new, refuse_l
 
 __all__ = ["RunRecord", "atomic_write", "load_plain", "params_to_mb", "write_csv"]
 
+#: Metric names of rows written before, and the names they are read as.
+RENAMED = {"aircomp_mse_mean": "aircomp_mse"}  # HIST's, one name with FedAvg's and RA-Fed's
+
 BYTES_PER_PARAM = 4
 MB = 2**20
 
@@ -331,6 +334,9 @@ class RunRecord:
                 row = None
             if not isinstance(row, dict) or not isinstance(row.get("round"), int):
                 raise RunFolderError(f"{self.metrics_path} line {n} {damaged}")
+            for old, new in RENAMED.items():  # metrics renamed since: read by today's name
+                if old in row and new not in row:
+                    row[new] = row.pop(old)
             rows.append(row)
         return rows
 

@@ -10,17 +10,21 @@ Examples
 --------
 >>> import torch
 >>> d = [{"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([3.0, 6.0])}]
->>> Mean().aggregate(d, np.array([1.0, 3.0]), np.random.default_rng(0))["w"]
-tensor([2.5000, 5.0000])
+>>> update, info = Mean().aggregate(d, np.array([1.0, 3.0]), np.random.default_rng(0))
+>>> update["w"], info.mse
+(tensor([2.5000, 5.0000]), None)
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from channels.aircomp import AirCompCell
 from channels.rayleigh import simo_rayleigh
@@ -76,12 +80,45 @@ def _same_layout(first: Params, *others: Params) -> None:
                                  f"{tuple(v.shape)}")
 
 
+@dataclass(frozen=True)
+class AggregateInfo:
+    """What one aggregation says besides its update.
+
+    Attributes
+    ----------
+    mse : float or None
+        Over the air: the per-entry MSE (25) of the estimate (inf when every client was
+        silent); None for an exact aggregate.
+    silent : int
+        Clients that did not transmit (truncated channel inversion).
+    """
+
+    mse: float | None = None
+    silent: int = 0
+
+    @property
+    def received_nothing(self) -> bool:
+        """Whether nobody transmitted (the update is zero)."""
+        return self.mse is not None and math.isinf(self.mse)
+
+    @staticmethod
+    def merged(infos: Sequence[AggregateInfo]) -> tuple[float | None, int | None]:
+        """The round's mean MSE and its silent clients over several aggregations (None: exact)."""
+        over_air = [i for i in infos if i.mse is not None]
+        if not over_air:
+            return None, None
+        return (float(np.mean([i.mse for i in over_air])),
+                int(sum(i.silent for i in over_air)))
+
+
 class Aggregator(ABC):
     """Combine pseudo-gradients into one server update.
 
-    Contract: :meth:`aggregate` returns a tree with the keys and shapes of each input delta.
-    Clients that failed are not passed in; an empty list raises ``ValueError``. Randomness
-    (channel noise) comes only from ``rng``.
+    Contract: :meth:`aggregate` returns a tree with the keys and shapes of each input delta
+    and the :class:`AggregateInfo` of that aggregation (its MSE over the air). Clients that
+    failed are not passed in; an empty list raises ``ValueError``. Randomness (channel noise)
+    comes only from ``rng``. An aggregator keeps no log: what a round's aggregations say is
+    in their returned infos.
     """
 
     #: Whether the result is the exact weighted mean (no channel in between).
@@ -89,8 +126,9 @@ class Aggregator(ABC):
 
     @abstractmethod
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator, *, unit: float | None = None) -> Params:
-        """The server update.
+                  rng: np.random.Generator, *,
+                  unit: float | None = None) -> tuple[Params, AggregateInfo]:
+        """The server update and what the aggregation says about itself.
 
         ``unit`` is what one transmitted symbol is worth in the vectors' units (over the
         air the noise scales with it; None: the aggregator's own, e.g. γ for model deltas).
@@ -103,10 +141,12 @@ class Aggregator(ABC):
 class Mean(Aggregator):
     """The exact weighted mean (error-free orthogonal uplinks)."""
 
+    @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator, *, unit: float | None = None) -> Params:
+                  rng: np.random.Generator, *,
+                  unit: float | None = None) -> tuple[Params, AggregateInfo]:
         """Weighted mean of ``deltas``; ``rng`` and ``unit`` are unused."""
-        return weighted_mean(deltas, weights)
+        return weighted_mean(deltas, weights), AggregateInfo()
 
 
 def apply_update(params: Params, update: Params, lr: float = 1.0) -> Params:
@@ -127,8 +167,8 @@ class AirComp(Aggregator):
     precoders (23), MSE (25)). u is the value of one transmitted symbol: HIST's clients send
     their accumulated gradients δ_i = Δ_i / γ (21), so for model deltas u = γ (``lr``) and
     the edge step (27) carries noise γ Z. ``real_part=True`` halves the variance (§8.4 item
-    16); ``noise_power=0`` gives the exact mean. Every call appends its MSE (the variance of
-    one symbol's estimate) to :attr:`mse_log` and its silent clients to :attr:`silent_log`.
+    16); ``noise_power=0`` gives the exact mean. Every call returns its MSE (the variance of
+    one symbol's estimate) and its silent clients in its :class:`AggregateInfo`.
 
     Beyond HIST, for any algorithm's uplink (``network.aggregation: over_the_air``):
 
@@ -181,11 +221,11 @@ class AirComp(Aggregator):
         self.snr_db, self.lr, self.antennas, self.method = snr_db, lr, int(antennas), method
         self.noise_power, self.real_part, self.tight_power = noise_power, real_part, tight_power
         self.truncation_db, self.normalise = truncation_db, bool(normalise)
-        self.mse_log: list[float] = []
-        self.silent_log: list[int] = []
 
+    @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator, *, unit: float | None = None) -> Params:
+                  rng: np.random.Generator, *,
+                  unit: float | None = None) -> tuple[Params, AggregateInfo]:
         """Weighted mean of ``deltas`` plus the AirComp noise of a freshly drawn channel."""
         channel_rng, noise_rng = rng.spawn(2)
         n = len(deltas)
@@ -195,16 +235,15 @@ class AirComp(Aggregator):
         if self.truncation_db is not None:
             talk = (np.abs(h) ** 2).mean(-1) >= db_to_lin(self.truncation_db)
             w = np.where(talk, w, 0.0)
-        self.silent_log.append(int(n - talk.sum()))
+        silent = int(n - talk.sum())
         if not talk.any():  # nobody transmits: nothing is received
-            self.mse_log.append(float("inf"))
-            return {k: torch.zeros_like(v) for k, v in deltas[0].items()}
+            return ({k: torch.zeros_like(v) for k, v in deltas[0].items()},
+                    AggregateInfo(float("inf"), silent))
         beam = beamforming.solve(h[talk], self.method, seed=channel_rng).a
         uniform = talk.all() and np.all(w == w[0])
         cell = AirCompCell(h, beam, power=db_to_lin(self.snr_db), noise_power=self.noise_power,
                            tight_power=self.tight_power, weights=None if uniform else w)
         mse = float(cell.mse) / (2.0 if self.real_part else 1.0)
-        self.mse_log.append(float(cell.mse))
         mean = weighted_mean(deltas, np.ones(n) if uniform else w)
         scale = self.lr if unit is None else unit
         if self.normalise:  # one common scale: every symbol of average power <= 1
@@ -212,14 +251,8 @@ class AirComp(Aggregator):
                         for d, on in zip(deltas, talk) if on)
         gen = torch.Generator(device="cpu").manual_seed(int(noise_rng.integers(2**63)))
         std = scale * mse ** 0.5
-        return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
-                for k, v in mean.items()}
-
-    def take_log(self) -> tuple[float | None, int | None]:
-        """The mean MSE and the silent clients of the calls since the last take; clears."""
-        mse, silent = self.mse_log, self.silent_log
-        self.mse_log, self.silent_log = [], []
-        return (float(np.mean(mse)) if mse else None), (int(sum(silent)) if silent else None)
+        return ({k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
+                 for k, v in mean.items()}, AggregateInfo(float(cell.mse), silent))
 
     def __repr__(self) -> str:
         return (f"AirComp(snr_db={self.snr_db}, M={self.antennas}, method={self.method!r}, "

@@ -99,7 +99,7 @@ class Continuous(FedAvg):
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
-        update, _ = self.combine(state, results)
+        update, _, info = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         return self.finish_round(state, params, ContinuousState(plan.broadcast["teacher"], server),
-                                 results)
+                                 results, infos=(info,))

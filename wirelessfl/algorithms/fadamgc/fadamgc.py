@@ -206,10 +206,11 @@ class FAdamGC(FedAvg):
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
-        update, _ = self.combine(state, results)
+        update, _, info = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         y, tracked = plan.broadcast["y"], plan.broadcast["tracked"]
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        infos = [info]
         if tracked:  # y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i)
             def y_of(tree: dict | None) -> Params:
                 got = (tree or {}).get("y")
@@ -220,9 +221,10 @@ class FAdamGC(FedAvg):
             if self.aggregator.exact or not dy:
                 y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
             else:  # the y_i changes go up over the air too
-                got = self.uplink_sum(state, dy, np.full(len(dy), 1.0 / self.env.num_clients))
+                got, more = self.uplink_sum(state, dy, np.full(len(dy), 1.0 / self.env.num_clients))
+                infos.append(more)
                 y = {k: y[k] + got[k] for k in y}
         new = FAdamGCState(y if self.hp.correction != "none" else None, server)
         share = len(tracked) / max(1, len(results))
-        return self.finish_round(state, params, new, results, vectors_up=1 + share,
+        return self.finish_round(state, params, new, results, infos=infos, vectors_up=1 + share,
                                  vectors_down=1 if self.hp.correction == "none" else 2)

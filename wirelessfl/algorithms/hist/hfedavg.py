@@ -30,7 +30,13 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.engine.client import ClientResult
 from wirelessfl.models.base import Params
-from wirelessfl.server.aggregation import Aggregator, Mean, apply_update, weighted_mean
+from wirelessfl.server.aggregation import (
+    AggregateInfo,
+    Aggregator,
+    Mean,
+    apply_update,
+    weighted_mean,
+)
 from wirelessfl.server.state import RoundPlan
 from wirelessfl.server.topology import Topology
 
@@ -64,10 +70,13 @@ class CellsPlan(RoundPlan):
 
 @dataclass(frozen=True)
 class CellsOutcome:
-    """End of the E edge rounds: each cell's model and every client result."""
+    """End of the E edge rounds: each cell's model, every client result, and what each edge
+    aggregation returned (:class:`~wirelessfl.server.aggregation.AggregateInfo`).
+    """
 
     edge_params: list[Params]
     results: list[ClientResult]
+    infos: tuple[AggregateInfo, ...] = ()
 
 
 class HFedAvg(FederatedAlgorithm):
@@ -95,6 +104,7 @@ class HFedAvg(FederatedAlgorithm):
         cells = self.topology.cells
         edge = list(starts)
         results: list[ClientResult] = []
+        infos: list[AggregateInfo] = []
         for e in range(self.hp.edge_rounds):
             clients = [u for c in cells for u in c]
             begin = [edge[j] for j, c in enumerate(cells) for _ in c]
@@ -103,12 +113,13 @@ class HFedAvg(FederatedAlgorithm):
             for j, c in enumerate(cells):
                 cell_res = out[pos:pos + len(c)]
                 pos += len(c)
-                update = self.cell_aggregator(j).aggregate(
+                update, info = self.cell_aggregator(j).aggregate(
                     [r.delta for r in cell_res], np.ones(len(c)),
                     self.env.seeds.generator("noise", t, e, j))
+                infos.append(info)
                 edge[j] = apply_update(edge[j], update)
             results.extend(out)
-        return CellsOutcome(edge, results)
+        return CellsOutcome(edge, results, tuple(infos))
 
     def cells_plan(self, cell_starts: Sequence[Params], **more: Any) -> CellsPlan:
         """The plan of a round in which cell j starts from ``cell_starts[j]`` (every client trains)."""

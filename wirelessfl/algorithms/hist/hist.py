@@ -41,7 +41,7 @@ from wirelessfl.algorithms.hist.hparams import HISTHParams, table_uplink_mb
 from wirelessfl.engine.client import steps_per_call
 from wirelessfl.models.base import Params
 from wirelessfl.net.resources import by_half, draw_cpu, draw_resources, unit_latency
-from wirelessfl.server.aggregation import Aggregator, AirComp, weighted_mean
+from wirelessfl.server.aggregation import AggregateInfo, Aggregator, AirComp, weighted_mean
 from wirelessfl.server.submodel import Submodel, random_disjoint_selections
 
 
@@ -64,13 +64,15 @@ class HISTReport(RoundReport):
         Parameters of each cell's submodel.
     mask_sizes : list of list of int or None
         k_j per split group and cell (None without splitting).
-    aircomp_mse_mean : float or None
-        Mean AirComp MSE of the round's edge aggregations (OMA: None).
+    aircomp_mse : float or None
+        Mean AirComp MSE (25) of the round's edge aggregations (OMA: None); the name every
+        over-the-air round logs (run folders written before call it ``aircomp_mse_mean``,
+        read as this by :meth:`~wirelessfl.run.records.RunRecord.rows`).
     """
 
     submodel_params: list[int] | None = None
     mask_sizes: list[list[int]] | None = None
-    aircomp_mse_mean: float | None = None
+    aircomp_mse: float | None = None
 
 
 class HIST(HFedAvg):
@@ -171,9 +173,6 @@ class HIST(HFedAvg):
         """Round t's channels and C_j, the mask sizes and each cell's submodel (Algorithm 1, l. 3)."""
         full = self._full_latency(state.round, num_params(state.params))
         subs, starts, sizes = self._dispatch(state.params, state.round, full)
-        for agg in self.aggregators:
-            if isinstance(agg, AirComp):
-                agg.mse_log.clear()
         return self.cells_plan(starts, subs=subs, sizes=sizes, full_latency=full)
 
     @override
@@ -194,13 +193,13 @@ class HIST(HFedAvg):
             share = sizes[0] / self.groups[0].size if sizes else np.ones(hp.cells)
             cumulative["uplink_mb_paper_per_client"] = table_uplink_mb(
                 hp.edge_rounds, *paper, float(share[per_client].mean()))
-        mse = [m for a in self.aggregators if isinstance(a, AirComp) for m in a.mse_log]
+        mse, _ = AggregateInfo.merged(outcome.infos)
         new = ServerState(new_params, t + 1, state.opt_state, state.client_states, state.buffers)
         return new, HISTReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
                                train_loss=loss, latency_s=latency, clients=diag,
                                cumulative=cumulative, submodel_params=sub_sizes.tolist(),
                                mask_sizes=[s.tolist() for s in sizes] if sizes else None,
-                               aircomp_mse_mean=float(np.mean(mse)) if mse else None)
+                               aircomp_mse=mse)
 
     def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
         """Eq. (7): split entries from their owner cell, the rest averaged over cells.

@@ -81,6 +81,7 @@ from wirelessfl.engine.client import ClientResult, steps_per_call
 from wirelessfl.models.base import Params
 from wirelessfl.net.compression import compress, relative_error
 from wirelessfl.net.resources import draw_cpu, draw_fdma_rates, full_model_seconds, largest_level_in_time
+from wirelessfl.server.aggregation import AggregateInfo
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
 from wirelessfl.server.submodel import Submodel
@@ -187,13 +188,13 @@ class RAFed(FederatedAlgorithm):
         opt = self.opt_state(state)
         weights = (np.array([r.num_samples for r in results], float)
                    if hp.weighting == "samples" else np.ones(len(results)))
-        air = self.env.uplink
+        air, infos = self.env.uplink, []
         new_params, usum, states, cov = coverage_aggregate(
             params, plan.subs, results, weights, plan.lr,
             memory_dtype=hp.memory_dtype if hp.memory else None, client_states=state.client_states,
             usum=opt.usum, num_clients=self.env.num_clients,
-            uplink=None if air is None else self._over_the_air(state.round, plan.lr))
-        mse, silent = air.take_log() if air is not None else (None, None)
+            uplink=None if air is None else self._over_the_air(state.round, plan.lr, infos))
+        mse, silent = AggregateInfo.merged(infos)
         loss, diag = client_diagnostics(results)
         sliced = [s.slice(params) for s in plan.subs]  # each client's θ_q ⊙ m, for sizes and ŵ₁²
         sizes = np.array([num_params(p) for p in sliced], float)
@@ -214,16 +215,18 @@ class RAFed(FederatedAlgorithm):
             memory_mb=client_store.nbytes(states) / 2**20 if hp.memory else None,
             aircomp_mse=mse, silent_clients=silent)
 
-    def _over_the_air(self, t: int, lr: float):
+    def _over_the_air(self, t: int, lr: float, infos: list[AggregateInfo]):
         """Σ_n w_n tree_n as received over the air in round t (``network.aggregation``).
 
-        A symbol is a gradient: RA-Fed's D_n/γ, RAM-Fed's Δ − u_n (already /γ).
+        A symbol is a gradient: RA-Fed's D_n/γ, RAM-Fed's Δ − u_n (already /γ). Each
+        aggregation's info is appended to ``infos`` (the round's, for its report).
         """
         unit = 1.0 if self.hp.memory else lr
 
         def received(trees: list[Params], w: np.ndarray) -> Params:
-            got = self.env.uplink.aggregate(trees, w, self.env.seeds.generator("noise", t),
-                                            unit=unit)
+            got, info = self.env.uplink.aggregate(trees, w, self.env.seeds.generator("noise", t),
+                                                  unit=unit)
+            infos.append(info)
             return {k: float(w.sum()) * v for k, v in got.items()}
         return received
 
