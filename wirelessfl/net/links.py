@@ -365,7 +365,13 @@ class LinkModel(ABC):
         return None
 
     def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
-        """Refuse (ValueError, one line) a link under which no upload can ever be aggregated."""
+        """Refuse (ValueError, one line) a link under which no upload can ever be aggregated.
+
+        ``steps`` are the fewest local steps of any client, over ``num_clients`` clients and
+        ``rounds`` rounds. Such runs used to train nothing and report the initial model's
+        accuracy without a word. A link that always delivers has nothing to refuse.
+        """
+        return
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.settings})"

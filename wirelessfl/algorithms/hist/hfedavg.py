@@ -70,8 +70,10 @@ class CellsPlan(RoundPlan):
 
 @dataclass(frozen=True)
 class CellsOutcome:
-    """End of the E edge rounds: each cell's model, every client result, and what each edge
-    aggregation returned (:class:`~wirelessfl.server.aggregation.AggregateInfo`).
+    """End of the E edge rounds: each cell's model, every client result, the edge infos.
+
+    ``infos`` are what each edge aggregation returned
+    (:class:`~wirelessfl.server.aggregation.AggregateInfo`: over the air, its MSE).
     """
 
     edge_params: list[Params]
