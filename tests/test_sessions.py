@@ -48,7 +48,10 @@ def test_a_session_start_resets_the_algorithm_state_and_restarts_the_schedule():
     fresh = exp.algorithm.start_session(state, 2)
     assert fresh.opt_state is None and dict(fresh.client_states) == {}
     assert fresh.params is state.params and fresh.round == 2      # the model is kept
-    assert exp.algorithm.client_lr(2) == RAW["local"]["lr"]       # poly restarted (§4.3)
+    assert fresh.schedule_origin == 2 and state.schedule_origin == 0  # in the state
+    assert exp.algorithm.client_lr(2, fresh.schedule_origin) == RAW["local"]["lr"]  # poly restarted (§4.3)
+    after, _ = exp.algorithm.apply(fresh)
+    assert after.schedule_origin == 2                              # carried round to round
     moon = runner.prepare(resolve({**RAW, "algorithm": {"name": "moon"}}))
     s = moon.initial_state()
     s, _ = moon.algorithm.apply(s)

@@ -132,17 +132,20 @@ class FederatedAlgorithm(ABC):
     def __init__(self, env: Environment) -> None:
         self.env = env
         self.update: ClientUpdate = env.update  # a rule with its own local step replaces it
-        self.schedule_origin = 0  # round at which the learning-rate schedule (re)started
+        #: ``state.schedule_origin`` of the round being applied (read by :meth:`client_lr`;
+        #: the state holds it, :meth:`apply` copies it here for the round's helpers).
+        self._origin = 0
 
-    def restart_schedule(self, t: int) -> None:
-        """Restart the client learning-rate schedule at round ``t`` (e.g. a new session)."""
-        self.schedule_origin = t
+    def client_lr(self, t: int, origin: int | None = None) -> float | None:
+        """The scheduled client learning rate of round ``t`` (None: constant ``local.lr``).
 
-    def client_lr(self, t: int) -> float | None:
-        """The scheduled client learning rate of round ``t`` (None: constant ``local.lr``)."""
+        ``origin`` is the round the schedule (re)started at
+        (:attr:`~wirelessfl.server.state.ServerState.schedule_origin`; None: that of the
+        state being applied).
+        """
         if self.env.local.schedule == "constant":
             return None
-        return scheduled_lr(self.env.local, t - self.schedule_origin)
+        return scheduled_lr(self.env.local, t - (self._origin if origin is None else origin))
 
     def start_session(self, state: ServerState, t: int) -> ServerState:
         """Round ``t`` opens a new session (``docs/papers/dynamic_clients.md`` §2.7, §4.3).
@@ -154,9 +157,8 @@ class FederatedAlgorithm(ABC):
         persist across sessions (MOON's previous local models) keeps it by overriding
         :meth:`session_client_states`.
         """
-        self.restart_schedule(t)
         return ServerState(state.params, state.round, None, self.session_client_states(state),
-                           state.buffers)
+                           state.buffers, schedule_origin=t)
 
     def session_client_states(self, state: ServerState) -> Mapping[int, Any]:
         """Client states kept at a session start (none by default)."""
@@ -175,6 +177,7 @@ class FederatedAlgorithm(ABC):
         arrive by the deadline are aggregated (compressed as the link fits them) and the
         report carries the :class:`~wirelessfl.net.digital.Delivery` and its duration.
         """
+        self._origin = state.schedule_origin
         plan = self.configure(state)
         results = self.train(state, plan)
         link = self.env.link

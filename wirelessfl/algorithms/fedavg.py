@@ -224,7 +224,8 @@ class FedAvg(FederatedAlgorithm):
         states = {**state.client_states, **{r.client: r.state for r in results
                                              if r.state is not None}}  # a rule's client state
         new = ServerState(params, state.round + 1, opt_state, states,
-                          mean_buffers(results, state.buffers))
+                          mean_buffers(results, state.buffers),
+                          schedule_origin=state.schedule_origin)
         loss, diag = client_diagnostics(results)
         d = float(num_params(state.params))
         fields = dict(uplink_params=vectors_up * d, train_loss=loss, clients=diag,

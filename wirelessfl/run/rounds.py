@@ -194,7 +194,7 @@ def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
             "client_states": dict(state.client_states),  # already on the CPU (client_store)
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time,
-            "totals": dict(totals),
+            "totals": dict(totals), "schedule_origin": state.schedule_origin,
             **({"late": [_to_device(dataclasses.asdict(r), torch.device("cpu"))
                          for r in state.late]} if state.late else {})}
 
@@ -225,10 +225,14 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
         raise RunFolderError(f"{where}'s algorithm state does not fit {exp.config.algorithm.name} "
                              f"({str(exc)[:120]}); the folder is damaged: start the run again "
                              "with another --out") from None
+    origin = ckpt.get("schedule_origin", 0)  # a restarted lr schedule resumes as it was
+    if isinstance(origin, bool) or not isinstance(origin, int) or not 0 <= origin <= t:
+        raise RunFolderError(f"{where}'s schedule origin is damaged; start the run again with "
+                             "another --out")
     return ServerState({k: v.to(exp.device) for k, v in params.items()}, t, opt_state,
                        dict(ckpt.get("client_states") or {}),  # the store stays on the CPU
                        {k: v.to(exp.device) for k, v in buffers.items()},
-                       _late_uploads(ckpt.get("late", []), init.params, exp))
+                       _late_uploads(ckpt.get("late", []), init.params, exp), origin)
 
 
 def _late_uploads(plain: Any, params: Params, exp: Experiment) -> tuple[ClientResult, ...]:
@@ -349,11 +353,6 @@ class RoundsJob(Job):
     @override
     def restore(self, ckpt: dict[str, Any]) -> None:
         self.state = _restore(ckpt, self.exp)
-        origin = ckpt.get("schedule_origin", 0)
-        if not isinstance(origin, int) or not 0 <= origin <= self.cfg.rounds:
-            raise RunFolderError("--resume: the checkpoint's schedule origin is damaged; start "
-                                 "the run again with another --out")
-        self.exp.algorithm.schedule_origin = origin  # a restarted lr schedule resumes as it was
         self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
         self.totals = dict(ckpt.get("totals", {}))
         costs = ckpt.get("round_costs", [])
@@ -440,7 +439,6 @@ class RoundsJob(Job):
                 out.tick(t)
             if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
                 out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
-                                "schedule_origin": exp.algorithm.schedule_origin,
                                 "round_costs": self.costs,
                                 **({"sessions": self.starts.state_dict()} if self.starts else {})})
 

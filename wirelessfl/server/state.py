@@ -105,6 +105,9 @@ class ServerState:
     late : tuple of ClientResult
         Uploads that missed the last round's deadline and join this round's aggregate
         (``network.late: next_round``); their clients are not sampled this round.
+    schedule_origin : int
+        The round at which the client learning-rate schedule (re)started (a new session of
+        dynamic clients restarts it, ``docs/papers/dynamic_clients.md`` §2.7).
     """
 
     params: Params
@@ -113,6 +116,7 @@ class ServerState:
     client_states: Mapping[int, Any] = field(default_factory=dict)
     buffers: Params = field(default_factory=dict)
     late: tuple[Any, ...] = ()
+    schedule_origin: int = 0
 
 
 @dataclass(frozen=True, eq=False)

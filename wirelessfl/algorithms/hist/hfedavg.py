@@ -144,6 +144,7 @@ class HFedAvg(FederatedAlgorithm):
         t = state.round
         params = weighted_mean(outcome.edge_params, np.ones(self.topology.num_cells))
         loss, diag = client_diagnostics(outcome.results)
-        new = ServerState(params, t + 1, state.opt_state, state.client_states, state.buffers)
+        new = ServerState(params, t + 1, state.opt_state, state.client_states, state.buffers,
+                          schedule_origin=state.schedule_origin)
         return new, RoundReport(uplink_params=float(self.hp.edge_rounds * num_params(params)),
                                 train_loss=loss, clients=diag)

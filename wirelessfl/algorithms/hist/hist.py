@@ -194,7 +194,8 @@ class HIST(HFedAvg):
             cumulative["uplink_mb_paper_per_client"] = table_uplink_mb(
                 hp.edge_rounds, *paper, float(share[per_client].mean()))
         mse, _ = AggregateInfo.merged(outcome.infos)
-        new = ServerState(new_params, t + 1, state.opt_state, state.client_states, state.buffers)
+        new = ServerState(new_params, t + 1, state.opt_state, state.client_states, state.buffers,
+                          schedule_origin=state.schedule_origin)
         return new, HISTReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
                                train_loss=loss, latency_s=latency, clients=diag,
                                cumulative=cumulative, submodel_params=sub_sizes.tolist(),

@@ -202,7 +202,7 @@ class RAFed(FederatedAlgorithm):
         prev = float("inf") if opt.gamma_star is None else opt.gamma_star
         gamma_star = min(prev, log["coverage_min"]) if log["coverage_min"] > 0 else opt.gamma_star
         new = ServerState(new_params, state.round + 1, RAFedState(usum, gamma_star), states,
-                          state.buffers)
+                          state.buffers, schedule_origin=state.schedule_origin)
         return new, SubmodelReport(
             uplink_params=float(sizes.mean()) if len(sizes) else 0.0, train_loss=loss,
             clients=diag, latency_s=float(plan.seconds.max(initial=0.0)) if self._timed else None,
