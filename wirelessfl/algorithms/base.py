@@ -136,6 +136,11 @@ class FederatedAlgorithm(ABC):
         #: the state holds it, :meth:`apply` copies it here for the round's helpers).
         self._origin = 0
 
+    @property
+    def clients_per_round(self) -> int | None:
+        """K, the clients its sampler picks a round (None: every present client, or its own way)."""
+        return getattr(getattr(self, "sampler", None), "num", None)
+
     def client_lr(self, t: int, origin: int | None = None) -> float | None:
         """The scheduled client learning rate of round ``t`` (None: constant ``local.lr``).
 

@@ -53,6 +53,8 @@ class Experiment:
     model: FLModel
     algorithm: FederatedAlgorithm
     link: LinkModel | None = None
+    #: What the algorithm runs in (data, clients, executor, population), as built here.
+    env: Environment | None = None
 
     def initial_state(self) -> ServerState:
         """Server state before round 0."""
@@ -148,14 +150,14 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     algorithm = algo_cls(env, cfg.algorithm.hparams)
-    k = getattr(getattr(algorithm, "sampler", None), "num", None)
+    k = algorithm.clients_per_round
     if k is not None and k > len(client_indices):
         raise ConfigError(f"algorithm.clients_per_round = {k} is more than the "
                           f"{len(client_indices)} clients; lower it (or omit it: all take part)")
-    if digital is not None and digital.schedules and not hasattr(algorithm.sampler, "num"):
+    if digital is not None and digital.schedules and k is None:
         raise ConfigError(f"network.scheduler {digital.cfg.scheduler} picks K clients a round: set "
                           "algorithm.hparams.clients_per_round (K)")
-    return Experiment(cfg, device, seeds, splits, model, algorithm, link)
+    return Experiment(cfg, device, seeds, splits, model, algorithm, link, env)
 
 
 def _check_model(model: FLModel, name: str, train: Any) -> None:
@@ -242,7 +244,7 @@ def _late_uploads(plain: Any, params: Params, exp: Experiment) -> tuple[ClientRe
     if not isinstance(plain, list) or not all(
             isinstance(r, dict) and set(r) == fields and isinstance(r["delta"], dict)
             and {k: tuple(getattr(v, "shape", ())) for k, v in r["delta"].items()} == shapes
-            and isinstance(r["client"], int) and 0 <= r["client"] < exp.algorithm.env.num_clients
+            and isinstance(r["client"], int) and 0 <= r["client"] < exp.env.num_clients
             for r in plain):
         raise RunFolderError("--resume: the checkpoint's late uploads do not fit the model of "
                              "config.yaml; the folder is damaged: start the run again with "
@@ -384,7 +386,7 @@ class RoundsJob(Job):
             with deterministic_mode(self.cfg.deterministic):
                 self._rounds(out)
         finally:  # worker processes of engine: distributed stop with the run
-            close = getattr(self.exp.algorithm.env.executor, "close", None)
+            close = getattr(self.exp.env.executor, "close", None)
             if close is not None:
                 close()
 
@@ -397,7 +399,7 @@ class RoundsJob(Job):
         # a resumed run that had already stopped at its target does not train on
         done = cfg.stop_at_target and first_reaching(out.record.rows(),
                                                      cfg.target_accuracy) is not None
-        population = exp.algorithm.env.population
+        population = exp.env.population
         while self.state.round < cfg.rounds and not done:
             t0 = self.state.round
             if t0 > 0 and population.session(t0) != population.session(t0 - 1):
@@ -425,9 +427,9 @@ class RoundsJob(Job):
                 row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
                 if cfg.population.dynamic:  # the session the round's clients trained in
                     row.update(self._session_metrics(t - 1))
-                    if self.starts.last_weights is not None:  # eq. (5)'s α of this session
-                        row["init_weights"] = self.starts.last_weights
-                        self.starts.last_weights = None
+                    weights = self.starts.take_weights()  # eq. (5)'s α of this session
+                    if weights is not None:
+                        row["init_weights"] = weights
                 empty = int(self.totals.get("empty_rounds", 0))
                 out.row({**row, **self.totals, "train_loss": report.train_loss,
                          **report.logged(), "round_costs": self.costs},
@@ -449,7 +451,7 @@ class RoundsJob(Job):
         metric is the test accuracy on the test samples of those labels.
         """
         exp = self.exp
-        env = exp.algorithm.env
+        env = exp.env
         s = env.population.session(t)
         if s not in self._active_tests:
             clients = env.population.active(t)

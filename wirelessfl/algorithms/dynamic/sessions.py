@@ -72,6 +72,11 @@ class SessionStarts:
         self.store.models, self.store.fingerprints = list(d["models"]), list(d["fingerprints"])
         self.current_fp, self.last_weights = d["current_fp"], d["last_weights"]
 
+    def take_weights(self) -> list[float] | None:
+        """Eq. (5)'s α of the last session start, once (None when already taken or none)."""
+        weights, self.last_weights = self.last_weights, None
+        return weights
+
     # ------------------------------------------------------------------ the hook
     def __call__(self, state: ServerState, t: int, session: int) -> ServerState:
         """State to start session ``session`` (first round ``t``) from."""
