@@ -289,7 +289,9 @@ def test_snapshot_resumes_with_the_same_numbers(make):
     with pytest.raises(Stop):
         sim.run(interrupted, max_rounds=8, on_checkpoint=checkpoint)
     resumed = build()
+    resumed.my_cache = {"added": "later"}  # a simulator grown a cache: snapshots still load
     resumed.load_state_dict(torch.load(io.BytesIO(snap["bytes"]), weights_only=False))
+    assert set(sim.state_dict()) == set(type(sim).snapshot_fields)  # listed, nothing else
     rest = []
     resumed.run(log(rest), max_rounds=8)
     assert 3 <= snap["rows"] < 7 and cut[:snap["rows"]] + rest == full

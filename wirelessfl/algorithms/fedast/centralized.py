@@ -49,6 +49,8 @@ class Centralized(Simulation):
     not used (nothing is scheduled).
     """
 
+    snapshot_fields = ("grid_evals", "pooled", "states")
+
     def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
                  hp: CentralizedHParams) -> None:
         del pool

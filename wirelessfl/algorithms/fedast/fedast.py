@@ -72,6 +72,9 @@ class FedAST(Simulation):
         Server hyperparameters.
     """
 
+    snapshot_fields = ("arrivals_since_realloc", "delays", "grid_evals", "pending", "pool",
+                       "queue", "results", "sampling", "started", "states", "time", "versions")
+
     def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
                  hp: FedASTHParams) -> None:
         if hp.option == "D" and (hp.requests % hp.ratio or hp.requests // hp.ratio < len(tasks)):

@@ -84,6 +84,9 @@ class Simulation:
 
     _rebuilt = ("tasks", "executor", "seeds", "hp")
     _recomputed: tuple[str, ...] = ()
+    #: The attributes a snapshot holds, listed by each simulator: others (the config's
+    #: ``_rebuilt`` parts, caches) stay out, so a new cache leaves saved snapshots loadable.
+    snapshot_fields: tuple[str, ...] = ("grid_evals", "states")
     grid_evals: int  # grid times evaluated so far (set by each simulator's constructor)
 
     def evaluate_grid(self, now: float, on_eval: EvalHook, interval: float | None) -> None:
@@ -107,8 +110,8 @@ class Simulation:
 
     def state_dict(self) -> dict[str, Any]:
         """The simulation's state as plain data (tensors, numbers, lists, dicts)."""
-        return encode({k: ({} if k in self._recomputed else v) for k, v in vars(self).items()
-                       if k not in self._rebuilt})
+        return encode({k: ({} if k in self._recomputed else getattr(self, k))
+                       for k in self.snapshot_fields})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict` of the same configuration.
@@ -117,7 +120,7 @@ class Simulation:
         of another simulation or configuration.
         """
         plain = decode(state)
-        mine = {k for k in vars(self) if k not in self._rebuilt}
+        mine = set(self.snapshot_fields)
         if not isinstance(plain, dict) or set(plain) != mine:
             raise SnapshotError("the snapshot is of another method or configuration")
         shapes = [[tuple(v.shape) for v in t.init_params.values()] for t in self.tasks]
@@ -128,4 +131,5 @@ class Simulation:
         for k, v in plain.items():  # attributes the snapshot leaves to the config
             for attr in getattr(type(v), "_snapshot_rebuilt", ()):
                 setattr(v, attr, getattr(getattr(self, k), attr))
-        vars(self).update(plain)
+        for k, v in plain.items():
+            setattr(self, k, v)

@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,9 @@ def encode(obj: Any) -> Any:
     name = type(obj).__qualname__
     if _TYPES.get(name) is type(obj):
         skip = getattr(type(obj), "_snapshot_rebuilt", ())
-        return {"__obj__": name, "state": encode({k: v for k, v in vars(obj).items()
+        names = ([f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj)
+                 else list(vars(obj)))  # a dataclass: its fields, not a cache beside them
+        return {"__obj__": name, "state": encode({k: getattr(obj, k) for k in names
                                                   if k not in skip})}
     raise SnapshotError(f"cannot snapshot a {type(obj).__name__} (not a registered type)")
 

@@ -39,6 +39,9 @@ class SyncST(Simulation):
 
     uses_sync_local = True  # tasks train with their ``sync_local`` hyperparameters (§3.1)
 
+    snapshot_fields = ("assignment", "delays", "grid_evals", "pool", "rounds", "sampling",
+                       "states", "time")
+
     def __init__(self, tasks: list[TaskEnv], pool: ClientPool, executor: Executor, seeds: Seeds,
                  hp: SyncSTHParams) -> None:
         if hp.clients > pool.num_clients:
