@@ -357,3 +357,32 @@ def test_a_link_whose_rates_round_to_zero_is_refused_not_clocked_as_null():
     with pytest.raises(ConfigError, match="rounds to 0 bit/s"):
         prepare(resolve(_raw({**TDMA, "model": "fdma", "snr_db": -200.0})))
     prepare(resolve(_raw({**TDMA, "model": "fdma", "snr_db": -60.0})))
+
+
+def test_a_user_aggregate_sees_the_delivery_of_its_round(tmp_path):
+    """``aggregate`` receives the round's Delivery (arrived, dropped, late), as Flower's
+    failures: a user override sees exactly the clients the deadline dropped, and its results
+    are the arrived ones."""
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+    from wirelessfl.registry import register, unregister
+
+    seen = []
+
+    class Watching(FedAvg):
+        def aggregate(self, state, plan, results, delivery=None):
+            seen.append((delivery, sorted(r.client for r in results)))
+            return super().aggregate(state, plan, results, delivery)
+
+    register("watching", FedAvgHParams, Watching)
+    try:
+        raw = {"seed": 3, "rounds": 4, "name": "w",
+               "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
+               "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
+               "algorithm": {"name": "watching"},
+               "network": {"model": "tdma", "snr_db": 0.0, "deadline_s": 2e-3}}
+        run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "w", quiet=True)
+    finally:
+        unregister("watching")
+    assert seen and all(d is not None for d, _ in seen)
+    assert all(list(d.arrived) == got for d, got in seen)
+    assert any(d.dropped for d, _ in seen)  # the deadline dropped someone, and it was said

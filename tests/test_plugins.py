@@ -183,7 +183,7 @@ def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_
     seen = []
 
     class FedMedian(FedAvg):
-        def aggregate(self, state, plan, results):
+        def aggregate(self, state, plan, results, delivery=None):
             seen.append([{k: tuple(v.shape) for k, v in r.delta.items()} for r in results])
             median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
                       for k in state.params}

@@ -129,13 +129,16 @@ wirelessfl.registry.unregister("fedclip2")
 # wild clients). FedAvg itself averages the Δ_i while clients train, chunk by chunk, to save
 # memory; a class that overrides ``aggregate`` gets every client's full Δ_i unless it says
 # ``folds_deltas = True`` beside it (only right when it reads them through ``combine``).
+# Over a digital link with a deadline, ``delivery`` (a
+# :class:`~wirelessfl.net.digital.Delivery`) says who arrived and who was dropped; the
+# ``results`` are the arrived ones.
 import torch
 
 
 class FedMedian(FedAvg):
     """FedAvg whose server steps along the coordinate-wise median of the Δ_i."""
 
-    def aggregate(self, state, plan, results):
+    def aggregate(self, state, plan, results, delivery=None):
         median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
                   for k in state.params}
         params, opt = self.server_opt.step(state.params, median, state.opt_state)

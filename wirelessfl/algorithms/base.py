@@ -49,7 +49,7 @@ from wirelessfl.engine.client import (
     scheduled_lr,
 )
 from wirelessfl.models.base import FLModel, Params
-from wirelessfl.net.digital import DigitalUplink
+from wirelessfl.net.digital import Delivery, DigitalUplink
 from wirelessfl.rng import Seeds
 from wirelessfl.server.aggregation import Aggregator
 from wirelessfl.server.population import Population
@@ -193,7 +193,7 @@ class FederatedAlgorithm(ABC):
                                              num_params(state.params))
         kept = [*state.late, *kept]  # last round's late uploads arrive first
         if kept:
-            new, report = self.aggregate(state, plan, kept)
+            new, report = self.aggregate(state, plan, kept, delivery)
         else:  # nobody arrived: the model stays, the round passes
             loss, diag = client_diagnostics(results)
             new = dataclasses.replace(state, round=state.round + 1)
@@ -227,8 +227,15 @@ class FederatedAlgorithm(ABC):
 
     @abstractmethod
     def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: Any) -> tuple[ServerState, RoundReport]:
-        """The next server state and the round's report from the clients' results."""
+                  results: Any,
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+        """The next server state and the round's report from the clients' results.
+
+        ``results`` are the uploads that reached the server (over a digital link that
+        shapes learning, those that met the deadline, and last round's late ones first);
+        ``delivery`` says who arrived, who was dropped and who will arrive late (None
+        without such a link), as Flower's ``failures`` do.
+        """
 
     def sample(self, t: int, busy: Sequence[int] = ()) -> np.ndarray:
         """Round ``t``'s clients among those present, by ``self.sampler`` (``sampling`` stream).

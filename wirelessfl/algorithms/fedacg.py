@@ -24,6 +24,7 @@ from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.algorithms.fedprox import ProximalSGD
 from wirelessfl.engine.client import ClientResult
 from wirelessfl.models.base import Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 
@@ -69,7 +70,8 @@ class FedACG(FedAvg):
 
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+                  results: list[ClientResult],
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)  # update = mean(start − w_k)
         m = self._momentum(state)
         m = {k: self.hp.lam * m[k] - update[k] for k in m}

@@ -32,6 +32,7 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.engine.client import ClientResult, DeltaFold, FoldedResults
 from wirelessfl.models.base import Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
@@ -190,7 +191,8 @@ class FedAvg(FederatedAlgorithm):
     # ------------------------------------------------------------------ aggregate
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+                  results: list[ClientResult],
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
         return self.finish_round(state, params, opt_state, results, infos=(info,))

@@ -32,6 +32,7 @@ from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 
@@ -109,7 +110,8 @@ class FedDyn(FedAvg):
 
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+                  results: list[ClientResult],
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         mean, _ = self.server_opt.step(state.params, update, None)  # mean_{P_t} θ_i^t (η_s = 1)
         alpha, m = self.hp.alpha, self.env.num_clients

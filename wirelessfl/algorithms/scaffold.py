@@ -44,6 +44,7 @@ from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.server.optimizers import ServerOptState
 from wirelessfl.server.state import AlgorithmState, RoundPlan
 
@@ -214,7 +215,8 @@ class SCAFFOLD(FedAvg):
 
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+                  results: list[ClientResult],
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         t, hp = state.round, self.hp
         c, _ = self._c_u(state)
         update, w, info = self.combine(state, results)

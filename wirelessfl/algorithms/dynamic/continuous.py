@@ -31,6 +31,7 @@ from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientResult, ClientTask, LocalHParams, LocalSGD, weighted_cross_entropy
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.server.optimizers import ServerOptState
 from wirelessfl.server.state import AlgorithmState, RoundPlan
 
@@ -98,7 +99,8 @@ class Continuous(FedAvg):
 
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+                  results: list[ClientResult],
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         return self.finish_round(state, params, ContinuousState(plan.broadcast["teacher"], server),

@@ -44,6 +44,7 @@ from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientResult, LocalSGD
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.server.optimizers import ServerOptState
 from wirelessfl.server.state import AlgorithmState, RoundPlan
 
@@ -205,7 +206,8 @@ class FAdamGC(FedAvg):
 
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult]) -> tuple[ServerState, RoundReport]:
+                  results: list[ClientResult],
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         y, tracked = plan.broadcast["y"], plan.broadcast["tracked"]

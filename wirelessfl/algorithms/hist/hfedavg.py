@@ -30,6 +30,7 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.engine.client import ClientResult
 from wirelessfl.models.base import Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import (
     AggregateInfo,
     Aggregator,
@@ -140,7 +141,8 @@ class HFedAvg(FederatedAlgorithm):
 
     @override
     def aggregate(self, state: ServerState, plan: CellsPlan,
-                  outcome: CellsOutcome) -> tuple[ServerState, RoundReport]:
+                  outcome: CellsOutcome,
+                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         t = state.round
         params = weighted_mean(outcome.edge_params, np.ones(self.topology.num_cells))
         loss, diag = client_diagnostics(outcome.results)

@@ -40,6 +40,7 @@ from wirelessfl.algorithms.hist.hfedavg import CellsOutcome, CellsPlan, HFedAvg
 from wirelessfl.algorithms.hist.hparams import HISTHParams, table_uplink_mb
 from wirelessfl.engine.client import steps_per_call
 from wirelessfl.models.base import Params
+from wirelessfl.net.digital import Delivery
 from wirelessfl.net.resources import by_half, draw_cpu, draw_resources, unit_latency
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, AirComp, weighted_mean
 from wirelessfl.server.submodel import Submodel, random_disjoint_selections
@@ -177,7 +178,8 @@ class HIST(HFedAvg):
 
     @override
     def aggregate(self, state: ServerState, plan: HISTPlan,
-                  outcome: CellsOutcome) -> tuple[ServerState, HISTReport]:
+                  outcome: CellsOutcome,
+                  delivery: Delivery | None = None) -> tuple[ServerState, HISTReport]:
         t, params, hp = state.round, state.params, self.hp
         num = num_params(params)
         full, subs, starts, sizes = plan.full_latency, plan.subs, plan.cell_starts, plan.sizes

@@ -80,6 +80,7 @@ from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientResult, steps_per_call
 from wirelessfl.models.base import Params
 from wirelessfl.net.compression import compress, relative_error
+from wirelessfl.net.digital import Delivery
 from wirelessfl.net.resources import draw_cpu, draw_fdma_rates, full_model_seconds, largest_level_in_time
 from wirelessfl.server.aggregation import AggregateInfo
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
@@ -183,7 +184,8 @@ class RAFed(FederatedAlgorithm):
 
     @override
     def aggregate(self, state: ServerState, plan: SubmodelPlan,
-                  results: list[ClientResult]) -> tuple[ServerState, SubmodelReport]:
+                  results: list[ClientResult],
+                  delivery: Delivery | None = None) -> tuple[ServerState, SubmodelReport]:
         hp, params, d = self.hp, state.params, num_params(state.params)
         opt = self.opt_state(state)
         weights = (np.array([r.num_samples for r in results], float)
