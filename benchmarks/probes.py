@@ -752,6 +752,9 @@ def cli_args(p: Probes, box: Path) -> None:
                     ("beamform --snr-db 1e308", ["beamform", "--snr-db", "1e308"]),
                     ("beamform --instances garbage", ["beamform", "--instances", "bin.yaml"]),
                     ("beamform --method bad", ["beamform", "--method", "oracle"]),
+                    ("beamform sca on 100000 cells (work estimate)",
+                     ["beamform", "--cells", "100000", "--method", "sca"]),
+                    ("beamform --max-minutes 0", ["beamform", "--max-minutes", "0"]),
                     ("plot missing", ["plot", "nowhere"]),
                     ("plot a file", ["plot", "file"]),
                     ("plot a non-run folder", ["plot", "dir.yaml"]),
@@ -1115,6 +1118,49 @@ def api_edges(p: Probes) -> None:
         "cpu_hz")
 
 
+def api_runs_and_plugins(p: Probes) -> None:
+    """Issue 57, items 6 and 8: a multi-task run that learns nothing, a rule's bad corrections."""
+    import wirelessfl
+    from wirelessfl import registry
+    from wirelessfl.engine.client import LocalSGD
+    from wirelessfl.run.kinds import open_run, run_job
+
+    A = "runs and plug-ins"
+    with tempfile.TemporaryDirectory() as tmp:
+        def nothing() -> dict:
+            job = open_run({"tasks": ["synthetic_linear"], "pool": {"clients": 20},
+                            "max_time": 1e-6, "method": {"name": "fedast", "requests": 4,
+                                                         "ratio": 4}})
+            return run_job(job, Path(tmp) / "m", quiet=True)
+        p.good(A, "multi-task run ending before any round says so", nothing,
+               lambda s: s["learned_nothing"] is True)
+
+        class Shrunk(LocalSGD):
+            elementwise = True
+
+            def __init__(self, model, hp, **_):
+                super().__init__(model, hp)
+
+            def correct(self, grads, params, start, ctx):
+                return {k: g.sum().reshape(1) for k, g in grads.items()}
+
+        wirelessfl.register_local_rule("probe_shrunk", Shrunk)
+        try:
+            def train() -> str:
+                raw = {"rounds": 1, "data": {"dataset": "synthetic", "num_clients": 3,
+                                             "samples_per_client": 20},
+                       "model": {"name": "linear"}, "algorithm": {"name": "probe_shrunk"}}
+                try:
+                    run_job(open_run(raw), Path(tmp) / "r", quiet=True)
+                except RuntimeError as exc:  # the engine's ClientError, one line in the CLI
+                    return str(exc)
+                return "trained"
+            p.good(A, "rule whose correct() returns (1,) tensors", train,
+                   lambda msg: "correct() returned (1,)" in msg)
+        finally:
+            registry.unregister("probe_shrunk")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one line of JSON")
@@ -1128,7 +1174,7 @@ def main() -> None:
         (box / "home").mkdir()
         for part in (api_initial_model, api_submodel, api_compression, api_server_opt, api_masks,
                      api_population, api_uplink, api_scheduling, api_channels, api_solvers,
-                     api_edges):
+                     api_edges, api_runs_and_plugins):
             part(p)
         (box / "c").mkdir()
         cli_args(p, box / "c")

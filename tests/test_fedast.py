@@ -360,3 +360,19 @@ def test_a_user_registered_simulation_method_runs_from_a_config(tmp_path):
         registry.unregister("my_ast")
     with pytest.raises(ValueError, match="unknown method 'my_ast'"):
         open_run(raw)
+
+
+def test_a_multitask_run_that_ends_before_any_round_says_it_learned_nothing(tmp_path):
+    """max_time so short that no task aggregates: the summary says nothing was learned (it
+    used to read 'never evaluated, 0 rounds' and exit 0 as if all were well)."""
+    from wirelessfl.run.kinds import open_run, run_job
+
+    job = open_run({"tasks": ["synthetic_linear", "synthetic_linear"], "pool": {"clients": 20},
+                    "max_time": 1e-6, "method": {"name": "fedast", "requests": 4, "ratio": 4}})
+    summary = run_job(job, tmp_path / "r", quiet=True)
+    assert summary["learned_nothing"]
+    assert "nothing was learned" in job.describe(summary, tmp_path / "r")
+    job = open_run({"tasks": ["synthetic_linear"], "pool": {"clients": 20}, "max_rounds": 2,
+                    "method": {"name": "fedast", "requests": 4, "ratio": 4}})
+    summary = run_job(job, tmp_path / "s", quiet=True)
+    assert not summary["learned_nothing"]

@@ -292,3 +292,35 @@ def test_divergence_advice_names_the_plugin_in_use(rules, tmp_path):
     with pytest.raises(TrainingDiverged, match=r"plug-ins in use.*local rule Blowup"):
         wirelessfl.run_job(wirelessfl.open_run({**BASE, "algorithm": {"name": "blowup"}}),
                            tmp_path / "r", quiet=True)
+
+
+class Shrunk(LocalSGD):
+    """A broken rule: one number per parameter instead of a gradient."""
+
+    elementwise = True
+
+    def __init__(self, model, hp, clip):
+        super().__init__(model, hp)
+
+    def correct(self, grads, params, start, ctx):
+        return {k: g.sum().reshape(1) for k, g in grads.items()}
+
+
+class Emptied(Shrunk):
+    def correct(self, grads, params, start, ctx):
+        return {}
+
+
+@pytest.mark.parametrize("engine", ["loop", "batched"])
+def test_a_rule_whose_correction_has_the_wrong_shape_is_refused_in_one_line(rules, engine):
+    """correct() returning (1,) tensors used to train silently by broadcasting, and {} failed
+    with a bare key error: both are one client error naming the rule and the parameter, and
+    from the command line one line (exit 2)."""
+    from wirelessfl.engine.client import ClientError
+
+    rules("shrunk", Shrunk)
+    rules("emptied", Emptied)
+    with pytest.raises(ClientError, match=r"local rule Shrunk: correct\(\) returned \(1,\) for"):
+        _final({**BASE, "engine": engine, "algorithm": {"name": "shrunk"}})
+    with pytest.raises(ClientError, match=r"local rule Emptied: correct\(\) returned \[\]"):
+        _final({**BASE, "engine": engine, "algorithm": {"name": "emptied"}})

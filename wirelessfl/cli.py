@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from channels.validation import check_memory
 from wirelessfl.errors import TrainingDiverged
@@ -177,6 +178,46 @@ def _cmd_masks(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Beamformers that solve cell by cell (a convex program or an iteration per cell): their
+#: time grows with the cells, and ``beamform`` times a few before taking on many.
+PER_CELL_BEAMFORMERS = ("sca", "sdr", "certified")
+#: Cells of the pilot ``beamform`` times to estimate a per-cell solver's work.
+PILOT_CELLS = 8
+
+
+def _check_beamform_work(h: Any, args: argparse.Namespace) -> None:
+    """Refuse (ConfigError, one line) per-cell work estimated beyond ``--max-minutes``.
+
+    The estimate is measured, not guessed: the same solver on :data:`PILOT_CELLS` cells on
+    this machine, scaled to all of them (vectorised methods are bounded by the memory check).
+    """
+    import math
+
+    import numpy as np
+
+    from solvers import beamforming
+
+    slow = [m for m in {args.method, "sdr" if args.bound and args.method != "certified" else ""}
+            if m in PER_CELL_BEAMFORMERS]
+    cells = int(np.prod(h.shape[:-2])) if h.ndim > 2 else 1
+    if not slow or cells <= 4 * PILOT_CELLS:
+        return
+    pilot = np.asarray(h).reshape(-1, *h.shape[-2:])[:PILOT_CELLS]
+    for method in sorted(slow):  # warm: imports and a solver's first-call set-up are not work
+        beamforming.solve(pilot[:1], method, seed=args.seed)
+    start = time.perf_counter()
+    for method in sorted(slow):
+        beamforming.solve(pilot, method, seed=args.seed)
+    per_cell = (time.perf_counter() - start) / len(pilot)
+    estimate = per_cell * cells
+    if estimate > args.max_minutes * 60:
+        raise ConfigError(f"beamform --method {args.method}{' --bound' if args.bound else ''} on "
+                          f"{cells} cells would take about {estimate / 60:.0f} min here "
+                          f"({per_cell * 1e3:.0f} ms a cell, timed on {len(pilot)}); lower "
+                          f"--cells, use --method fast, or pass --max-minutes "
+                          f"{math.ceil(estimate / 60 * 1.2)}")
+
+
 def _cmd_beamform(args: argparse.Namespace) -> int:
     import json
 
@@ -196,6 +237,7 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
                      f"{args.antennas}", "solve fewer or smaller instances")
         h = simo_rayleigh((args.cells,), args.clients, args.antennas,
                           np.random.default_rng(args.seed))
+    _check_beamform_work(h, args)
     s = beamforming_study(h, args.method, snr_db=args.snr_db, bound=args.bound, seed=args.seed)
     r = s.result
     out = {"method": r.method, "instances": int(np.prod(r.min_gain.shape)),
@@ -418,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     bfp.add_argument("--seed", type=_natural, default=0)
     bfp.add_argument("--instances", help=".npz with complex 'h' (..., clients, antennas)")
     bfp.add_argument("--bound", action="store_true", help="also solve the SDR bound (slow)")
+    bfp.add_argument("--max-minutes", type=_finite(positive=True), default=10.0,
+                     help="refuse work estimated longer than this (per-cell solvers: sca, sdr, "
+                          "certified and --bound are timed on a few cells first; default 10)")
     bfp.add_argument("--json", action="store_true")
     bfp.set_defaults(func=_cmd_beamform)
     fg = sub.add_parser("figures", help="regenerate a paper's figures and tables")

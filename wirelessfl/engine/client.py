@@ -366,6 +366,28 @@ class ClientUpdate(ABC):
                             dict(carry.buffers) or None)
 
 
+def check_corrected(rule: type, got: Any, grads: Params) -> None:
+    """Refuse a ``correct()`` that does not return one tensor of each gradient's shape.
+
+    A rule returning shape (1,) tensors used to train silently by broadcasting, and one
+    returning ``{}`` failed with a bare key error. Shapes are metadata: checking them reads
+    nothing from the device (under ``vmap`` they are each client's own shapes).
+    """
+    where = f"local rule {rule.__name__}: correct()"
+    if not isinstance(got, dict) or got.keys() != grads.keys():
+        keys = sorted(got)[:3] if isinstance(got, dict) else type(got).__name__
+        raise ValueError(f"{where} returned {keys}, not one tensor per parameter "
+                         f"({', '.join(sorted(grads)[:3])}, ...): return a dict with the "
+                         "gradient's keys")
+    for k, g in grads.items():
+        v = got[k]
+        if not isinstance(v, torch.Tensor) or v.shape != g.shape:
+            shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+            raise ValueError(f"{where} returned {shape} for {k!r}, whose gradient has shape "
+                             f"{tuple(g.shape)}: return a tensor of the gradient's shape "
+                             "(it would be broadcast silently)")
+
+
 class LocalSGD(ClientUpdate):
     """Mini-batch SGD (momentum, weight decay) or Adam on the cross-entropy loss.
 
@@ -490,7 +512,10 @@ class LocalSGD(ClientUpdate):
         wd = self.hp.weight_decay
         if wd:
             grads = {k: torch.add(g, params[k], alpha=wd) for k, g in grads.items()}
-        return self.correct(grads, params, start, ctx)
+        out = self.correct(grads, params, start, ctx)
+        if out is not grads:  # a rule's correction: one tensor of each gradient's shape
+            check_corrected(type(self), out, grads)
+        return out
 
     def gradient(self, carry: Carry, x: torch.Tensor, y: torch.Tensor
                  ) -> tuple[Params, torch.Tensor]:

@@ -231,7 +231,10 @@ def summarize_multitask(cfg: MultiTaskConfig, rows: list[dict[str, Any]], end: f
                             "final_accuracy": mine[-1]["test_accuracy"] if mine else None,
                             **stats.get(t.name, {})}
     times = [v["time_to_target"] for v in per_task.values()]
+    # no task finished a round: the models are the initial ones, said out loud
+    learned_nothing = all(not v.get("rounds") for v in per_task.values())
     return {"name": cfg.name, "method": cfg.method.name, "tasks": per_task,
+            "learned_nothing": learned_nothing,
             "all_reached": all(x is not None for x in times),
             "time_all_done": max(times) if all(x is not None for x in times) else None,
             "sim_time_end": end, "wall_s": wall}
@@ -340,6 +343,11 @@ class SimulationJob(Job):
                          f"{t.get('updates', 0)} updates, mean staleness "
                          f"{t.get('staleness_mean', 0.0):.2f}")
         done = summary["time_all_done"]
+        if summary.get("learned_nothing"):
+            lines.append(f"nothing was learned: no task finished a round before the run ended at "
+                         f"t = {summary['sim_time_end']:.4g} (simulated; max_time "
+                         f"{self.cfg.max_time:g}, max_rounds {self.cfg.max_rounds}); raise "
+                         "max_time or max_rounds")
         lines.append(f"{self.cfg.name} ({self.cfg.method.name}): all tasks done at t = "
                      f"{'not reached' if done is None else f'{done:.1f}'} (simulated), "
                      f"{summary['wall_s']:.1f} s wall; run folder {out}")
