@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.algorithms.fadamgc.local import TrackedAdam
+from wirelessfl.algorithms.fadamgc.local import AdamClientState, TrackedAdam
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientTask, LocalHParams, LoopExecutor
@@ -39,12 +39,13 @@ def test_y_is_the_mean_of_every_client_correction_after_every_round():
     exp = _exp({"name": "fadamgc", "clients_per_round": 4, "tracked": 2})
     zeros = {k: torch.zeros_like(v) for k, v in exp.initial_state().params.items()}
     for state in _rounds(exp, 4)[1:]:
-        ys = [client_store.load(s["y"], zeros) if "y" in s else zeros
-              for s in (state.client_states.get(i, {}) for i in range(10))]
+        ys = [client_store.load(s.y, zeros) if s is not None and s.y is not None else zeros
+              for s in (state.client_states.get(i) for i in range(10))]
         for k in zeros:
             mean = sum(y[k] for y in ys) / 10
             torch.testing.assert_close(state.opt_state.y[k], mean, rtol=1e-5, atol=1e-7)
-    assert sum("y" in s for s in state.client_states.values()) >= 2
+    assert sum(s.y is not None for s in state.client_states.values()) >= 2
+    assert all(isinstance(s, AdamClientState) for s in state.client_states.values())  # typed
 
 
 def test_v_persists_only_for_sampled_clients():
@@ -54,9 +55,9 @@ def test_v_persists_only_for_sampled_clients():
     assert set(s1.client_states) == set(r1.clients) and len(r1.clients) == 3
     for u, st in s1.client_states.items():
         if u in r2.clients:  # sampled again: its v_i moved on
-            assert not torch.equal(s2.client_states[u]["v"]["fc1.weight"], st["v"]["fc1.weight"])
+            assert not torch.equal(s2.client_states[u].v["fc1.weight"], st.v["fc1.weight"])
         else:  # not sampled: kept as it was
-            assert s2.client_states[u]["v"] is st["v"]
+            assert s2.client_states[u].v is st.v
 
 
 @pytest.mark.parametrize("engine", ["loop", "batched"])
@@ -64,11 +65,11 @@ def test_local_steps_leave_the_stored_v_and_the_received_model_as_they_were(engi
     """The moments are updated in place: on copies, never on the store's v_i or the start."""
     exp = _exp({"name": "fadamgc"}, engine=engine)
     s1, _ = exp.algorithm.apply(exp.initial_state())
-    stored = {u: {k: v.clone() for k, v in st["v"].items()} for u, st in s1.client_states.items()}
+    stored = {u: {k: v.clone() for k, v in st.v.items()} for u, st in s1.client_states.items()}
     params = {k: v.clone() for k, v in s1.params.items()}
     exp.algorithm.apply(s1)
     for u, st in s1.client_states.items():
-        for k, v in st["v"].items():
+        for k, v in st.v.items():
             assert torch.equal(v, stored[u][k])
     for k, v in s1.params.items():
         assert torch.equal(v, params[k])
@@ -103,7 +104,7 @@ def _quadratic_round(correction, targets, y_i, y):
     rule = Quadratic(model, hp, correction)
     start = {"x": torch.zeros(1)}
     tasks = [ClientTask(i, start, np.arange(i * n, i * n + n), seed=i,
-                        state={"y": {"x": torch.tensor([y_i[i]])}},
+                        state=AdamClientState(y={"x": torch.tensor([y_i[i]])}),
                         broadcast={"y": {"x": torch.tensor([y])}, "tracked": set()})
              for i in range(len(targets))]
     results = LoopExecutor().run(rule, data, tasks, hp)
@@ -197,11 +198,11 @@ def test_warm_start_gives_every_client_a_correction_and_y_their_mean(name):
     exp = _exp({"name": name, "warm_start": True, "clients_per_round": 4})
     state = exp.algorithm.warm_start(exp.initial_state())
     zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
-    ys = [client_store.load(state.client_states[i]["y"], zeros) for i in range(10)]
+    ys = [client_store.load(state.client_states[i].y, zeros) for i in range(10)]
     for k in zeros:
         torch.testing.assert_close(state.opt_state.y[k], sum(y[k] for y in ys) / 10)
     assert all(float(y["fc1.weight"].abs().sum()) > 0 for y in ys)
-    assert all("v" not in s for s in state.client_states.values())  # v_i^(1) = 0
+    assert all(s.v is None for s in state.client_states.values())  # v_i^(1) = 0
     if name == "fa_nt":  # the first Δ of Algorithm 2 at (0.9, 0.99): sign(g) element-wise
         a = ys[0]["fc1.weight"].abs()
         assert bool(torch.all((a > 0.999) & (a <= 1) | (a == 0)))

@@ -216,3 +216,19 @@ def test_cuda_data_pinned_on_the_host_gives_the_numbers_of_data_on_the_device(en
         states.append({k: v.cpu() for k, v in state.params.items()})
     for k in states[0]:
         assert torch.equal(states[0][k], states[1][k]), k
+
+
+def test_typed_client_states_resume_exactly_and_checkpoint_as_plain_mappings(
+        tmp_path, interrupt_after):
+    """FAdamGC's client states are typed (AdamClientState: v_i, y_i); the checkpoint holds
+    them as the plain mappings run folders always had, and a resumed run is exact."""
+    raw = {**RAW, "algorithm": {"name": "fadamgc", "clients_per_round": 4}}
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
+    exp = runner.prepare(resolve(raw))
+    interrupt_after(exp, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
+    stored = RunRecord(tmp_path / "cut").load_checkpoint()["client_states"]
+    assert stored and all(isinstance(s, dict) and set(s) <= {"v", "y"} for s in stored.values())
+    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")

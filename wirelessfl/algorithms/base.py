@@ -122,6 +122,9 @@ class FederatedAlgorithm(ABC):
 
     #: The type of ``ServerState.opt_state`` (None: the algorithm keeps no state of its own).
     state_type: type[AlgorithmState] | None = None
+    #: The type of each client's stored state in ``ServerState.client_states`` (FAdamGC's
+    #: v_i and y_i); None: a parameter tree (SCAFFOLD's c_i, FedDyn's h_i, ...) or none.
+    client_state_type: type[AlgorithmState] | None = None
     #: Whether every upload goes through ``env.uplink`` (over-the-air runs need it).
     uses_uplink: bool = False
     #: Whether its rounds run over a digital link that shapes learning (``env.link``).
@@ -258,6 +261,13 @@ class FederatedAlgorithm(ABC):
         if state.opt_state is not None or self.state_type is None:
             return state.opt_state
         return self.state_type()
+
+    def load_client_states(self, plain: Any) -> dict[int, Any]:
+        """The typed client states of a checkpoint's plain mapping (trees stay trees)."""
+        states = dict(plain or {})
+        if self.client_state_type is None:
+            return states
+        return {u: self.client_state_type.from_plain(s) for u, s in states.items()}
 
     def load_state(self, plain: Any) -> AlgorithmState | None:
         """The typed state of a checkpoint's plain mapping (None or empty: no state)."""

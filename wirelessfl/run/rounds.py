@@ -193,7 +193,8 @@ def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
                 totals: dict[str, float]) -> dict[str, Any]:
     return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
             "opt_state": _to_device(to_plain(state.opt_state), torch.device("cpu")),
-            "client_states": dict(state.client_states),  # already on the CPU (client_store)
+            # already on the CPU (client_store); typed states as their plain mappings
+            "client_states": {u: to_plain(s) for u, s in state.client_states.items()},
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time,
             "totals": dict(totals), "schedule_origin": state.schedule_origin,
@@ -227,12 +228,18 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
         raise RunFolderError(f"{where}'s algorithm state does not fit {exp.config.algorithm.name} "
                              f"({str(exc)[:120]}); the folder is damaged: start the run again "
                              "with another --out") from None
+    try:
+        client_states = exp.algorithm.load_client_states(ckpt.get("client_states"))
+    except (TypeError, ValueError) as exc:
+        raise RunFolderError(f"{where}'s client states do not fit {exp.config.algorithm.name} "
+                             f"({str(exc)[:120]}); the folder is damaged: start the run again "
+                             "with another --out") from None
     origin = ckpt.get("schedule_origin", 0)  # a restarted lr schedule resumes as it was
     if isinstance(origin, bool) or not isinstance(origin, int) or not 0 <= origin <= t:
         raise RunFolderError(f"{where}'s schedule origin is damaged; start the run again with "
                              "another --out")
     return ServerState({k: v.to(exp.device) for k, v in params.items()}, t, opt_state,
-                       dict(ckpt.get("client_states") or {}),  # the store stays on the CPU
+                       client_states,  # the store stays on the CPU
                        {k: v.to(exp.device) for k, v in buffers.items()},
                        _late_uploads(ckpt.get("late", []), init.params, exp), origin)
 

@@ -38,7 +38,7 @@ from typing_extensions import override
 
 from channels.validation import as_float, as_int
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
-from wirelessfl.algorithms.fadamgc.local import TrackedAdam
+from wirelessfl.algorithms.fadamgc.local import AdamClientState, TrackedAdam
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientResult, LocalSGD
@@ -170,8 +170,8 @@ class FAdamGC(FedAvg):
                                      broadcast={"tracked": set(clients.tolist())},
                                      buffers=state.buffers, update=rule)
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
-        states = {r.client: {"y": r.state["y"]} for r in results if r.state}
-        ys = [client_store.load(s["y"], zeros) for s in states.values()]
+        states = {r.client: AdamClientState(y=r.state.y) for r in results if r.state}
+        ys = [client_store.load(s.y, zeros) for s in states.values()]
         y = {k: sum(t[k] for t in ys) / self.env.num_clients for k in zeros}
         return dataclasses.replace(state, client_states={**state.client_states, **states},
                                    opt_state=dataclasses.replace(self.opt_state(state), y=y))
@@ -197,6 +197,7 @@ class FAdamGC(FedAvg):
 
     #: y ← y + Σ_{S̃} Δy_i counts the round's S̃ only; a late Δy_i would leave y behind.
     takes_late_uploads = False
+    client_state_type = AdamClientState
 
     def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
         """Δ_i, and Δy_i for a client of S̃."""
@@ -214,8 +215,8 @@ class FAdamGC(FedAvg):
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
         infos = [info]
         if tracked:  # y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i)
-            def y_of(tree: dict | None) -> Params:
-                got = (tree or {}).get("y")
+            def y_of(tree: AdamClientState | None) -> Params:
+                got = None if tree is None else tree.y
                 return zeros if got is None else client_store.load(got, zeros)
 
             dy = [{k: y_of(r.state)[k] - y_of(state.client_states.get(r.client))[k] for k in y}

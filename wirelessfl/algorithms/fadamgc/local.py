@@ -9,6 +9,7 @@ maximum within the round, no bias correction, ε outside the root.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 from typing_extensions import override
@@ -16,6 +17,23 @@ from typing_extensions import override
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.server.state import AlgorithmState
+
+
+@dataclass(frozen=True)
+class AdamClientState(AlgorithmState):
+    """What an FAdamGC client keeps between its rounds, in the off-device store.
+
+    Attributes
+    ----------
+    v : Params or None
+        v_i, its second moments (the first step of the next round starts from them).
+    y : Params or None
+        y_i, its tracked gradient estimate (set once the client was in S̃; §2.6).
+    """
+
+    v: Params | None = None
+    y: Params | None = None
 
 
 class TrackedAdam(LocalSGD):
@@ -36,15 +54,15 @@ class TrackedAdam(LocalSGD):
 
     @override
     def context(self, task: ClientTask) -> dict[str, Params]:
-        state, sent = task.state or {}, task.broadcast or {}
+        state, sent = task.state or AdamClientState(), task.broadcast or {}
 
         def tree(x: Params | None) -> Params:
             return (client_store.load(x, task.params) if x is not None
                     else {k: torch.zeros_like(v) for k, v in task.params.items()})
 
-        ctx = {"v": tree(state.get("v"))}
+        ctx = {"v": tree(state.v)}
         if self.correction != "none":
-            y, yi = tree(sent.get("y")), tree(state.get("y"))
+            y, yi = tree(sent.get("y")), tree(state.y)
             ctx["c"] = {k: y[k] - yi[k] for k in y}  # constant within the round
         return ctx
 
@@ -99,15 +117,13 @@ class TrackedAdam(LocalSGD):
     @override
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
         res = super().client_final(task, carry)
-        old = task.state or {}
+        old = task.state or AdamClientState()
         if not carry.step:
             return dataclasses.replace(res, state=task.state)
-        state = {"v": client_store.store(carry.opt["v"], self.state_dtype)}
-        sent = task.broadcast or {}
-        if self.correction != "none":
-            if task.client in sent.get("tracked", ()):
-                state["y"] = client_store.store({k: s / carry.step for k, s in
-                                                 carry.opt["sum"].items()}, self.state_dtype)
-            elif old.get("y") is not None:
-                state["y"] = old["y"]
+        sent, y = task.broadcast or {}, old.y
+        if self.correction != "none" and task.client in sent.get("tracked", ()):
+            y = client_store.store({k: s / carry.step for k, s in carry.opt["sum"].items()},
+                                   self.state_dtype)
+        state = AdamClientState(v=client_store.store(carry.opt["v"], self.state_dtype),
+                                y=y if self.correction != "none" else None)
         return dataclasses.replace(res, state=state)
