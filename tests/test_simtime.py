@@ -113,3 +113,37 @@ def test_speed_classes_have_the_paper_shares():
 def test_bad_cap_is_refused():
     with pytest.raises(ValueError, match="cap"):
         ClientPool(Fixed([1.0]), 1, cap=0)
+
+
+def test_a_link_adds_its_time_to_every_request_and_none_adds_nothing():
+    """LinkLatency: FedAST's compute latency plus the link's time of one download and one
+    upload (fixed: 2·32·d/R exactly), from the same stream after the compute draw."""
+    from wirelessfl.net.delays import LinkLatency
+    from wirelessfl.net.links import NetworkConfig, make_link
+
+    base = ShiftedExponential(task_constants=[0.148, 0.555], speed=[1.0, 1.3], steps=[27, 27])
+    fixed = LinkLatency(base, make_link(NetworkConfig.of("fixed", rate_mbps=10.0)), [1e4, 2e5])
+    for client, task in ((0, 0), (1, 1)):
+        want = base.sample(client, task, np.random.default_rng(5))
+        got = fixed.sample(client, task, np.random.default_rng(5))
+        assert got == pytest.approx(want + 2 * 32 * [1e4, 2e5][task] / 10e6)
+    none = LinkLatency(base, make_link(NetworkConfig()), [1e4, 2e5])
+    assert none.sample(1, 0, np.random.default_rng(3)) == base.sample(1, 0, np.random.default_rng(3))
+    tdma = LinkLatency(base, make_link(NetworkConfig.of("tdma", snr_db=0.0)), [1e4, 2e5])
+    extra = [tdma.sample(0, 1, np.random.default_rng(s)) - base.sample(0, 1, np.random.default_rng(s))
+             for s in range(50)]
+    assert min(extra) > 0 and np.std(extra) > 0   # a fresh Rayleigh channel per request
+
+
+def test_fedast_runs_over_a_link_from_its_config_and_refuses_shaping_settings(tmp_path):
+    from wirelessfl.run.config import ConfigError
+    from wirelessfl.run.kinds import open_run, run_job
+
+    base = {"tasks": ["synthetic_linear"], "pool": {"clients": 20}, "max_rounds": 2,
+            "stop_at_target": False, "method": {"name": "fedast", "requests": 4, "ratio": 4}}
+    plain = run_job(open_run(base), tmp_path / "a", quiet=True)
+    slow = run_job(open_run({**base, "network": {"model": "fixed", "rate_mbps": 0.01}}),
+                   tmp_path / "b", quiet=True)
+    assert slow["sim_time_end"] > plain["sim_time_end"]   # every request crossed a slow link
+    with pytest.raises(ConfigError, match="no round"):
+        open_run({**base, "network": {"model": "tdma", "deadline_s": 1.0}})

@@ -4,7 +4,9 @@ A request of task m sent to client i lasts D, drawn when it is sent from the ``d
 stream: :class:`ShiftedExponential` is FedAST's model (speed classes from
 :func:`speed_classes`); :class:`WirelessLatency` is local compute plus a TDMA upload over a
 fresh Rayleigh channel, as HIST's OMA latency (``docs/papers/hist.md`` §6.4) for one client at a
-time. The event-driven clock that uses them is :mod:`wirelessfl.algorithms.fedast.simtime`.
+time. :class:`LinkLatency` adds a link model's time (:mod:`wirelessfl.net.links`, the seam
+every round-based run is timed by) to each request: a multi-task run's ``network`` section.
+The event-driven clock that uses them is :mod:`wirelessfl.algorithms.fedast.simtime`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from channels.rates import tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
 from channels.validation import as_finite, as_float, as_int, check_rng
+from wirelessfl.net.links import LinkModel, RoundCost
 
 
 class LatencyModel(ABC):
@@ -104,6 +107,41 @@ class WirelessLatency(LatencyModel):
         h = simo_rayleigh((), 1, self.antennas, rng)
         rate = float(tdma_rate(h, self.snr[client], self.bandwidth_hz)[0])
         return float(self.compute[task] / self.cpu_hz[client] + self.bits[task] / rate)
+
+
+class LinkLatency(LatencyModel):
+    """A request's compute latency plus its link's time: D = D_compute + t_link.
+
+    The link (any registered :class:`~wirelessfl.net.links.LinkModel`) times one client that
+    downloads and uploads the task's model, drawn from the same ``delays`` stream after the
+    compute part (``tdma``: a fresh Rayleigh channel per request, as :class:`WirelessLatency`;
+    ``fixed``: d/R each way). Its seconds are added to the compute model's time units:
+    FedAST's shifted exponential is read as seconds [default of this project; the paper's
+    §4.2 leaves the unit open]. A link that shapes learning (deadlines, over-the-air
+    aggregation) is refused by the multi-task config: requests have no round to drop from.
+
+    Parameters
+    ----------
+    compute : LatencyModel
+        The request's computation (FedAST's :class:`ShiftedExponential`).
+    link : LinkModel
+        The link; ``none`` adds nothing.
+    params : sequence of float
+        Parameters each task's model exchanges per direction (``params_per_vector`` or d_m).
+    """
+
+    def __init__(self, compute: LatencyModel, link: LinkModel, params) -> None:
+        if not isinstance(compute, LatencyModel) or not isinstance(link, LinkModel):
+            raise TypeError("`compute` must be a LatencyModel and `link` a LinkModel")
+        self.compute, self.link = compute, link
+        self.params = as_finite("params", params, lo=0)
+
+    @override
+    def sample(self, client: int, task: int, rng: np.random.Generator) -> float:
+        compute = self.compute.sample(client, task, rng)
+        d = float(self.params[task])
+        extra = self.link.seconds(RoundCost(uplink=d, downlink=d, max_steps=0, clients=1), rng)
+        return compute + (extra or 0.0)
 
 
 def speed_classes(num_clients: int, rng: np.random.Generator,

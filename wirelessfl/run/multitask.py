@@ -32,7 +32,8 @@ from wirelessfl.algorithms.fedast.simulation import TaskState
 from wirelessfl.algorithms.fedast.tasks import TaskEnv
 from wirelessfl.engine.client import LocalHParams
 from wirelessfl.errors import RunFolderError, check_config_size, short
-from wirelessfl.net.delays import ShiftedExponential, speed_classes
+from wirelessfl.net.delays import LinkLatency, ShiftedExponential, speed_classes
+from wirelessfl.net.links import NetworkConfig, make_link
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import (
     ConfigError,
@@ -98,7 +99,10 @@ class MultiTaskConfig:
     at every multiple of that simulated time, so methods compared are evaluated at the same
     times (E4's time to target). ``stop_at_target: false`` trains
     every task until ``max_time`` or ``max_rounds`` (final-accuracy studies, E2 and E9); the
-    time to target is still read from the records.
+    time to target is still read from the records. ``network`` (the link models of
+    :mod:`wirelessfl.net.links`; default ``none``) adds each request's link time to its
+    compute latency (:class:`~wirelessfl.net.delays.LinkLatency`): FedAST over TDMA, FDMA,
+    fixed or shadowed links, the same seam that times round-based runs.
     """
 
     name: str = "multitask"
@@ -115,6 +119,7 @@ class MultiTaskConfig:
     eval_interval: float | None = None
     test_samples: int | None = None
     stop_at_target: bool = True
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -129,6 +134,11 @@ class MultiTaskConfig:
             raise ConfigError(f"task names must differ, got {names}; give each task a 'name'")
         if self.device not in ("cpu", "cuda", "auto") or self.engine not in ("loop", "batched", "auto"):
             raise ConfigError("device must be cpu, cuda or auto, and engine loop, batched or auto")
+        shaping = make_link(self.network).shaping()
+        if shaping:
+            raise ConfigError(f"network.{shaping[0]}: a multi-task run's requests have no round "
+                              "to drop, schedule or aggregate over the air from; its link only "
+                              "times them (remove it)")
 
 
 def is_multitask(raw: dict[str, Any]) -> bool:
@@ -213,6 +223,11 @@ def build_simulator(cfg: MultiTaskConfig) -> tuple[Any, list[TaskEnv]]:
                           p.speed_multipliers)
     latency = ShiftedExponential(task_constants=[t.config.latency_constant for t in tasks],
                                  speed=speed, steps=[t.steps for t in tasks], kappa=p.kappa)
+    link = make_link(cfg.network)
+    if link.clocked:  # each request also crosses the link (the round-based runs' seam)
+        per = cfg.network.params_per_vector
+        latency = LinkLatency(latency, link, [per or sum(int(v.numel()) for v in
+                                                         t.init_params.values()) for t in tasks])
     pool = ClientPool(latency, p.clients, cap=None if sync else p.available,
                       free_on_cancel=p.free_on_cancel)
     sim = sim_cls(tasks, pool, make_executor(cfg.engine, device), seeds, cfg.method.hparams)
