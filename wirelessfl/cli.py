@@ -39,6 +39,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.config is None and not (args.resume and args.out):
         raise ConfigError("name a preset or YAML file (`wirelessfl list` shows presets), or "
                           "pass --resume --out RUN_DIR")
+    if args.resume and args.out:
+        _need_plugins(RunRecord(args.out).plugins(), f"--resume {args.out}")
     raw = load_raw(args.config) if args.config else RunRecord(args.out).config()
     overrides = list(args.set or [])
     if args.device:
@@ -63,6 +65,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     png = plot_runs([out], out / "accuracy.png") if job.plottable else None
     print(job.describe(summary, out, png))
     return 0
+
+
+def _need_plugins(recorded: list[str], what: str) -> None:
+    """Refuse in one line a run folder made with plug-ins this command did not load."""
+    from wirelessfl.run import plugins
+
+    lacking = plugins.missing(recorded)
+    if lacking:
+        flags = " ".join(f"--plugin {s}" for s in lacking)
+        raise ConfigError(f"{what}: the run was made with plug-in(s) {', '.join(lacking)} "
+                          f"(meta.json); pass {flags}")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -420,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--checkpoint-every", type=_finite(0.0), default=60.0, metavar="SECONDS",
                    help="multi-task runs: snapshot after a round once this many wall seconds "
                         "have passed (0: every round; default 60)")
+    _add_plugin_arg(r)
     r.set_defaults(func=_cmd_run)
     lst = sub.add_parser("list", help="list presets (or, with --algorithms, the algorithms)")
     lst.add_argument("--algorithms", action="store_true",
@@ -428,12 +442,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="plot run folders to a PNG")
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--out", help="PNG path")
+    _add_plugin_arg(pl)
     pl.set_defaults(func=_cmd_plot)
     rt = sub.add_parser("retime", help="a run's simulated time under another link model")
     rt.add_argument("run", metavar="RUN_DIR", help="a round-based run folder")
     rt.add_argument("--set", action="append", default=[], metavar="network.KEY=VALUE",
                     help="the new link, e.g. --set network.model=tdma --set network.snr_db=10")
     rt.add_argument("--out", help="CSV file to create (default: print the CSV)")
+    _add_plugin_arg(rt)
     rt.set_defaults(func=_cmd_retime)
     m = sub.add_parser("masks", help="latency-optimal HIST mask sizes for a drawn scenario")
     m.add_argument("--cells", type=_positive, default=4, help="N (default 4)")
@@ -475,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="list every run (with --quiet: a line per figure), train nothing")
     fg.add_argument("--quiet", action="store_true", help="no per-run progress bars")
     _add_executor_args(fg)
+    _add_plugin_arg(fg)
     fg.set_defaults(func=_cmd_figures)
     sw = sub.add_parser("sweep", help="train a config over a grid of settings and seeds")
     sw.add_argument("config", help="preset name or path to a YAML file")
@@ -486,8 +503,24 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--data-dir", help="folder with dataset files")
     sw.add_argument("--quiet", action="store_true", help="no per-run progress bars")
     _add_executor_args(sw)
+    _add_plugin_arg(sw)
     sw.set_defaults(func=_cmd_sweep)
     return p
+
+
+def _add_plugin_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plugin", action="append", metavar="MODULE_OR_FILE",
+                        help="import your own code first (a module name or a .py file that "
+                             "registers algorithms, models, datasets, link models; repeatable)")
+
+
+def _load_plugins(args: argparse.Namespace) -> None:
+    """Installed plug-ins (entry points), then the command's ``--plugin`` ones."""
+    from wirelessfl.run import plugins
+
+    plugins.load_entry_points()
+    if getattr(args, "plugin", None):
+        plugins.load_plugins(args.plugin)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -503,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
+        _load_plugins(args)
         return args.func(args)
     except KeyboardInterrupt:
         print("\nwirelessfl: interrupted", file=sys.stderr)

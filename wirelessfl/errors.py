@@ -34,6 +34,12 @@ def short(value: object) -> str:
     return _repr.repr(value)
 
 
+def plugin_hint(what: str) -> str:
+    """A note for an 'unknown ...' message, before its list: how to bring in one's own."""
+    return (f" (your own {what}? pass --plugin MODULE_OR_FILE, a module that registers it; "
+            "from Python, import that module first)")
+
+
 class ConfigError(ValueError):
     """A configuration is invalid; the message names the key and what is allowed."""
 

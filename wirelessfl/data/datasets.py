@@ -43,7 +43,7 @@ from typing_extensions import override
 from channels.validation import as_float, as_int, check_memory
 from wirelessfl.data import text
 from wirelessfl.data.arrays import ArrayDataset, DataFileError, DataNotFoundError, DatasetSplits
-from wirelessfl.errors import parse_json, short
+from wirelessfl.errors import parse_json, plugin_hint, short
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -573,7 +573,7 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
         per sample.
     """
     if name not in DATASETS + text.TEXT_DATASETS and name not in USER_DATASETS:
-        raise ValueError(f"unknown dataset {short(name)}; choose one of "
+        raise ValueError(f"unknown dataset {short(name)}{plugin_hint('dataset')}; choose one of "
                          f"{', '.join(DATASETS + text.TEXT_DATASETS + tuple(USER_DATASETS))}")
     folder = Path(data_dir).expanduser().resolve() if data_dir is not None else None
     if folder is not None and not folder.is_dir():

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from channels.validation import as_float, as_int, check_memory, short
+from wirelessfl.errors import plugin_hint
 from wirelessfl.models.base import FLModel, Params, UnitGroup, UnitSlice, linear_group
 from wirelessfl.models.text import FastText, GPT2LoRA, gpt2_size
 from wirelessfl.models.zoo import (
@@ -75,7 +76,8 @@ def build_model(name: str, sample_shape: tuple[int, ...], num_classes: int, *, s
     with ``seed`` (the global torch RNG is left as it was).
     """
     if name not in MODELS:
-        raise ValueError(f"unknown model {short(name)}; choose one of {', '.join(MODELS)}")
+        raise ValueError(f"unknown model {short(name)}{plugin_hint('model')}; choose one of "
+                         f"{', '.join(MODELS)}")
     seed = as_int("seed", seed, lo=0, hi=2**63 - 1)
     num_classes = as_int("num_classes", num_classes, lo=1, hi=10**7)
     if not isinstance(sample_shape, (tuple, list)) or not 1 <= len(sample_shape) <= 4:

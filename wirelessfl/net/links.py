@@ -60,7 +60,7 @@ from channels.rates import BANDWIDTH_HZ, tdma_rate
 from channels.rayleigh import simo_rayleigh
 from channels.units import db_to_lin
 from channels.validation import as_float, as_int
-from wirelessfl.errors import ConfigError, short
+from wirelessfl.errors import ConfigError, plugin_hint, short
 
 _N = "wirelessfl.net."
 #: name → ``module:Class`` of every link model, imported when first asked for.
@@ -80,7 +80,8 @@ def link_class(name: str) -> type[LinkModel]:
     if name in _LOADED:
         return _LOADED[name]
     if not isinstance(name, str) or name not in LINK_MODELS:
-        raise ValueError(f"`model` must be one of {', '.join(LINK_MODELS)}, got {short(name)}")
+        raise ValueError(f"`model` must be one of {', '.join(LINK_MODELS)}, got {short(name)}"
+                         f"{plugin_hint('link model')}")
     module, _, cls = LINK_MODELS[name].partition(":")
     _LOADED[name] = getattr(importlib.import_module(module), cls)
     return _LOADED[name]

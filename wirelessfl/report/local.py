@@ -60,8 +60,11 @@ def run_in_process(run: RunSpec, root: Path, threads: int, index: str) -> str:
     """
     import torch
 
+    from wirelessfl.run import plugins
+
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
+    plugins.load_from_env()  # the command's --plugin modules, in this worker too
     lines: list[str] = []
     run_one(run, root, index=index, quiet=True, log=lines.append)
     return "\n".join(lines)

@@ -113,9 +113,13 @@ def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
             if need > have.get(what, 0.0):  # the task could never be scheduled
                 raise ValueError(f"each run asks for {need:g} {what}s but the Ray cluster has "
                                  f"{have.get(what, 0.0):g}: lower --{what.lower()}s-per-run")
+        from wirelessfl.run import plugins
+
+        env = {plugins.ENV: os.environ[plugins.ENV]} if os.environ.get(plugins.ENV) else {}
         task = ray.remote(_task).options(num_cpus=options.cpus_per_run,
                                          num_gpus=options.gpus_per_run,
-                                         max_retries=options.retries, retry_exceptions=True)
+                                         max_retries=options.retries, retry_exceptions=True,
+                                         **({"runtime_env": {"env_vars": env}} if env else {}))
         threads = max(1, int(options.cpus_per_run))
         pending = {task.remote(r, str(root), threads, f"[{i}/{len(runs)}]"): r
                    for i, r in enumerate(runs, 1)}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.validation import as_float, as_int
-from wirelessfl.errors import ConfigError, short
+from wirelessfl.errors import ConfigError, plugin_hint, short
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -82,7 +82,8 @@ def build_algorithm(raw: Any, key: str, kinds: tuple[str, ...] = ("rounds",)) ->
     name = raw.pop("name", None)
     known = registry.names(*kinds)
     if not isinstance(name, str) or name not in known:
-        raise ConfigError(f"unknown algorithm {short(name)} in '{key}'; choose one of "
+        raise ConfigError(f"unknown algorithm {short(name)} in '{key}'{plugin_hint('algorithm')}; "
+                          "choose one of "
                           f"{', '.join(known)}")
     hparams_cls, _ = registry.get(name)
     return AlgorithmConfig(name, build_dataclass(hparams_cls, raw, key))

@@ -204,6 +204,10 @@ class RunRecord:
         meta = {"seed": seed, "version": wirelessfl.__version__, "git_commit": git_commit(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device,
                 "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
+        from wirelessfl.run import plugins  # lazy: the records do not need it otherwise
+
+        if plugins.loaded():  # what a resume must load again (--plugin)
+            meta["plugins"] = plugins.loaded()
         for name, text in (("config.yaml", yaml.safe_dump(config, sort_keys=False)),
                            ("meta.json", json.dumps(meta, indent=2) + "\n"),
                            ("metrics.jsonl", "")):
@@ -282,6 +286,15 @@ class RunRecord:
             raise
         finally:
             self.close()
+
+    def plugins(self) -> list[str]:
+        """The plug-ins the run was made with (``meta.json``; none when not recorded)."""
+        try:
+            meta = parse_json((self.folder / "meta.json").read_text(), "meta.json")
+        except (OSError, UnicodeDecodeError, ValueError):
+            return []
+        found = meta.get("plugins") if isinstance(meta, dict) else None
+        return [s for s in found if isinstance(s, str)] if isinstance(found, list) else []
 
     def check_meta(self, seed: int) -> None:
         """``meta.json`` read back: a JSON object with this run's seed (else RunFolderError)."""

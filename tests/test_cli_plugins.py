@@ -1,0 +1,116 @@
+"""A researcher's own code from the command line: --plugin, entry points, resume, workers."""
+
+import json
+import textwrap
+
+import pytest
+
+from wirelessfl import registry
+from wirelessfl.cli import main
+from wirelessfl.run import plugins
+
+PLUGIN = textwrap.dedent('''
+    import wirelessfl
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+
+
+    class {cls}(FedAvg):
+        """A user's FedAvg."""
+
+
+    wirelessfl.register_algorithm("{name}", FedAvgHParams, {cls})
+''')
+CONFIG = textwrap.dedent('''
+    rounds: 2
+    data: {{dataset: synthetic, num_clients: 4, samples_per_client: 20}}
+    model: {{name: linear}}
+    algorithm: {{name: {name}}}
+''')
+
+
+@pytest.fixture
+def box(tmp_path, monkeypatch):
+    """A folder with a plug-in file and a config naming its algorithm; all undone after."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(plugins.ENV, raising=False)
+    monkeypatch.setattr(plugins, "_LOADED", [])
+    (tmp_path / "clipavg.py").write_text(PLUGIN.format(cls="ClipAvg", name="clipavg"))
+    (tmp_path / "cfg.yaml").write_text(CONFIG.format(name="clipavg"))
+    yield tmp_path
+    for name in ("clipavg", "modavg"):
+        if name in registry.names():
+            registry.unregister(name)
+
+
+def test_a_plugin_file_runs_resumes_and_is_recorded(box, capsys):
+    assert main(["run", "cfg.yaml", "--out", "a", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown algorithm 'clipavg'" in err and "--plugin" in err
+    assert main(["run", "cfg.yaml", "--out", "r", "--quiet", "--plugin", "clipavg.py"]) == 0
+    meta = json.loads((box / "r" / "meta.json").read_text())
+    assert meta["plugins"] == [str((box / "clipavg.py").resolve())]
+    registry.unregister("clipavg")
+    plugins._LOADED.clear()   # a new command: nothing loaded
+    capsys.readouterr()
+    assert main(["run", "--resume", "--out", "r", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--plugin {box / 'clipavg.py'}" in err
+    assert main(["run", "--resume", "--out", "r", "--quiet", "--plugin",
+                 str(box / "clipavg.py")]) == 0
+
+
+def test_a_plugin_module_from_the_python_path(box, monkeypatch):
+    (box / "wfl_test_modavg.py").write_text(PLUGIN.format(cls="ModAvg", name="modavg"))
+    (box / "mod.yaml").write_text(CONFIG.format(name="modavg"))
+    monkeypatch.syspath_prepend(str(box))
+    assert main(["run", "mod.yaml", "--out", "m", "--quiet", "--plugin", "wfl_test_modavg"]) == 0
+    assert json.loads((box / "m" / "meta.json").read_text())["plugins"] == ["wfl_test_modavg"]
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("missing.py", "no such .py file"),
+    ("no_such_module_xyz", "no module of that name"),
+    ("not a name", "not a module name"),
+    ("broken.py", "failed while importing: ZeroDivisionError"),
+])
+def test_a_bad_plugin_is_one_line(box, capsys, spec, match):
+    (box / "broken.py").write_text("x = 1 / 0\n")
+    assert main(["run", "cfg.yaml", "--out", "b", "--quiet", "--plugin", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err
+    assert not (box / "b").exists()
+
+
+def test_sweep_with_two_jobs_loads_the_plugin_in_its_worker_processes(box):
+    assert main(["sweep", "cfg.yaml", "--grid", "local.lr=0.05,0.1", "--out", "sw", "--quiet",
+                 "--jobs", "2", "--plugin", "clipavg.py"]) == 0
+    summaries = list((box / "sw").rglob("summary.json"))
+    assert len(summaries) == 2
+
+
+def test_an_installed_plugin_registers_itself_through_its_entry_point(box, monkeypatch):
+    """An installed package's entry point (group wirelessfl.plugins) loads with every command."""
+    import importlib.metadata
+
+    calls = []
+
+    class EntryPoint:
+        name, value = "clip", "clipavg_pkg:register"
+
+        def load(self):
+            def register():
+                calls.append(1)
+                plugins.load_plugins([str(box / "clipavg.py")])
+            return register
+
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [EntryPoint()] if group == plugins.ENTRY_GROUP else [])
+    assert main(["run", "cfg.yaml", "--out", "e", "--quiet"]) == 0 and calls == [1]
+
+
+def test_a_config_file_never_imports_code(box, capsys):
+    """Naming a module in a config does not import it: only --plugin or an installation does."""
+    (box / "evil.py").write_text("open('PWNED', 'w').close()\n")
+    (box / "evil.yaml").write_text(CONFIG.format(name="evil"))
+    assert main(["run", "evil.yaml", "--out", "x", "--quiet"]) == 2
+    assert not (box / "PWNED").exists()
