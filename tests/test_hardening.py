@@ -701,3 +701,26 @@ def test_beamform_times_a_pilot_and_refuses_work_beyond_its_limit(capsys):
     assert err.count("\n") == 0 and "would take about" in err and "ms a cell" in err
     assert main(["beamform", "--cells", "40", "--method", "fast", "--max-minutes",
                  "0.001"]) == 0   # vectorised methods are bounded by memory, not timed
+
+
+def test_sigterm_keeps_the_run_resumable_and_says_how_to_continue(tmp_path):
+    """SIGTERM (a scheduler's stop) is handled as Ctrl-C: exit 143 with the resume hint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "st"
+    proc = subprocess.Popen([sys.executable, "-m", "wirelessfl", "run", "quickstart", "--set",
+                             "rounds=5000", "--out", str(out), "--quiet"],
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out / "checkpoint.pt").exists():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert "terminated (SIGTERM)" in err and f"wirelessfl run --resume --out {out}" in err
+    assert (out / "checkpoint.pt").exists()

@@ -373,3 +373,21 @@ def test_quantising_huge_finite_values_stays_finite():
 
     got = compress({"w": torch.tensor([3e38, -3e38, 1.0])}, "quantize", bits=4, gen=None)["w"]
     assert bool(torch.isfinite(got).all()) and got[0] == 3e38 and got[1] == -3e38
+
+
+def test_a_run_that_ends_cleanly_leaves_no_lock_file_and_a_later_resume_locks_again(tmp_path):
+    """The empty .lock used to stay in every finished run folder; it is removed at a clean
+    end, and a second writer still finds the folder locked while a run holds it."""
+    from wirelessfl.errors import RunFolderError
+    from wirelessfl.run.records import RunRecord
+
+    rec = RunRecord(tmp_path / "r")
+    with rec.writing({"name": "x"}, 0, "cpu", resume=False):
+        assert (tmp_path / "r" / ".lock").exists()
+        with pytest.raises(RunFolderError, match="another run"):
+            RunRecord(tmp_path / "r")._lock(resume=True)
+        rec.save_checkpoint({"round": 0})
+    assert not (tmp_path / "r" / ".lock").exists()
+    with RunRecord(tmp_path / "r").writing({"name": "x"}, 0, "cpu", resume=True):
+        assert (tmp_path / "r" / ".lock").exists()
+    assert not (tmp_path / "r" / ".lock").exists()

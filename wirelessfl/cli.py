@@ -58,10 +58,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         summary = run_job(job, out, resume=args.resume, quiet=args.quiet, trackers=args.tracker)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; {job.kept} are kept in {out}. Continue with: "
+    except KeyboardInterrupt as exc:
+        print(f"\n{_stopped(exc)}; {job.kept} are kept in {out}. Continue with: "
               f"wirelessfl run --resume --out {out}", file=sys.stderr)
-        return 130
+        return _stop_code(exc)
     png = plot_runs([out], out / "accuracy.png") if job.plottable else None
     print(job.describe(summary, out, png))
     return 0
@@ -323,10 +323,10 @@ def _report(out: Path, command: str, produce: Callable[[], list[Path]]) -> int:
     """Train and render with ``produce``, print what it wrote; Ctrl-C keeps finished runs."""
     try:
         written = produce()
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished runs are kept in {out}/runs and the next "
+    except KeyboardInterrupt as exc:
+        print(f"\n{_stopped(exc)}; finished runs are kept in {out}/runs and the next "
               f"`wirelessfl {command}` call resumes", file=sys.stderr)
-        return 130
+        return _stop_code(exc)
     print("\n".join(str(p) for p in written))
     return 0
 
@@ -523,6 +523,32 @@ def _load_plugins(args: argparse.Namespace) -> None:
         plugins.load_plugins(args.plugin)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a batch scheduler's stop): handled as Ctrl-C, the run kept resumable."""
+
+
+def _on_sigterm() -> Any:
+    """Make SIGTERM stop a command as Ctrl-C does; the previous handler (None off the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _stopped(exc: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _stop_code(exc: BaseException) -> int:
+    return 143 if isinstance(exc, Terminated) else 130  # 128 + the signal's number
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code.
 
@@ -535,12 +561,13 @@ def main(argv: list[str] | None = None) -> int:
     from wirelessfl.engine.client import ClientError
 
     args = build_parser().parse_args(argv)
+    previous = _on_sigterm()
     try:
         _load_plugins(args)
         return args.func(args)
-    except KeyboardInterrupt:
-        print("\nwirelessfl: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"\nwirelessfl: {_stopped(exc)}", file=sys.stderr)
+        return _stop_code(exc)
     except BrokenPipeError:  # output piped into e.g. `head`, which has closed: not an error
         sys.stdout = None  # nothing more to flush at exit
         return 0
@@ -553,6 +580,11 @@ def main(argv: list[str] | None = None) -> int:
             msg = f"{type(exc).__name__}: {msg}"
         print(f"wirelessfl: error: {msg[:400]}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:  # main() called in-process (tests, notebooks) leaves no handler
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ Contents:
 - ``checkpoint.pt`` — the state after the last completed round (written atomically, read
   back with ``torch.load(weights_only=True)``: a checkpoint cannot carry code);
 - ``summary.json`` — final and best accuracy, time/uplink to the target, wall time;
-- ``.lock`` — held (``flock``) by the run writing the folder, so two runs never write one.
+- ``.lock`` — held (``flock``) by the run writing the folder, so two runs never write one;
+  removed when the run ends cleanly (kept after Ctrl-C or a failure, harmlessly).
 
 A new run needs a folder that does not exist or is empty: nothing a run did not create is
 ever overwritten. A resumed run must find its own ``config.yaml`` and metric rows that run
@@ -162,19 +163,35 @@ class RunRecord:
         if not self.folder.exists():
             self.folder.mkdir(parents=True)
             self._created_folder = True
-        fh = open_append(self.folder / self.LOCK)  # held until close()
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.close()
-            raise RunFolderError(f"run folder {self.folder} is being written by another run "
-                                 "(it holds the folder's lock); wait for it or choose another "
-                                 "--out") from None
-        self._lock_fh = fh
+        for _ in range(10):  # a run ending cleanly removes the lock file: lock the one there
+            fh = open_append(self.folder / self.LOCK)  # held until close()
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                raise RunFolderError(f"run folder {self.folder} is being written by another "
+                                     "run (it holds the folder's lock); wait for it or choose "
+                                     "another --out") from None
+            try:
+                same = os.stat(self.folder / self.LOCK).st_ino == os.fstat(fh.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._lock_fh = fh
+                return
+            fh.close()  # locked a file a finished run had just removed: take the new one
+        raise RunFolderError(f"run folder {self.folder}: its lock file keeps changing; another "
+                             "process is starting and ending runs there - choose another --out")
 
-    def close(self) -> None:
-        """Free the folder's lock."""
+    def close(self, *, remove: bool = False) -> None:
+        """Free the folder's lock (``remove``: and delete the lock file, the run done cleanly).
+
+        The file is removed while still locked; a run that opened it meanwhile sees that its
+        file is gone once it gets the lock, and locks the new one (:meth:`_lock`).
+        """
         if self._lock_fh is not None:
+            if remove:
+                (self.folder / self.LOCK).unlink(missing_ok=True)
             self._lock_fh.close()
             self._lock_fh = None
 
@@ -284,6 +301,8 @@ class RunRecord:
             if not resume and not self.checkpoint_path.is_file():
                 self.discard()
             raise
+        else:
+            self.close(remove=True)  # ended cleanly: no empty .lock stays behind
         finally:
             self.close()
 
