@@ -386,3 +386,22 @@ def test_a_user_aggregate_sees_the_delivery_of_its_round(tmp_path):
     assert seen and all(d is not None for d, _ in seen)
     assert all(list(d.arrived) == got for d, got in seen)
     assert any(d.dropped for d, _ in seen)  # the deadline dropped someone, and it was said
+
+
+def test_the_summary_counts_dropped_and_late_uploads(tmp_path):
+    """The summary line said nothing of 30 dropped uploads of 50: it now counts them."""
+    raw = {"seed": 3, "rounds": 4, "name": "d",
+           "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
+           "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
+           "algorithm": {"name": "fedavg", "clients_per_round": 5},
+           "network": {"model": "tdma", "snr_db": -10.0, "deadline_s": 2e-3,
+                       "late": "next_round"}}
+    job = RoundsJob(prepare(resolve(raw)))
+    summary = run_job(job, tmp_path / "d", quiet=True)
+    rows = RunRecord(tmp_path / "d").rows()
+    dropped = sum(len(r.get("dropped", [])) for r in rows)  # a row each round: its delivery
+    assert summary["dropped_uploads"] == dropped
+    assert summary["uploads"] == 20 and summary["dropped_uploads"] >= 1
+    assert summary["late_uploads"] == rows[-1]["late_clients"]
+    assert "of 20 uploads dropped by the link" in job.describe(summary, tmp_path / "d")
+    assert dropped <= summary["dropped_uploads"] + summary["late_uploads"] + 20

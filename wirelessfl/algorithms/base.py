@@ -207,6 +207,8 @@ class FederatedAlgorithm(ABC):
         return new, dataclasses.replace(
             report, latency_s=delivery.seconds, delivery=delivery, uplink_params=sent,
             cumulative={**report.cumulative, "dropped_clients": float(len(delivery.dropped)),
+                        "late_clients": float(len(delivery.late)),
+                        "uploads": float(len(results)),
                         "empty_rounds": float(not kept),
                         "uplink_delivered_params_per_client": delivery.delivered_params or 0.0})
 

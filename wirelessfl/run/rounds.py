@@ -321,6 +321,10 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float) -> dict[s
     }
     if last.get("empty_rounds"):  # rounds whose link delivered no upload (the model stayed)
         summary["empty_rounds"] = int(last["empty_rounds"])
+    if "uploads" in last:  # a deadline: what it did to the uploads, over the whole run
+        summary.update(uploads=int(last["uploads"]),
+                       dropped_uploads=int(last.get("dropped_clients", 0)),
+                       late_uploads=int(last.get("late_clients", 0)))
     if cfg.target_accuracy is not None:
         hit = first_reaching(rows, cfg.target_accuracy)
         summary["target_accuracy"] = cfg.target_accuracy
@@ -484,6 +488,10 @@ class RoundsJob(Job):
                 f"uplink {summary['uplink_mb_per_client']:.2f} MB/client")
         if summary.get("sim_time_s") is not None:
             line += f", simulated {summary['sim_time_s']:.1f} s"
+        if summary.get("uploads"):
+            late = summary.get("late_uploads", 0)
+            line += (f", {summary['dropped_uploads']} of {summary['uploads']} uploads dropped by "
+                     f"the link" + (f" and {late} late (aggregated a round later)" if late else ""))
         if summary.get("empty_rounds"):
             line += (f", {summary['empty_rounds']} of {summary['rounds']} rounds aggregated "
                      "nothing (no upload reached the server)")
