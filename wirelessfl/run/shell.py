@@ -29,10 +29,19 @@ from wirelessfl.run.trackers import Tracker, open_trackers, step_of
 class Output:
     """What a job's :meth:`Job.advance` reports through: rows, progress, checkpoints."""
 
+    #: A run expected to last at least this many wall seconds says so in one line when its
+    #: progress bar is off (``--quiet``), after its first timed step.
+    ESTIMATE_FROM_S = 60.0
+
     def __init__(self, record: RunRecord, bar: tqdm, start: float,
-                 trackers: Sequence[Tracker] = (), threads: int | None = None) -> None:
+                 trackers: Sequence[Tracker] = (), threads: int | None = None, *,
+                 estimate: tuple[str, str] | None = None) -> None:
         self.record, self._bar, self._start, self.threads = record, bar, start, threads
         self.trackers, self._rows = list(trackers), len(record.rows()) if trackers else 0
+        # (wall clock, progress) where this process began: the estimate's origin (None: done);
+        # ``estimate`` is (the run's name, its progress unit) when the bar is off
+        self._origin = (time.perf_counter(), bar.n) if estimate else None
+        self._label = estimate or ("run", "step")
 
     def wall(self) -> float:
         """Wall seconds of the run so far (including before a resume)."""
@@ -60,6 +69,20 @@ class Output:
         total = self._bar.total
         self._bar.n = progress if total is None else min(progress, total)
         self._bar.refresh()
+        if self._origin is not None and total and progress > self._origin[1]:
+            self._say_estimate(progress, total)
+
+    def _say_estimate(self, progress: float, total: float) -> None:
+        """One line on stderr with the time left, once, when the bar is off and it is long."""
+        t0, p0 = self._origin
+        self._origin = None
+        per = (time.perf_counter() - t0) / (progress - p0)
+        left = per * max(0.0, total - progress)
+        if left + per * (progress - p0) >= self.ESTIMATE_FROM_S:
+            name, unit = self._label
+            print(f"wirelessfl: {name}: about {_duration(left)} left "
+                  f"({per:.3g} s a {unit}, {progress:g} of {total:g}); the bar is off (--quiet)",
+                  file=sys.stderr)
 
     def checkpoint(self, payload: dict[str, Any]) -> None:
         """Write a checkpoint (atomically) with the wall clock and thread count in it."""
@@ -144,7 +167,8 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
                    unit=job.progress_unit, disable=quiet or bool(os.environ.get("CI")),
                    dynamic_ncols=True)
         trackers = open_trackers(list(trackers), record.folder, job.name, job.resolved, resume)
-        out = Output(record, bar, time.perf_counter() - wall0, trackers, threads)
+        out = Output(record, bar, time.perf_counter() - wall0, trackers, threads,
+                     estimate=(job.name, job.progress_unit) if quiet else None)
         finished = False
         try:
             job.advance(out)
@@ -160,3 +184,10 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
         summary = job.summary(record.rows(), out.wall())
         record.write_summary(summary)
         return summary
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min`` or ``2.1 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
