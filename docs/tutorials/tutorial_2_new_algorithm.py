@@ -20,7 +20,6 @@ clients clip each gradient entry to [−c, c] before the step, register it from 
 from dataclasses import dataclass
 
 import wirelessfl
-from channels.validation import as_float
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 
 
@@ -32,7 +31,8 @@ class FedClipHParams(FedAvgHParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        as_float("clip", self.clip, lo=0, lo_open=True, hi=1e6)   # one-line errors for configs
+        if not 0 < self.clip <= 1e6:  # a ValueError is a one-line error for configs
+            raise ValueError(f"clip must be > 0 and <= 1e+06, got {self.clip}")
 
 
 class ClippedSGD(wirelessfl.LocalSGD):
