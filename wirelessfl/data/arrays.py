@@ -45,11 +45,11 @@ def inside(folder: Path | str, name: str, what: str) -> Path:
 
 @dataclass(frozen=True, eq=False)
 class ArrayDataset:
-    """Samples held in memory.
+    r"""Samples held in memory.
 
     Attributes
     ----------
-    x : Tensor, shape (n, *sample_shape), float32
+    x : Tensor, shape (n, \*sample_shape), float32
         Inputs, already normalised (images are (n, C, H, W)).
     y : Tensor, shape (n,), int64
         Class labels in ``[0, num_classes)``.

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from wirelessfl.run.records import RunRecord, atomic_write, is_number  # noqa: E402
 
@@ -36,6 +37,8 @@ def plot_runs(folders: Sequence[str | Path], out: str | Path) -> Path:
             if pts:
                 a.plot(*zip(*pts), marker="." if len(pts) < 40 else None, label=name)
             a.set_xlabel(label)
+            if key == "round":  # rounds are whole numbers: no 2.5 ticks
+                a.xaxis.set_major_locator(MaxNLocator(integer=True))
             a.set_ylabel("test accuracy")
             a.grid(alpha=0.3)
     ax[0][0].legend(fontsize=8)

@@ -45,7 +45,7 @@ from wirelessfl.run.records import atomic_write
 #: What a ``final`` figure can show per run: the last evaluation's test accuracy and loss,
 #: and the simulated time to target.
 _FINAL = {"accuracy": "final test accuracy", "loss": "final test loss",
-          "time": "simulated time to target"}
+          "time": "simulated time to target [s]"}
 
 
 def _panels(fig: Figure, ncols: int) -> tuple[plt.Figure, np.ndarray, list[str]]:
@@ -256,7 +256,7 @@ def render_gains(fig: Figure, root: Path, out: Path) -> list[Path]:
             a.annotate(f"{100 * gain:.1f}%", (v_i, top), ha="center", va="bottom", fontsize=8)
             table.append(row)
         a.set_xticks(range(len(values)), [show_value(v) for v in values])
-        a.set(xlabel=label, ylabel="simulated time to target", title=panel)
+        a.set(xlabel=label, ylabel="simulated time to target [s]", title=panel)
         a.grid(alpha=0.3, axis="y")
     paths = _finish(fig, f, ax, out, table)
     md = out / f"{fig.name}.md"
@@ -296,7 +296,8 @@ def render_time_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
                                alpha=0.15)
             if y == "accuracy" and task is None:
                 a.axhline(run_tasks(runs[0])[0].target, color="k", lw=0.8, ls="--")
-            a.set(xlabel="simulated time", ylabel=f"{'mean ' if task is None else ''}test {y}",
+            a.set(xlabel="simulated time [s]",
+                  ylabel=f"{'mean ' if task is None else ''}test {y}",
                   title=f"{panel} {label}={show_value(value)}".strip(" ="))
             a.grid(alpha=0.3)
             table += [{"panel": panel, "series": series, "task": task or "mean",
