@@ -118,6 +118,7 @@ class RunRecord:
         self._csv_keys: list[str] | None = None  # the CSV's columns, once written here
         self._lock_fh = None
         self._created_folder = False
+        self._created_lock = False  # this record made the lock file (a refused resume removes it)
 
     @property
     def metrics_path(self) -> Path:
@@ -164,6 +165,7 @@ class RunRecord:
             self.folder.mkdir(parents=True)
             self._created_folder = True
         for _ in range(10):  # a run ending cleanly removes the lock file: lock the one there
+            self._created_lock = not (self.folder / self.LOCK).exists()
             fh = open_append(self.folder / self.LOCK)  # held until close()
             try:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -267,8 +269,8 @@ class RunRecord:
                                      "resume with the same preset and --set values (or none)")
             self.check_meta(seed)
             return self.load_checkpoint()
-        except BaseException:
-            self.close()
+        except BaseException:  # refused: the folder is left as it was, lock file included
+            self.close(remove=self._created_lock)
             raise
 
     @staticmethod
@@ -300,6 +302,8 @@ class RunRecord:
         except BaseException:
             if not resume and not self.checkpoint_path.is_file():
                 self.discard()
+            elif resume:  # a refused or failed resume leaves no lock file it made
+                self.close(remove=self._created_lock)
             raise
         else:
             self.close(remove=True)  # ended cleanly: no empty .lock stays behind
