@@ -11,6 +11,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # a benchmark harness end to end (~10-25 s): python -m pytest -m slow
 def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--out",
                            str(tmp_path), "--device", "cpu", "--quick"], cwd=ROOT,

@@ -83,6 +83,7 @@ def test_batched_equals_loop():
         assert batched.latency[idx] == single.latency
 
 
+@pytest.mark.slow  # ~12 s of MILP instances: python -m pytest -m slow
 def test_scalar_path_equals_the_batched_path_and_highs_including_ties():
     """One instance of <= 64 cells takes the compiled (Numba) path: the same sizes as the
     batched solver, ties included."""

@@ -57,6 +57,7 @@ def test_summary_speedups_and_accuracy_gaps():
     assert s["pfl"] == {"errors": ["exit 1: boom"]}
 
 
+@pytest.mark.slow  # a benchmark harness end to end (~10-25 s): python -m pytest -m slow
 @pytest.mark.skipif(not FMNIST.is_dir(), reason="needs Fashion-MNIST (dataset-fashion-mnist)")
 def test_driver_runs_wirelessfl_on_the_workload_and_reports_json():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers" / "run.py"), "bench",

@@ -139,6 +139,7 @@ def test_a_busy_machine_gets_sleeping_openmp_threads_and_batched_runs_every_core
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow  # a benchmark harness end to end (~10-25 s): python -m pytest -m slow
 def test_threads_benchmark_round_runs_each_setting_as_configured():
     """``benchmarks/threads.py --round``'s runner: the policy and count it sets are the ones
     the fresh interpreter computes with (one timed round of 4 clients each)."""
