@@ -10,7 +10,8 @@ so a second call only re-draws.
 
 Here: FedAST's experiment E3 (the paper's Figs. 4/14), two *different* tasks trained at
 once over one client pool — LeNet-5 and an MLP on Fashion-MNIST — with FedAST and with
-FedAST-NoBuffer, at quick scale (about two minutes on two CPU cores).
+FedAST-NoBuffer, at quick scale (3 min 28 s on two quiet CPU cores; see the measured times in
+the development guide).
 """
 
 # %%
