@@ -160,38 +160,43 @@ wirelessfl.registry.unregister("fedmedian")
 # %%
 # The same algorithm from the command line
 # -----------------------------------------
-# The command cannot import your code by itself: a config that names ``fedmedian`` is
+# The command cannot import your code by itself: a config that names your algorithm is
 # refused as an unknown algorithm. Put the class and its ``register_algorithm`` line in a
 # file and name it with ``--plugin`` (a module name on your ``PYTHONPATH`` works too; an
 # installed package registers itself through the ``wirelessfl.plugins`` entry point). The
 # run folder records the plug-in, and ``--resume``, ``figures``, ``sweep`` and ``--jobs``
-# workers load it the same way.
+# workers load it the same way. Here, a second server rule in such a file: the
+# coordinate-wise trimmed mean, which drops each entry's largest and smallest update.
 import textwrap
 
 from wirelessfl.cli import main
 
-(out / "fedmedian.py").write_text(textwrap.dedent("""
+(out / "trimmed.py").write_text(textwrap.dedent("""
     import torch
     import wirelessfl
     from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 
-    class FedMedian(FedAvg):
+    class FedTrimmed(FedAvg):
+        \"\"\"The coordinate-wise mean of the Δ_i without each entry's largest and smallest.\"\"\"
+
         def aggregate(self, state, plan, results, delivery=None):
-            median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
-                      for k in state.params}
-            params, opt = self.server_opt.step(state.params, median, state.opt_state)
+            trimmed = {}
+            for k in state.params:
+                ordered = torch.stack([r.delta[k] for r in results]).sort(0).values
+                trimmed[k] = ordered[1:-1].mean(0) if len(results) > 2 else ordered.mean(0)
+            params, opt = self.server_opt.step(state.params, trimmed, state.opt_state)
             return self.finish_round(state, params, opt, results)
 
-    wirelessfl.register_algorithm("fedmedian", FedAvgHParams, FedMedian)
+    wirelessfl.register_algorithm("fedtrimmed", FedAvgHParams, FedTrimmed)
 """))
-(out / "median.yaml").write_text(textwrap.dedent("""
+(out / "trimmed.yaml").write_text(textwrap.dedent("""
     rounds: 3
     data: {dataset: synthetic, num_clients: 12, samples_per_client: 40}
     model: {name: linear}
     local: {lr: 0.05, batch_size: 10, steps: 10}
-    algorithm: {name: fedmedian}
+    algorithm: {name: fedtrimmed}
 """))
-code = main(["run", str(out / "median.yaml"), "--plugin", str(out / "fedmedian.py"),
-             "--out", str(out / "median-cli"), "--quiet"])
+code = main(["run", str(out / "trimmed.yaml"), "--plugin", str(out / "trimmed.py"),
+             "--out", str(out / "trimmed-cli"), "--quiet"])
 print("exit code", code)
-wirelessfl.registry.unregister("fedmedian")
+wirelessfl.registry.unregister("fedtrimmed")
