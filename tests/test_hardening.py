@@ -236,6 +236,12 @@ def test_broken_preset_does_not_break_list(tmp_path, monkeypatch, capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "fine" in out and "unreadable" in out
+    (tmp_path / "hist").mkdir()
+    (tmp_path / "hist" / "h.yaml").write_text("description: a HIST preset\n")
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "general:" and "hist:" in lines       # grouped by paper
+    assert lines[lines.index("hist:") + 1].split() == ["h", "a", "HIST", "preset"]
 
 
 def test_multitask_never_evaluated_prints_a_summary(tmp_path, capsys):

@@ -84,12 +84,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
     presets = list_presets()
     if not presets:
         print("no presets found (looked under experiments/)")
+    from wirelessfl.run.config import presets_dir
+
+    root = presets_dir().resolve()
+    groups: dict[str, list[tuple[str, Path]]] = {}  # by paper: experiments/<paper>/*.yaml
     for name, path in presets.items():
-        try:
-            desc = str(load_raw(str(path)).get("description", ""))
-        except ValueError as exc:  # one broken preset does not hide the others
-            desc = f"(unreadable: {str(exc).splitlines()[0][:80]})"
-        print(f"{name:28s} {desc}")
+        paper = "general" if Path(path).resolve().parent == root else Path(path).parent.name
+        groups.setdefault(paper, []).append((name, Path(path)))
+    for paper in sorted(groups, key=lambda p: (p != "general", p)):
+        print(f"{paper}:")
+        for name, path in groups[paper]:
+            try:
+                desc = str(load_raw(str(path)).get("description", ""))
+            except ValueError as exc:  # one broken preset does not hide the others
+                desc = f"(unreadable: {str(exc).splitlines()[0][:80]})"
+            print(f"  {name:26s} {desc}")
     return 0
 
 

@@ -200,3 +200,9 @@ code = main(["run", str(out / "trimmed.yaml"), "--plugin", str(out / "trimmed.py
              "--out", str(out / "trimmed-cli"), "--quiet"])
 print("exit code", code)
 wirelessfl.registry.unregister("fedtrimmed")
+
+# %%
+# The runs above were written to a temporary folder, which the tutorial removes at its end.
+import shutil
+
+shutil.rmtree(out, ignore_errors=True)

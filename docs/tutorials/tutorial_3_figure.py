@@ -60,3 +60,9 @@ for (series, task), (t, acc) in sorted(final.items()):
 # number here can be traced to the run that produced it (``report/runs/<hash>/``); the
 # report's ``README.md`` lists the figures with the settings that were run. The paper's
 # own numbers and our quick-scale results side by side are on :doc:`/papers/fedast`.
+
+# %%
+# The runs above were written to a temporary folder, which the tutorial removes at its end.
+import shutil
+
+shutil.rmtree(report.parent, ignore_errors=True)

@@ -73,3 +73,9 @@ fig.tight_layout()
 # .. code-block:: bash
 #
 #     wirelessfl retime runs/fedavg --set network.model=aircomp --out fedavg-aircomp.csv
+
+# %%
+# The runs above were written to a temporary folder, which the tutorial removes at its end.
+import shutil
+
+shutil.rmtree(out, ignore_errors=True)
