@@ -18,11 +18,10 @@ from typing_extensions import override
 from channels.rates import SUBCARRIER_HZ, SYMBOL_S
 from channels.units import db_to_lin
 from channels.validation import as_float
-from wirelessfl.net.links import NEVER, ChannelLink, ChannelSettings, RoundCost
+from wirelessfl.net.links import NEVER, SHAPES_LEARNING, ChannelLink, ChannelSettings, RoundCost
 from wirelessfl.server.aggregation import AirComp
 
 AGGREGATIONS = ("exact", "over_the_air")
-_SHAPES = {"shapes_learning": True}
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,10 @@ class AirCompSettings(ChannelSettings):
         symbols as HIST does, whose noise accumulates in SCAFFOLD's c and FAdamGC's y).
     """
 
-    aggregation: str = field(default="exact", metadata=_SHAPES)
-    beamforming: str = field(default="fast", metadata=_SHAPES)
-    truncation_db: float | None = field(default=None, metadata=_SHAPES)
-    normalise: bool = field(default=True, metadata=_SHAPES)
+    aggregation: str = field(default="exact", metadata=SHAPES_LEARNING)
+    beamforming: str = field(default="fast", metadata=SHAPES_LEARNING)
+    truncation_db: float | None = field(default=None, metadata=SHAPES_LEARNING)
+    normalise: bool = field(default=True, metadata=SHAPES_LEARNING)
 
     def __post_init__(self) -> None:
         from solvers.beamforming import METHODS

@@ -45,13 +45,12 @@ from channels.validation import as_float, as_int
 from solvers.scheduling import POLICIES, schedule, update_age, update_average
 from solvers.uplink import deadline_outage, fit_bit_widths
 from wirelessfl.net.compression import compress
-from wirelessfl.net.links import NEVER, ChannelLink, ChannelSettings, RoundCost
+from wirelessfl.net.links import NEVER, SHAPES_LEARNING, ChannelLink, ChannelSettings, RoundCost
 
 #: R̄'s averaging window of proportional fair [rounds].
 PF_WINDOW = 10.0
 COMPRESSIONS = ("none", "quantize", "topk")
 LATE = ("drop", "next_round")
-_SHAPES = {"shapes_learning": True}
 
 
 @dataclass(frozen=True)
@@ -85,11 +84,11 @@ class DigitalSettings(ChannelSettings):
         [default drop].
     """
 
-    deadline_s: float | None = field(default=None, metadata=_SHAPES)
-    scheduler: str = field(default="uniform", metadata=_SHAPES)
-    compression: str = field(default="none", metadata=_SHAPES)
-    max_bits: int = field(default=16, metadata=_SHAPES)
-    late: str = field(default="drop", metadata=_SHAPES)
+    deadline_s: float | None = field(default=None, metadata=SHAPES_LEARNING)
+    scheduler: str = field(default="uniform", metadata=SHAPES_LEARNING)
+    compression: str = field(default="none", metadata=SHAPES_LEARNING)
+    max_bits: int = field(default=16, metadata=SHAPES_LEARNING)
+    late: str = field(default="drop", metadata=SHAPES_LEARNING)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -114,6 +114,11 @@ def unregister_link(name: str) -> None:
     del _LOADED[name], LINK_MODELS[name]
 
 
+#: Field metadata of a link setting that changes what a run learns, not only its clock:
+#: ``field(default=..., metadata=SHAPES_LEARNING)``.
+SHAPES_LEARNING = {"shapes_learning": True}
+
+
 def shaping_fields(settings_cls: type) -> tuple[str, ...]:
     """The fields of a ``Settings`` class whose metadata says they shape learning."""
     return tuple(f.name for f in dataclasses.fields(settings_cls)
@@ -242,13 +247,6 @@ class NetworkConfig:
                               f"{next(iter(owners))} or remove it")
         settings = build(own, {k: raw.pop(k) for k in mine if k in raw}, prefix)
         return build(cls, raw, prefix, built={"settings": settings})
-
-    def flat(self) -> dict[str, Any]:
-        """The section as a config writes it: the common fields and the model's own."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if not f.metadata.get("flat")}
-        return {**out, **dataclasses.asdict(self.settings)}
-
 
 @dataclass(frozen=True)
 class RoundCost:

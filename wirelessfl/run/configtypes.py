@@ -1,7 +1,8 @@
 """The typed-config builder: YAML mappings into frozen dataclasses, every key and value checked.
 
-This module imports nothing of :mod:`wirelessfl` but :mod:`wirelessfl.errors` (and the
-argument checks of :mod:`channels.validation`), so every layer can describe its settings as
+This module imports nothing of :mod:`wirelessfl` but :mod:`wirelessfl.errors` and the data
+of :mod:`wirelessfl.run.key_schema` (and the argument checks of
+:mod:`channels.validation`), so every layer can describe its settings as
 dataclasses: :func:`build_dataclass` checks keys (listing the valid ones), types (numbers
 may be written in exponent notation, ``1e-3``; non-finite ones are refused), nested
 dataclass sections, and nested algorithm sections (:class:`AlgorithmConfig`, e.g.
@@ -22,6 +23,7 @@ from typing import Any
 
 from channels.validation import as_float, as_int
 from wirelessfl.errors import ConfigError, plugin_hint, short
+from wirelessfl.run.key_schema import FROZEN, REQUIRED
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -253,8 +255,6 @@ def key_view(value: Any, keep: frozenset[str] | dict[str, Any] = frozenset()) ->
     >>> key_view(resolve({"algorithm": {"name": "fedavg"}}))["network"]["model"]
     'none'
     """
-    from wirelessfl.run.key_schema import FROZEN, REQUIRED
-
     if isinstance(value, AlgorithmConfig):
         return {"name": value.name, **key_view(value.hparams)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

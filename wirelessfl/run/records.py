@@ -45,6 +45,7 @@ import yaml
 
 import wirelessfl
 from wirelessfl.errors import ConfigError, RunFolderError, parse_json, parse_yaml
+from wirelessfl.run import plugins
 from wirelessfl.run.safe_io import atomic_write, open_append, open_new, refuse_link
 
 __all__ = ["RunRecord", "atomic_write", "load_plain", "params_to_mb", "write_csv"]
@@ -223,8 +224,6 @@ class RunRecord:
         meta = {"seed": seed, "version": wirelessfl.__version__, "git_commit": git_commit(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device,
                 "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
-        from wirelessfl.run import plugins  # lazy: the records do not need it otherwise
-
         if plugins.loaded():  # what a resume must load again (--plugin)
             meta["plugins"] = plugins.loaded()
         for name, text in (("config.yaml", yaml.safe_dump(config, sort_keys=False)),
@@ -310,10 +309,15 @@ class RunRecord:
         finally:
             self.close()
 
+    def _meta(self) -> Any:
+        """``meta.json`` parsed (OSError, UnicodeDecodeError or ValueError when it cannot be)."""
+        path = self.folder / "meta.json"
+        return parse_json(path.read_text(), str(path))
+
     def plugins(self) -> list[str]:
         """The plug-ins the run was made with (``meta.json``; none when not recorded)."""
         try:
-            meta = parse_json((self.folder / "meta.json").read_text(), "meta.json")
+            meta = self._meta()
         except (OSError, UnicodeDecodeError, ValueError):
             return []
         found = meta.get("plugins") if isinstance(meta, dict) else None
@@ -323,7 +327,7 @@ class RunRecord:
         """``meta.json`` read back: a JSON object with this run's seed (else RunFolderError)."""
         path = self.folder / "meta.json"
         try:
-            meta = parse_json(path.read_text(), str(path))
+            meta = self._meta()
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise RunFolderError(f"{path} is damaged or missing ({str(exc)[:80]}); the run "
                                  "folder was changed after the run wrote it - restore it or "
