@@ -27,10 +27,13 @@ client transmits at full power P_j instead of P_j / n_j²; the MSE drops by n_j�
 
 **Weighted aggregation and silent clients** (beyond HIST, for any algorithm's uplink):
 ``weights`` p_i ≥ 0 (normalised to sum 1) make the estimate Σ_i p_i δ_i with the precoder
-α_i = p_i (m_jᴴ h_i)* / |m_jᴴ h_i|²; the per-client power limit |α_i|² ≤ P_j / n_j² then
-sets ν_j = √P_j min_{p_i > 0} |a_jᴴ h_i| / (n_j p_i), which is (23)–(25) for p_i = 1/n_j.
-A client with p_i = 0 sends nothing and does not limit ν_j (truncated channel inversion,
-Zhu, Wang, Huang, IEEE TWC 2020: clients whose channel is too weak stay silent).
+α_i = p_i (m_jᴴ h_i)* / |m_jᴴ h_i|². A client with p_i = 0 sends nothing (truncated channel
+inversion, Zhu, Wang, Huang, IEEE TWC 2020: clients whose channel is too weak stay silent;
+or clients not selected). The k_j clients with p_i > 0 are the cell of (22)–(25): the
+per-client power limit is |α_i|² ≤ P_j / k_j², which sets
+ν_j = √P_j min_{p_i > 0} |a_jᴴ h_i| / (k_j p_i), and with p_i = 1/k_j the MSE is (25) over the
+transmitting clients, σ0² / (P_j min_{p_i > 0} |a_jᴴ h_i|²). Silent clients neither limit ν_j
+nor count in k_j (counting them, as n_j, would scale the MSE by (n_j / k_j)²).
 
 Examples
 --------
@@ -153,24 +156,31 @@ class AirCompCell:
         """n_j, clients in the cell."""
         return self.h.shape[-2]
 
+    @property
+    def n_transmitting(self) -> np.ndarray:
+        """k_j, the clients with a positive weight (all n_j without weights), shape (...)."""
+        if self.weights is None:
+            return np.full(self.h.shape[:-2], self.n_clients)
+        return (self.weights > 0).sum(-1)
+
     @cached_property
     def min_gain(self) -> np.ndarray:
-        """min_i |a_jᴴ h_i|² (weighted: min over p_i > 0 of |a_jᴴ h_i|² / (n_j p_i)²), shape (...)."""
+        """min_i |a_jᴴ h_i|² (weighted: min over p_i > 0 of |a_jᴴ h_i|² / (k_j p_i)²), shape (...)."""
         gains = gains_unchecked(self.a, self.h)
         if self.weights is None:
             return gains.min(-1)
-        p = self.weights * self.n_clients
+        p = self.weights * self.n_transmitting[..., None]
         with np.errstate(divide="ignore"):
             return np.where(p > 0, gains / np.where(p > 0, p, 1.0) ** 2, np.inf).min(-1)
 
     @cached_property
     def nu(self) -> np.ndarray:
-        """Receive normalisation ν_j (times n_j with ``tight_power``), shape (...)."""
+        """Receive normalisation ν_j (times k_j with ``tight_power``), shape (...)."""
         if not (self.min_gain > 0).all():
             raise ValueError("a transmitting client has |a^H h_i| = 0 (a zero channel, or a beam "
                              "orthogonal to it): no power scaling reaches the server; drop that "
                              "client (weight 0) or choose another beam")
-        scale = self.n_clients if self.tight_power else 1.0
+        scale = self.n_transmitting if self.tight_power else 1.0
         return scale * np.sqrt(np.asarray(self.power, dtype=float) * self.min_gain)
 
     @property
@@ -180,7 +190,7 @@ class AirCompCell:
 
     @cached_property
     def precoders(self) -> np.ndarray:
-        """α_i of (23), shape (..., n); |α_i|² ≤ P_j / n_j² (≤ P_j with ``tight_power``)."""
+        """α_i of (23), shape (..., n); |α_i|² ≤ P_j / k_j² (≤ P_j with ``tight_power``)."""
         g = np.einsum("...m,...im->...i", self.beam.conj(), self.h)  # m_jᴴ h_i
         if self.weights is None:
             return g.conj() / (self.n_clients * np.abs(g) ** 2)

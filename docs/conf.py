@@ -32,7 +32,8 @@ extensions = [
     "sphinx_gallery.gen_gallery",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "tutorials", "sg_execution_times.rst", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "tutorials", "papers/results", "sg_execution_times.rst", "Thumbs.db",
+                    ".DS_Store"]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
 

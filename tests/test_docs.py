@@ -64,7 +64,9 @@ def test_list_algorithms_names_every_entry_with_a_preset(capsys):
 
     assert main(["list", "--algorithms"]) == 0
     out = capsys.readouterr().out
-    listed = {line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")}
+    listed = {line.split()[0] for line in out.splitlines()
+              if line and not line.startswith((" ", "units:"))}
+    assert "cycles_per_step=10000000.0 [CPU cycles]" in out  # units where a name has none
     assert listed == set(registry.names())
     from wirelessfl.run.config import algorithm_table
 
@@ -80,8 +82,9 @@ def test_every_preset_resolves():
 
     presets = list_presets()
     assert len(presets) >= 30
-    for path in presets.values():
-        wirelessfl.resolve_config(load_raw(str(path)))
+    for name, path in presets.items():
+        config = wirelessfl.resolve_config(load_raw(str(path)))
+        assert config.name == name, f"{path}: a preset's run is named as the preset"
 
 
 def test_a_timed_run_is_plotted_against_simulated_time_with_a_title(tmp_path):
@@ -169,3 +172,28 @@ def test_an_explicit_data_dir_never_falls_back(tmp_path):
 
     with pytest.raises(DataNotFoundError, match="put the four IDX files there"):
         load_dataset("fashion_mnist", data_dir=tmp_path)  # empty: not the system copy
+
+
+def test_published_reports_match_the_figures_that_made_them():
+    """The paper pages include generated reports (docs/papers/results/<paper>-<scale>): each
+    section's title is the one the current figures.yaml gives (regenerate on a change), its
+    pictures are there, and the paper's page includes it."""
+    import re
+
+    from wirelessfl.report.spec import load_figures
+
+    folders = sorted((ROOT / "docs" / "papers" / "results").iterdir())
+    assert folders
+    for folder in folders:
+        paper, scale = folder.name.rsplit("-", 1)
+        text = (folder / "README.md").read_text()
+        figures = {f.name: f for f in load_figures(paper, scale)}
+        sections = re.findall(r"^## (\S+)\n\n\*\*(.+)\*\*$", text, re.M)
+        assert sections, folder
+        for name, title in sections:
+            assert title == figures[name].title, f"{folder.name}/{name}: run `wirelessfl figures`"
+        for image in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+            assert (folder / image).is_file(), image
+        page = {"dynamic": "papers/dynamic_clients", "codesign": "guide/codesign"}.get(
+            paper, f"papers/{paper}")
+        assert f"results/{folder.name}/README.md" in (ROOT / "docs" / f"{page}.md").read_text()

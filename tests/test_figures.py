@@ -18,7 +18,7 @@ from wirelessfl.report import (
     run_folder,
     to_target,
 )
-from wirelessfl.run.config import ConfigError, list_presets
+from wirelessfl.run.config import ConfigError, list_presets, presets_dir
 from wirelessfl.run.records import RunRecord
 
 TOY = {
@@ -31,6 +31,8 @@ TOY = {
                "paper": {"seeds": [0], "overrides": {"rounds": 3}}},
     "figures": {
         "curves": {"kind": "curves", "x": ["round", "uplink_mb_per_client"],
+                   "claim": {"finding": "HIST ends more accurate", "better": "HIST",
+                             "than": "HFedAvg", "measure": "final_accuracy", "lower": False},
                    "series": {"HIST": {}, "HFedAvg": {"algorithm.split": False}},
                    "sweep": {"key": "algorithm.cells", "label": "N", "values": [2, 4]}},
         "bars": {"kind": "sweep", "metric": "uplink_mb_paper_per_client", "target": 0.3,
@@ -74,8 +76,58 @@ def test_runs_are_shared_reused_and_rendered(toy):
     # a later --only keeps the other figures in the report's index
     regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lambda _: None)
     index = (toy / "README.md").read_text()
-    assert all(f"**{n}**" in index for n in ("curves", "bars", "tab")), index
-    assert index.count("**tab**") == 1
+    assert all(f"## {n}\n" in index for n in ("curves", "bars", "tab")), index
+    assert index.count("## tab\n") == 1 and index.count("**The paper:**") == 1
+
+
+def test_a_figure_section_gives_the_finding_ours_and_a_verdict_from_the_rows(toy):
+    """The README's verdict per setting follows the runs' own final accuracies."""
+    import numpy as np
+
+    from wirelessfl.report.metrics import final_accuracy
+
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None)
+    section = (toy / "README.md").read_text().split("## curves\n")[1]
+    assert "- **The paper:** HIST ends more accurate" in section and "**Verdict:**" in section
+    fig = load_figures("toy", "quick", only=["curves"])[0]
+    for n in (2, 4):
+        acc = {s: np.mean([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
+                           for r in fig.runs if r.series == s and r.value == n])
+               for s in ("HIST", "HFedAvg")}
+        line = next(x for x in section.splitlines() if f"N={n}: HIST" in x)
+        assert f"HIST {acc['HIST']:.4g} ± " in line, line
+        want = "holds" if acc["HIST"] > acc["HFedAvg"] else "does not hold"
+        assert line.endswith(f"→ {want}"), line
+
+
+def test_a_verdict_counts_seeds_that_reached_and_never_decides_on_one_seed():
+    import numpy as np
+
+    from wirelessfl.report.claims import _overall, _verdict
+
+    nan = float("nan")
+    assert _verdict(np.array([1.0, 2.0]), np.array([3.0, 4.0]), lower=True) == "holds"
+    assert _verdict(np.array([1.0, 2.0]), np.array([3.0, 4.0]), lower=False) == "does not hold"
+    assert _verdict(np.array([1.0, 2.0]), np.array([nan, nan]), lower=True) == "holds"
+    assert _verdict(np.array([1.0, 2.0]), np.array([3.0, nan]), lower=True) == "holds"
+    assert _verdict(np.array([5.0, nan]), np.array([3.0, 4.0]), lower=True) == "does not hold"
+    # fewer seeds reached but cheaper where reached: the evidence disagrees
+    assert _verdict(np.array([1.0, nan]), np.array([9.0, 9.0]), lower=True).startswith("undecided")
+    assert _verdict(np.array([nan, nan]), np.array([nan, nan]), lower=True).startswith("undecided")
+    assert _overall(["holds", "holds"], seeds=3) == "holds in all 2 settings"
+    assert _overall(["holds", "does not hold"], seeds=3) == ("mixed: holds in 1, does not hold "
+                                                            "in 1 of 2 settings")
+    assert "not decided" in _overall(["holds"], seeds=1)
+
+
+def test_a_claim_naming_a_series_the_figure_lacks_is_refused(toy):
+    import copy
+
+    bad = copy.deepcopy(TOY)
+    bad["figures"]["curves"]["claim"]["than"] = "FedAvg"
+    (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match="claim.than 'FedAvg' is not one of its series"):
+        load_figures("toy", "quick")
 
 
 def test_scales_change_the_runs_and_bad_names_are_refused(toy):
@@ -200,7 +252,7 @@ def test_a_run_locked_by_another_process_is_skipped_and_the_rest_go_on(toy, jobs
         regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lines.append, jobs=jobs)
     assert any("skipped" in ln and "another run" in ln for ln in lines)
     assert [r.key for r in missing_runs(figs, toy)] == [figs[0].runs[0].key]
-    assert "tab: runs missing" in (toy / "README.md").read_text()
+    assert "## tab\n\ntab — " in (readme := (toy / "README.md").read_text()) and "Runs missing" in readme
     assert not (toy / "tab.md").exists()   # an incomplete figure is not drawn
 
 
@@ -375,10 +427,25 @@ def test_curve_bands_are_explained_on_the_figure(toy, monkeypatch):
 
 
 def test_titles_say_the_settings_their_scale_runs():
-    quick = load_figures("hist", "quick", only=["fig3"])[0].title
-    paper = load_figures("hist", "paper", only=["fig3"])[0].title
-    assert "[quick scale: " in quick and "rounds=15" in quick and "num_clients=30" in quick
-    assert "[paper scale: rounds=100]" in paper
+    """A title's settings are read from the resolved runs: quick fig6 ran 40 clients, H = 10."""
+    quick = load_figures("hist", "quick", only=["fig6"])[0].title
+    paper = load_figures("hist", "paper", only=["fig6"])[0].title
+    assert "40 clients" in quick and "10 local steps" in quick and "30 rounds" in quick
+    assert "quick scale, 3 seeds" in quick and "target 70%" in quick
+    assert "60 clients" in paper and "40 local steps" in paper and "target 80%" in paper
+    # a setting its runs do not share (the swept N of fig4) is left to the legend
+    assert "cells" not in load_figures("hist", "quick", only=["fig4"])[0].settings
+
+
+def test_captions_in_figures_yaml_carry_no_settings():
+    """Settings in a caption would be the paper's, not what ran: they come from the runs."""
+    import re
+
+    pattern = re.compile(r"\b\w+\s?=\s?[-\d.]+|\b\d+\s?(clients|dB|antennas?|local steps)\b")
+    for path in presets_dir().glob("*/figures.yaml"):
+        for line in path.read_text().splitlines():
+            if line.strip().startswith("title:"):
+                assert not pattern.search(line), f"{path.parent.name}: {line.strip()}"
 
 
 def test_a_defaulted_hyperparameter_added_to_an_algorithm_keeps_every_key(monkeypatch):
@@ -421,3 +488,68 @@ def test_the_frozen_key_schema_matches_the_classes_it_names():
                    else _plain(f.default_factory()) if f.default_factory is not dataclasses.MISSING
                    else REQUIRED)
             assert now == default or (now is REQUIRED and default is REQUIRED), (name, key)
+
+
+def test_publish_copies_the_outputs_not_the_runs_and_never_a_foreign_folder(toy, tmp_path):
+    from wirelessfl.report.figures import publish
+
+    regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lambda _: None)
+    dest = tmp_path / "docs" / "toy-quick"
+    names = {p.name for p in publish(toy, dest)}
+    assert {"README.md", "tab.md", "tab.csv"} <= names and not (dest / "runs").exists()
+    assert (dest / "README.md").read_text() == (toy / "README.md").read_text()
+    (toy / "tab.csv").unlink()
+    publish(toy, dest)  # a second publish replaces the first: no stale outputs
+    assert not (dest / "tab.csv").exists()
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.md").write_text("mine")
+    assert main(["figures", "toy", "--only", "tab", "--out", str(toy), "--publish",
+                 str(foreign)]) == 2
+    assert (foreign / "notes.md").read_text() == "mine"
+
+
+def test_adding_seeds_adds_runs_and_leaves_the_existing_keys(toy):
+    from wirelessfl.report.spec import parse_seeds
+
+    before = {(r.panel, r.series, r.value, r.seed): r.key for f in load_figures("toy", "quick")
+              for r in f.runs}
+    more = load_figures("toy", "quick", seeds=parse_seeds("0-4"))
+    after = {(r.panel, r.series, r.value, r.seed): r.key for f in more for r in f.runs}
+    assert set(before.items()) <= set(after.items()) and len(after) == 5 * len(before) // 2
+    assert parse_seeds("0-2,7") == [0, 1, 2, 7]
+    for bad in ("0-", "a", "3,3", "0-99999", "-1"):
+        with pytest.raises(ConfigError, match="--seeds"):
+            parse_seeds(bad)
+    assert main(["figures", "toy", "--seeds", "1,1", "--dry-run", "--out", str(toy)]) == 2
+
+
+def test_estimate_is_within_an_order_of_magnitude_of_the_run_it_estimates(toy):
+    import time
+
+    from wirelessfl.report.estimate import estimate
+
+    heavier = ["rounds=6", "local.steps=30", "data.samples_per_client=200"]
+    regenerate("toy", "quick", toy.parent / "warm", only=["tab"], extra=heavier, quiet=True,
+               log=lambda _: None)  # the process's first run pays its imports: not timed
+    figs = load_figures("toy", "quick", only=["tab"], extra=heavier)
+    (est,) = estimate(figs, toy, log=lambda _: None)
+    assert est.runs == 2 and est.rounds == 12
+    t0 = time.perf_counter()
+    regenerate("toy", "quick", toy, only=["tab"], extra=heavier, quiet=True, log=lambda _: None)
+    took = time.perf_counter() - t0
+    assert took / 10 < est.seconds < took * 10, (est.seconds, took)
+    assert estimate(figs, toy, log=lambda _: None)[0].runs == 0  # done runs cost nothing
+
+
+def test_a_stand_in_has_the_datasets_shapes_and_classes(monkeypatch):
+    from wirelessfl.data import datasets, load_dataset
+    from wirelessfl.report import estimate
+
+    monkeypatch.setattr(datasets, "USER_DATASETS", dict(datasets.USER_DATASETS))
+    monkeypatch.setitem(estimate.SHAPES, "cifar100", (300, 40, (3, 32, 32), 100))
+    name = estimate.stand_in("cifar100")
+    splits = load_dataset(name)
+    assert splits.train.x.shape == (300, 3, 32, 32) and splits.test.x.shape == (40, 3, 32, 32)
+    assert splits.train.num_classes == 100 and set(splits.train.y.tolist()) == set(range(100))
+    assert estimate.stand_in("ag_news") is None

@@ -43,7 +43,8 @@ def _rounds(exp, n=3):
 @pytest.mark.parametrize("weights", [None, [1, 2, 3, 4, 0, 2]])
 def test_weighted_transceiver_is_unbiased_with_the_closed_form_mse(weights):
     """(22) simulated literally: E δ̂ = Σ p_i δ_i and Var Re δ̂ = MSE/2 per entry (MC, 2%);
-    every precoder obeys |α_i|² ≤ P/n² and a zero weight sends nothing."""
+    every precoder obeys |α_i|² ≤ P/k² for the k transmitting clients and a zero weight
+    sends nothing."""
     rng = np.random.default_rng(0)
     h = simo_rayleigh((), 6, 4, rng)
     a = simo_rayleigh((), 1, 4, rng)[0]
@@ -54,7 +55,8 @@ def test_weighted_transceiver_is_unbiased_with_the_closed_form_mse(weights):
     err = est.real - p @ delta
     assert abs(err.mean()) < 4 * np.sqrt(cell.mse / 2 / err.size)
     assert err.var() == pytest.approx(cell.mse / 2, rel=0.02)
-    assert (np.abs(cell.precoders) ** 2 <= 10.0 / 36 * (1 + 1e-9)).all()
+    k = 6 if weights is None else int(np.count_nonzero(weights))  # the transmitting clients
+    assert (np.abs(cell.precoders) ** 2 <= 10.0 / k**2 * (1 + 1e-9)).all()
     if weights is not None:
         assert cell.precoders[4] == 0
 
@@ -149,6 +151,9 @@ def test_an_over_the_air_run_resumes_to_the_uninterrupted_rows(tmp_path, interru
     ({**OTA, "snr_db": float("nan")}, "snr_db"),
     ({**OTA, "truncation_db": float("inf")}, "truncation_db"),
     ({**OTA, "beamforming": "magic"}, "beamforming"),
+    ({**OTA, "vector_channel": "other"}, "vector_channel"),
+    ({**OTA, "real_part": "yes"}, "real_part"),
+    ({"model": "aircomp", "real_part": False}, "add aggregation: over_the_air"),
 ])
 def test_hostile_network_settings_are_config_errors(network, match):
     with pytest.raises(ConfigError, match=match):
@@ -229,3 +234,66 @@ def test_one_mse_metric_name_and_old_run_folders_read_by_it(tmp_path):
         '{"round": 0, "test_accuracy": 0.1}\n{"round": 1, "aircomp_mse_mean": 0.25}\n')
     rows = RunRecord(tmp_path).rows()
     assert rows[1]["aircomp_mse"] == 0.25 and "aircomp_mse_mean" not in rows[1]
+
+
+def test_silent_clients_do_not_count_in_the_power_limit_eq25_over_the_k_that_transmit():
+    """D1: with clients 3-5 silent the cell is the 3 that transmit, (25) over them exactly:
+    MSE = σ0² / (P min_{i<3} |aᴴh_i|²), the cell of those 3 alone, not (6/3)² times it."""
+    from solvers.uplink import aircomp_mse
+
+    rng = np.random.default_rng(4)
+    h = simo_rayleigh((), 6, 4, rng)
+    a = simo_rayleigh((), 1, 4, rng)[0]
+    a = a / np.linalg.norm(a)
+    silent = AirCompCell(h, a, power=10.0, weights=[1, 1, 1, 0, 0, 0])
+    alone = AirCompCell(h[:3], a, power=10.0)
+    closed = 1.0 / (10.0 * np.min(np.abs(h[:3] @ a.conj()) ** 2))
+    assert silent.mse == pytest.approx(closed, rel=1e-12) == alone.mse
+    assert (np.abs(silent.precoders) ** 2 <= 10.0 / 9 * (1 + 1e-9)).all()
+    tight = AirCompCell(h, a, power=10.0, weights=[1, 1, 1, 0, 0, 0], tight_power=True)
+    assert tight.mse == pytest.approx(closed / 9, rel=1e-12)  # ν = k √P min ...
+    sel = np.array([True, True, True, False, False, False])
+    assert aircomp_mse(h, snr_db=10.0, selection=sel, beam=a).mse == pytest.approx(closed, rel=1e-12)
+
+
+@pytest.mark.parametrize("real_part", [False, True])
+def test_over_the_air_noise_is_mse_or_the_real_part_of_eq22(real_part):
+    """D2: the added noise has variance u² MSE (HIST's (28)) or u² MSE/2 (the real part of
+    (22), the network link's default); Monte Carlo over 60 channels × 2,000 entries, 2%."""
+    rng = np.random.default_rng(5)
+    trees, w = _trees(rng, d=2000), np.ones(6)
+    agg = AirComp(5.0, 0.1, antennas=4, real_part=real_part)
+    z = []
+    for call in range(60):
+        got, info = agg.aggregate(trees, w, np.random.default_rng([9, call]))
+        exact = sum(t["w"] for t in trees) / 6
+        z.append(((got["w"] - exact) / (0.1 * info.mse ** 0.5)).numpy())
+    z = np.concatenate(z)
+    assert z.var() == pytest.approx(0.5 if real_part else 1.0, rel=0.02)
+
+
+def test_a_rounds_second_vector_goes_over_the_rounds_channel():
+    """D2: with ``round_channel`` the second aggregation of a round (SCAFFOLD's Δc) draws the
+    round's channel (same h and beam: the same MSE for the same weights) and its own noise."""
+    rng = np.random.default_rng(6)
+    trees, w = _trees(rng), np.ones(6)
+    first_stream = lambda: np.random.default_rng([3, 0])  # noqa: E731 (the round's stream)
+    for same in (True, False):
+        agg = AirComp(0.0, 0.1, antennas=4, round_channel=same)
+        model, a = agg.aggregate(trees, w, first_stream())
+        second, b = agg.aggregate(trees, w, np.random.default_rng([3, 0, 1]),
+                                  channel=first_stream())
+        assert (a.mse == b.mse) is same
+        assert not torch.equal(model["w"], second["w"])  # its own noise either way
+
+
+def test_the_links_over_the_air_settings_reach_the_aggregator_and_rekey_only_aircomp_runs():
+    from wirelessfl.run.config import key_view
+
+    link = resolve({**RAW, "network": OTA}).network
+    agg = prepare(resolve({**RAW, "algorithm": {"name": "scaffold"}, "network": OTA})).algorithm.aggregator
+    assert agg.real_part and agg.round_channel
+    old = resolve({**RAW, "network": {**OTA, "real_part": False, "vector_channel": "fresh"}})
+    assert key_view(old)["network"] != key_view(resolve({**RAW, "network": OTA}))["network"]
+    assert link.settings.real_part is True
+    assert "real_part" not in str(key_view(resolve({**RAW, "network": {"model": "tdma"}})))

@@ -106,9 +106,13 @@ def _list_algorithms() -> int:
     """Every registered algorithm: kind, one line, hyperparameters with defaults, presets."""
     from wirelessfl.run.config import algorithm_table
 
+    print("units: a name's suffix (_s seconds, _db dB, _mhz MHz, _ghz GHz), else [as marked]; "
+          "simulated time in seconds\n")
     for entry in algorithm_table():
         print(f"{entry.name:14s} {entry.kind:10s} {entry.summary}")
-        print(f"{'':25s} {', '.join(f'{k}={v!r}' for k, v in entry.defaults.items()) or '-'}")
+        shown = [f"{k}={v!r}" + (f" [{entry.units[k]}]" if k in entry.units else "")
+                 for k, v in entry.defaults.items()]
+        print(f"{'':25s} {', '.join(shown) or '-'}")
         print(f"{'':25s} presets: {', '.join(entry.presets) or '(none)'}")
     return 0
 
@@ -291,12 +295,13 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
 def _cmd_figures(args: argparse.Namespace) -> int:
     from wirelessfl.report.figures import regenerate
-    from wirelessfl.report.spec import load_figures, missing_runs, series_label
+    from wirelessfl.report.spec import load_figures, missing_runs, parse_seeds
 
     out = Path(args.out or Path("reports") / args.paper / args.scale)
     extra = _report_args(args, out)
+    seeds = None if args.seeds is None else parse_seeds(args.seeds)
     if args.dry_run:
-        figures = load_figures(args.paper, args.scale, args.only, extra)
+        figures = load_figures(args.paper, args.scale, args.only, extra, seeds)
         todo = {r.key for r in missing_runs(figures, out)}
         for fig in figures:
             left = len({r.key for r in fig.runs} & todo)
@@ -304,14 +309,29 @@ def _cmd_figures(args: argparse.Namespace) -> int:
                   f"{fig.spec.get('title', '')}")
             if not args.quiet:  # every run: where it goes, what it is
                 for r in fig.runs:
-                    what = " · ".join(x for x in (r.panel, series_label(fig, r.series, r.value),
-                                                  f"seed {r.seed}") if x)
-                    print(f"    {'to do' if r.key in todo else 'done ':5s}  runs/{r.key}  {what}")
+                    print(f"    {'to do' if r.key in todo else 'done ':5s}  runs/{r.key}  {r.label}")
+        return 0
+    if args.estimate:
+        from wirelessfl.report.estimate import describe_device, estimate, estimate_table
+
+        figures = load_figures(args.paper, args.scale, args.only, extra, seeds)
+        print(f"timing a sample of each setting ({args.paper}, {args.scale} scale) ...", flush=True)
+        rows = estimate(figures, out, log=lambda m: print(m, flush=True))
+        print(estimate_table(rows, describe_device(figures[0].runs[0].raw)))
         return 0
     ray = _ray_options(args)
-    return _report(out, "figures", lambda: regenerate(
+    if args.publish is not None:  # refused before anything trains
+        from wirelessfl.report.figures import check_publish_folder
+
+        check_publish_folder(Path(args.publish))
+    code = _report(out, "figures", lambda: regenerate(
         args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
-        log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray))
+        log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray, seeds=seeds))
+    if args.publish is not None and code == 0:
+        from wirelessfl.report.figures import publish
+
+        print(f"published {len(publish(out, Path(args.publish)))} files to {args.publish}")
+    return code
 
 
 def _report_args(args: argparse.Namespace, out: Path) -> list[str]:
@@ -374,14 +394,12 @@ def _add_executor_args(p: argparse.ArgumentParser) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from wirelessfl.report.figures import sweep
+    from wirelessfl.report.spec import parse_seeds
 
     out = Path(args.out or Path("reports") / "sweeps" / Path(args.config).stem)
     extra = _report_args(args, out)
     ray = _ray_options(args)
-    try:
-        seeds = [int(x) for x in args.seeds.split(",")]
-    except ValueError:
-        raise ConfigError(f"--seeds {args.seeds[:40]!r}: give integers separated by commas") from None
+    seeds = parse_seeds(args.seeds)
     return _report(out, "sweep", lambda: sweep(
         args.config, args.grid or [], seeds, out, extra=extra + (args.set or []),
         quiet=args.quiet, log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray))
@@ -499,6 +517,15 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--dry-run", action="store_true",
                     help="list every run (with --quiet: a line per figure), train nothing")
     fg.add_argument("--quiet", action="store_true", help="no per-run progress bars")
+    fg.add_argument("--estimate", action="store_true",
+                    help="time a few rounds of each setting on random data of its shapes and "
+                         "print the hours the runs still to do need here; train nothing")
+    fg.add_argument("--seeds", metavar="SEEDS",
+                    help="every figure's seeds, e.g. 0-9 or 0,1,2 (replaces the scale's; the "
+                         "runs of seeds already done are reused)")
+    fg.add_argument("--publish", metavar="DIR",
+                    help="then copy the report's README, PNG, CSV and markdown (not the runs) to "
+                         "DIR, e.g. docs/papers/results/hist-quick for the paper's page")
     _add_executor_args(fg)
     _add_plugin_arg(fg)
     fg.set_defaults(func=_cmd_figures)
@@ -506,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("config", help="preset name or path to a YAML file")
     sw.add_argument("--grid", action="append", metavar="KEY=V1,V2",
                     help="a swept key and its values (repeatable: the product)")
-    sw.add_argument("--seeds", default="0", help="seeds, comma-separated (default 0)")
+    sw.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,1,2 (default 0)")
     sw.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fixed override")
     sw.add_argument("--out", help="sweep folder (default reports/sweeps/<config>)")
     sw.add_argument("--data-dir", help="folder with dataset files")

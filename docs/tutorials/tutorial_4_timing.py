@@ -54,11 +54,12 @@ links = {"TDMA, M = 2": ["network.model=tdma", "network.antennas=2"],
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
 for ax, (name, folder) in zip(axes, folders.items()):
     for label, overrides in links.items():
-        rows = retime_run(folder, overrides)
+        # round 0 is at simulated time 0, which a log axis cannot show: plot from round 1
+        rows = [r for r in retime_run(folder, overrides) if r["round"] > 0]
         ax.plot([r["sim_time_s"] for r in rows], [r["test_accuracy"] for r in rows],
                 marker=".", label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("simulated time [s]")
+    ax.set_xlabel("simulated time [s] (log scale, from round 1)")
     ax.set_title(name)
     ax.grid(alpha=0.3)
 axes[0].set_ylabel("test accuracy")

@@ -30,7 +30,7 @@ from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 @dataclass(frozen=True)
 class FedACGHParams(FedAvgHParams):
-    """FedAvg's sampling and weighting, with β (proximal weight) and λ (lookahead)."""
+    """FedACG: a lookahead start (λ) and proximal local steps (β) on FedAvg's sampling."""
 
     beta: float = 0.01
     lam: float = 0.85

@@ -41,7 +41,7 @@ from wirelessfl.server.state import RoundPlan
 
 @dataclass(frozen=True)
 class FedAvgHParams:
-    """FedAvg hyperparameters.
+    """FedAvg: local SGD on sampled clients, weighted averaging, an optional server optimiser.
 
     Attributes
     ----------
@@ -244,12 +244,13 @@ class FedAvg(FederatedAlgorithm):
         """Σ_i coef_i tree_i of a second uploaded vector, as received over the air, and its info.
 
         For control variates and tracking terms (gradient units, one symbol = 1); only for a
-        non-exact uplink: exact algorithms keep their own arithmetic.
+        non-exact uplink: exact algorithms keep their own arithmetic. Over the air it goes
+        over the channel of the round's model update (``network.vector_channel: round``).
         """
         total = float(np.sum(coefs))
-        got, info = self.aggregator.aggregate(trees, np.asarray(coefs, float),
-                                              self.env.seeds.generator("noise", state.round, 1),
-                                              unit=1.0)
+        got, info = self.aggregator.aggregate(
+            trees, np.asarray(coefs, float), self.env.seeds.generator("noise", state.round, 1),
+            unit=1.0, channel=self.env.seeds.generator("noise", state.round))  # the round's
         return {k: total * v for k, v in got.items()}, info
 
 

@@ -38,7 +38,7 @@ from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 @dataclass(frozen=True)
 class FedDynHParams(FedAvgHParams):
-    """FedAvg's sampling and α, the weight of the dynamic regulariser (uniform weights)."""
+    """FedDyn: FedAvg's sampling with a dynamic regulariser of weight α (uniform weights)."""
 
     alpha: float = 0.01
     weighting: str = "uniform"

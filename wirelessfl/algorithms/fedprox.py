@@ -25,7 +25,7 @@ from wirelessfl.models.base import FLModel, Params
 
 @dataclass(frozen=True)
 class FedProxHParams(FedAvgHParams):
-    """FedAvg's hyperparameters and μ, the weight of the proximal term."""
+    """FedProx: FedAvg with a proximal term of weight μ in the local objective."""
 
     mu: float = 1.0
 

@@ -40,7 +40,7 @@ from wirelessfl.models.base import FLModel, Params
 
 @dataclass(frozen=True)
 class MOONHParams(FedAvgHParams):
-    """FedAvg's hyperparameters, μ and τ of the contrastive term, the store's dtype."""
+    """MOON: FedAvg with a model-contrastive term (μ, τ) against the previous local model."""
 
     mu: float = 1.0
     tau: float = 1.0

@@ -51,7 +51,7 @@ from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 @dataclass(frozen=True)
 class SCAFFOLDHParams(FedAvgHParams):
-    """FedAvg's hyperparameters (``server_lr`` is η_g) and SCAFFOLD's options.
+    """SCAFFOLD: control variates correct the client drift (``server_lr`` is η_g).
 
     Attributes
     ----------

@@ -23,6 +23,9 @@ from wirelessfl.server.aggregation import AirComp
 
 AGGREGATIONS = ("exact", "over_the_air")
 
+#: Which channel a round's second uploaded vector goes over (``vector_channel``).
+VECTOR_CHANNELS = ("round", "fresh")
+
 
 @dataclass(frozen=True)
 class AirCompSettings(ChannelSettings):
@@ -45,12 +48,23 @@ class AirCompSettings(ChannelSettings):
         ``over_the_air``: one common scale makes every transmitted symbol of power ≤ 1 (the
         literature's transmit normalisation [default true]; false sends gradient-valued
         symbols as HIST does, whose noise accumulates in SCAFFOLD's c and FAdamGC's y).
+    real_part : bool
+        ``over_the_air``: the server keeps the real part of the estimate (22), whose noise
+        has variance MSE/2 per entry for the MSE (25) [default true: the model's parameters
+        are real]; false adds noise of variance MSE, as HIST's (27)-(28) write it.
+    vector_channel : str
+        ``over_the_air``, for rules that upload a second vector in a round (SCAFFOLD's Δc,
+        FAdamGC's Δy): ``round`` [default] sends it over the round's channel, the one the
+        model update used (the same h, beam and silent clients; its own noise); ``fresh``
+        draws a new channel for it.
     """
 
     aggregation: str = field(default="exact", metadata=SHAPES_LEARNING)
     beamforming: str = field(default="fast", metadata=SHAPES_LEARNING)
     truncation_db: float | None = field(default=None, metadata=SHAPES_LEARNING)
     normalise: bool = field(default=True, metadata=SHAPES_LEARNING)
+    real_part: bool = field(default=True, metadata=SHAPES_LEARNING)
+    vector_channel: str = field(default="round", metadata=SHAPES_LEARNING)
 
     def __post_init__(self) -> None:
         from solvers.beamforming import METHODS
@@ -64,9 +78,16 @@ class AirCompSettings(ChannelSettings):
                              f"{self.beamforming!r}")
         if self.truncation_db is not None:
             as_float("truncation_db", self.truncation_db, lo=-200, hi=200)
+        if self.vector_channel not in VECTOR_CHANNELS:
+            raise ValueError(f"`vector_channel` must be one of {', '.join(VECTOR_CHANNELS)}, "
+                             f"got {self.vector_channel!r}")
+        if not isinstance(self.real_part, bool):
+            raise ValueError(f"`real_part` must be true or false, got {self.real_part!r}")
         inert = [k for k, v, d in (("beamforming", self.beamforming, "fast"),
                                    ("truncation_db", self.truncation_db, None),
-                                   ("normalise", self.normalise, True)) if v != d]
+                                   ("normalise", self.normalise, True),
+                                   ("real_part", self.real_part, True),
+                                   ("vector_channel", self.vector_channel, "round")) if v != d]
         if inert and self.aggregation != "over_the_air":
             raise ValueError(f"`{inert[0]}` is a setting of over-the-air aggregation: add "
                              "aggregation: over_the_air (with model: aircomp) or remove it")
@@ -88,7 +109,8 @@ class AirCompLink(ChannelLink):
         if s.aggregation != "over_the_air":
             return None
         return AirComp(s.snr_db, lr, antennas=s.antennas, method=s.beamforming,
-                       truncation_db=s.truncation_db, normalise=s.normalise)
+                       truncation_db=s.truncation_db, normalise=s.normalise,
+                       real_part=s.real_part, round_channel=s.vector_channel == "round")
 
     @override
     def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from wirelessfl.errors import parse_yaml, short
+from wirelessfl.report.claims import Verdict, check_claim
 from wirelessfl.report.local import execute_local
 from wirelessfl.report.ray_executor import RayOptions, execute_ray
 from wirelessfl.report.renderers import RENDERERS
@@ -33,7 +34,7 @@ from wirelessfl.report.tables import write_text
 from wirelessfl.run.config import ConfigError, apply_overrides
 from wirelessfl.run.kinds import canonical
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.safe_io import open_new, refuse_link
+from wirelessfl.run.safe_io import atomic_write, open_new, refuse_link
 
 
 def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
@@ -52,44 +53,130 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
 
 
 def render(figures: list[Figure], root: Path) -> list[Path]:
-    """Write every figure's outputs and a README listing them; skip figures with missing runs."""
+    """Write every figure's outputs and a README with, per figure, its claim checked.
+
+    Figures with missing runs are listed as such. The README keeps the sections of figures
+    rendered here before (``--only X``, then ``--only Y``).
+    """
     root.mkdir(parents=True, exist_ok=True)
     readme = root / "README.md"
-    entries = _index_entries(readme)  # earlier calls' figures stay listed (--only X, then Y)
+    sections = _readme_sections(readme)
     outputs = []
     for fig in figures:
         if any(RunRecord(run_folder(root, r)).summary() is None for r in fig.runs):
-            entries[fig.name] = f"- {fig.name}: runs missing (run `wirelessfl figures` again)"
+            sections[fig.name] = (f"## {fig.name}\n\n{fig.title}\n\nRuns missing: run "
+                                  "`wirelessfl figures` again.\n")
             continue
         paths = RENDERERS[fig.spec["kind"]](fig, root, root)
         outputs += paths
-        entries[fig.name] = (f"- **{fig.name}** — {fig.title}: "
-                             + ", ".join(f"[{p.name}]({p.name})" for p in paths))
-    write_text(readme, "# Regenerated figures and tables\n\n" + "\n".join(entries.values()) + "\n")
+        sections[fig.name] = readme_section(fig, paths, check_claim(fig, root))
+    write_text(readme, README_HEAD + "\n" + "\n".join(sections.values()))
     return [*outputs, readme]
 
 
-_ENTRY = re.compile(r"^- (?:\*\*(?P<a>[^*]+)\*\*|(?P<b>[^:\s]+):)")
+#: The first line of a report README (also how an older report folder is recognised).
+README_HEAD = "# Regenerated figures and tables\n"
 
 
-def _index_entries(readme: Path) -> dict[str, str]:
-    """Figure name → its line in a report README written here before (empty if none)."""
+def readme_section(fig: Figure, paths: list[Path], verdict: Verdict | None) -> str:
+    """A figure's README section: title, outputs, picture, the paper's finding, ours, verdict."""
+    # the files beside this README, named, not linked: the docs include the README elsewhere
+    files = ", ".join(f"`{p.name}`" for p in paths)
+    out = [f"## {fig.name}", "", f"**{fig.title}**", "", f"Outputs: {files}", ""]
+    out += [f"![{fig.name}]({p.name})\n" for p in paths if p.suffix == ".png"]
+    for p in paths:  # a table's markdown, without its title (the section has it)
+        if p.suffix == ".md" and p.is_file():
+            out += [p.read_text().split("\n", 1)[-1].strip(), ""]
+    if verdict is None:
+        out.append("No claim of the paper is attached to this figure.")
+    else:
+        out.append(f"- **The paper:** {verdict.finding}")
+        if verdict.ours:
+            out.append(f"- **This report** ({verdict.measured}):")
+            out += [f"  - {line}" for line in verdict.ours]
+        out.append(f"- **Verdict:** {verdict.verdict}")
+    return "\n".join(out) + "\n"
+
+
+_OLD_ENTRY = re.compile(r"^- (?:\*\*(?P<a>[^*]+)\*\*|(?P<b>[^:\s]+):)")
+
+
+def _readme_sections(readme: Path) -> dict[str, str]:
+    """Figure name → its section in a report README written here before (empty if none).
+
+    A README from before the sections (one ``- **name** — ...`` line per figure) gives
+    its lines as sections.
+    """
     if not readme.is_file() or readme.is_symlink():
         return {}
-    out = {}
+    out: dict[str, str] = {}
+    name = None
     for line in readme.read_text(errors="replace").splitlines():
-        m = _ENTRY.match(line)
-        if m:
-            out[m.group("a") or m.group("b")] = line
+        if line.startswith("## "):
+            name = line[3:].strip()
+            out[name] = line + "\n"
+        elif name is not None:
+            out[name] += line + "\n"
+        elif m := _OLD_ENTRY.match(line):
+            key = m.group("a") or m.group("b")
+            out[key] = f"## {key}\n\n{line[2:]}\n"
+    return {k: v.rstrip("\n") + "\n" for k, v in out.items()}
+
+
+#: Marks a folder as a published copy of a report (:func:`publish`).
+PUBLISH_MARK = ".wirelessfl-published"
+
+#: What a published report holds: the rendered outputs, never the run folders.
+PUBLISHED = (".png", ".csv", ".md")
+
+
+def check_publish_folder(dest: Path) -> None:
+    """Refuse (ConfigError) a ``--publish`` folder that is a link, a file or holds foreign files."""
+    refuse_link(dest)
+    if dest.exists() and (not dest.is_dir() or (any(dest.iterdir())
+                                               and not (dest / PUBLISH_MARK).is_file())):
+        raise ConfigError(f"--publish {dest}: holds files this tool did not publish; give a new "
+                          "or empty folder (nothing is overwritten)")
+
+
+def publish(root: Path, dest: Path) -> list[Path]:
+    """Copy a report's outputs (README, PNG, CSV and markdown; not ``runs/``) to ``dest``.
+
+    For the docs (``docs/papers/results/<paper>-<scale>``): the paper pages include the
+    copied README, so their results are the report's, generated, never typed. ``dest`` must
+    be new, empty, or a folder published here before (its old outputs are replaced); no
+    link is written through.
+    """
+    check_publish_folder(dest)
+    if not (root / "README.md").is_file():
+        raise ConfigError(f"--publish: {root} has no README.md to publish; render it first")
+    dest.mkdir(parents=True, exist_ok=True)
+    mark = dest / PUBLISH_MARK
+    refuse_link(mark)
+    if not mark.is_file():
+        with open_new(mark):
+            pass
+    for old in dest.iterdir():  # outputs of an earlier publish that this one lacks go
+        if old.suffix in PUBLISHED and old.is_file() and not old.is_symlink():
+            old.unlink()
+    out = []
+    for src in sorted(root.iterdir()):
+        if src.suffix in PUBLISHED and src.is_file() and not src.is_symlink():
+            data = src.read_bytes()
+            atomic_write(dest / src.name, lambda fh, data=data: fh.write(data))
+            out.append(dest / src.name)
     return out
 
 
 def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
                extra: list[str] | None = None, quiet: bool = False,
                log: Callable[[str], None] = print, jobs: int = 1,
-               ray: Any = None) -> list[Path]:
-    """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files."""
-    return _complete(load_figures(paper, scale, only, extra), root, f"{paper} ({scale})",
+               ray: Any = None, seeds: list[int] | None = None) -> list[Path]:
+    """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files.
+
+    ``seeds`` replaces every figure's seeds (:func:`~wirelessfl.report.spec.load_figures`).
+    """
+    return _complete(load_figures(paper, scale, only, extra, seeds), root, f"{paper} ({scale})",
                      quiet=quiet, log=log, jobs=jobs, ray=ray)
 
 
@@ -132,7 +219,7 @@ def _is_report_folder(root: Path) -> bool:
         return True
     try:
         return (readme.is_file() and not readme.is_symlink()
-                and readme.open("rb").read(64).startswith(b"# Regenerated figures and tables"))
+                and readme.open("rb").read(64).startswith(README_HEAD.strip().encode()))
     except OSError:
         return False
 

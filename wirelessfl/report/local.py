@@ -19,10 +19,8 @@ from wirelessfl.run.records import RunRecord
 
 
 def run_name(run: RunSpec) -> str:
-    """A run's name: its label, made folder-safe (a series may be called "w/o ...")."""
-    value = "" if run.value is None else f" {run.value}"
-    return " ".join(f"{run.series}{value} {run.panel} s{run.seed}".replace("/", "-")
-                    .replace("\\", "-").split()).lstrip(".-")[:128]
+    """A run's config name: its label, made folder-safe (a label may hold "30/40 dB")."""
+    return run.label.replace(" · ", " ").replace("/", "-").replace("\\", "-").lstrip(".- ")[:128]
 
 
 def run_one(run: RunSpec, root: Path, *, index: str = "[1/1]", quiet: bool = False,
@@ -33,10 +31,9 @@ def run_one(run: RunSpec, root: Path, *, index: str = "[1/1]", quiet: bool = Fal
     another process is writing, or that diverges is skipped with its one-line reason.
     """
     folder = run_folder(root, run)
-    name = run_name(run)
-    log(f"{index} {name} -> {folder}")
+    log(f"{index} {run.label} -> {folder}")
     try:
-        job = open_run({**run.raw, "name": name})
+        job = open_run({**run.raw, "name": run_name(run)})
         run_job(job, folder, resume=RunRecord(folder).exists(), quiet=quiet)
     except (ValueError, TrainingDiverged) as exc:  # e.g. locked by another process
         log(f"  skipped: {str(exc).splitlines()[0]}")

@@ -21,6 +21,9 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
     ``method`` over ``baseline``), ``time_curves`` (accuracy or loss against simulated
     time) and ``final`` (final accuracy, loss or time to target against the sweep values);
 
+  its ``title`` names what the figure shows, never a setting: the settings its runs share
+  are read from their resolved configs and added to the title (:func:`run_settings`), so a
+  title cannot state a setting that did not run;
   its ``panels`` (label → dotted overrides, or a list of such mappings meaning their
   product, :func:`panel_grid`) and ``series`` (label → dotted overrides, with an optional
   ``by_panel: {panel: overrides}`` for settings that differ per panel), an optional ``sweep``
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,14 @@ class RunSpec:
     value: Any
     seed: int
     raw: dict[str, Any]
+    #: The sweep's axis label (``N``, ``SNR dB``), for :attr:`label`.
+    swept: str = ""
+
+    @property
+    def label(self) -> str:
+        """What the run is, as the dry run and the log show it: ``panel · series N=2 · seed 0``."""
+        series = self.series if self.value is None else f"{self.series} {self.swept}={show_value(self.value)}"
+        return " · ".join(x for x in (self.panel, series, f"seed {self.seed}") if x)
 
     @property
     def key(self) -> str:
@@ -87,21 +99,44 @@ class Figure:
     spec: dict[str, Any]
     runs: tuple[RunSpec, ...]
     scale: str = "quick"
-    #: The settings the scale changes (``key=value``), so a title says what was run.
-    settings: tuple[str, ...] = ()
+
+    @property
+    def caption(self) -> str:
+        """What the figure shows, as ``figures.yaml`` names it (no settings: see :attr:`settings`)."""
+        return str(self.spec.get("title", self.name))
+
+    @property
+    def settings(self) -> str:
+        """The settings its runs share, read from their resolved configs (:func:`run_settings`).
+
+        A table with its own ``targets`` states those instead of the runs' target.
+        """
+        targets = self.spec.get("targets")
+        if not targets:
+            return run_settings(self.runs, self.scale)
+        shown = sorted({t for ts in (targets.values() if isinstance(targets, dict) else [targets])
+                        for t in ts})
+        line = run_settings(self.runs, self.scale, skip=("target_accuracy",))
+        head, _, tail = line.rpartition("; ")
+        return f"{head}, targets {', '.join(f'{100 * t:g}%' for t in shown)}; {tail}"
 
     @property
     def title(self) -> str:
-        """The figure's title, with the scale its runs use and what that scale changes."""
-        if not self.scale:  # a user's sweep
-            return str(self.spec.get("title", self.name))
-        changed = f": {', '.join(self.settings)}" if self.settings else ""
-        return f"{self.spec.get('title', self.name)} [{self.scale} scale{changed}]"
+        """Caption, then the settings that ran: ``Fig. 3: … — 30 clients, 10 local steps, …``.
+
+        Built from the runs' resolved configs, never from the paper's settings, so a title
+        cannot show a setting that did not run.
+        """
+        return f"{self.caption} — {self.settings}"
 
 
 def load_figures(paper: str, scale: str, only: list[str] | None = None,
-                 extra: list[str] | None = None) -> list[Figure]:
-    """The figures of ``experiments/<paper>/figures.yaml`` at ``scale`` (all checked)."""
+                 extra: list[str] | None = None, seeds: list[int] | None = None) -> list[Figure]:
+    """The figures of ``experiments/<paper>/figures.yaml`` at ``scale`` (all checked).
+
+    ``seeds`` replaces every figure's seeds (``figures --seeds 0-9``). A run's key is the hash
+    of its config, seed included, so adding seeds adds runs and leaves the others' keys.
+    """
     path = presets_dir() / paper / "figures.yaml"
     if not path.is_file():
         known = sorted(p.parent.name for p in presets_dir().glob("*/figures.yaml"))
@@ -129,8 +164,12 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                      **(fig.get(scale) or {}).get("overrides", {})}
         if spec["kind"] not in KINDS:
             raise ConfigError(f"{path}: figure {name} has kind {spec['kind']!r}; use one of {KINDS}")
-        seeds = spec.get("seeds", scale_doc["seeds"])
-        check_seeds(seeds, f"{path}: figure {name}: seeds")
+        check_claim_spec(spec, f"{path}: figure {name}")
+        fig_seeds = spec.get("seeds", scale_doc["seeds"])
+        check_seeds(fig_seeds, f"{path}: figure {name}: seeds")
+        if seeds is not None:
+            check_seeds(seeds, "--seeds")
+            fig_seeds = seeds
         points = sweep_points(spec.get("sweep"))
         base = apply_overrides(doc["base"], override_pairs(overrides) + list(extra or ()))
         runs = []
@@ -139,15 +178,130 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                 s_over = _series_overrides(s_over, panel)
                 # a series that sets a swept key itself is a fixed reference line
                 for value, v_over in [(None, {})] if _sets_swept(s_over, points) else points:
-                    for seed in seeds:
+                    for seed in fig_seeds:
                         raw = apply_overrides(base, override_pairs({**p_over, **s_over, **v_over,
                                                             "seed": seed}))
                         canonical(raw)  # fail before any training
-                        runs.append(RunSpec(panel, series, value, seed, raw))
-        changed = {**scale_doc.get("overrides", {}), **(fig.get(scale) or {}).get("overrides", {})}
-        settings = tuple(f"{str(k).rsplit('.', 1)[-1]}={v}" for k, v in sorted(changed.items()))
-        out.append(Figure(name, spec, tuple(runs), scale, settings))
+                        runs.append(RunSpec(panel, series, value, seed, raw,
+                                            axis_label(spec.get("sweep"))))
+        out.append(Figure(name, spec, tuple(runs), scale))
     return out
+
+
+#: The settings a title states when all of a figure's runs share them: resolved-config key
+#: (a multi-task run's task settings under ``tasks.``) and how the value reads.
+HEADLINE: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("data.dataset", lambda v: DATASET_NAMES.get(v, str(v))),
+    ("tasks.data.dataset", lambda v: DATASET_NAMES.get(v, str(v))),
+    ("model.name", str),
+    ("tasks.model.name", str),
+    ("data.num_clients", "{} clients".format),
+    ("tasks.data.num_clients", "{} clients".format),
+    ("data.alpha", "Dir(α={})".format),
+    ("algorithm.cells", "N={} cells".format),
+    ("algorithm.clients_per_round", "{} clients a round".format),
+    ("local.steps", "{} local steps".format),
+    ("local.epochs", lambda v: f"{v} local epoch{'s' * (v != 1)}"),
+    ("local.batch_size", "batch {}".format),
+    ("algorithm.edge_rounds", "E={} edge rounds".format),
+    ("population.rounds_per_session", "{} rounds a session".format),
+    ("population.groups", "{} client groups".format),
+    ("network.model", "{} link".format),
+    ("network.snr_db", "{:g} dB SNR".format),
+    ("network.antennas", lambda v: f"M={v} antenna{'s' * (v != 1)}"),
+    ("network.deadline_s", "{} s deadline".format),
+    ("rounds", "{} rounds".format),
+    ("max_rounds", "at most {} rounds".format),
+    ("max_time", "{:g} s simulated".format),
+    ("target_accuracy", lambda v: f"target {100 * v:g}%"),
+    ("tasks.target", lambda v: f"target {100 * v:g}%"),
+)
+
+#: Dataset names as papers write them.
+DATASET_NAMES = {"fashion_mnist": "Fashion-MNIST", "mnist": "MNIST", "cifar10": "CIFAR-10",
+                 "cifar100": "CIFAR-100", "svhn": "SVHN", "tinyimagenet": "Tiny ImageNet",
+                 "ag_news": "AG News", "synthetic": "synthetic data"}
+
+#: Settings a headline entry is shown with only when the run uses them.
+_ONLY_WHEN = {"data.alpha": lambda c: "dirichlet" in str(c.get("data.partition", "")),
+              "tasks.data.alpha": lambda c: False,
+              "network.model": lambda c: c.get("network.model") != "none",
+              "population.groups": lambda c: c.get("population.kind") != "static",
+              "local.steps": lambda c: c.get("local.epochs") is None,
+              "local.epochs": lambda c: c.get("local.epochs") is not None}
+
+
+def flat_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config as dotted keys; a multi-task run's tasks under ``tasks.`` when they agree."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}{k}.", v)
+        else:
+            out[prefix[:-1]] = value
+
+    walk("", {k: v for k, v in config.items() if k != "tasks"})
+    tasks = config.get("tasks")
+    if isinstance(tasks, list) and tasks:
+        per = [flat_settings(t) for t in tasks if isinstance(t, dict)]
+        for key in per[0] if per else ():
+            if all(json.dumps(p.get(key), sort_keys=True, default=str)
+                   == json.dumps(per[0][key], sort_keys=True, default=str) for p in per):
+                out[f"tasks.{key}"] = per[0][key]
+    return out
+
+
+def run_settings(runs: tuple[RunSpec, ...] | list[RunSpec], scale: str = "",
+                 skip: tuple[str, ...] = ()) -> str:
+    """The :data:`HEADLINE` settings all ``runs`` share, from their resolved configs.
+
+    A setting that differs between runs (a panel's, series' or sweep's) is left to the
+    legend; the scale and the number of seeds close the line.
+
+    Examples
+    --------
+    >>> raw = {"data": {"dataset": "synthetic", "num_clients": 4}, "rounds": 2}
+    >>> run_settings([RunSpec("", "", None, 0, raw), RunSpec("", "", None, 1, raw)], "quick")
+    'synthetic data, fcnn, 4 clients, 1 local steps, batch 32, 2 rounds; quick scale, 2 seeds'
+    """
+    flats = [flat_settings(canonical(r.raw)) for r in runs]
+    parts = []
+    for key, show in HEADLINE:
+        if key in skip:
+            continue
+        values = {json.dumps(f.get(key), sort_keys=True, default=str) for f in flats}
+        if len(values) != 1 or flats[0].get(key) is None:
+            continue
+        if key in _ONLY_WHEN and not _ONLY_WHEN[key](flats[0]):
+            continue
+        parts.append(show(flats[0][key]))
+    seeds = len({r.seed for r in runs})
+    tail = f"{scale} scale, " if scale else ""
+    return f"{', '.join(parts)}; {tail}{seeds} seed{'s' * (seeds != 1)}"
+
+
+#: The keys of a figure's ``claim`` (:mod:`~wirelessfl.report.claims`).
+CLAIM_KEYS = ("finding", "better", "than", "measure", "lower", "target", "last", "why")
+
+
+def check_claim_spec(spec: dict[str, Any], where: str) -> None:
+    """A figure's ``claim`` (:mod:`~wirelessfl.report.claims`) names a finding and its series."""
+    claim = spec.get("claim")
+    if claim is None:
+        return
+    if not isinstance(claim, dict) or not str(claim.get("finding", "")).strip():
+        raise ConfigError(f"{where}: claim needs a `finding` (the paper's result, in words)")
+    unknown = sorted(map(str, set(claim) - set(CLAIM_KEYS)))
+    if unknown:
+        raise ConfigError(f"{where}: claim has unknown key {unknown[0]!r}; its keys are "
+                          f"{', '.join(CLAIM_KEYS)}")
+    for key in ("better", "than"):
+        name = claim.get(key)
+        if name is not None and name not in (spec.get("series") or {}):
+            raise ConfigError(f"{where}: claim.{key} {name!r} is not one of its series "
+                              f"({', '.join(spec.get('series') or {})})")
 
 
 def _series_overrides(over: dict[str, Any] | None, panel: str) -> dict[str, Any]:
@@ -226,6 +380,26 @@ def missing_runs(figures: list[Figure], root: Path) -> list[RunSpec]:
     return list(seen.values())
 
 
+def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
+    """Seeds written ``0-9``, ``0,1,2`` or both (``0-4,10``), each once (ConfigError if not).
+
+    >>> parse_seeds("0-3,10")
+    [0, 1, 2, 3, 10]
+    """
+    seeds: list[int] = []
+    try:
+        for part in str(text).split(","):
+            lo, dash, hi = part.strip().partition("-")
+            if dash and lo.strip() and hi.strip() and int(hi) - int(lo) > 1000:
+                raise ValueError
+            seeds += list(range(int(lo), int(hi) + 1)) if dash and lo.strip() else [int(part)]
+    except ValueError:
+        raise ConfigError(f"{option} {str(text)[:40]!r}: give integers and ranges separated by "
+                          "commas, e.g. 0-9 or 0,1,2") from None
+    check_seeds(seeds, option)
+    return seeds
+
+
 def check_seeds(seeds: Any, where: str) -> None:
     """1 to 1000 distinct integers in [0, 2^63): a repeated seed would count a run twice."""
     if (not isinstance(seeds, (list, tuple)) or not 0 < len(seeds) <= 1000
@@ -257,8 +431,13 @@ def show_value(value: Any) -> str:
 
 def sweep_label(fig: Figure, default: str = "") -> str:
     """The sweep's axis label (its ``label``, else its ``key``)."""
-    sweep = fig.spec.get("sweep") or {}
-    return sweep.get("label") or sweep.get("key") or default
+    return axis_label(fig.spec.get("sweep")) or default
+
+
+def axis_label(sweep: dict[str, Any] | None) -> str:
+    """A sweep spec's axis label: its ``label``, else its ``key`` (empty without a sweep)."""
+    sweep = sweep or {}
+    return str(sweep.get("label") or sweep.get("key") or "")
 
 
 def series_label(fig: Figure, series: str, value: Any) -> str:

@@ -417,6 +417,9 @@ class AlgorithmEntry:
         Each hyperparameter (a config's ``algorithm``/``method`` key) and its default.
     presets : tuple of str
         The presets that run it.
+    units : dict
+        The unit of each hyperparameter that declares one (field metadata ``unit``); a
+        name's suffix gives the others' (``_s`` seconds, ``_db`` dB, ``_mhz``, ``_ghz``).
     """
 
     name: str
@@ -424,6 +427,7 @@ class AlgorithmEntry:
     summary: str
     defaults: dict
     presets: tuple[str, ...]
+    units: dict = dataclasses.field(default_factory=dict)
 
 
 def algorithm_table() -> list[AlgorithmEntry]:
@@ -442,13 +446,15 @@ def algorithm_table() -> list[AlgorithmEntry]:
     out = []
     for name in registry.ENTRIES:
         hp, _ = registry.get(name)
-        defaults = {}
+        defaults, units = {}, {}
         for f in dataclasses.fields(hp):
             if f.default is not dataclasses.MISSING:
                 defaults[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:
                 defaults[f.name] = f.default_factory()
+            if "unit" in f.metadata:
+                units[f.name] = f.metadata["unit"]
         doc = (hp.__doc__ or "").strip().splitlines()
         out.append(AlgorithmEntry(name, registry.ENTRIES[name][0], doc[0].replace("``", "") if doc else "",
-                                  defaults, tuple(used.get(name, ()))))
+                                  defaults, tuple(used.get(name, ())), units))
     return out

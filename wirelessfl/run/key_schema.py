@@ -6,6 +6,11 @@ default, so a field added with a default re-keys no existing run. Settings that 
 after the first runs but before this record (``threads``, ``precision``, the link's
 learning-shaping settings, ...) are not here: they too enter a key only when set. A frozen
 field whose class no longer has it enters with the default recorded here.
+
+The one kind of later entry: a field added with a default that *changes* what runs compute
+is recorded here with the value runs made before it had, so that it enters every key of its
+class and no run computed the old way is reused for the new default. Each such entry is
+dated below, with its reason.
 """
 
 from __future__ import annotations
@@ -453,6 +458,17 @@ _RECORD: dict[str, tuple[str | None, dict[str, Any], tuple[str, ...]]] = {
         'wirelessfl.algorithms.rafed.baselines.FedDropoutHParams',
         {
             'width': 'own',
+        },
+        (),
+    ),
+    # 2026-11-25, later entry: over the air, the noise of the real part of (22) (MSE/2, was
+    # MSE) and a round's second vector over the round's channel (was a fresh one). Re-keys
+    # every run of network.model aircomp (the co-design figures' AirComp runs).
+    'wirelessfl.net.aircomp.AirCompSettings': (
+        None,
+        {
+            'real_part': False,
+            'vector_channel': 'fresh',
         },
         (),
     ),

@@ -126,12 +126,14 @@ class Aggregator(ABC):
 
     @abstractmethod
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator, *,
-                  unit: float | None = None) -> tuple[Params, AggregateInfo]:
+                  rng: np.random.Generator, *, unit: float | None = None,
+                  channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
         """The server update and what the aggregation says about itself.
 
         ``unit`` is what one transmitted symbol is worth in the vectors' units (over the
         air the noise scales with it; None: the aggregator's own, e.g. γ for model deltas).
+        ``channel`` is the stream of the round's first aggregation, so that a second vector
+        of the round can go over the same channel (None: this call's own).
         """
 
     def __repr__(self) -> str:
@@ -143,9 +145,9 @@ class Mean(Aggregator):
 
     @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator, *,
-                  unit: float | None = None) -> tuple[Params, AggregateInfo]:
-        """Weighted mean of ``deltas``; ``rng`` and ``unit`` are unused."""
+                  rng: np.random.Generator, *, unit: float | None = None,
+                  channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+        """Weighted mean of ``deltas``; ``rng``, ``unit`` and ``channel`` are unused."""
         return weighted_mean(deltas, weights), AggregateInfo()
 
 
@@ -196,18 +198,23 @@ class AirComp(Aggregator):
     noise_power : float
         σ0² (default 1; 0 disables the noise).
     real_part, tight_power : bool
-        §8.4 items 16 and 17.
+        §8.4 items 16 and 17: noise of variance MSE/2 (the real part of (22)) instead of
+        MSE (HIST's (27)-(28) as written); the weakest client at full power.
     truncation_db : float or None
         Gain threshold of truncated channel inversion [dB] (None: none).
     normalise : bool
         Common normalisation before transmission.
+    round_channel : bool
+        A call given the round's ``channel`` stream draws the channel from it (a second
+        vector over the round's channel); otherwise from its own ``rng``.
     """
 
     exact = False
 
     def __init__(self, snr_db: float, lr: float, *, antennas: int = 10, method: str = "fast",
                  noise_power: float = 1.0, real_part: bool = False, tight_power: bool = False,
-                 truncation_db: float | None = None, normalise: bool = False) -> None:
+                 truncation_db: float | None = None, normalise: bool = False,
+                 round_channel: bool = False) -> None:
         if not np.isfinite(snr_db):
             raise ValueError(f"AirComp SNR must be a finite number of dB, got {snr_db}")
         as_float("snr_db", snr_db, lo=-200, hi=200)
@@ -221,13 +228,21 @@ class AirComp(Aggregator):
         self.snr_db, self.lr, self.antennas, self.method = snr_db, lr, int(antennas), method
         self.noise_power, self.real_part, self.tight_power = noise_power, real_part, tight_power
         self.truncation_db, self.normalise = truncation_db, bool(normalise)
+        self.round_channel = bool(round_channel)
 
     @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator, *,
-                  unit: float | None = None) -> tuple[Params, AggregateInfo]:
-        """Weighted mean of ``deltas`` plus the AirComp noise of a freshly drawn channel."""
+                  rng: np.random.Generator, *, unit: float | None = None,
+                  channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+        """Weighted mean of ``deltas`` plus the AirComp noise of a drawn channel.
+
+        The channel comes from ``rng``, or with ``round_channel`` from ``channel`` when given
+        (the round's first aggregation's stream: the same h, beam and silent clients), the
+        noise always from ``rng``.
+        """
         channel_rng, noise_rng = rng.spawn(2)
+        if self.round_channel and channel is not None:
+            channel_rng = channel.spawn(2)[0]
         n = len(deltas)
         h = simo_rayleigh((), n, self.antennas, channel_rng)
         w = _weights(weights, n)
@@ -256,4 +271,5 @@ class AirComp(Aggregator):
 
     def __repr__(self) -> str:
         return (f"AirComp(snr_db={self.snr_db}, M={self.antennas}, method={self.method!r}, "
-                f"truncation_db={self.truncation_db}, normalise={self.normalise})")
+                f"truncation_db={self.truncation_db}, normalise={self.normalise}, "
+                f"real_part={self.real_part}, round_channel={self.round_channel})")

@@ -38,7 +38,7 @@ from wirelessfl.server.state import AlgorithmState, RoundPlan
 
 @dataclass(frozen=True)
 class ContinuousHParams(FedAvgHParams):
-    """FedAvg's hyperparameters and λ_KL."""
+    """Continuous: FedAvg distilling from the session's initial model (weight λ_KL)."""
 
     kl_coefficient: float = 1.0
 

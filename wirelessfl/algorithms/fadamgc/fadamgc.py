@@ -55,7 +55,9 @@ ADAMS = ("algorithm1", "library")
 
 @dataclass(frozen=True)
 class FAdamGCHParams(FedAvgHParams):
-    """FAdamGC's hyperparameters (``docs/papers/fadamgc.md`` §2.6); ``server_lr`` is η_g, ``local.lr`` η_l.
+    """FAdamGC: local Adam with global gradient correction (``docs/papers/fadamgc.md`` §2.6).
+
+    ``server_lr`` is η_g, ``local.lr`` η_l.
 
     Attributes
     ----------

@@ -27,7 +27,7 @@ from wirelessfl.rng import Seeds
 
 @dataclass(frozen=True)
 class CentralizedHParams:
-    """Centralized training.
+    """Centralized: each task trained alone on the union of its clients' samples (a reference).
 
     Attributes
     ----------

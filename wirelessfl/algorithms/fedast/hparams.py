@@ -10,7 +10,7 @@ from wirelessfl.algorithms.fedast.snapshot import snapshot_type
 
 @dataclass(frozen=True)
 class FedASTHParams:
-    """FedAST's server hyperparameters (§2.7).
+    """FedAST: buffered asynchronous training of several tasks on one client pool (§2.7).
 
     Attributes
     ----------
@@ -72,7 +72,7 @@ ASSIGNMENT_NAMES = ("random", "bayes", "ucb")
 @snapshot_type
 @dataclass(frozen=True)
 class SyncSTHParams:
-    """Sync-ST's hyperparameters (§3.1).
+    """Sync-ST: synchronous multi-task rounds, each task its share of the clients (§3.1).
 
     Attributes
     ----------

@@ -44,7 +44,7 @@ from wirelessfl.server.topology import Topology
 
 @dataclass(frozen=True)
 class HFedAvgHParams:
-    """HFedAvg hyperparameters.
+    """HFedAvg: hierarchical FedAvg, E edge averagings per global round, then the cloud.
 
     Attributes
     ----------

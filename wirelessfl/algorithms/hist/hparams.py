@@ -28,7 +28,9 @@ def table_uplink_mb(edge_rounds: int, size_mb: float, vol_c: int, vol_f: int,
 
 @dataclass(frozen=True)
 class HISTHParams(HFedAvgHParams):
-    """HIST hyperparameters (HFedAvg's plus masks and the physical layer).
+    """HIST: hierarchical submodel training, each cell a disjoint slice of the model.
+
+    HFedAvg's settings, plus the masks and the physical layer.
 
     Attributes
     ----------

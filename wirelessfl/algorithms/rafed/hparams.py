@@ -15,7 +15,7 @@ from wirelessfl.net.resources import check_scenario
 
 @dataclass(frozen=True)
 class RAFedHParams:
-    """Submodel training and its aggregation (RA-Fed's defaults).
+    """RA-Fed: resource-aware random submodels with coverage-aware aggregation (its defaults).
 
     Attributes
     ----------
@@ -78,7 +78,7 @@ class RAFedHParams:
     snr_db: tuple[float, float] = (10.0, 20.0)
     bandwidth_mhz: float = BANDWIDTH_HZ / 1e6
     cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 2.0), (2.0, 4.0))
-    cycles_per_step: float = 1e7
+    cycles_per_step: float = dataclasses.field(default=1e7, metadata={"unit": "CPU cycles"})
 
     def __post_init__(self) -> None:
         if not self.ratios or len(self.ratios) > 64:

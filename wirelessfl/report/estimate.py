@@ -1,0 +1,161 @@
+"""How long a figure set takes on this machine: ``wirelessfl figures PAPER --estimate``.
+
+Each distinct setting of a figure (its panel, series and sweep value; seeds cost the same) is
+timed for a few rounds on random tensors of its dataset's shapes (:func:`stand_in`), so the
+estimate needs no dataset files: the runs of CIFAR-100 or Tiny ImageNet figures are timed on
+a machine that does not hold them. A setting's run costs its start (data, partition, model,
+the first round's warm-up) plus its rounds at the timed seconds per round:
+
+    time = Σ_runs to do (start + rounds × seconds per round),
+
+an upper bound for runs that stop at their target. Multi-task runs in simulated time
+(FedAST) and text datasets are not estimated; the table says so.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from wirelessfl.data import datasets
+from wirelessfl.data.arrays import ArrayDataset, DatasetSplits
+from wirelessfl.report.metrics import group_runs
+from wirelessfl.report.spec import Figure, RunSpec, missing_runs
+from wirelessfl.run.kinds import canonical, open_run, run_job
+
+#: Dataset → (train samples, test samples, sample shape, classes) of the real files.
+SHAPES: dict[str, tuple[int, int, tuple[int, ...], int]] = {
+    "fashion_mnist": (60_000, 10_000, (1, 28, 28), 10),
+    "mnist": (60_000, 10_000, (1, 28, 28), 10),
+    "cifar10": (50_000, 10_000, (3, 32, 32), 10),
+    "cifar100": (50_000, 10_000, (3, 32, 32), 100),
+    "svhn": (73_257, 26_032, (3, 32, 32), 10),
+    "tinyimagenet": (100_000, 10_000, (3, 64, 64), 200),
+}
+
+#: A stand-in's training set is capped at this many bytes (Tiny ImageNet's would be 4.9 GB);
+#: a round's cost does not depend on it when clients take a fixed number of steps.
+MAX_TRAIN_BYTES = 2**30
+
+
+def stand_in(dataset: str) -> str | None:
+    """The registered name of random tensors shaped as ``dataset`` (None: no stand-in).
+
+    Inputs are uniform in [0, 1), labels balanced over the classes, drawn from a fixed
+    seed; the training set keeps the real size up to :data:`MAX_TRAIN_BYTES`.
+    """
+    if dataset not in SHAPES:
+        return None
+    name = f"estimate_{dataset}"
+    if name not in datasets.USER_DATASETS:
+        train_n, test_n, shape, classes = SHAPES[dataset]
+        train_n = min(train_n, MAX_TRAIN_BYTES // (4 * math.prod(shape)))
+
+        def load(_: Path | None) -> DatasetSplits:
+            gen = torch.Generator().manual_seed(0)
+
+            def split(n: int) -> ArrayDataset:
+                y = torch.arange(n) % classes
+                return ArrayDataset(torch.rand((n, *shape), generator=gen),
+                                    y[torch.randperm(n, generator=gen)], classes)
+            return DatasetSplits(name, split(train_n), split(test_n))
+
+        datasets.register_dataset(name, load)
+    return name
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure's estimated time and what was not estimated.
+
+    Its runs to do (those not counted for an earlier figure), their rounds and seconds.
+    """
+
+    figure: str
+    runs: int
+    rounds: int
+    seconds: float
+    note: str = ""
+
+
+def estimate(figures: list[Figure], root: Path, *, sample_rounds: int = 2,
+             log: Callable[[str], None] = print) -> list[Estimate]:
+    """Time a sample of every figure's settings and estimate its runs still to do."""
+    todo = {r.key for r in missing_runs(figures, root)}  # a run two figures share counts once
+    timed: dict[str, tuple[float, float] | str] = {}  # a setting's (start, per round) or why not
+    out = []
+    for fig in figures:
+        runs = list({r.key: r for r in fig.runs if r.key in todo}.values())
+        total, rounds, notes = 0.0, 0, set()
+        for group in group_runs(fig).values():
+            mine = list({r.key: r for r in group if r.key in todo}.values())
+            todo -= {r.key for r in mine}
+            if not mine:
+                continue
+            sample = mine[0]
+            if sample.key not in timed:
+                timed[sample.key] = _time_setting(sample, sample_rounds, log)
+            cost = timed[sample.key]
+            if isinstance(cost, str):
+                notes.add(cost)
+                continue
+            start, per_round = cost
+            for r in mine:
+                n = int(canonical(r.raw)["rounds"])
+                total, rounds = total + start + n * per_round, rounds + n
+        out.append(Estimate(fig.name, len(runs), rounds, total, "; ".join(sorted(notes))))
+    return out
+
+
+def _time_setting(run: RunSpec, sample_rounds: int,
+                  log: Callable[[str], None]) -> tuple[float, float] | str:
+    """(start, seconds per round) of ``run``'s setting on a stand-in of its data, or why not."""
+    if "tasks" in run.raw:
+        return "multi-task runs in simulated time are not estimated"
+    data = dict(run.raw.get("data") or {})
+    if data.get("dataset", "synthetic") != "synthetic":
+        name = stand_in(data["dataset"])
+        if name is None:
+            return f"{data['dataset']}: no stand-in (text datasets are not estimated)"
+        data.update(dataset=name, data_dir=None, normalization="auto")
+    base = {**run.raw, "data": data, "stop_at_target": False, "name": "estimate"}
+    seconds = []
+    with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
+        for i, rounds in enumerate((1, 1 + sample_rounds)):
+            job = open_run({**base, "rounds": rounds})
+            t0 = time.perf_counter()
+            run_job(job, Path(tmp) / str(i), quiet=True)
+            seconds.append(time.perf_counter() - t0)
+    per_round = max(0.0, (seconds[1] - seconds[0]) / sample_rounds)
+    start = max(0.0, seconds[0] - per_round)
+    log(f"  timed {run.label}: {per_round:.3g} s a round, {start:.3g} s to start")
+    return start, per_round
+
+
+def estimate_table(rows: list[Estimate], device: str) -> str:
+    """The estimate as text: a line per figure and the total in hours."""
+    lines = [f"{'figure':14s} {'runs':>5s} {'rounds':>7s} {'hours':>8s}  (on {device})"]
+    for e in rows:
+        lines.append(f"{e.figure:14s} {e.runs:5d} {e.rounds:7d} {e.seconds / 3600:8.2f}"
+                     + (f"  not all estimated: {e.note}" if e.note else ""))
+    total = sum(e.seconds for e in rows)
+    lines.append(f"{'total':14s} {sum(e.runs for e in rows):5d} "
+                 f"{sum(e.rounds for e in rows):7d} {total / 3600:8.2f}  "
+                 f"(runs x rounds x seconds per round, timed; an upper bound where runs stop "
+                 f"at their target)")
+    return "\n".join(lines)
+
+
+def describe_device(raw: dict[str, Any]) -> str:
+    """The device the runs would use, in words (``cuda``: the GPU's name)."""
+    device = str(raw.get("device", "auto"))
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return "CPU" if device in ("auto", "cpu") else device
