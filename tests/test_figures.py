@@ -91,13 +91,15 @@ def test_a_figure_section_gives_the_finding_ours_and_a_verdict_from_the_rows(toy
     assert "- **The paper:** HIST ends more accurate" in section and "**Verdict:**" in section
     fig = load_figures("toy", "quick", only=["curves"])[0]
     for n in (2, 4):
-        acc = {s: np.mean([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
-                           for r in fig.runs if r.series == s and r.value == n])
+        acc = {s: np.array([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
+                            for r in fig.runs if r.series == s and r.value == n])
                for s in ("HIST", "HFedAvg")}
         line = next(x for x in section.splitlines() if f"N={n}: HIST" in x)
-        assert f"HIST {acc['HIST']:.4g} ± " in line, line
-        want = "holds" if acc["HIST"] > acc["HFedAvg"] else "does not hold"
-        assert line.endswith(f"→ {want}"), line
+        assert f"HIST {acc['HIST'].mean():.4g} ± " in line, line
+        gap = acc["HIST"].mean() - acc["HFedAvg"].mean()
+        se = np.sqrt(acc["HIST"].var(ddof=1) / 2 + acc["HFedAvg"].var(ddof=1) / 2)
+        want = ("undecided" if abs(gap) < 2 * se else "holds" if gap > 0 else "does not hold")
+        assert line.split("→ ")[1].startswith(want), line
 
 
 def test_a_verdict_counts_seeds_that_reached_and_never_decides_on_one_seed():
@@ -106,8 +108,10 @@ def test_a_verdict_counts_seeds_that_reached_and_never_decides_on_one_seed():
     from wirelessfl.report.claims import _overall, _verdict
 
     nan = float("nan")
-    assert _verdict(np.array([1.0, 2.0]), np.array([3.0, 4.0]), lower=True) == "holds"
-    assert _verdict(np.array([1.0, 2.0]), np.array([3.0, 4.0]), lower=False) == "does not hold"
+    assert _verdict(np.array([1.0, 1.2]), np.array([3.0, 3.1]), lower=True) == "holds"
+    assert _verdict(np.array([1.0, 1.2]), np.array([3.0, 3.1]), lower=False) == "does not hold"
+    # a gap inside the seeds' spread decides nothing
+    assert "within the seed spread" in _verdict(np.array([1.0, 5.0]), np.array([2.0, 6.0]), lower=True)
     assert _verdict(np.array([1.0, 2.0]), np.array([nan, nan]), lower=True) == "holds"
     assert _verdict(np.array([1.0, 2.0]), np.array([3.0, nan]), lower=True) == "holds"
     assert _verdict(np.array([5.0, nan]), np.array([3.0, 4.0]), lower=True) == "does not hold"

@@ -326,7 +326,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         check_publish_folder(Path(args.publish))
     code = _report(out, "figures", lambda: regenerate(
         args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
-        log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray, seeds=seeds))
+        log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray, seeds=seeds,
+        batch_runs=args.batch_runs))
     if args.publish is not None and code == 0:
         from wirelessfl.report.figures import publish
 
@@ -382,7 +383,12 @@ def _ray_options(args: argparse.Namespace):
 
 def _add_executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_positive, default=1, metavar="N",
-                   help="train N runs at a time, each in its own process (default 1)")
+                   help="train N runs (or lockstep groups) at a time, each in its own process "
+                        "(default 1)")
+    p.add_argument("--batch-runs", type=_positive, default=None, metavar="N",
+                   help="train at most N runs that can share the client engine as one "
+                        "computation (default: on a GPU as its memory allows, on a CPU 1: "
+                        "every run alone)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local processes (default) or one Ray task per run")
     p.add_argument("--address", help="Ray: 'auto' or HOST:PORT of a running cluster "
@@ -402,7 +408,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     return _report(out, "sweep", lambda: sweep(
         args.config, args.grid or [], seeds, out, extra=extra + (args.set or []),
-        quiet=args.quiet, log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray))
+        quiet=args.quiet, log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray,
+        batch_runs=args.batch_runs))
 
 
 def _positive(text: str) -> int:

@@ -21,10 +21,11 @@ it is not checked (``why``).
 
 The comparison is made in every panel and sweep value that has both series, over seeds: each
 side's mean ± sample standard deviation and how many seeds reached the target. A setting's
-verdict is *holds* when ``better`` is better on the mean with every seed of both sides counted
-(or reached the target in more seeds), *does not hold* when it is worse (or reached it in
-fewer), and *undecided* when neither side reached it in every seed. One seed never decides:
-with a single seed the verdict says so.
+verdict is *holds* when ``better`` is better on the mean, by more than twice the standard
+error of the difference of the means (the seeds' 95% interval), with every seed of both sides
+counted (or reached the target in more seeds and is not worse); *does not hold* when it is
+worse by that much (or reached it in fewer seeds and is not better); otherwise *undecided*,
+with the reason. One seed never decides: with a single seed the verdict says so.
 """
 
 from __future__ import annotations
@@ -171,6 +172,9 @@ def _verdict(mine: np.ndarray, theirs: np.ndarray, lower: bool) -> str:
     if float(np.mean(mine[m])) == float(np.mean(theirs[t])):
         return "undecided (equal means)"
     if m.sum() == t.sum() == m.size:
+        gap, se = abs(float(np.mean(mine) - np.mean(theirs))), _se(mine, theirs)
+        if se is not None and gap < 2 * se:  # inside the seeds' 95% interval of the gap
+            return f"undecided (the gap, {gap:.3g}, is within the seed spread, 2 se = {2 * se:.3g})"
         return "holds" if better else "does not hold"
     if (m.sum() >= t.sum()) == better:  # the counts and the means agree
         return "holds" if better else "does not hold"
@@ -178,6 +182,13 @@ def _verdict(mine: np.ndarray, theirs: np.ndarray, lower: bool) -> str:
             f"{int(m.sum())}/{m.size} against {int(t.sum())}/{t.size})" if better else
             f"undecided (reached the target in more seeds, {int(m.sum())}/{m.size} against "
             f"{int(t.sum())}/{t.size}, worse on their mean)")
+
+
+def _se(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Standard error of the difference of two means (None with fewer than two seeds a side)."""
+    if a.size < 2 or b.size < 2:
+        return None
+    return float(np.sqrt(np.var(a, ddof=1) / a.size + np.var(b, ddof=1) / b.size))
 
 
 def _overall(verdicts: list[str], seeds: int) -> str:
@@ -191,6 +202,8 @@ def _overall(verdicts: list[str], seeds: int) -> str:
         out = "holds" if n == 1 else f"holds in all {n} settings"
     elif failed == n:
         out = "does not hold" if n == 1 else f"does not hold in any of the {n} settings"
+    elif held == failed == 0:
+        out = "undecided" if n == 1 else f"undecided in all {n} settings"
     else:
         parts = [f"holds in {held}" if held else "", f"does not hold in {failed}" if failed else "",
                  f"undecided in {n - held - failed}" if n - held - failed else ""]

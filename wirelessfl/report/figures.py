@@ -38,18 +38,21 @@ from wirelessfl.run.safe_io import atomic_write, open_new, refuse_link
 
 
 def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
-            log: Callable[[str], None] = print, jobs: int = 1, ray: RayOptions | None = None) -> None:
+            log: Callable[[str], None] = print, jobs: int = 1, ray: RayOptions | None = None,
+            batch_runs: int | None = None) -> None:
     """Train (or resume) every run in ``runs``: locally ``jobs`` at a time, or as Ray tasks.
 
     A run that cannot start or finish (missing data, a folder another process is writing,
     divergence) is skipped with its one-line reason and its figure reported as incomplete
-    (:func:`~wirelessfl.report.local.run_one`). With ``ray`` (a
+    (:func:`~wirelessfl.report.local.run_one`). Locally, runs that can share their client
+    engine train in lockstep groups of at most ``batch_runs`` (None: as memory allows; 1:
+    none; :func:`~wirelessfl.report.local.execute_local`). With ``ray`` (a
     :class:`~wirelessfl.report.ray_executor.RayOptions`) every run is a Ray task.
     """
     if ray is not None:
         execute_ray(runs, root, ray, log=log, quiet=quiet)
     else:
-        execute_local(runs, root, quiet=quiet, log=log, jobs=jobs)
+        execute_local(runs, root, quiet=quiet, log=log, jobs=jobs, batch_runs=batch_runs)
 
 
 def render(figures: list[Figure], root: Path) -> list[Path]:
@@ -151,11 +154,7 @@ def publish(root: Path, dest: Path) -> list[Path]:
     if not (root / "README.md").is_file():
         raise ConfigError(f"--publish: {root} has no README.md to publish; render it first")
     dest.mkdir(parents=True, exist_ok=True)
-    mark = dest / PUBLISH_MARK
-    refuse_link(mark)
-    if not mark.is_file():
-        with open_new(mark):
-            pass
+    _mark(dest, PUBLISH_MARK)
     for old in dest.iterdir():  # outputs of an earlier publish that this one lacks go
         if old.suffix in PUBLISHED and old.is_file() and not old.is_symlink():
             old.unlink()
@@ -171,13 +170,14 @@ def publish(root: Path, dest: Path) -> list[Path]:
 def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
                extra: list[str] | None = None, quiet: bool = False,
                log: Callable[[str], None] = print, jobs: int = 1,
-               ray: Any = None, seeds: list[int] | None = None) -> list[Path]:
+               ray: Any = None, seeds: list[int] | None = None,
+               batch_runs: int | None = None) -> list[Path]:
     """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files.
 
     ``seeds`` replaces every figure's seeds (:func:`~wirelessfl.report.spec.load_figures`).
     """
     return _complete(load_figures(paper, scale, only, extra, seeds), root, f"{paper} ({scale})",
-                     quiet=quiet, log=log, jobs=jobs, ray=ray)
+                     quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs)
 
 
 #: Marks a report folder as this tool's: its tables, plots and README may be rewritten.
@@ -198,7 +198,12 @@ def _claim_report_folder(root: Path) -> None:
         raise ConfigError(f"report folder {root} holds files this tool did not write; give a "
                           "new or empty folder with --out (nothing is overwritten)")
     root.mkdir(parents=True, exist_ok=True)
-    mark = root / REPORT_MARK
+    _mark(root, REPORT_MARK)
+
+
+def _mark(folder: Path, name: str) -> None:
+    """An empty file ``name`` in ``folder`` saying this tool wrote it (made once, no link)."""
+    mark = folder / name
     refuse_link(mark)
     if not mark.is_file():
         with open_new(mark):
@@ -225,14 +230,15 @@ def _is_report_folder(root: Path) -> bool:
 
 
 def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
-              log: Callable[[str], None], jobs: int, ray: Any) -> list[Path]:
+              log: Callable[[str], None], jobs: int, ray: Any,
+              batch_runs: int | None = None) -> list[Path]:
     """Train the figures' missing runs (each once), then render them under ``root``."""
     _claim_report_folder(root)
     todo = missing_runs(figures, root)
     log(f"{what}: {len(todo)} of {len({r.key for f in figures for r in f.runs})} runs to do; "
         f"report folder {root}")
     check_data(todo)
-    execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray)
+    execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs)
     return render(figures, root)
 
 
@@ -268,7 +274,8 @@ def check_data(runs: list[RunSpec]) -> None:
 
 def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
           extra: list[str] | None = None, quiet: bool = False,
-          log: Callable[[str], None] = print, jobs: int = 1, ray: Any = None) -> list[Path]:
+          log: Callable[[str], None] = print, jobs: int = 1, ray: Any = None,
+          batch_runs: int | None = None) -> list[Path]:
     """A user's sweep: every combination of ``grid`` (``key=v1,v2``) × ``seeds`` of ``config``.
 
     Runs go to ``root/runs`` under their config hashes (finished ones reused, interrupted
@@ -322,4 +329,5 @@ def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
     fig = Figure("sweep", {"kind": "final_accuracy", "last": 1, "xlabel": over,
                            "title": f"sweep of {config} over {over} ({len(seeds)} seed(s))"},
                  tuple(runs), scale="")
-    return _complete([fig], root, "sweep", quiet=quiet, log=log, jobs=jobs, ray=ray)
+    return _complete([fig], root, "sweep", quiet=quiet, log=log, jobs=jobs, ray=ray,
+                     batch_runs=batch_runs)

@@ -30,6 +30,7 @@ from wirelessfl.data import (
 from wirelessfl.data.arrays import inside
 from wirelessfl.engine.client import ClientResult, LocalSGD, evaluate
 from wirelessfl.engine.executors import make_executor, resolve_device
+from wirelessfl.engine.lockstep import Lockstep
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.links import LinkModel, RoundCost, make_link
@@ -74,8 +75,26 @@ def model_options(cfg: RunConfig) -> dict[str, Any]:
     return options
 
 
-def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
+#: Datasets read from files, the same whatever the run's seed: a lockstep group loads one.
+SHARED_DATASETS = ("fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "tinyimagenet")
+
+
+def shared_dataset(name: str) -> bool:
+    """Whether runs of a lockstep group can share one copy of dataset ``name``.
+
+    The file datasets and those registered from a user's code (a function of the data
+    folder alone) can; the others are drawn from each run's seed.
+    """
+    from wirelessfl.data.datasets import USER_DATASETS
+
+    return name in SHARED_DATASETS or name in USER_DATASETS
+
+
+def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None) -> Experiment:
     """Load data, partition it, build model, client engine and algorithm.
+
+    With ``lockstep`` (:class:`~wirelessfl.engine.lockstep.Lockstep`) the run trains in that
+    group: its clients on the group's engine, from the group's copy of a file dataset.
 
     Raises ``ValueError`` (a :class:`~wirelessfl.run.config.ConfigError` or a data error) for
     any bad input; writes nothing.
@@ -84,11 +103,18 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     device = resolve_device(cfg.device)
     seeds = Seeds(cfg.seed)
     d = cfg.data
-    splits = load_dataset(d.dataset, data_dir=d.data_dir, normalization=d.normalization,
-                          rng=seeds.generator("data"), num_clients=d.num_clients,
-                          synthetic_alpha=d.synthetic_alpha, synthetic_beta=d.synthetic_beta,
-                          samples_per_client=d.samples_per_client, tokenizer=d.tokenizer,
-                          max_length=d.max_length)
+
+    def load() -> Any:
+        return load_dataset(d.dataset, data_dir=d.data_dir, normalization=d.normalization,
+                            rng=seeds.generator("data"), num_clients=d.num_clients,
+                            synthetic_alpha=d.synthetic_alpha, synthetic_beta=d.synthetic_beta,
+                            samples_per_client=d.samples_per_client, tokenizer=d.tokenizer,
+                            max_length=d.max_length)
+    if lockstep is not None and shared_dataset(d.dataset):
+        splits = lockstep.shared(("data", d.dataset, d.data_dir, d.normalization, str(device),
+                                  d.placement), lambda: load().placed(device, d.placement))
+    else:
+        splits = load()
     client_indices = partition_data(cfg, splits, seeds)
     model = build_model(cfg.model.name, splits.train.sample_shape, splits.train.num_classes,
                         seed=seeds.int_seed("init"), **model_options(cfg)).to(device)
@@ -110,8 +136,9 @@ def prepare(config: RunConfig | dict[str, Any]) -> Experiment:
     digital = link.digital_uplink(len(client_indices), seeds)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
-                      executor=make_executor(cfg.engine, device, cfg.max_batch, model,
-                                             cfg.workers, cfg.compile, cfg.replay),
+                      executor=lockstep.member() if lockstep is not None else make_executor(
+                          cfg.engine, device, cfg.max_batch, model, cfg.workers, cfg.compile,
+                          cfg.replay),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
                       link=digital)

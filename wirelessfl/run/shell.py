@@ -141,10 +141,13 @@ class Job(ABC):
 
 
 def execute(record: RunRecord, job: Job, *, resume: bool = False,
-            quiet: bool = False, trackers: Sequence[Tracker] = ()) -> dict[str, Any]:
+            quiet: bool = False, trackers: Sequence[Tracker] = (),
+            estimate: bool = True) -> dict[str, Any]:
     """Run ``job`` into ``record``'s folder (see the module docstring); return the summary.
 
-    ``trackers`` (:mod:`wirelessfl.run.trackers`) receive every row as it is appended.
+    ``trackers`` (:mod:`wirelessfl.run.trackers`) receive every row as it is appended. With
+    ``quiet`` a one-line time estimate is printed after the first timed round unless
+    ``estimate`` is false (a run of a lockstep group, whose group prints one).
     PyTorch computes with the config's ``threads`` (:mod:`wirelessfl.run.threads`): the
     count chosen is written to ``meta.json`` and every checkpoint, and a resumed run takes
     the checkpoint's.
@@ -168,7 +171,7 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
                    dynamic_ncols=True)
         trackers = open_trackers(list(trackers), record.folder, job.name, job.resolved, resume)
         out = Output(record, bar, time.perf_counter() - wall0, trackers, threads,
-                     estimate=(job.name, job.progress_unit) if quiet else None)
+                     estimate=(job.name, job.progress_unit) if quiet and estimate else None)
         finished = False
         try:
             job.advance(out)

@@ -1,0 +1,149 @@
+"""Many runs trained as one computation (issue 55): a lockstep group gives each run its solo
+numbers, lets runs end early, resumes, and groups only runs that can share."""
+
+import numpy as np
+import pytest
+import torch
+
+from wirelessfl.data import datasets
+from wirelessfl.data.arrays import ArrayDataset, DatasetSplits
+from wirelessfl.report.local import execute_local, lockstep_groups, run_group, share_signature
+from wirelessfl.report.spec import RunSpec, run_folder
+from wirelessfl.run.config import apply_overrides
+from wirelessfl.run.records import RunRecord
+
+
+def _toy_data(_folder):
+    gen = torch.Generator().manual_seed(0)
+    centres = torch.randn(4, 12, generator=gen) * 2
+
+    def split(n):
+        y = torch.arange(n) % 4
+        return ArrayDataset(centres[y] + torch.randn(n, 12, generator=gen), y, 4)
+    return DatasetSplits("lockstep_toy", split(480), split(120))
+
+
+@pytest.fixture
+def toy_data(monkeypatch):
+    monkeypatch.setattr(datasets, "USER_DATASETS", dict(datasets.USER_DATASETS))
+    datasets.register_dataset("lockstep_toy", _toy_data)
+
+
+BASE = {"rounds": 5, "data": {"dataset": "lockstep_toy", "partition": "shards", "num_clients": 8},
+        "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
+        "local": {"lr": 0.05, "batch_size": 10, "steps": 3},
+        "algorithm": {"name": "fedavg"}}
+
+
+def _run(label, seed, **over):
+    raw = apply_overrides(BASE, [f"seed={seed}", *(f"{k}={v}" for k, v in over.items())])
+    return RunSpec("", label, None, seed, raw)
+
+
+def _final(folder):
+    return torch.load(folder / "checkpoint.pt", weights_only=False)["params"]
+
+
+def _rows(root, run):
+    return [{k: v for k, v in r.items() if k not in ("wall_s",)}
+            for r in RunRecord(run_folder(root, run)).rows()]
+
+
+RUNS = [_run("a", 0), _run("b", 1, **{"local.lr": 0.1}),
+        _run("c", 2, **{"algorithm.name": "fedavg", "algorithm.clients_per_round": 4})]
+
+
+def test_a_group_of_three_gives_each_run_its_solo_rows(toy_data, tmp_path):
+    """Different seeds, learning rates and sampling: each run's rows and final model in the
+    group equal its solo run's to 1e-5 relative (float rounding of other stack sizes)."""
+    assert len(lockstep_groups(RUNS, 64)) == 1
+    run_group(RUNS, tmp_path / "group", quiet=True, log=lambda _: None)
+    for r in RUNS:
+        execute_local([r], tmp_path / "solo", quiet=True, log=lambda _: None, batch_runs=1)
+        together, alone = _rows(tmp_path / "group", r), _rows(tmp_path / "solo", r)
+        assert [x["round"] for x in together] == [x["round"] for x in alone] == list(range(6))
+        for x, y in zip(together, alone):
+            assert x["test_accuracy"] == pytest.approx(y["test_accuracy"], abs=1e-6)
+            assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
+        a, b = _final(run_folder(tmp_path / "group", r)), _final(run_folder(tmp_path / "solo", r))
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_that_stops_at_its_target_leaves_the_others_rows_unchanged(toy_data, tmp_path):
+    early = _run("early", 3, **{"target_accuracy": 0.3, "stop_at_target": "true"})
+    run_group([*RUNS[:2], early], tmp_path / "g", quiet=True, log=lambda _: None)
+    run_group(RUNS[:2], tmp_path / "h", quiet=True, log=lambda _: None)
+    assert len(_rows(tmp_path / "g", early)) < 6
+    for r in RUNS[:2]:
+        for x, y in zip(_rows(tmp_path / "g", r), _rows(tmp_path / "h", r), strict=True):
+            assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
+
+
+def test_a_killed_group_resumes_to_the_uninterrupted_rows(toy_data, tmp_path):
+    """kill -9 of a group's process mid-run leaves every run resumable: the group resumed
+    ends with the rows of a group never killed (to float rounding)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    runs = [RunSpec(r.panel, r.series, r.value, r.seed, {**r.raw, "rounds": 40}) for r in RUNS]
+    script = (
+        "import json, sys; sys.path.insert(0, 'tests')\n"
+        "from test_lockstep import _toy_data\n"
+        "from wirelessfl.data import datasets\n"
+        "from wirelessfl.report.spec import RunSpec\n"
+        "from wirelessfl.report.local import run_group\n"
+        "datasets.register_dataset('lockstep_toy', _toy_data)\n"
+        "runs = [RunSpec(*r) for r in json.loads(sys.argv[1])]\n"
+        "from pathlib import Path\n"
+        "run_group(runs, Path(sys.argv[2]), quiet=True, log=lambda _: None)\n")
+    spec = json.dumps([[r.panel, r.series, r.value, r.seed, r.raw] for r in runs])
+    proc = subprocess.Popen([sys.executable, "-c", script, spec, str(tmp_path / "cut")],
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        rows = [RunRecord(run_folder(tmp_path / "cut", r)).rows()
+                if (run_folder(tmp_path / "cut", r) / "metrics.jsonl").is_file() else []
+                for r in runs]
+        if all(len(x) >= 4 for x in rows):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    cut_at = [len(RunRecord(run_folder(tmp_path / "cut", r)).rows()) for r in runs]
+    assert min(cut_at) >= 4 and max(cut_at) < 41, cut_at  # killed mid-run
+    run_group(runs, tmp_path / "cut", quiet=True, log=lambda _: None)
+    run_group(runs, tmp_path / "whole", quiet=True, log=lambda _: None)
+    for r in runs:
+        got, want = _rows(tmp_path / "cut", r), _rows(tmp_path / "whole", r)
+        assert [x["round"] for x in got] == list(range(41))
+        for x, y in zip(got, want, strict=True):
+            assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
+
+
+def test_runs_that_cannot_share_are_not_grouped(toy_data):
+    other_model = _run("m", 0, **{"model.options.hidden": 32})
+    loop = _run("l", 0, engine="loop")
+    steps = _run("s", 0, **{"local.steps": 4})
+    synthetic = RunSpec("", "syn", None, 0, {**BASE, "data": {"dataset": "synthetic",
+                                                              "num_clients": 8}})
+    multitask = RunSpec("", "mt", None, 0, {"tasks": ["fmnist_lenet5"]})
+    assert share_signature(loop) is None and share_signature(synthetic) is None
+    assert share_signature(multitask) is None
+    groups = lockstep_groups([RUNS[0], other_model, loop, steps, RUNS[1], synthetic], 64)
+    assert sorted(map(len, groups)) == [1, 1, 1, 1, 2]
+    assert lockstep_groups(RUNS, 1) == [[r] for r in RUNS]  # --batch-runs 1: all alone
+    assert [len(g) for g in lockstep_groups(RUNS, 2)] == [2, 1]
+    if not torch.cuda.is_available():  # the default: groups on a GPU, none on a CPU
+        assert lockstep_groups(RUNS, None) == [[r] for r in RUNS]
+
+
+def test_the_group_engine_merges_each_steps_calls_into_one(toy_data, tmp_path):
+    lines = []
+    run_group(RUNS, tmp_path, quiet=True, log=lines.append)
+    calls, merged = map(int, np.array(lines[-1].split())[[2, 6]])
+    assert merged == 3 * calls and calls == 5  # one engine call per round for three runs
