@@ -297,3 +297,20 @@ def test_the_links_over_the_air_settings_reach_the_aggregator_and_rekey_only_air
     assert key_view(old)["network"] != key_view(resolve({**RAW, "network": OTA}))["network"]
     assert link.settings.real_part is True
     assert "real_part" not in str(key_view(resolve({**RAW, "network": {"model": "tdma"}})))
+
+
+def test_the_codesign_docs_state_the_model_the_runs_use():
+    """D3: the co-design runs' FCNN on Fashion-MNIST is 784-300-10, d = 238,510 (7.63 Mbit in
+    fp32), as the guide and the figures' comments say."""
+    from pathlib import Path
+
+    from wirelessfl.models import build_model
+
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0)
+    d = sum(p.numel() for p in model.parameters())
+    assert d == 238_510 and f"{d * 32 / 1e6:.2f}" == "7.63"
+    root = Path(__file__).resolve().parent.parent
+    for path in ("docs/guide/codesign.md", "experiments/codesign/figures.yaml"):
+        text = (root / path).read_text()
+        assert "784-300-10" in text and "238,510" in text and "7.63 Mbit" in text, path
+        assert "200-200" not in text and "6.4 Mbit" not in text, path

@@ -264,7 +264,7 @@ def run_settings(runs: tuple[RunSpec, ...] | list[RunSpec], scale: str = "",
     --------
     >>> raw = {"data": {"dataset": "synthetic", "num_clients": 4}, "rounds": 2}
     >>> run_settings([RunSpec("", "", None, 0, raw), RunSpec("", "", None, 1, raw)], "quick")
-    'synthetic data, fcnn, 4 clients, 1 local steps, batch 32, 2 rounds; quick scale, 2 seeds'
+    'synthetic data, fcnn, 4 clients, 20 local steps, batch 50, 2 rounds; quick scale, 2 seeds'
     """
     flats = [flat_settings(canonical(r.raw)) for r in runs]
     parts = []

@@ -482,6 +482,14 @@ _RECORD: dict[str, tuple[str | None, dict[str, Any], tuple[str, ...]]] = {
 }
 
 
+#: The later entries' fields (class, field) whose default changed on purpose: recorded with
+#: the value older runs had, not with the class's default.
+CHANGED_DEFAULTS: frozenset[tuple[str, str]] = frozenset({
+    ('wirelessfl.net.aircomp.AirCompSettings', 'real_part'),
+    ('wirelessfl.net.aircomp.AirCompSettings', 'vector_channel'),
+})
+
+
 def _expand(name: str) -> dict[str, Any]:
     """The full record of ``name``: its base's fields, changed, less the dropped ones."""
     base, changed, dropped = _RECORD[name]
