@@ -147,3 +147,36 @@ def test_the_group_engine_merges_each_steps_calls_into_one(toy_data, tmp_path):
     run_group(RUNS, tmp_path, quiet=True, log=lines.append)
     calls, merged = map(int, np.array(lines[-1].split())[[2, 6]])
     assert merged == 3 * calls and calls == 5  # one engine call per round for three runs
+
+
+def test_dynamic_client_sessions_join_a_group_with_their_solo_rows(fmnist, tmp_path):
+    """The sessions' pilot and fingerprint training goes through the group's engine too."""
+    from wirelessfl.run.config import load_raw
+
+    base = apply_overrides(load_raw("proposed_fmnist"), [
+        "rounds=8", "population.rounds_per_session=2", "data.num_clients=8", "local.steps=2"])
+    runs = [RunSpec("", "d", None, s, apply_overrides(base, [f"seed={s}"])) for s in (0, 1)]
+    lines = []
+    run_group(runs, tmp_path / "g", quiet=True, log=lines.append)
+    assert "2 runs: " in lines[-1]
+    for r in runs:
+        execute_local([r], tmp_path / "s", quiet=True, log=lambda _: None, batch_runs=1)
+        for x, y in zip(_rows(tmp_path / "g", r), _rows(tmp_path / "s", r), strict=True):
+            assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
+
+
+def test_an_error_in_one_run_lets_the_others_finish_and_is_raised(toy_data, tmp_path, monkeypatch):
+    from wirelessfl.run import rounds
+
+    real = rounds.RoundsJob.__init__
+
+    def broken(self, exp):
+        if exp.config.seed == 1:
+            raise RuntimeError("a bug in run b")
+        real(self, exp)
+
+    monkeypatch.setattr(rounds.RoundsJob, "__init__", broken)
+    with pytest.raises(RuntimeError, match="a bug in run b"):
+        run_group(RUNS, tmp_path, quiet=True, log=lambda _: None)
+    assert RunRecord(run_folder(tmp_path, RUNS[0])).summary() is not None
+    assert RunRecord(run_folder(tmp_path, RUNS[2])).summary() is not None

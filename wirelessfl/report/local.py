@@ -145,8 +145,9 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
     """Train (or resume) ``runs`` as one lockstep group, each into its own folder.
 
     One thread per run; a run that cannot start or finish is skipped with its reason (as
-    :func:`run_one`) and leaves the group. With one run, it is :func:`run_one`. One progress
-    bar counts the group's rounds.
+    :func:`run_one`) and leaves the group, and any other error of a run is raised once the
+    others have finished. With one run, it is :func:`run_one`. One progress bar counts the
+    group's rounds.
     """
     if len(runs) == 1:
         run_one(runs[0], root, index=index, quiet=quiet, log=log)
@@ -165,6 +166,7 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
                                    compile=cfg.compile, replay=cfg.replay), len(runs))
     log(f"{index} a lockstep group of {len(runs)} runs: {runs[0].label} ...")
     lines: list[str] = []
+    errors: list[BaseException] = []
 
     def train(run: RunSpec) -> None:
         folder = run_folder(root, run)
@@ -176,6 +178,8 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
                     estimate=False)
         except (ValueError, TrainingDiverged) as exc:
             lines.append(f"  skipped {run.label}: {str(exc).splitlines()[0]}")
+        except BaseException as exc:  # raised again below, as a run alone would raise it
+            errors.append(exc)
         finally:
             group.leave()
 
@@ -200,6 +204,8 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
         bar.update(_rounds_done(runs, root) - bar.n)
     for line in lines:
         log(line)
+    if errors:  # the other runs have finished; their folders are complete
+        raise errors[0]
     log(f"  {len(runs)} runs: {group.calls} engine calls served {group.merged} run calls")
 
 
