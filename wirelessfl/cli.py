@@ -306,7 +306,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         for fig in figures:
             left = len({r.key for r in fig.runs} & todo)
             print(f"{fig.name:10s} {fig.spec['kind']:7s} {len(fig.runs):3d} runs, {left} to do  "
-                  f"{fig.spec.get('title', '')}")
+                  f"{fig.title}")
             if not args.quiet:  # every run: where it goes, what it is
                 for r in fig.runs:
                     print(f"    {'to do' if r.key in todo else 'done ':5s}  runs/{r.key}  {r.label}")
