@@ -207,7 +207,7 @@ def _overall(verdicts: list[str], seeds: int) -> str:
     else:
         parts = [f"holds in {held}" if held else "", f"does not hold in {failed}" if failed else "",
                  f"undecided in {n - held - failed}" if n - held - failed else ""]
-        out = f"{'mixed' if held and failed else 'undecided'}: " + ", ".join(
+        out = ("mixed: " if held and failed else "") + ", ".join(
             p for p in parts if p) + f" of {n} settings"
     if seeds == 1:
         out += " (one seed: indicative only, not decided)"
