@@ -30,7 +30,6 @@ import numpy as np
 import torch
 from typing_extensions import override
 
-from wirelessfl.engine.batched import BatchedExecutor
 from wirelessfl.engine.client import (
     ClientResult,
     ClientTask,
@@ -233,7 +232,3 @@ class _Folds(DeltaFold):
         self.folded += len(results)
         return out  # type: ignore[return-value]
 
-
-def lockstep_executor(executor: Executor) -> bool:
-    """Whether runs on ``executor`` may be grouped (the batched engine; not the loop or workers)."""
-    return isinstance(executor, BatchedExecutor)

@@ -108,14 +108,9 @@ def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool) -> str:
         what = ("simulated time [s] until every task reaches its target" if on == "all_done"
                 else "simulated time [s] until the tasks' mean accuracy reaches the target")
     else:
-        targets = fig.spec.get("targets")
-        target = claim.get("target", fig.spec.get("target"))
-        if target is None and targets and not isinstance(targets, dict):
-            target = max(targets)
-        own = {r.raw.get("target_accuracy") for r in fig.runs}
-        if target is None and len(own) == 1:
-            target = own.pop()
-        at = f"{100 * float(target):g}%" if target is not None else "the run's target"
+        targets = {_target(fig, claim, r) for r in fig.runs}
+        at = (f"{100 * float(next(iter(targets))):g}%" if len(targets) == 1 and None not in targets
+              else "the run's target")
         what = f"{LABELS.get(on, on)} at the first evaluation reaching {at}"
     return f"{what}; mean ± sample std over the seeds that have it; {better} is better"
 
@@ -142,13 +137,23 @@ def _values(fig: Figure, claim: dict[str, Any], on: str, runs: list[RunSpec],
             out.append(float(np.mean([transition_accuracy(rows, pilot + 1 + k, window)
                                       for k in fig.spec.get("transitions", [1, 2, 3])])))
         else:
-            target = claim.get("target", fig.spec.get("target", r.raw.get("target_accuracy")))
-            targets = fig.spec.get("targets")  # a table's: the highest unless the claim names one
-            if "target" not in claim and targets:
-                target = max(targets.get(r.panel, [math.nan]) if isinstance(targets, dict)
-                             else targets)
+            target = _target(fig, claim, r)
             out.append(math.nan if target is None else to_target(rows, float(target), on))
     return np.array(out, dtype=float)
+
+
+def _target(fig: Figure, claim: dict[str, Any], run: RunSpec) -> float | None:
+    """The accuracy a claim's row value is read at, for ``run``.
+
+    The claim's ``target``; else a table's highest target (of the run's panel); else the
+    figure's ``target``; else the run's ``target_accuracy`` (None: it has none).
+    """
+    if "target" in claim:
+        return claim["target"]
+    targets = fig.spec.get("targets")
+    if targets:
+        return max(targets.get(run.panel, [math.nan]) if isinstance(targets, dict) else targets)
+    return fig.spec.get("target", run.raw.get("target_accuracy"))
 
 
 def _show(values: np.ndarray) -> str:
