@@ -387,15 +387,16 @@ def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
     [0, 1, 2, 3, 10]
     """
     seeds: list[int] = []
-    try:
-        for part in str(text).split(","):
-            lo, dash, hi = part.strip().partition("-")
-            if dash and lo.strip() and hi.strip() and int(hi) - int(lo) > 1000:
-                raise ValueError
-            seeds += list(range(int(lo), int(hi) + 1)) if dash and lo.strip() else [int(part)]
-    except ValueError:
-        raise ConfigError(f"{option} {str(text)[:40]!r}: give integers and ranges separated by "
-                          "commas, e.g. 0-9 or 0,1,2") from None
+    for part in str(text).split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if dash and lo.strip() else (int(part), int(part))
+        except ValueError:
+            raise ConfigError(f"{option} {str(text)[:40]!r}: give integers and ranges separated "
+                              "by commas, e.g. 0-9 or 0,1,2") from None
+        if last - first >= 1000:  # never build a huge range: check_seeds allows 1000 seeds
+            raise ConfigError(f"{option} {part.strip()[:40]!r}: a range holds at most 1000 seeds")
+        seeds += list(range(first, last + 1))
     check_seeds(seeds, option)
     return seeds
 
