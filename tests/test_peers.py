@@ -55,6 +55,64 @@ def test_summary_speedups_and_accuracy_gaps():
     assert s["flower"]["wirelessfl_speedup"] == pytest.approx(3.0 / 1.5)
     assert s["flower"]["accuracy_gap_points"] == pytest.approx(1.0)
     assert s["pfl"] == {"errors": ["exit 1: boom"]}
+    assert s["flower"]["cpu_seconds_per_round"] is None  # not measured: no CPU ratio
+    assert "wirelessfl_cpu_speedup" not in s["flower"] and "same_learning" not in s["flower"]
+
+
+def test_summary_cpu_speedups_and_learning_over_seeds():
+    def run(fw, wall, cpu, acc):
+        return {"framework": fw, "round_seconds": [5.0, wall], "round_cpu_seconds": [9.0, cpu],
+                "accuracy": [0.5, acc]}
+
+    runs = ([run("wirelessfl", 1.0, 2.0, a) for a in (0.70, 0.72, 0.74)]
+            + [run("pfl", 2.5, 5.0, a) for a in (0.71, 0.73, 0.75)]
+            + [run("flower-run", 3.0, 6.0, a) for a in (0.80, 0.81, 0.82)])
+    s = peers.summarize(runs)
+    assert s["pfl"]["wirelessfl_speedup"] == pytest.approx(2.5)
+    assert s["pfl"]["wirelessfl_cpu_speedup"] == pytest.approx(2.5)
+    assert s["pfl"]["same_learning"]                       # 1 point, inside the seed spread
+    assert not s["flower-run"]["same_learning"]            # 9 points: not
+    assert s["flower-run"]["accuracy_gap_two_se_points"] == pytest.approx(
+        200 * ((0.02 ** 2 + 0.01 ** 2) / 3) ** 0.5)
+
+
+def _call_keywords(path: Path, name: str) -> dict:
+    """The literal keyword arguments of the (last) call of ``name`` in the script ``path``."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    out: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == name:
+            out = {k.arg: (ast.literal_eval(k.value) if isinstance(k.value, ast.Constant)
+                           else ast.unparse(k.value)) for k in node.keywords}
+    return out
+
+
+def test_each_peer_is_configured_for_the_workload_and_nothing_more():
+    """The peers' scripts do the work the workload names and no other (their libraries are not
+    installed here, so the calls are read from the source): pfl evaluates no users' training
+    data after the first iteration and no validation cohort, the test set every round; Flower
+    trains every node and runs no federated evaluation, through both entry points; the docs
+    state the same."""
+    here = ROOT / "benchmarks" / "peers"
+    sys.path.insert(0, str(here))
+    algo = _call_keywords(here / "pfl_sim.py", "NNAlgorithmParams")
+    assert algo["evaluation_frequency"] == "EVALUATION_FREQUENCY"
+    assert algo["val_cohort_size"] == 0 and algo["train_cohort_size"] == "args.clients"
+    import ast
+    consts = {t.id: ast.literal_eval(n.value) for n in ast.parse((here / "pfl_sim.py").read_text()).body
+              if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+              and isinstance(n.value, ast.Constant)}
+    assert consts["EVALUATION_FREQUENCY"] > 10_000        # no per-user evaluation after round 1
+    assert _call_keywords(here / "pfl_sim.py", "CentralEvaluationCallback")["frequency"] == 1
+    fedavg = _call_keywords(here / "flower_app.py", "FedAvg")
+    assert fedavg["fraction_train"] == 1.0 and fedavg["fraction_evaluate"] == 0.0
+    assert "flower_app import" in (here / "flower_sim.py").read_text()   # one app, two entries
+    assert "flower_app.py" in (here / "flower_run.py").read_text()
+    assert set(peers.FRAMEWORKS) == {"wirelessfl", "flower-run", "flower", "pfl"}
+    guide = (ROOT / "docs" / "guide" / "development.md").read_text()
+    assert "evaluation_frequency" in guide and "flwr run" in guide
 
 
 @pytest.mark.slow  # a benchmark harness end to end (~10-25 s): python -m pytest -m slow

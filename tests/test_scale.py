@@ -164,3 +164,23 @@ def test_fedavg_folds_its_mean_over_an_exact_uplink_and_keeps_the_numbers():
     s = dyn.initial_state()
     assert not isinstance(dyn.algorithm.train(s, dyn.algorithm.configure(s)), FoldedResults)
     assert FedAvg.folds_deltas and not type(dyn.algorithm).folds_deltas
+
+
+def test_weighted_sum_reads_any_stack_layout_and_gives_the_scaled_sum():
+    """Σ_i c_i d_i as one product on the stack's memory layout: row-major, column-major (a
+    transposed view), 4-D, 1-D and a strided slice give the scaled sum, in the rows' shape."""
+    from wirelessfl.engine.client import weighted_sum
+
+    g = torch.Generator().manual_seed(1)
+    coef = torch.rand(6, generator=g)
+    stacks = {"rows": torch.randn(6, 5, 7, generator=g),
+              "columns": torch.randn(6, 7, 5, generator=g).transpose(1, 2),
+              "conv": torch.randn(6, 4, 3, 2, 2, generator=g),
+              "bias": torch.randn(6, generator=g),
+              "sliced": torch.randn(12, 5, 7, generator=g)[::2]}
+    for name, d in stacks.items():
+        got = weighted_sum(coef, d)
+        want = (d * coef.view(-1, *[1] * (d.dim() - 1))).sum(0)
+        assert got.shape == want.shape, name
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+    assert weighted_sum(coef, stacks["columns"]).stride(0) == 1  # the stack's layout, unread

@@ -184,3 +184,82 @@ def test_busy_sessions_counts_other_sessions_runnable_threads_not_its_own():
     assert os.getsid(0) not in seen and 0 not in seen
     with pytest.raises(ValueError, match="samples"):
         busy_sessions(samples=0)
+
+
+def test_auto_is_decided_again_between_rounds_and_resume_keeps_the_numbers(tmp_path, monkeypatch,
+                                                                          interrupt_after):
+    """A load that lifts after round 2 moves ``threads: auto`` from 1 thread to 2 between
+    rounds; the checkpoint holds the count and its changes, and a run cut after round 3 and
+    resumed computes every round with the uninterrupted run's count and gives its rows (the
+    loop engine, whose sums depend on the count)."""
+    import functools
+
+    from wirelessfl.run import shell
+    from wirelessfl.run.threads import ThreadGovernor
+
+    if usable_cpus() < 2:
+        pytest.skip("needs 2 CPUs")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    raw = {**RAW, "rounds": 6}
+    done = [0]
+    free = lambda: {"free": 0.3 if done[0] <= 2 else 2.0}  # noqa: E731 - the scripted load
+    monkeypatch.setattr(shell, "ThreadGovernor",
+                        functools.partial(ThreadGovernor, interval_s=0.0, measure=free, count=1))
+
+    def spy(exp, seen):
+        real = exp.algorithm.apply
+
+        def apply(state):
+            seen.append(torch.get_num_threads())
+            out = real(state)
+            done[0] = out[0].round
+            return out
+
+        monkeypatch.setattr(exp.algorithm, "apply", apply)
+        return exp
+
+    full, cut = [], []
+    run_job(RoundsJob(spy(runner.prepare(resolve(raw)), full)), tmp_path / "full", quiet=True)
+    assert full == [1, 1, 1, 2, 2, 2]                     # decided after rounds 1, 2, 3, ...
+    ckpt = RunRecord(tmp_path / "full").load_checkpoint()
+    assert ckpt["threads"] == 2 and ckpt["thread_changes"] == [[3, 2]]
+
+    done[0] = 0
+    exp = interrupt_after(spy(runner.prepare(resolve(raw)), cut), 3)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
+    run_job(RoundsJob(spy(runner.prepare(resolve(raw)), cut)), tmp_path / "cut", resume=True,
+            quiet=True)
+    assert cut == full
+    assert RunRecord(tmp_path / "cut").load_checkpoint()["thread_changes"] == [[3, 2]]
+    rows = [[{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
+            for f in (tmp_path / "full", tmp_path / "cut")]
+    assert rows[0] == rows[1]
+
+
+def test_the_governor_follows_measured_load_and_keeps_a_fixed_count(monkeypatch):
+    from wirelessfl.run.threads import ThreadGovernor
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    cpus = usable_cpus()
+    loads = iter([{"free": 0.2}, {"free": float(cpus)}, {"share": 0.4}])
+    gov = ThreadGovernor("auto", "batched", interval_s=0.0, measure=lambda: next(loads), count=cpus)
+    assert [gov.between(k) for k in (1, 2, 3)] == [1, cpus, 1]
+    assert gov.changes == ([[1, 1], [2, cpus], [3, 1]] if cpus > 1 else [])
+    slow = ThreadGovernor("auto", "batched", interval_s=3600.0, measure=lambda: {"free": 0.0},
+                          count=cpus)
+    assert slow.between(1) == cpus and not slow.changes  # within the interval: unchanged
+    for fixed in (ThreadGovernor(1, "batched", interval_s=0.0, measure=lambda: {"free": 9.0}),):
+        assert fixed.fixed and fixed.between(1) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert ThreadGovernor("auto", "loop", interval_s=0.0, measure=lambda: {"free": 9.0}).fixed
+    with pytest.raises(ValueError, match="interval_s"):
+        ThreadGovernor("auto", "batched", interval_s=-1.0)
+    # the machine's own meter: other processes' CPUs, never negative, never more than exist
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    from wirelessfl.run.threads import _LoadMeter
+    meter = _LoadMeter()
+    sum(i * i for i in range(200_000))  # this process's own work is not the others' load
+    others = meter.others()
+    assert others is None or 0.0 <= others <= cpus + 0.5

@@ -1,8 +1,9 @@
 """wirelessfl on the peers' workload (``workload.py``), with its default settings.
 
 ``engine: auto`` (the batched engine on this workload) and ``threads: auto``, applied as
-``wirelessfl run`` applies it (:func:`wirelessfl.run.threads.choose_threads` when the run
-starts); ``--workers 2`` with ``WFL_PEERS_ENGINE=distributed`` runs the distributed executor
+``wirelessfl run`` applies it (:class:`wirelessfl.run.threads.ThreadGovernor`: chosen when
+the run starts, decided again between rounds from the load measured over them);
+``--workers 2`` with ``WFL_PEERS_ENGINE=distributed`` runs the distributed executor
 instead (two processes).
 """
 
@@ -15,7 +16,7 @@ import sys
 from wirelessfl.engine.client import evaluate
 from wirelessfl.run.config import resolve
 from wirelessfl.run.rounds import prepare
-from wirelessfl.run.threads import choose_threads, torch_threads
+from wirelessfl.run.threads import ThreadGovernor, torch_threads
 
 
 def main() -> None:  # noqa: D103
@@ -31,16 +32,19 @@ def main() -> None:  # noqa: D103
         "model": {"name": "fcnn"},
         "local": {"lr": args.lr, "batch_size": args.batch, "steps": args.steps},
         "algorithm": {"name": "fedavg"}}))
-    threads = choose_threads(exp.config.threads, engine=exp.config.engine)
-    with torch_threads(threads):
+    governor = ThreadGovernor(exp.config.threads, exp.config.engine)
+    first = governor.count
+    with torch_threads(first):
         clock, state = Clock(), exp.initial_state()
         test = exp.splits.test
         clock.tick(evaluate(exp.model, state.params, test, device=exp.device)[0])
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             state, _ = exp.algorithm.apply(state)
             clock.tick(evaluate(exp.model, state.params, test, device=exp.device)[0])
+            governor.between(r + 1)
     clock.report("wirelessfl" if engine == "auto" else f"wirelessfl-{engine}", args,
-                 engine=type(exp.algorithm.env.executor).__name__, threads=threads)
+                 engine=type(exp.algorithm.env.executor).__name__, threads=first,
+                 thread_changes=governor.changes)
 
 
 if __name__ == "__main__":

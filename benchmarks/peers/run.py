@@ -17,13 +17,21 @@ ignores): ``venv-flwr`` with ``flwr[simulation]`` (Flower's simulation runtime o
 package index; nothing here runs in CI or the tests.
 
 ``bench`` runs, ``--repeats`` times, each framework in its own process, rotating the order
-each repeat (interleaved, so a drift in the machine's load hits all alike):
+each repeat (interleaved, so a drift in the machine's load hits all alike); repeat ``r``
+uses seed ``--seed + r`` for every framework (partition, initial model, data order), so the
+final accuracies compare over as many seeds as repeats:
 
 - ``wirelessfl``: ``ours.py``, this project with its defaults (``engine: auto``,
   ``threads: auto``), in this interpreter's environment, with the environment as it is;
-- ``flower``: ``flower_sim.py``, Flower's simulation runtime with ``--workers`` Ray actors;
+- ``flower-run``: ``flower_run.py``, Flower's current entry point (``flwr run`` of the app in
+  ``flower_app.py`` against a local simulation SuperLink) with ``--workers`` Ray actors;
+- ``flower``: ``flower_sim.py``, the same app through ``run_simulation``, the Python entry
+  point Flower 1.42 deprecates (kept while the two differ);
 - ``pfl``: ``pfl_sim.py`` under ``torchrun --nproc_per_node=WORKERS`` (pfl-research's
-  multi-process simulation; two workers is its best configuration on 2 cores).
+  multi-process simulation; two workers is its best configuration on 2 cores), with no
+  per-user evaluation (``pfl_sim.EVALUATION_FREQUENCY``: the others evaluate only the
+  server's model on the test set, and so does pfl here; its module docstring says why each
+  setting is as it is).
 
 The peers get their best settings for a loaded machine (``--peer-env``):
 ``OMP_WAIT_POLICY=PASSIVE`` (without it PyTorch's OpenMP spin-wait makes them many times
@@ -46,11 +54,14 @@ then looked 1.1-1.3x faster than wirelessfl beside the load (0.88x and 0.75x spe
 60 x 20 and 1,000 x 3) where, each framework in a session of its own, it is 1.8-1.9x slower.
 
 Reported per framework: seconds per round (median over the rounds after the first, which
-pays for warm-up, then median over repeats), the final test accuracy (mean over repeats),
-the machine's busy CPU seconds over the whole run, start-up included (from ``/proc/stat``;
-without ``--load`` only, as the load's own CPU would count), and wirelessfl's speed-up over
-each peer (their seconds per round / ours). The targets: at least 3x Flower's simulation and
-2x pfl-research, at accuracy within 0.5 points.
+pays for warm-up, then median over repeats), the machine's busy CPU seconds per round (the
+same medians, from ``/proc/stat`` at each round's end, so the whole process tree counts:
+workers, Ray actors; quiet runs only, as the load's own CPU would count), the final test
+accuracy (mean and standard deviation over the seeds), the busy CPU seconds over the whole
+run, start-up included, and wirelessfl's speed-up over each peer in wall time and in CPU
+seconds (their seconds per round / ours). ``same_learning`` says whether the accuracy gap is
+within twice its standard error over the seeds. The targets: at least 3x Flower and 2x
+pfl-research quiet, in both, and 2x and 1.5x beside a load of 4.
 """
 
 from __future__ import annotations
@@ -70,8 +81,9 @@ sys.path.insert(0, str(HERE))
 import workload  # noqa: E402  (numpy and torch only: the peers' environments import it too)
 
 ROOT = HERE.parents[1]
-FRAMEWORKS = ("wirelessfl", "flower", "pfl")
-PINS = {"venv-flwr": ["flwr[simulation]==1.41.0"], "venv-pfl": ["pfl[pytorch]==0.6.0"]}
+FRAMEWORKS = ("wirelessfl", "flower-run", "flower", "pfl")
+PEERS = FRAMEWORKS[1:]
+PINS = {"venv-flwr": ["flwr[simulation]==1.42.0"], "venv-pfl": ["pfl[pytorch]==0.6.0"]}
 
 
 def setup(envs: Path) -> None:
@@ -144,9 +156,9 @@ def command(framework: str, envs: Path, args: argparse.Namespace) -> tuple[list[
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         return [sys.executable, str(HERE / "ours.py"), *work], env
     env.update(kv.split("=", 1) for kv in args.peer_env)
-    if framework == "flower":
-        return [str(envs / "venv-flwr" / "bin" / "python"), str(HERE / "flower_sim.py"),
-                *work], env
+    if framework in ("flower", "flower-run"):
+        script = "flower_sim.py" if framework == "flower" else "flower_run.py"
+        return [str(envs / "venv-flwr" / "bin" / "python"), str(HERE / script), *work], env
     return [str(envs / "venv-pfl" / "bin" / "torchrun"), "--standalone",
             f"--nproc_per_node={args.workers}", str(HERE / "pfl_sim.py"), *work], env
 
@@ -169,7 +181,7 @@ def run_one(framework: str, envs: Path, args: argparse.Namespace) -> dict:
         tail = [ln for ln in text if "Error" in ln or "error:" in ln][-3:] or text[-3:]
         return {"framework": framework, "error": f"exit {out.returncode}: {' | '.join(tail)}"}
     rec = json.loads(lines[-1])
-    rec.update(framework=framework, wall_s=wall,
+    rec.update(framework=framework, wall_s=wall, loaded=bool(args.load),
                busy_cpu_s_run=None if args.load else busy)
     return rec
 
@@ -185,17 +197,31 @@ def summarize(runs: list[dict]) -> dict:
                 out[fw] = {"errors": errors}
             continue
         per_run = [statistics.median(r["round_seconds"][1:] or r["round_seconds"]) for r in ok]
+        cpu = [statistics.median(r["round_cpu_seconds"][1:] or r["round_cpu_seconds"])
+               for r in ok if r.get("round_cpu_seconds") and not r.get("loaded")]
         busy = [r["busy_cpu_s_run"] for r in ok if r.get("busy_cpu_s_run")]
+        acc = [r["accuracy"][-1] for r in ok]
         out[fw] = {"seconds_per_round": statistics.median(per_run), "runs": per_run,
-                   "final_accuracy": statistics.fmean(r["accuracy"][-1] for r in ok),
+                   "cpu_seconds_per_round": statistics.median(cpu) if cpu else None,
+                   "final_accuracy": statistics.fmean(acc),
+                   "final_accuracy_sd": statistics.stdev(acc) if len(acc) > 1 else None,
                    "busy_cpu_s_run": statistics.median(busy) if busy else None,
                    "errors": errors}
-    ours = out.get("wirelessfl", {}).get("seconds_per_round")
-    for fw in ("flower", "pfl"):
-        if ours and "seconds_per_round" in out.get(fw, {}):
-            out[fw]["wirelessfl_speedup"] = out[fw]["seconds_per_round"] / ours
-            out[fw]["accuracy_gap_points"] = 100 * (out["wirelessfl"]["final_accuracy"]
-                                                    - out[fw]["final_accuracy"])
+    ours = out.get("wirelessfl", {})
+    for fw in PEERS:
+        peer = out.get(fw, {})
+        if ours.get("seconds_per_round") and "seconds_per_round" in peer:
+            peer["wirelessfl_speedup"] = peer["seconds_per_round"] / ours["seconds_per_round"]
+            if peer["cpu_seconds_per_round"] and ours["cpu_seconds_per_round"]:
+                peer["wirelessfl_cpu_speedup"] = (peer["cpu_seconds_per_round"]
+                                                  / ours["cpu_seconds_per_round"])
+            peer["accuracy_gap_points"] = 100 * (ours["final_accuracy"] - peer["final_accuracy"])
+            sds = [ours["final_accuracy_sd"], peer["final_accuracy_sd"]]
+            if None not in sds:  # the gap against twice its standard error over the seeds
+                se = 100 * (sum(sd ** 2 / len(ours["runs"]) for sd in sds[:1])
+                            + sds[1] ** 2 / len(peer["runs"])) ** 0.5
+                peer["accuracy_gap_two_se_points"] = 2 * se
+                peer["same_learning"] = abs(peer["accuracy_gap_points"]) <= 2 * se
     return out
 
 
@@ -226,12 +252,14 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     for rep in range(args.repeats):
         order = args.frameworks[rep % len(args.frameworks):] + \
             args.frameworks[:rep % len(args.frameworks)]
+        seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + rep})
         for fw in order:
-            r = run_one(fw, args.envs, args)
+            r = run_one(fw, args.envs, seeded)
             if "error" in r:  # one retry (a start-up race of Ray or torchrun); both kept
                 first = r["error"]
-                r = run_one(fw, args.envs, args)
+                r = run_one(fw, args.envs, seeded)
                 r["retried_after"] = first
+            r["seed"] = seeded.seed
             runs.append(r)
             print(f"repeat {rep}: {fw}: " + (r["error"] if "error" in r else
                   f"{statistics.median(r['round_seconds'][1:]):.3f} s/round, "

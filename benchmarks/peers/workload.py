@@ -130,21 +130,45 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return hits / len(x)
 
 
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (``/proc/stat``; NaN where absent).
+
+    On a quiet machine the difference over a round is the CPU time of the framework's whole
+    process tree (workers, Ray actors and raylets included) in that round.
+    """
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()[1:]
+    except OSError:
+        return float("nan")
+    ticks = [int(v) for v in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 class Clock:
     """Times rounds: ``tick(acc)`` after each round's evaluation (round 0: before training)."""
 
     def __init__(self) -> None:
         self.marks: list[float] = []
+        self.busy: list[float] = []
         self.acc: list[float] = []
 
     def tick(self, acc: float) -> None:  # noqa: D102
         self.marks.append(time.perf_counter())
+        self.busy.append(busy_seconds())
         self.acc.append(float(acc))
 
-    def report(self, framework: str, args: argparse.Namespace, **extra) -> None:
-        """Print one JSON line: each round's seconds (training + evaluation) and accuracy."""
-        rounds = np.diff(self.marks).tolist()
-        print(json.dumps({"framework": framework, "clients": args.clients, "steps": args.steps,
-                          "batch": args.batch, "round_seconds": rounds,
-                          "accuracy": self.acc[1:], **extra}))
+    def report(self, framework: str, args: argparse.Namespace, path: str | None = None,
+               **extra) -> None:
+        """Print one JSON line (and write it to ``path``): each round's wall seconds (training +
+        evaluation), the machine's busy CPU seconds in it, and the accuracy after it."""
+        line = json.dumps({"framework": framework, "clients": args.clients, "steps": args.steps,
+                           "batch": args.batch, "round_seconds": np.diff(self.marks).tolist(),
+                           "round_cpu_seconds": np.diff(self.busy).tolist(),
+                           "accuracy": self.acc[1:], **extra})
+        print(line)
         sys.stdout.flush()
+        if path:
+            with open(path, "w") as fh:
+                fh.write(line + "\n")

@@ -285,7 +285,7 @@ class BatchedExecutor(Executor):
                      for t in tasks]
         steps = np.array([len(s) for s in schedules])
         cols = column_major(update.model) if self.device.type == "cpu" else frozenset()
-        stacked = {k: _stack([t.params[k].detach() for t in tasks], self.device, k in cols)
+        stacked = {k: _stack([t.params[k] for t in tasks], self.device, k in cols)
                    for k in tasks[0].params}
         contexts = [update.context(t) for t in tasks]
         ctx = {name: {k: _stack([c[name][k] for c in contexts], self.device, k in cols)
@@ -455,10 +455,12 @@ def _one_start(tasks: list[ClientTask], k: str) -> bool:
 
 
 def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device) -> Params:
-    """Every client's Δ = start − end, stacked as ``carry.params`` (for a :class:`DeltaFold`).
+    """Every client's Δ = start − end, written over ``carry.params`` (for a :class:`DeltaFold`).
 
-    The start is the carry's stacked one, or, where the group trained its starts in place,
-    the tasks' own: one broadcast tensor when they all share it (FedAvg's global model).
+    The group's stacked parameters are its own and read no more, so Δ takes their memory
+    and layout (no new stack). The start is the carry's stacked one, or, where the group
+    trained its starts in place, the tasks' own: one broadcast tensor when they all share it
+    (FedAvg's global model), in the stack's layout.
     """
     out = {}
     for k, end in carry.params.items():
@@ -466,25 +468,29 @@ def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device)
             start = carry.start[k]
         elif _one_start(tasks, k):
             start = tasks[0].params[k].detach().to(device)
+            if start.dim() == 2 and end.stride(-2) == 1:  # column-major: read as it lies
+                start = _layout(start, True)
         else:
             start = torch.stack([t.params[k].detach() for t in tasks]).to(device)
-        out[k] = start - end
+        out[k] = torch.sub(start, end, out=end)
     return out
 
 
 def _stack(tensors: list[torch.Tensor], device: torch.device, column: bool) -> torch.Tensor:
-    """The clients' tensors stacked on ``device``; ``column``: 2-D ones column-major.
+    """The clients' tensors stacked on ``device`` (detached); ``column``: 2-D ones column-major.
 
     Column-major (:func:`~wirelessfl.models.layers.column_major`): stored as ``(clients, in,
     out)``, returned as its ``(clients, out, in)`` view. Elementwise updates keep the layout.
+    Each distinct tensor is transposed once: clients that share a start (FedAvg's global
+    model) share that copy, so pass the tasks' own tensors, not one ``detach()`` each.
     """
-    if column and tensors[0].dim() == 2:  # each distinct tensor transposed once (shared starts)
+    if column and tensors[0].dim() == 2:
         once: dict[int, torch.Tensor] = {}
         for t in tensors:
             if id(t) not in once:
-                once[id(t)] = t.t().contiguous()
+                once[id(t)] = t.detach().t().contiguous()
         return torch.stack([once[id(t)] for t in tensors]).to(device).transpose(1, 2)
-    return torch.stack(tensors).to(device)
+    return torch.stack([t.detach() for t in tensors]).to(device)
 
 
 def _layout(t: torch.Tensor, column: bool) -> torch.Tensor:

@@ -175,7 +175,7 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
                 job = RoundsJob(prepare(resolve({**run.raw, "name": run_name(run)}),
                                         lockstep=group))
             execute(RunRecord(folder), job, resume=RunRecord(folder).exists(), quiet=True,
-                    estimate=False)
+                    estimate=False, govern=False)
         except (ValueError, TrainingDiverged) as exc:
             lines.append(f"  skipped {run.label}: {str(exc).splitlines()[0]}")
         except BaseException as exc:  # raised again below, as a run alone would raise it

@@ -22,7 +22,7 @@ from typing import Any
 from tqdm import tqdm
 
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.threads import MAX_THREADS, choose_threads, torch_threads
+from wirelessfl.run.threads import MAX_THREADS, ThreadGovernor, torch_threads
 from wirelessfl.run.trackers import Tracker, open_trackers, step_of
 
 
@@ -34,9 +34,9 @@ class Output:
     ESTIMATE_FROM_S = 60.0
 
     def __init__(self, record: RunRecord, bar: tqdm, start: float,
-                 trackers: Sequence[Tracker] = (), threads: int | None = None, *,
+                 trackers: Sequence[Tracker] = (), threads: ThreadGovernor | None = None, *,
                  estimate: tuple[str, str] | None = None) -> None:
-        self.record, self._bar, self._start, self.threads = record, bar, start, threads
+        self.record, self._bar, self._start, self.governor = record, bar, start, threads
         self.trackers, self._rows = list(trackers), len(record.rows()) if trackers else 0
         # (wall clock, progress) where this process began: the estimate's origin (None: done);
         # ``estimate`` is (the run's name, its progress unit) when the bar is off
@@ -64,8 +64,20 @@ class Output:
         if note:
             self._bar.set_postfix_str(note)
 
+    @property
+    def threads(self) -> int | None:
+        """PyTorch's thread count for the next step (None: not governed here)."""
+        return None if self.governor is None else self.governor.count
+
     def tick(self, progress: float) -> None:
-        """Move the progress bar to ``progress`` (a step without a row)."""
+        """Move the progress bar to ``progress`` (a step without a row).
+
+        Between steps is where ``threads: auto`` is decided again
+        (:class:`~wirelessfl.run.threads.ThreadGovernor`): before the step's checkpoint, so
+        the checkpoint holds the count the next step computes with.
+        """
+        if self.governor is not None:
+            self.governor.between(progress)
         total = self._bar.total
         self._bar.n = progress if total is None else min(progress, total)
         self._bar.refresh()
@@ -86,7 +98,9 @@ class Output:
 
     def checkpoint(self, payload: dict[str, Any]) -> None:
         """Write a checkpoint (atomically) with the wall clock and thread count in it."""
-        self.record.save_checkpoint({**payload, "wall_s": self.wall(), "threads": self.threads})
+        gov = self.governor
+        self.record.save_checkpoint({**payload, "wall_s": self.wall(), "threads": self.threads,
+                                     "thread_changes": [] if gov is None else gov.changes})
 
 
 class Job(ABC):
@@ -142,35 +156,40 @@ class Job(ABC):
 
 def execute(record: RunRecord, job: Job, *, resume: bool = False,
             quiet: bool = False, trackers: Sequence[Tracker] = (),
-            estimate: bool = True) -> dict[str, Any]:
+            estimate: bool = True, govern: bool = True) -> dict[str, Any]:
     """Run ``job`` into ``record``'s folder (see the module docstring); return the summary.
 
     ``trackers`` (:mod:`wirelessfl.run.trackers`) receive every row as it is appended. With
     ``quiet`` a one-line time estimate is printed after the first timed round unless
     ``estimate`` is false (a run of a lockstep group, whose group prints one).
     PyTorch computes with the config's ``threads`` (:mod:`wirelessfl.run.threads`): the
-    count chosen is written to ``meta.json`` and every checkpoint, and a resumed run takes
-    the checkpoint's.
+    count chosen at the start is written to ``meta.json``; ``auto`` is decided again between
+    rounds (:class:`~wirelessfl.run.threads.ThreadGovernor`) unless ``govern`` is false (the
+    runs of a lockstep group, threads of one process, keep their first count); every
+    checkpoint holds the count and its changes, and a resumed run starts from them.
     """
-    threads = choose_threads(job.resolved.get("threads", "auto"),
-                             engine=job.resolved.get("engine", "auto"))
+    setting = job.resolved.get("threads", "auto")
+    governor = ThreadGovernor(setting, job.resolved.get("engine", "auto"))
+    governor.fixed = governor.fixed or not govern
     with record.writing(job.resolved, job.seed, job.device, resume=resume,
-                        threads=threads, key=job.key_of) as ckpt, contextlib.ExitStack() as stack:
+                        threads=governor.count, key=job.key_of) as ckpt, \
+            contextlib.ExitStack() as stack:
         wall0 = 0.0
         if ckpt is not None:
             job.restore(ckpt)
             wall0 = float(ckpt.get("wall_s", 0.0))
             kept = ckpt.get("threads")
             if isinstance(kept, int) and not isinstance(kept, bool) and 1 <= kept <= MAX_THREADS:
-                threads = kept
-        stack.enter_context(torch_threads(threads))
+                changes = ckpt.get("thread_changes") or []
+                governor.restore(kept, changes if isinstance(changes, list) else [])
+        stack.enter_context(torch_threads(governor.count))
         if resume:
             record.keep(job.kept_rows(record, record.rows()))
         bar = tqdm(total=job.progress_total, initial=job.progress(), desc=job.name,
                    unit=job.progress_unit, disable=quiet or bool(os.environ.get("CI")),
                    dynamic_ncols=True)
         trackers = open_trackers(list(trackers), record.folder, job.name, job.resolved, resume)
-        out = Output(record, bar, time.perf_counter() - wall0, trackers, threads,
+        out = Output(record, bar, time.perf_counter() - wall0, trackers, governor,
                      estimate=(job.name, job.progress_unit) if quiet and estimate else None)
         finished = False
         try:

@@ -36,11 +36,16 @@ thread, 2.27 s on two and 1.48 s on four, as a thread-fair share predicts ((N + 
 (a sweep) would each take as many as the others' threads and crowd the cores, each parallel
 region waiting for its last thread's turn.
 
+A run does not keep its first count whatever happens: :class:`ThreadGovernor` applies the
+same rule again between rounds, to the load measured over the rounds since (a spike when
+the run starts no longer holds it to one thread; a load that comes and goes is followed).
+
 The count changes the order of floating-point sums in some kernels (the loop engine's
-parameters moved by about 1e-9 between one and two threads), so a run records the count it
-chose in its ``meta.json`` and checkpoints, and a resumed run uses the recorded one: resume
-still gives the numbers of an uninterrupted run. For numbers equal to the last bit across
-machines set ``threads`` to an integer.
+parameters moved by about 1e-8 between one and two threads; the batched engine's FCNN
+rounds were equal bit for bit on 1, 2 and 4), so a run records the count it started with in
+its ``meta.json`` and the current count with every change in its checkpoints, and a resumed
+run starts from the recorded ones: resume still gives the numbers of an uninterrupted run.
+For numbers equal to the last bit across machines and loads set ``threads`` to an integer.
 """
 
 from __future__ import annotations
@@ -48,12 +53,14 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+import torch
 
 from wirelessfl.engine.cores import MAX_THREADS, torch_threads, usable_cpus
 from wirelessfl.openmp import threads_sleep_when_idle
 
-__all__ = ["MAX_THREADS", "busy_sessions", "choose_threads", "free_cores", "session_share",
+__all__ = ["MAX_THREADS", "ThreadGovernor", "busy_sessions", "choose_threads", "free_cores", "session_share",
            "sessions_share_the_cpu", "torch_threads", "usable_cpus"]
 
 def _cpu_times() -> dict[int, tuple[int, int]]:
@@ -209,13 +216,140 @@ def choose_threads(setting: int | str = "auto", *, free: float | None = None,
         return setting
     if share is not None and (isinstance(share, bool) or not 0 < share < float("inf")):
         raise ValueError(f"share must be None or a positive number of CPUs, got {share!r}")
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and 1 <= int(env) <= MAX_THREADS:
-        return int(env)
-    cpus = usable_cpus()
+    if _user_count() is not None:
+        return _user_count()
     if engine != "loop" and threads_sleep_when_idle():
         if share is None and sessions_share_the_cpu():
-            share = session_share(cpus, busy_sessions().values())
-        return cpus if share is None else max(1, min(cpus, int(share + 0.5)))
-    free = free_cores() if free is None else free
-    return max(1, min(cpus, int(free + 0.5)))
+            share = session_share(usable_cpus(), busy_sessions().values())
+        return _decide(share=share)
+    return _decide(free=free_cores() if free is None else free)
+
+
+def _user_count() -> int | None:
+    """``OMP_NUM_THREADS`` when it is set to a valid count (the user's choice), else None."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(env) if env.isdigit() and 1 <= int(env) <= MAX_THREADS else None
+
+
+def _decide(*, free: float | None = None, share: float | None = None) -> int:
+    """The count from free cores (spinning or loop engine) or a session's share (sleeping).
+
+    Neither given: every usable CPU (sleeping OpenMP threads, no session sharing).
+    """
+    cpus = usable_cpus()
+    cores = free if free is not None else share
+    return cpus if cores is None else max(1, min(cpus, int(cores + 0.5)))
+
+
+class _LoadMeter:
+    """The CPUs other processes kept busy between two readings, measured without waiting.
+
+    ``/proc/stat``'s busy time of this process's CPUs minus this process's own CPU time;
+    the interval is the rounds that ran between the readings.
+    """
+
+    def __init__(self) -> None:
+        self._last = self._read()
+
+    @staticmethod
+    def _read() -> tuple[float, float, float] | None:
+        try:
+            allowed = os.sched_getaffinity(0)
+        except (AttributeError, OSError):
+            allowed = None
+        try:
+            times = _cpu_times()
+        except (OSError, ValueError, IndexError):
+            return None
+        busy = sum(total - idle for cpu, (idle, total) in times.items()
+                   if allowed is None or cpu in allowed)
+        return busy / _TICKS, time.process_time(), time.perf_counter()
+
+    def others(self) -> float | None:
+        """CPUs the other processes kept busy, on average, since the last call (None: unknown)."""
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[2] - last[2] <= 0:
+            return None
+        return max(0.0, (now[0] - last[0]) - (now[1] - last[1])) / (now[2] - last[2])
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ThreadGovernor:
+    """``threads: auto`` decided at the start and again between rounds, as the load changes.
+
+    At the start the count is :func:`choose_threads`'s. Then, between rounds, at most once
+    every ``interval_s`` wall seconds, the same rule is applied again to the load *measured
+    over the rounds that ran since* (not sampled over a fifth of a second): with spinning
+    OpenMP threads (or the loop engine) the free cores are the usable CPUs minus the CPU
+    time other processes took (``/proc/stat`` minus this process's own), and with sleeping
+    threads where sessions share the CPU the session's part is counted from the other
+    sessions' runnable threads, sampled between rounds and averaged. A spike when a run
+    starts therefore no longer holds a whole run to one thread, and a load that comes and
+    goes is followed within an interval or two.
+
+    An integer ``threads``, ``OMP_NUM_THREADS`` or sleeping threads without session sharing
+    (every CPU, whatever the load) fix the count: :attr:`fixed`. Each change is recorded as
+    ``(progress, count)`` in :attr:`changes`; the run's checkpoints hold the count and the
+    changes, and a resumed run starts from them, so it computes each round with the count
+    the uninterrupted run used up to the interruption. (The batched engine's numbers did not
+    depend on the count on the machines measured; the loop engine's moved by about 1e-9.)
+
+    ``measure`` (tests): a callable giving ``{"free": cores}`` or ``{"share": cpus}`` for
+    the interval, in place of the machine's load.
+    """
+
+    #: Least wall seconds between two readings of the other sessions' runnable threads.
+    SAMPLE_S = 0.25
+
+    def __init__(self, setting: int | str = "auto", engine: str = "auto", *,
+                 interval_s: float = 2.0, measure: Callable[[], dict[str, float]] | None = None,
+                 count: int | None = None) -> None:
+        if not 0.0 <= interval_s < float("inf"):
+            raise ValueError(f"interval_s must be a finite number >= 0, got {interval_s!r}")
+        self.count = count if count is not None else choose_threads(setting, engine=engine)
+        self.fixed = (setting != "auto" or _user_count() is not None
+                      or (measure is None and engine != "loop" and threads_sleep_when_idle()
+                          and not sessions_share_the_cpu()))
+        self.sleeping = engine != "loop" and threads_sleep_when_idle()
+        self.interval_s, self.changes = float(interval_s), []
+        self._measure = measure
+        self._meter = None if self.fixed or measure is not None else _LoadMeter()
+        self._shares: list[float] = []
+        self._last = self._sampled = time.perf_counter()
+
+    def restore(self, count: int, changes: Iterable[Iterable[float]] = ()) -> None:
+        """Continue from a checkpoint's ``count`` and ``changes``."""
+        self.count, self.changes = int(count), [list(c) for c in changes]
+
+    def _measured(self) -> dict[str, float] | None:
+        if self._measure is not None:
+            return self._measure()
+        if self.sleeping:
+            share = (sum(self._shares) / len(self._shares)) if self._shares else None
+            self._shares = []
+            return None if share is None else {"share": share}
+        others = self._meter.others()
+        return None if others is None else {"free": usable_cpus() - others}
+
+    def between(self, progress: float) -> int:
+        """Called between rounds, at ``progress``: the count for the next round (applied)."""
+        if self.fixed:
+            return self.count
+        now = time.perf_counter()
+        if self.sleeping and self._measure is None and now - self._sampled >= self.SAMPLE_S:
+            self._sampled = now  # one reading of /proc's runnable threads: about a millisecond
+            self._shares.append(session_share(usable_cpus(), busy_sessions(1, 0.0).values()))
+        if now - self._last < self.interval_s:
+            return self.count
+        self._last = now
+        load = self._measured()
+        if load:
+            new = _decide(**load)
+            if new != self.count:
+                self.count = new
+                self.changes.append([progress, new])
+                torch.set_num_threads(new)
+        return self.count
