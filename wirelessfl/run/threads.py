@@ -64,30 +64,31 @@ __all__ = ["MAX_THREADS", "ThreadGovernor", "busy_sessions", "choose_threads", "
            "sessions_share_the_cpu", "torch_threads", "usable_cpus"]
 
 def _cpu_times() -> dict[int, tuple[int, int]]:
-    """(idle, total) jiffies of each CPU from ``/proc/stat``."""
+    """(idle, total) jiffies of each CPU this process may use, from ``/proc/stat``."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        allowed = None
     out = {}
     with open("/proc/stat") as fh:
         for line in fh:
             name, *fields = line.split()
             if name.startswith("cpu") and name[3:].isdigit():
                 vals = [int(v) for v in fields[:8]]
-                out[int(name[3:])] = (vals[3] + vals[4], sum(vals))  # idle + iowait
+                if allowed is None or int(name[3:]) in allowed:
+                    out[int(name[3:])] = (vals[3] + vals[4], sum(vals))  # idle + iowait
     return out
 
 
 def free_cores(sample_s: float = 0.2) -> float:
     """How many of this process's CPUs were idle over the last ``sample_s`` seconds."""
     try:
-        allowed = os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        allowed = None
-    try:
         before = _cpu_times()
         time.sleep(sample_s)
         after = _cpu_times()
         free = 0.0
         for cpu, (idle, total) in after.items():
-            if (allowed is None or cpu in allowed) and cpu in before:
+            if cpu in before:
                 d_total = total - before[cpu][1]
                 if d_total > 0:
                     free += (idle - before[cpu][0]) / d_total
@@ -254,15 +255,10 @@ class _LoadMeter:
     @staticmethod
     def _read() -> tuple[float, float, float] | None:
         try:
-            allowed = os.sched_getaffinity(0)
-        except (AttributeError, OSError):
-            allowed = None
-        try:
             times = _cpu_times()
         except (OSError, ValueError, IndexError):
             return None
-        busy = sum(total - idle for cpu, (idle, total) in times.items()
-                   if allowed is None or cpu in allowed)
+        busy = sum(total - idle for idle, total in times.values())
         return busy / _TICKS, time.process_time(), time.perf_counter()
 
     def others(self) -> float | None:
