@@ -183,6 +183,9 @@ def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
                ha="right", va="bottom", fontsize=7, color="0.35")
     # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
     f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
+    for a in np.ravel(ax):  # a panel's title (12 pt: about 10 characters an inch) within it
+        width = a.get_position().width * f.get_figwidth()
+        a.set_title(textwrap.fill(a.get_title(), max(16, int(10 * width))))
     f.tight_layout()
     png = out / f"{fig.name}.png"
     atomic_write(png, lambda fh: f.savefig(fh, dpi=120, format="png"))

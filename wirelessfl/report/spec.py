@@ -231,6 +231,10 @@ _ONLY_WHEN = {"data.alpha": lambda c: "dirichlet" in str(c.get("data.partition",
               "local.epochs": lambda c: c.get("local.epochs") is not None}
 
 
+#: Settings that are only a cap when the runs stop at their target (``stop_at_target``).
+_CAPS = frozenset({"rounds", "max_time"})
+
+
 def flat_settings(config: dict[str, Any]) -> dict[str, Any]:
     """A resolved config as dotted keys; a multi-task run's tasks under ``tasks.`` when they agree."""
     out: dict[str, Any] = {}
@@ -276,7 +280,9 @@ def run_settings(runs: tuple[RunSpec, ...] | list[RunSpec], scale: str = "",
             continue
         if key in _ONLY_WHEN and not _ONLY_WHEN[key](flats[0]):
             continue
-        parts.append(show(flats[0][key]))
+        # a run that stops at its target ran up to its rounds or simulated time, not all of it
+        capped = key in _CAPS and all(f.get("stop_at_target") is True for f in flats)
+        parts.append(("at most " if capped else "") + show(flats[0][key]))
     seeds = len({r.seed for r in runs})
     tail = f"{scale} scale, " if scale else ""
     return f"{', '.join(parts)}; {tail}{seeds} seed{'s' * (seeds != 1)}"
