@@ -166,3 +166,25 @@ def test_load_is_one_background_job_in_its_own_session_and_stops_whole():
     while _session_members(sid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _session_members(sid) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_flwr_run_stops_every_process_of_its_own_flower_home_and_no_other(tmp_path):
+    """``flwr run`` starts a detached SuperLink that would outlive the run: the harness stops
+    every process started under its run's FLWR_HOME, and only those."""
+    import flower_run
+
+    code = "import time\ntime.sleep(60)"
+    mine = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                            env={**os.environ, "FLWR_HOME": str(tmp_path / "mine")})
+    other = subprocess.Popen([sys.executable, "-c", code],
+                             env={**os.environ, "FLWR_HOME": str(tmp_path / "other")})
+    try:
+        time.sleep(0.2)
+        flower_run._stop_everything_under(str(tmp_path / "mine"))
+        assert mine.wait(timeout=10) != 0
+        assert other.poll() is None
+    finally:
+        for p in (mine, other):
+            p.kill()
+            p.wait()

@@ -263,3 +263,17 @@ def test_the_governor_follows_measured_load_and_keeps_a_fixed_count(monkeypatch)
     sum(i * i for i in range(200_000))  # this process's own work is not the others' load
     others = meter.others()
     assert others is None or 0.0 <= others <= cpus + 0.5
+
+
+@pytest.mark.slow  # a benchmark harness end to end (~10-20 s): python -m pytest -m slow
+def test_threads_governor_benchmark_runs_a_whole_run_and_reads_its_checkpoint():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "threads_governor.py"
+    spec = importlib.util.spec_from_file_location("threads_governor", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.one_run("auto", 1, "spike", 1, 0.5)
+    assert out["wall_s"] > 0 and 1 <= out["threads"] <= usable_cpus()
+    assert isinstance(out["changes"], list)
