@@ -280,7 +280,7 @@ def sweep(config: str, grid: list[str], seeds: list[int], root: Path, *,
 
     Runs go to ``root/runs`` under their config hashes (finished ones reused, interrupted
     ones resumed, on the local or the Ray executor); ``sweep.md``/``.csv``/``.png`` give the
-    final accuracy (the last evaluation) per grid point, mean ± std over the seeds.
+    final accuracy (the last evaluation) per grid point, mean ± sample std over the seeds.
     """
     import itertools
 

@@ -157,7 +157,7 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
             reached, count = over_seeds(root, runs, target, metric)
             mean = float(reached.mean()) if reached.size else float("nan")
             row.update({f"{metric}_to_{target:g}_mean": mean,
-                        f"{metric}_std": float(reached.std()) if reached.size else float("nan"),
+                        f"{metric}_std": _sample_std(reached),
                         "reached": count})
             lines.setdefault((panel, series, metric), []).append((value, mean))
         table.append(row)
@@ -171,6 +171,13 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
               title=panel)
         a.grid(alpha=0.3)
     return _finish(fig, f, ax, out, table)
+
+
+def _sample_std(values: np.ndarray) -> float:
+    """The sample standard deviation over seeds (n − 1); 0 for one seed, NaN for none."""
+    if values.size == 0:
+        return float("nan")
+    return float(values.std(ddof=1)) if values.size > 1 else 0.0
 
 
 def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
@@ -194,7 +201,7 @@ def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
 
 
 def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
-    """``metric`` (one or a list) to each target, mean ± std over seeds, beside the paper's.
+    """``metric`` (one or a list) to each target, mean ± sample std over seeds, beside the paper's.
 
     ``targets`` is a list, or per panel a list (e.g. 75% on CIFAR-10, 50% on CIFAR-100);
     ``reference`` gives per panel and target the paper's columns, or per panel, target and
@@ -218,7 +225,7 @@ def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
                                                  metric)
                     col = series_label(fig, series, value)
                     row[col] = round(float(reached.mean()), 2) if reached.size else None
-                    row[f"{col} std"] = round(float(reached.std()), 2) if reached.size else None
+                    row[f"{col} std"] = round(_sample_std(reached), 2) if reached.size else None
                     row[f"{col} reached"] = count
                     row[f"{col} paper"] = theirs
                 rows.append(row)
@@ -347,7 +354,7 @@ def render_final(fig: Figure, root: Path, out: Path) -> list[Path]:
 
 
 def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
-    """Final accuracy per series (rows) and panel × sweep value (columns), mean ± std over seeds.
+    """Final accuracy per series (rows) and panel × sweep value (columns), mean ± sample std over seeds.
 
     The PNG has one axis per panel: bars per series, or lines against the sweep values (a
     series that is not swept is a dashed reference line). ``also`` adds the mean over

@@ -12,7 +12,7 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
   - ``table``: that metric per ``targets`` row and series × sweep column, beside the
     paper's numbers under ``reference``;
   - ``final_accuracy``: final test accuracy (the mean of the last ``last`` evaluations,
-    ``docs/papers/rafed.md`` §4) per series × panel, mean ± std over seeds, with optional
+    ``docs/papers/rafed.md`` §4) per series × panel, mean ± sample std over seeds, with optional
     ``also`` columns (logged extras such as ``param_fraction``, ``gamma_star``); against
     the sweep values when there is a sweep;
   - ``transitions`` (dynamic clients): accuracy over the first rounds after each session

@@ -64,7 +64,7 @@ def targets_markdown(fig: Figure, rows: list[dict[str, Any]], columns: list[tupl
             cells.append(f"{ours} [{r[f'{c} reached']}]{theirs}")
         body.append([r["setting"], r["target"], *([r["quantity"]] if quantity else []), *cells])
     what = ", ".join(LABELS.get(m, m) for m in as_list(fig.spec.get("metric")))
-    note = (f"\n{what} at the first evaluation reaching the target: mean ± std over the "
+    note = (f"\n{what} at the first evaluation reaching the target: mean ± sample std over the "
             "seeds that reached it [reached/seeds]; the paper's value in brackets.\n")
     extra = fig.spec.get("note")
     table = markdown_table(["setting", "target", *(["quantity"] if quantity else []), *labels], body)
@@ -126,7 +126,7 @@ def gains_markdown(fig: Figure, table: list[dict[str, Any]], method: str, baseli
 
 
 def final_markdown(fig: Figure, table: list[dict[str, Any]], last: int) -> str:
-    """Series as rows, panel (× sweep value) as columns: accuracy in % mean ± std."""
+    """Series as rows, panel (× sweep value) as columns: accuracy in % mean ± sample std."""
     label = sweep_label(fig, "sweep")
     cols = list(dict.fromkeys((r["panel"], r[label]) for r in table))
     names = [f"{p} {label}={v}".strip() if v else p for p, v in cols]
