@@ -32,13 +32,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+from run import Load  # noqa: E402  (the peers' driver: numpy and torch only)
 
 RUN = r"""
 import json, sys, time
@@ -62,34 +65,28 @@ print(json.dumps({"wall_s": wall, "threads": ck.get("threads"),
                   "changes": ck.get("thread_changes", [])}))
 """
 
-SPIN = "x = 1.0\nwhile True:\n    x = x * 1.000001 + 1e-9"
-JOB = ("import os, sys\nfor _ in range(int(sys.argv[1]) - 1):\n    if os.fork() == 0:\n"
-       "        break\n" + SPIN)
-
 
 class PatternLoad:
-    """``n`` busy processes in a session of their own, switched on and off by a pattern."""
+    """``n`` busy processes switched on and off by a pattern.
+
+    Each time on, it is the peers' driver's :class:`Load`: one background job in a session
+    of its own, stopped whole.
+    """
 
     def __init__(self, n: int, scenario: str, period: float) -> None:
         self.n, self.scenario, self.period = n, scenario, period
-        self._proc: subprocess.Popen | None = None
+        self._load: Load | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drive, daemon=True)
 
     def _on(self) -> None:
-        if self._proc is None:
-            self._proc = subprocess.Popen([sys.executable, "-c", JOB, str(self.n)],
-                                          start_new_session=True, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL)
+        if self._load is None:
+            self._load = Load(self.n).__enter__()
 
     def _off(self) -> None:
-        if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait()
-            self._proc = None
+        if self._load is not None:
+            self._load.__exit__(None, None, None)
+            self._load = None
 
     def _drive(self) -> None:
         if self.scenario == "quiet" or self.n == 0:

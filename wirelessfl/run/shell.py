@@ -34,9 +34,9 @@ class Output:
     ESTIMATE_FROM_S = 60.0
 
     def __init__(self, record: RunRecord, bar: tqdm, start: float,
-                 trackers: Sequence[Tracker] = (), threads: ThreadGovernor | None = None, *,
+                 trackers: Sequence[Tracker] = (), governor: ThreadGovernor | None = None, *,
                  estimate: tuple[str, str] | None = None) -> None:
-        self.record, self._bar, self._start, self.governor = record, bar, start, threads
+        self.record, self._bar, self._start, self.governor = record, bar, start, governor
         self.trackers, self._rows = list(trackers), len(record.rows()) if trackers else 0
         # (wall clock, progress) where this process began: the estimate's origin (None: done);
         # ``estimate`` is (the run's name, its progress unit) when the bar is off
@@ -168,9 +168,8 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
     runs of a lockstep group, threads of one process, keep their first count); every
     checkpoint holds the count and its changes, and a resumed run starts from them.
     """
-    setting = job.resolved.get("threads", "auto")
-    governor = ThreadGovernor(setting, job.resolved.get("engine", "auto"))
-    governor.fixed = governor.fixed or not govern
+    governor = ThreadGovernor(job.resolved.get("threads", "auto"),
+                              job.resolved.get("engine", "auto"), fixed=not govern)
     with record.writing(job.resolved, job.seed, job.device, resume=resume,
                         threads=governor.count, key=job.key_of) as ckpt, \
             contextlib.ExitStack() as stack:

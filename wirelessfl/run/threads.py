@@ -60,8 +60,8 @@ import torch
 from wirelessfl.engine.cores import MAX_THREADS, torch_threads, usable_cpus
 from wirelessfl.openmp import threads_sleep_when_idle
 
-__all__ = ["MAX_THREADS", "ThreadGovernor", "busy_sessions", "choose_threads", "free_cores", "session_share",
-           "sessions_share_the_cpu", "torch_threads", "usable_cpus"]
+__all__ = ["MAX_THREADS", "ThreadGovernor", "busy_sessions", "choose_threads", "free_cores",
+           "session_share", "sessions_share_the_cpu", "torch_threads", "usable_cpus"]
 
 def _cpu_times() -> dict[int, tuple[int, int]]:
     """(idle, total) jiffies of each CPU this process may use, from ``/proc/stat``."""
@@ -217,8 +217,8 @@ def choose_threads(setting: int | str = "auto", *, free: float | None = None,
         return setting
     if share is not None and (isinstance(share, bool) or not 0 < share < float("inf")):
         raise ValueError(f"share must be None or a positive number of CPUs, got {share!r}")
-    if _user_count() is not None:
-        return _user_count()
+    if (user := _user_count()) is not None:
+        return user
     if engine != "loop" and threads_sleep_when_idle():
         if share is None and sessions_share_the_cpu():
             share = session_share(usable_cpus(), busy_sessions().values())
@@ -291,10 +291,11 @@ class ThreadGovernor:
     ``(progress, count)`` in :attr:`changes`; the run's checkpoints hold the count and the
     changes, and a resumed run starts from them, so it computes each round with the count
     the uninterrupted run used up to the interruption. (The batched engine's numbers did not
-    depend on the count on the machines measured; the loop engine's moved by about 1e-9.)
+    depend on the count on the machines measured; the loop engine's moved by about 1e-8.)
 
-    ``measure`` (tests): a callable giving ``{"free": cores}`` or ``{"share": cpus}`` for
-    the interval, in place of the machine's load.
+    ``fixed=True`` keeps the first count whatever the setting (the runs of a lockstep group,
+    threads of one process). ``measure`` (tests): a callable giving ``{"free": cores}`` or
+    ``{"share": cpus}`` for the interval, in place of the machine's load.
     """
 
     #: Least wall seconds between two readings of the other sessions' runnable threads.
@@ -302,11 +303,11 @@ class ThreadGovernor:
 
     def __init__(self, setting: int | str = "auto", engine: str = "auto", *,
                  interval_s: float = 2.0, measure: Callable[[], dict[str, float]] | None = None,
-                 count: int | None = None) -> None:
+                 count: int | None = None, fixed: bool = False) -> None:
         if not 0.0 <= interval_s < float("inf"):
             raise ValueError(f"interval_s must be a finite number >= 0, got {interval_s!r}")
         self.count = count if count is not None else choose_threads(setting, engine=engine)
-        self.fixed = (setting != "auto" or _user_count() is not None
+        self.fixed = (fixed or setting != "auto" or _user_count() is not None
                       or (measure is None and engine != "loop" and threads_sleep_when_idle()
                           and not sessions_share_the_cpu()))
         self.sleeping = engine != "loop" and threads_sleep_when_idle()
