@@ -380,7 +380,7 @@ def _rule_experiment(model: str, algo: dict, engine: str, device: str):
 
 
 def rules(models: list[str], device: str, rounds: int, on_row=None,
-          loop_once: bool = False) -> list[dict]:
+          loop_once: bool = False, backends=("loop", "batched")) -> list[dict]:
     """Seconds per round of each local rule, loop and batched, and the ratio to FedAvg batched.
 
     Median over ``rounds`` timed rounds after one untimed warm-up round (``loop_once``: the
@@ -391,7 +391,7 @@ def rules(models: list[str], device: str, rounds: int, on_row=None,
         base = None
         for label, algo in RULES.items():
             row = {"model": model, "rule": label}
-            for engine in ("loop", "batched"):
+            for engine in backends:
                 exp = _rule_experiment(model, algo, engine, device)
                 state, times = exp.initial_state(), []
                 once = loop_once and engine == "loop"
@@ -401,7 +401,9 @@ def rules(models: list[str], device: str, rounds: int, on_row=None,
                     state, sec = _timed_apply(exp, state)
                     times.append(sec)
                 row[f"{engine}_seconds_per_round"] = float(np.median(times))
-            row["batched_speedup"] = row["loop_seconds_per_round"] / row["batched_seconds_per_round"]
+            if "loop_seconds_per_round" in row:
+                row["batched_speedup"] = (row["loop_seconds_per_round"]
+                                          / row["batched_seconds_per_round"])
             base = base or row["batched_seconds_per_round"]
             row["batched_vs_fedavg_batched"] = row["batched_seconds_per_round"] / base
             rows.append(row)

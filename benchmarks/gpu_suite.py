@@ -9,22 +9,31 @@ failing part keeps its error and the suite goes on):
 
 - ``presets``: every shipped preset for 3 rounds on the GPU, and on the CPU beside it in a
   pool of processes (``benchmarks/presets.py``): both accuracies, the gap, whether it learns
-  (presets not started within :data:`PRESETS_BUDGET_S` are listed as skipped);
+  (presets not started within ``--presets-budget-s`` are listed as skipped);
 - ``cuda_tests``: ``pytest -m cuda`` (every test marked as needing a GPU), pass/fail counts;
 - ``engine``: FCNN and LeNet-5, HIST N=4 and HFedAvg N=4 with 60 clients, loop against
-  batched (``benchmarks/engine.py``): seconds per round, GFLOP/s, share of the matmul rate;
+  batched (``benchmarks/engine.py``; ``--batched-only``: batched alone): seconds per round,
+  GFLOP/s, share of the matmul rate;
+- ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
+  operators on the host and the device, call counts, kernel launches and host syncs per
+  round), run right after the engine part so that the time budget never skips it;
+- ``lockstep``: many runs as one computation (issue 55, ``benchmarks/lockstep.py``): a group
+  of :data:`LOCKSTEP_RUNS` FCNN runs of 60 clients, with the engine's memory budget and with
+  chunks of :data:`LOCKSTEP_CHUNK` stacked clients: peak GPU memory, seconds per group round
+  and per run against one run alone;
+- ``figure``: HIST Fig. 3 at paper scale (36 runs x 100 rounds) through ``wirelessfl
+  figures``, as a user runs it (every run in one lockstep group on a GPU), cut at
+  ``--figure-timeout-s``: its wall time, start-up included, and the report with its runs'
+  rows (no checkpoints) packed as ``DIR/figure.tar.gz``;
+- ``precision``: the batched HFedAvg rounds in tf32, bf16 and fp16 (``local.precision``);
 - ``resnet``: the CIFAR ResNet-18 round, 100 clients, S = 10 (random images);
 - ``lora``: one GPT-2-small LoRA round, loop and batched;
+- ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
 - ``compile``: the batched HFedAvg rounds with the engine's ``compile`` off, ``default`` and
   ``reduce-overhead`` (CUDA graphs): seconds and the gap to the eager numbers; then one
   stacked FCNN / LeNet-5 step eager against ``torch.compile``;
-- ``rules``: FedAvg, FedProx, SCAFFOLD, MOON, LocalAdam, FAdamGC, loop and batched;
-- ``precision``: the batched HFedAvg rounds in tf32, bf16 and fp16 (``local.precision``);
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
-  on the device;
-- ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
-  operators on the host and the device, call counts, kernel launches and host syncs per
-  round), run right after the engine part so that the time budget never skips it.
+  on the device.
 
 Measured on one H100 (torch 2.11, CUDA 13.0), per part: CUDA tests 28 s (8 passed; the 2
 Ray tests skip where Ray is absent), profile 53 s, ResNet-18 30 s, LoRA 12 s; the engine
@@ -40,7 +49,7 @@ any of those found imported. Writes ``DIR/gpu_suite.json`` (small) and ``DIR/gpu
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import platform
@@ -58,13 +67,14 @@ FORBIDDEN = ("cvxpy", "gurobipy", "ray")
 
 
 def _module(name: str):
-    """``benchmarks/<name>.py`` as a module, registered in ``sys.modules`` (``torch.compile``
-    imports the module of each function it traces, by name)."""
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """``benchmarks/<name>.py`` imported by its own name, with this folder on ``sys.path``:
+    ``torch.compile`` imports the module of each function it traces by name, and the presets'
+    CPU pool (spawned processes, which inherit ``sys.path``) unpickles its worker by it. An
+    earlier ``_bench_<name>`` alias could not be imported by those children: every CPU row
+    of the presets part failed on the first H200 run."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    return importlib.import_module(name)
 
 
 def _data(data_dir: str | None) -> dict:
@@ -94,6 +104,16 @@ def _data(data_dir: str | None) -> dict:
 
 #: Seconds the presets part may take: presets not started by then are listed as skipped.
 PRESETS_BUDGET_S = 170.0
+#: Seconds ``pytest -m cuda`` may take (about 30 on an H100).
+CUDA_TESTS_TIMEOUT_S = 240
+#: The lockstep part's group: runs of 60 FCNN clients, and the chunk (stacked clients) of its
+#: second setting (issue 55's target: 100 such runs in one group within 8 GiB).
+LOCKSTEP_RUNS, LOCKSTEP_CHUNK = 100, 1500
+#: The figure part: a paper's figure at paper scale, and the seconds it may take.
+FIGURE = ("hist", "fig3")
+FIGURE_TIMEOUT_S = 240.0
+#: The suite's output folder (set by :func:`main`).
+OUT: list[Path] = []
 
 
 def presets(device: str, quick: bool) -> dict:
@@ -112,13 +132,73 @@ def presets(device: str, quick: bool) -> dict:
                          budget_s=None if quick else PRESETS_BUDGET_S)
 
 
+def lockstep(device: str, quick: bool) -> dict:
+    """A lockstep group of FCNN runs: its peak memory and speed against one run alone."""
+    ls = _module("lockstep")
+    if quick:
+        return ls.table(3, 6, 3, 2, ["auto", "4"], device, DATA, on_row=PARTIAL)
+    return ls.table(LOCKSTEP_RUNS, 60, 3, 20, ["auto", str(LOCKSTEP_CHUNK)], device, DATA,
+                    on_row=PARTIAL)
+
+
+def _rounds_done(root: Path) -> tuple[int, int]:
+    """Finished runs and trained rounds under a report folder's ``runs/``."""
+    runs = [f for f in (root / "runs").glob("*") if f.is_dir()]
+    rounds = 0
+    for f in runs:
+        rows = f / "metrics.jsonl"
+        rounds += max(0, len(rows.read_text().splitlines()) - 1) if rows.is_file() else 0
+    return sum((f / "summary.json").is_file() for f in runs), rounds
+
+
+def figure(device: str, quick: bool) -> dict:
+    """A figure at paper scale through the command line, timed from the process's start."""
+    import tarfile
+    import tempfile
+
+    if quick or not device.startswith("cuda"):
+        return {"skipped": "a paper-scale figure on a GPU only"}
+    if not DATA["real"]:
+        return {"skipped": "needs Fashion-MNIST (--data-dir)"}
+    paper, only = FIGURE
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "report"
+        cmd = [sys.executable, "-m", "wirelessfl", "figures", paper, "--scale", "paper",
+               "--only", only, "--out", str(root), "--quiet"]
+        if DATA.get("data_dir"):
+            cmd += ["--data-dir", str(DATA["data_dir"])]
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                                  timeout=FIGURE_TIMEOUT_S)
+            code, text, cut = proc.returncode, proc.stdout + proc.stderr, False
+        except subprocess.TimeoutExpired as exc:
+            code, cut = None, True
+            text = "".join(x.decode() if isinstance(x, bytes) else (x or "")
+                           for x in (exc.stdout, exc.stderr))
+        wall = time.perf_counter() - t
+        finished, rounds = _rounds_done(root)
+        if OUT and root.is_dir():
+            with tarfile.open(OUT[0] / "figure.tar.gz", "w:gz") as tar:
+                tar.add(root, arcname=f"{paper}-{only}-paper",
+                        filter=lambda ti: None if ti.name.endswith(("checkpoint.pt",
+                                                                    "accuracy.png")) else ti)
+    return {"figure": f"{paper} {only}", "scale": "paper", "wall_s": round(wall, 1),
+            "returncode": code, "cut_at_s": FIGURE_TIMEOUT_S if cut else None,
+            "runs_finished": finished, "rounds_trained": rounds,
+            "tail": text.strip().splitlines()[-15:]}
+
+
 def cuda_tests(device: str, quick: bool) -> dict:
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA device"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p",
-                           "no:cacheprovider", "--no-header", "-rfEs", str(ROOT / "tests")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=420)
+                           "no:cacheprovider", "--no-header", "-rfEs", "--tb=short",
+                           str(ROOT / "tests")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=CUDA_TESTS_TIMEOUT_S)
     tail = proc.stdout.strip().splitlines()[-12:]
+    if OUT:  # the whole report, tracebacks included (the tail alone hid why tests failed)
+        (OUT[0] / "cuda_tests.txt").write_text(proc.stdout[-400_000:] + proc.stderr[-20_000:])
     return {"returncode": proc.returncode, "summary": tail[-1] if tail else "", "tail": tail}
 
 
@@ -134,7 +214,7 @@ def engine(device: str, quick: bool) -> dict:
     eng = _engine_module(quick)
     algos = dict(list(eng.ALGOS.items())[:1]) if quick else eng.ALGOS
     return eng.workloads(["fcnn"] if quick else ["fcnn", "lenet5"], algos, device,
-                         1 if quick else 2, warmup=0 if quick else 1,
+                         1 if quick else 2, warmup=0 if quick else 1, backends=BACKENDS,
                          matmul_n=512 if quick else 4096, on_row=PARTIAL, loop_once=not quick)
 
 
@@ -189,7 +269,8 @@ def rules(device: str, quick: bool) -> dict:
     if quick:
         eng.RULES = {k: eng.RULES[k] for k in ("FedAvg", "FedProx", "LocalAdam", "FAdamGC")}
     return {"rules": eng.rules(["fcnn"] if quick else ["fcnn", "lenet5"], device,
-                               1 if quick else 2, on_row=PARTIAL, loop_once=not quick)}
+                               1 if quick else 2, on_row=PARTIAL, loop_once=not quick,
+                               backends=BACKENDS)}
 
 
 def resnet(device: str, quick: bool) -> dict:
@@ -208,9 +289,12 @@ def lora(device: str, quick: bool) -> dict:
 #: In order of what the issue's GPU targets need first: a run cut off by ``--budget-s``
 #: skips the last parts.
 PARTS = {"presets": presets, "cuda_tests": cuda_tests, "engine": engine, "profile": profile,
-         "resnet": resnet, "lora": lora, "compile": compile_step, "rules": rules,
-         "precision": precision, "placement": placement}
+         "lockstep": lockstep, "figure": figure, "precision": precision, "resnet": resnet,
+         "lora": lora, "rules": rules, "compile": compile_step, "placement": placement}
 DATA: dict = {}
+#: The engines the engine and rules parts time (``--batched-only`` drops the loop: on a GPU
+#: its rounds take 13-25 s each, most of the suite's time when device time is short).
+BACKENDS: tuple[str, ...] = ("loop", "batched")
 _SAVE: list = []   # the running part's saver: PARTIAL(result so far) writes it into the JSON
 
 
@@ -265,6 +349,17 @@ def _markdown(report: dict) -> str:
                              f"{r.get('host_syncs', 0)} host syncs, {r['calls']} calls, top host "
                              f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"
                              for r in res.get("rounds", []))
+        elif name == "lockstep":
+            head = "; ".join(f"{g['runs']} runs, chunk {g['max_batch']}: "
+                             f"{g['seconds_per_group_round']:.2f} s a round, "
+                             f"{g['speedup_per_run']:.1f}x alone per run"
+                             + (f", peak {g['peak_gib']:.1f} GiB" if g.get("peak_gib") else "")
+                             for g in res.get("groups", []))
+        elif name == "figure":
+            head = (f"{res.get('figure')}: {res.get('wall_s')} s"
+                    + (f" (cut at {res['cut_at_s']:.0f} s)" if res.get("cut_at_s") else "")
+                    + f", {res.get('runs_finished')} runs finished, "
+                      f"{res.get('rounds_trained')} rounds")
         elif name == "resnet":
             head = f"batched {res.get('batched_speedup', 0):.2f}x loop"
         else:
@@ -276,12 +371,21 @@ def _markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global BACKENDS, PRESETS_BUDGET_S, FIGURE_TIMEOUT_S
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for gpu_suite.json and gpu_suite.md")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
     p.add_argument("--quick", action="store_true", help="small versions of every part (CPU check)")
     p.add_argument("--only", nargs="+", choices=list(PARTS), help="run only these parts")
+    p.add_argument("--batched-only", action="store_true",
+                   help="time the batched engine only in the engine and rules parts (no loop)")
+    p.add_argument("--presets-budget-s", type=float, default=PRESETS_BUDGET_S,
+                   help=f"presets not started within this many seconds are skipped "
+                        f"(default {PRESETS_BUDGET_S:.0f})")
+    p.add_argument("--figure-timeout-s", type=float, default=FIGURE_TIMEOUT_S,
+                   help=f"the figure part is cut after this many seconds "
+                        f"(default {FIGURE_TIMEOUT_S:.0f})")
     p.add_argument("--budget-s", type=float, default=450.0,
                    help="parts not started within this many seconds are skipped (default 450)")
     args = p.parse_args(argv)
@@ -290,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     DATA.clear()
     DATA.update(_data(args.data_dir))
+    BACKENDS = ("batched",) if args.batched_only else ("loop", "batched")
+    PRESETS_BUDGET_S, FIGURE_TIMEOUT_S = args.presets_budget_s, args.figure_timeout_s
+    OUT[:] = [out]
     cuda = args.device.startswith("cuda") and torch.cuda.is_available()
-    report = {"device": args.device, "quick": args.quick, "torch": torch.__version__,
+    report = {"device": args.device, "quick": args.quick, "backends": list(BACKENDS),
+              "torch": torch.__version__,
               "device_name": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
               "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(),
               "data": DATA.copy(), "parts": {}}

@@ -145,8 +145,10 @@ def test_stateful_runs_keep_the_host_and_the_device_apart(algorithm):
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_local_training_reads_nothing_back_from_the_device(optimizer):
-    """No host synchronisation inside local training: the batched engine reads one scalar
-    per client (its mean loss, after the last step), however many steps it takes."""
+    """No host synchronisation inside local training: the batched engine reads no scalar,
+    however many steps its clients take; their losses come back after the last step in one
+    list (one device read per call: on an H200 a scalar per client was 300 of a FCNN HIST
+    round's 430 host waits)."""
     from torch.profiler import ProfilerActivity, profile
 
     model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=16, dropout=0.3)
@@ -161,4 +163,4 @@ def test_local_training_reads_nothing_back_from_the_device(optimizer):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             BatchedExecutor().run(LocalSGD(model, hp), data, tasks, hp)
         reads.append(sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense"))
-    assert reads == [6, 6]
+    assert reads == [0, 0]

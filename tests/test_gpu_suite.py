@@ -20,8 +20,9 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     report = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert (tmp_path / "gpu_suite.json").stat().st_size < 2**20
     assert list(report["parts"])[:4] == ["presets", "cuda_tests", "engine", "profile"]
-    assert set(report["parts"]) == {"presets", "cuda_tests", "engine", "profile", "placement",
-                                   "rules", "resnet", "lora", "precision", "compile"}
+    assert set(report["parts"]) == {"presets", "cuda_tests", "engine", "profile", "lockstep",
+                                   "figure", "placement", "rules", "resnet", "lora", "precision",
+                                   "compile"}
     assert all(p["ok"] for p in report["parts"].values())
     assert report["forbidden_imports"] == []     # no cvxpy, Gurobi or Ray in its process
     eng = report["parts"]["engine"]["result"]["workloads"][0]
@@ -34,6 +35,10 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     table = report["parts"]["presets"]["result"]["presets"]    # the presets table, quick
     assert {e["preset"] for e in table} == {"quickstart", "heterofl_fmnist"}
     assert all(e["runs"] and e["learns"] for e in table), table
+    group = report["parts"]["lockstep"]["result"]["groups"]   # a group of 3 runs, 2 chunkings
+    assert [g["runs"] for g in group] == [3, 3] and all(g["speedup_per_run"] > 0 for g in group)
+    assert group[0]["final_accuracy_mean"] == pytest.approx(group[1]["final_accuracy_mean"],
+                                                            abs=1e-6)  # chunking: same numbers
     prof = report["parts"]["profile"]["result"]["rounds"][0]
     assert prof["aten_calls"] > 0 and prof["kernel_launches"] == 0   # no GPU: no launches
 

@@ -70,6 +70,24 @@ def test_a_group_of_three_gives_each_run_its_solo_rows(toy_data, tmp_path):
             torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_group_on_cuda_gives_each_run_its_solo_rows_and_the_cpus(toy_data, tmp_path):
+    """On a GPU too: the group's rows equal each run's solo CUDA rows (1e-5) and the CPU's
+    (1e-4: other kernels, other summation orders)."""
+    on = {d: [RunSpec(r.panel, r.series, r.value, r.seed, {**r.raw, "device": d}) for r in RUNS]
+          for d in ("cuda", "cpu")}
+    run_group(on["cuda"], tmp_path / "group", quiet=True, log=lambda _: None)
+    for gpu, cpu in zip(on["cuda"], on["cpu"]):
+        execute_local([gpu], tmp_path / "solo", quiet=True, log=lambda _: None, batch_runs=1)
+        execute_local([cpu], tmp_path / "cpu", quiet=True, log=lambda _: None, batch_runs=1)
+        together, alone = _rows(tmp_path / "group", gpu), _rows(tmp_path / "solo", gpu)
+        host = _rows(tmp_path / "cpu", cpu)
+        for x, y, z in zip(together, alone, host, strict=True):
+            assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
+            assert x["test_loss"] == pytest.approx(z["test_loss"], rel=1e-4)
+
+
 def test_a_run_that_stops_at_its_target_leaves_the_others_rows_unchanged(toy_data, tmp_path):
     early = _run("early", 3, **{"target_accuracy": 0.3, "stop_at_target": "true"})
     run_group([*RUNS[:2], early], tmp_path / "g", quiet=True, log=lambda _: None)

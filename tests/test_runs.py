@@ -154,7 +154,14 @@ def test_deterministic_runs_are_repeatable_and_restore_the_flags(tmp_path):
                          ids=["hfedavg", "fedprox", "moon", "fadamgc"])
 def test_cuda_run_matches_cpu(tmp_path, engine, algorithm):
     """--device cuda: the same run as on the CPU, to float tolerance (skipped without a GPU):
-    plain SGD's fused step, FedProx's drift, MOON's anchors, FAdamGC's in-place moments."""
+    plain SGD's fused step, FedProx's drift, MOON's anchors, FAdamGC's in-place moments.
+
+    FAdamGC to a relative distance of 1e-3 per tensor, not elementwise: Adam's normalised
+    step m/(√v + ε) turns rounding-level gradient differences into visible steps. On the
+    CPU a one-ulp perturbation of the start moves FAdamGC's final weights by up to 1.9e-5
+    (HFedAvg's by 3e-8); the GPU's matrix products round differently from the CPU's by a
+    few ulps, and on an H200 2.9% of the first layer's elements moved by up to 4.5e-4 (loop
+    and batched alike). A lost moment or correction moves every element by O(lr)."""
     import torch
 
     states = []
@@ -168,7 +175,11 @@ def test_cuda_run_matches_cpu(tmp_path, engine, algorithm):
             state, _ = exp.algorithm.apply(state)
         states.append({k: v.cpu() for k, v in state.params.items()})
     for k in states[0]:
-        torch.testing.assert_close(states[0][k], states[1][k], rtol=1e-4, atol=1e-5)
+        if algorithm["name"] == "fadamgc":
+            gap = float((states[0][k] - states[1][k]).norm() / states[0][k].norm())
+            assert gap < 1e-3, (k, gap)
+        else:
+            torch.testing.assert_close(states[0][k], states[1][k], rtol=1e-4, atol=1e-5)
 
 
 def test_data_placement_on_the_cpu_and_batches_of_any_index_shape():
@@ -245,3 +256,18 @@ def test_a_quiet_run_says_its_time_left_once_after_its_first_round(tmp_path, mon
     monkeypatch.setattr(Output, "ESTIMATE_FROM_S", 1e9)  # a short run stays silent
     run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "s", quiet=True)
     assert "left" not in capsys.readouterr().err
+
+
+def test_the_model_check_feeds_the_model_on_its_own_device():
+    """Data pinned on the host (``data.placement: host``) feeds a model on the GPU: the first
+    forward pass before training goes to the model's device, not the data's (an H200 run of
+    the CUDA tests failed here). A model on the meta device stands in for the GPU."""
+    import torch
+
+    from wirelessfl.data import ArrayDataset
+    from wirelessfl.models import build_model
+    from wirelessfl.run.rounds import _check_model
+
+    data = ArrayDataset(torch.rand(4, 1, 28, 28), torch.arange(4) % 10, 10)
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=8).to("meta")
+    _check_model(model, "fcnn", data)

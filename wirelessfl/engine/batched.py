@@ -347,28 +347,37 @@ class BatchedExecutor(Executor):
             ids = ", ".join(str(t.client) for t in tasks)
             raise ClientError(f"batched clients {ids} failed: {exc}") from exc
         # the default final step folds Δ on the stack: each client's result then has no Δ
+        # the default final step's Δ = start − end for the whole stack at once (one
+        # subtraction per tensor, not one per client and tensor), folded on the stack or
+        # handed out as each client's rows; a rule's own final step gets its client's carry
         default_final = type(update).client_final is ClientUpdate.client_final
-        on_stack = fold is not None and default_final
-        if on_stack:
-            fold.add(positions, _stacked_deltas(tasks, carry, self.device))
-            params = {}
-        elif default_final:  # read once, by Δ = start − end, which comes out in the start's
-            params = carry.params  # layout: no copy of column-major stacks back to rows
+        losses = loss_sum.tolist()  # one read of the device per call, not one per client
+        opt = {name: _rows(tree) for name, tree in carry.opt.items() if isinstance(tree, dict)}
+        if default_final:
+            deltas = _stacked_deltas(tasks, carry, self.device)
+            if fold is not None:
+                fold.add(positions, deltas)
+                deltas = {}
+            else:  # each client's Δ contiguous (column-major stacks back to rows: one pass)
+                deltas = _rows(deltas)
+            results = [ClientUpdate.result(t, {k: v[c] for k, v in deltas.items()}, int(steps[c]),
+                                           losses[c], {k: v[c] for k, v in carry.buffers.items()},
+                                           t.state)
+                       for c, t in enumerate(tasks)]
         else:  # column-major stacks back to each client's own layout (results are contiguous)
             params = _rows(carry.params)
-        opt = {name: _rows(tree) for name, tree in carry.opt.items() if isinstance(tree, dict)}
-        results = [update.client_final(t, Carry(  # the start is each task's own
-                       start={} if on_stack else
-                       {k: v.detach().to(self.device) for k, v in t.params.items()},
-                       params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
-                       step=int(steps[c]), loss_sum=float(loss_sum[c]), ctx=contexts[c],
-                       buffers={k: v[c] for k, v in carry.buffers.items()},
-                       opt={name: {k: v[c] for k, v in tree.items()} for name, tree in opt.items()},
-                       seed=t.seed))
-                   for c, t in enumerate(tasks)]
+            results = [update.client_final(t, Carry(  # the start is each task's own
+                           start={k: v.detach().to(self.device) for k, v in t.params.items()},
+                           params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
+                           step=int(steps[c]), loss_sum=losses[c], ctx=contexts[c],
+                           buffers={k: v[c] for k, v in carry.buffers.items()},
+                           opt={name: {k: v[c] for k, v in tree.items()}
+                                for name, tree in opt.items()},
+                           seed=t.seed))
+                       for c, t in enumerate(tasks)]
         for r in results:
             device_guard.check(r.delta, self.device, f"{type(update).__name__}.client_final")
-        if fold is not None and not on_stack:
+        if fold is not None and not default_final:
             results = fold.add_results(positions, results)
         return results
 

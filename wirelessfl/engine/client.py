@@ -362,9 +362,20 @@ class ClientUpdate(ABC):
     def client_final(self, task: ClientTask, carry: Carry) -> ClientResult:
         """Pseudo-gradient, new state and metrics."""
         delta = {k: carry.start[k] - carry.params[k] for k in carry.start}
-        loss = float(carry.loss_sum) / carry.step if carry.step else float("nan")
-        return ClientResult(task.client, delta, len(task.indices), carry.step, loss, carry.state,
-                            dict(carry.buffers) or None)
+        return ClientUpdate.result(task, delta, carry.step, float(carry.loss_sum),
+                                   dict(carry.buffers), carry.state)
+
+    @staticmethod
+    def result(task: ClientTask, delta: Params, steps: int, loss_sum: float,
+               buffers: Params, state: Any = None) -> ClientResult:
+        """The default final step's result from its pseudo-gradient ``delta``.
+
+        The mean loss over the client's ``steps`` (NaN without a step), its buffers, its
+        unchanged state. The batched engine builds it from a whole stack's Δ at once.
+        """
+        loss = loss_sum / steps if steps else float("nan")
+        return ClientResult(task.client, delta, len(task.indices), steps, loss, state,
+                            buffers or None)
 
 
 def check_corrected(rule: type, got: Any, grads: Params) -> None:
@@ -781,12 +792,15 @@ class DeltaFold:
         Their weighted sum (:func:`weighted_sum`) joins :attr:`total`.
         """
         positions = np.asarray(positions, dtype=np.int64)
+        scaled = self.weights[positions] / self.normaliser
+        coefs: dict[tuple, torch.Tensor] = {}  # one upload per dtype and device, not per tensor
         for k, d in deltas.items():
             if d.shape[:1] != (len(positions),):
                 raise ValueError(f"{k!r}: {tuple(d.shape)} does not stack {len(positions)} clients")
-            coef = torch.as_tensor(self.weights[positions] / self.normaliser, dtype=d.dtype,
-                                   device=d.device)
-            part = weighted_sum(coef, d)
+            where = (d.dtype, d.device)
+            if where not in coefs:
+                coefs[where] = torch.as_tensor(scaled, dtype=d.dtype, device=d.device)
+            part = weighted_sum(coefs[where], d)
             if self.total is None or k not in self.total:
                 self.total = {**(self.total or {}), k: part}
             else:

@@ -199,9 +199,12 @@ def _check_model(model: FLModel, name: str, train: Any) -> None:
                           "there is nothing for the clients to train")
     was = model.training
     model.eval()
+    # the model's device, not the data's: data pinned on the host (data.placement: host)
+    # feeds a model on the GPU (the first H200 run failed here)
+    device = next((p.device for p in model.parameters()), train.x.device)
     try:
         with torch.no_grad():
-            out = model(train.batch(slice(0, min(2, len(train))), train.x.device)[0])
+            out = model(train.batch(slice(0, min(2, len(train))), device)[0])
     except Exception as exc:  # noqa: BLE001 - a plug-in's forward pass: one line
         raise ConfigError(f"model {name!r} cannot read samples of shape {train.sample_shape} "
                           f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
