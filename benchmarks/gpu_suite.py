@@ -35,10 +35,14 @@ failing part keeps its error and the suite goes on):
 - ``placement``: the batched HFedAvg rounds with the datasets pinned on the host instead of
   on the device.
 
-Measured on one H100 (torch 2.11, CUDA 13.0), per part: CUDA tests 28 s (8 passed; the 2
-Ray tests skip where Ray is absent), profile 53 s, ResNet-18 30 s, LoRA 12 s; the engine
-part took 289 s when it timed the loop three times per workload (13-25 s a round), which is
-why the loop is now timed once (about 130 s expected) and the rules' loop likewise.
+Measured on one H200 (torch 2.11, CUDA 13.0; 2026-11-26), per part with ``--batched-only``:
+presets 52 s (the GPU side; the presets budget 90 s), CUDA tests 44-52 s (33 passed; the 2
+Ray tests skip where Ray is absent), engine 54-62 s, profile 27-34 s, lockstep 22 s,
+precision 81 s; the figure part takes what ``--figure-timeout-s`` allows (HIST Fig. 3 at
+paper scale needs about 10 minutes). Earlier, on an H100: ResNet-18 30 s, LoRA 12 s, and
+the engine part with the loop timed three times per workload 289 s (13-25 s a loop round),
+which is why the loop is timed once (about 130 s expected), and not at all with
+``--batched-only``.
 
 Fashion-MNIST is read from ``--data-dir`` (or the system copy); without it the workloads run
 on random tensors of the same shapes, and the JSON says so. Needs only the project, PyTorch,

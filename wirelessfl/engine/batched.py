@@ -360,8 +360,10 @@ class BatchedExecutor(Executor):
                 deltas = {}
             else:  # each client's Δ contiguous (column-major stacks back to rows: one pass)
                 deltas = _rows(deltas)
-            results = [ClientUpdate.result(t, {k: v[c] for k, v in deltas.items()}, int(steps[c]),
-                                           losses[c], {k: v[c] for k, v in carry.buffers.items()},
+            rows = {k: v.unbind(0) for k, v in deltas.items()}  # one call per tensor
+            bufs = {k: v.unbind(0) for k, v in carry.buffers.items()}
+            results = [ClientUpdate.result(t, {k: v[c] for k, v in rows.items()}, int(steps[c]),
+                                           losses[c], {k: v[c] for k, v in bufs.items()},
                                            t.state)
                        for c, t in enumerate(tasks)]
         else:  # column-major stacks back to each client's own layout (results are contiguous)
@@ -480,9 +482,24 @@ def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device)
             if start.dim() == 2 and end.stride(-2) == 1:  # column-major: read as it lies
                 start = _layout(start, True)
         else:
-            start = torch.stack([t.params[k].detach() for t in tasks]).to(device)
+            start = _stack([t.params[k] for t in tasks], device, False)
         out[k] = torch.sub(start, end, out=end)
     return out
+
+
+def _runs(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    """``tensors`` as runs of one tensor repeated (by identity).
+
+    HIST's cells hand each client of a cell the cell's own start: one tensor for the run of
+    the cell's clients.
+    """
+    runs: list[list] = []
+    for t in tensors:
+        if runs and runs[-1][0] is t:
+            runs[-1][1] += 1
+        else:
+            runs.append([t, 1])
+    return [(t, n) for t, n in runs]
 
 
 def _stack(tensors: list[torch.Tensor], device: torch.device, column: bool) -> torch.Tensor:
@@ -493,13 +510,21 @@ def _stack(tensors: list[torch.Tensor], device: torch.device, column: bool) -> t
     Each distinct tensor is transposed once: clients that share a start (FedAvg's global
     model) share that copy, so pass the tasks' own tensors, not one ``detach()`` each.
     """
+    runs = _runs(tensors)
     if column and tensors[0].dim() == 2:
         once: dict[int, torch.Tensor] = {}
-        for t in tensors:
+        for t, _ in runs:
             if id(t) not in once:
                 once[id(t)] = t.detach().t().contiguous()
-        return torch.stack([once[id(t)] for t in tensors]).to(device).transpose(1, 2)
-    return torch.stack([t.detach() for t in tensors]).to(device)
+        parts = [(once[id(t)], n) for t, n in runs]
+    else:
+        parts = [(t.detach(), n) for t, n in runs]
+    if len(parts) == len(tensors):  # every client its own tensor
+        out = torch.stack([t for t, _ in parts])
+    else:  # a run of clients sharing one tensor is one broadcast copy, not one per client
+        out = torch.cat([t.unsqueeze(0).expand(n, *t.shape) for t, n in parts])
+    out = out.to(device)
+    return out.transpose(1, 2) if column and tensors[0].dim() == 2 else out
 
 
 def _layout(t: torch.Tensor, column: bool) -> torch.Tensor:
