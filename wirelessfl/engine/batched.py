@@ -24,8 +24,8 @@ steps) 0.71 → 0.51 s. Clients that share
 their start (FedAvg's global model) get it once, unstacked, so rules that read the start
 (MOON's anchor features, FedProx's pull) do not hold a copy per client, and a
 :class:`~wirelessfl.engine.client.DeltaFold` takes each chunk's pseudo-gradients on the
-stack as the chunk finishes (``benchmarks/scale.py``: 10,000 FCNN clients in 0.80 GB
-instead of 10.5 GB; 1,000 clients one step each 0.75 → 0.40 s per round). A plain step
+stack as the chunk finishes (``benchmarks/scale.py``: 10,000 FCNN clients in 1.4 GB
+instead of 10.5 GB; 1,000 clients one step each 0.75 → 0.27 s per round). A plain step
 (any rule whose step is plain SGD with a drift) that recurs is recorded once and replayed
 as a graph of tensor operations, without the Python work of ``vmap``, the module calls and
 autograd (:mod:`wirelessfl.engine.replay`;
@@ -87,13 +87,17 @@ from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.layers import column_major, sgd_in_backward
 from wirelessfl.models.noise import client_noise, step_keys
 
-#: On the CPU, the most bytes of stacked parameters one chunk of clients holds by default:
-#: a step streams them through the forward pass, the backward pass and the update, and a
-#: chunk whose weights stay in the caches between those passes is faster. Measured on 2
-#: cores (FCNN, 0.94 MB per client; FedAvg round, 60 clients × 20 steps): all 60 at once
-#: 0.48 s, chunks of 30 0.45 s, of 20 0.45 s, of 15 0.50 s, of 10 0.55 s; 1,000 clients × 3
-#: steps: chunks of ~500 1.14 s, of 30 1.05 s.
-CPU_CHUNK_BYTES = 32 << 20
+#: On the CPU, the most bytes of stacked parameters one chunk of clients holds by default.
+#: Each chunk pays its own steps' dispatch and its stacking and folding, and each step
+#: streams the chunk's weights through the forward pass, the backward pass and the update.
+#: Measured on 2 cores (AMD EPYC, AVX-512; FCNN, 0.94 MB per client; FedAvg round with the
+#: test-set evaluation), 2026-11-26: 60 clients × 20 steps of 50, all 60 at once 0.47 s
+#: against chunks of 30 0.53 s; 1,000 clients × 3 steps of 20, chunks of ~34 (32 MB) 0.84 s,
+#: of 135 0.72 s, of 270 (256 MB) 0.65-0.68 s at 1.2 GB peak, of 525 (the memory budget)
+#: 0.62-0.66 s at 1.7 GB; FCNN HFedAvg N = 4 (60 clients) 2.8 → 2.3 s. An earlier engine
+#: (before the shared start was stacked once per chunk and the fold written in place)
+#: measured the opposite, chunks of 30 faster, hence 32 MB until then.
+CPU_CHUNK_BYTES = 256 << 20
 
 #: ``compile`` settings of :class:`BatchedExecutor`: off, or a ``torch.compile`` mode.
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
