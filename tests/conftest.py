@@ -27,7 +27,7 @@ def fmnist():
 def stack_layout(request, monkeypatch):
     """The batched engine stacks wide linear weights as on a CPU of this kernel capability.
 
-    Column-major on AVX-512, row-major on AVX2 (``wirelessfl.models.layers.column_major``),
+    Column-major on Intel's AVX-512, row-major on AVX2 (``wirelessfl.models.layers.column_major``),
     whatever the machine running the test: a test that asks for it runs both layouts.
     """
     import functools
@@ -36,7 +36,8 @@ def stack_layout(request, monkeypatch):
     from wirelessfl.models.layers import column_major
 
     monkeypatch.setattr(batched, "column_major",
-                        functools.partial(column_major, capability=request.param))
+                        functools.partial(column_major, capability=request.param,
+                                          vendor="GenuineIntel"))
     return request.param
 
 

@@ -253,9 +253,12 @@ def test_column_major_names_the_wide_linear_weights():
             self.narrow = layers.Linear(layers.COLUMN_MAJOR_MIN_OUT, 10)
             self.torch_linear = nn.Linear(8, 500)
 
-    assert layers.column_major(Net(), "AVX512") == {"wide.weight"}
-    assert layers.column_major(Net(), "AVX2") == frozenset()
+    assert layers.column_major(Net(), "AVX512", "GenuineIntel") == {"wide.weight"}
+    assert layers.column_major(Net(), "AVX2", "GenuineIntel") == frozenset()
+    assert layers.column_major(Net(), "AVX512", "AuthenticAMD") == frozenset()  # measured slower
     assert layers.column_major(Net()) == layers.column_major(
-        Net(), torch.backends.cpu.get_cpu_capability())
+        Net(), torch.backends.cpu.get_cpu_capability(), layers.cpu_vendor())
     with pytest.raises(TypeError, match="capability must be a string"):
         layers.column_major(Net(), ["AVX512"])
+    with pytest.raises(TypeError, match="vendor must be a string"):
+        layers.column_major(Net(), "AVX512", 7)

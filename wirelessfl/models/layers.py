@@ -307,33 +307,54 @@ COLUMN_MAJOR_MIN_OUT = 128
 #: CPU kernel capabilities (``torch.backends.cpu.get_cpu_capability()``) on which
 #: :func:`column_major` stacks pay; on the others the weights stay row-major.
 COLUMN_MAJOR_CAPABILITIES = frozenset({"AVX512"})
+#: CPU vendors (``vendor_id`` of ``/proc/cpuinfo``) on which they pay, with such a capability.
+COLUMN_MAJOR_VENDORS = frozenset({"GenuineIntel"})
 
 
-def column_major(model: nn.Module, capability: str | None = None) -> frozenset[str]:
+@functools.lru_cache(maxsize=1)
+def cpu_vendor() -> str:
+    """The CPU vendor of this machine (``GenuineIntel``, ``AuthenticAMD``; ``""``: unknown)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def column_major(model: nn.Module, capability: str | None = None,
+                 vendor: str | None = None) -> frozenset[str]:
     """Names of the weights the batched engine stacks column-major on the CPU.
 
-    Those of :class:`Linear` layers with at least :data:`COLUMN_MAJOR_MIN_OUT` outputs, on a
-    CPU whose kernel capability (``capability``, default this machine's
-    ``torch.backends.cpu.get_cpu_capability()``) is in :data:`COLUMN_MAJOR_CAPABILITIES`;
-    none elsewhere. A weight stacked as ``(clients, in, out)`` in memory (viewed as
-    ``(clients, out, in)``) makes the stacked forward pass ``x W^T`` and its weight gradient
-    ``x^T g`` GEMMs on unit-stride operands, and the gradient comes out in the same layout,
-    so the update stays one contiguous pass. Which layout the BLAS runs faster depends on
-    its kernels. Measured on 2 cores of an AVX-512 machine (matmul 2048² at 340-440 GFLOP/s),
-    60 stacked clients, batch 50: the FCNN's 784 → 300 layer's forward 7.3 → 4.9 ms and
-    weight gradient 10.6 → 8.0 ms; a forward and backward with update 38 → 27 ms; narrow
-    layers (10 outputs) were slower this way (0.56 → 0.72 ms), layers of 120 and more the
-    same or faster. On 2 cores of an AVX2 machine (AMD EPYC, matmul 2048² at 140-160
-    GFLOP/s), 30 stacked clients: the weight gradient took 15.8 ms column-major against
-    7.8 ms row-major (forward 9.2 against 8.9 ms), and the FCNN HFedAvg round of
-    ``benchmarks/engine.py`` 4.95 s against 3.64 s; so row-major there. The choice is fixed
-    by the machine (same seed, same numbers on it); the two layouts' weight gradients may
-    differ in the last bits.
+    Those of :class:`Linear` layers with at least :data:`COLUMN_MAJOR_MIN_OUT` outputs, on a CPU
+    whose kernel capability (``capability``, default this machine's
+    ``torch.backends.cpu.get_cpu_capability()``) is in :data:`COLUMN_MAJOR_CAPABILITIES` and
+    whose vendor (``vendor``, default :func:`cpu_vendor`) is in :data:`COLUMN_MAJOR_VENDORS`;
+    none elsewhere. A weight stacked as ``(clients, in, out)`` in memory (viewed as ``(clients,
+    out, in)``) makes the stacked forward pass ``x W^T`` and its weight gradient ``x^T g`` GEMMs
+    on unit-stride operands, and the gradient comes out in the same layout, so the update stays
+    one contiguous pass. Which layout the BLAS runs faster depends on its kernels. Measured on 2
+    cores of an AVX-512 machine (matmul 2048² at 340-440 GFLOP/s), 60 stacked clients, batch 50:
+    the FCNN's 784 → 300 layer's forward 7.3 → 4.9 ms and weight gradient 10.6 → 8.0 ms; a
+    forward and backward with update 38 → 27 ms; narrow layers (10 outputs) were slower this way
+    (0.56 → 0.72 ms), layers of 120 and more the same or faster. On 2 cores of an AVX2 machine
+    (AMD EPYC, matmul 2048² at 140-160 GFLOP/s), 30 stacked clients: the weight gradient took
+    15.8 ms column-major against 7.8 ms row-major (forward 9.2 against 8.9 ms), and the FCNN
+    HFedAvg round of ``benchmarks/engine.py`` 4.95 s against 3.64 s; so row-major there. On 2
+    cores of an AMD EPYC with AVX-512 (matmul 2048² at 192 GFLOP/s; 2026-11-26) row-major was
+    faster too: FedAvg rounds of 60 clients × 20 steps 0.482 → 0.465 s, of 1,000 clients × 3
+    steps 0.668 → 0.618 s; hence the vendor as well as the capability. The choice is fixed by
+    the machine (same seed, same numbers on it); the two layouts' weight gradients may differ in
+    the last bits.
     """
-    if capability is not None and not isinstance(capability, str):
-        raise TypeError(f"capability must be a string such as 'AVX2' or 'AVX512', got "
-                        f"{type(capability).__name__}")
-    if (capability or torch.backends.cpu.get_cpu_capability()) not in COLUMN_MAJOR_CAPABILITIES:
+    for name, value in (("capability", capability), ("vendor", vendor)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string such as 'AVX512' or 'GenuineIntel', "
+                            f"got {type(value).__name__}")
+    if (capability or torch.backends.cpu.get_cpu_capability()) not in COLUMN_MAJOR_CAPABILITIES \
+            or (cpu_vendor() if vendor is None else vendor) not in COLUMN_MAJOR_VENDORS:
         return frozenset()
     return frozenset(f"{name}.weight" if name else "weight" for name, m in model.named_modules()
                      if isinstance(m, Linear) and m.out_features >= COLUMN_MAJOR_MIN_OUT)
