@@ -60,14 +60,13 @@ def _overrides(name: str, rounds: int, device: str) -> list[str]:
 def run_preset(name: str, device: str, rounds: int, out_root: str, data_dir: str | None = None) -> dict:
     """One preset on one device: its summary numbers, or the one-line error of a failed run."""
     from wirelessfl.cli import main
-    from wirelessfl.run.config import load_raw
     from wirelessfl.run.records import RunRecord
 
     out = Path(out_root) / f"{name}-{device}"
     argv = ["run", name, "--out", str(out), "--quiet"]
     for s in _overrides(name, rounds, device):
         argv += ["--set", s]
-    if data_dir and "tasks" not in load_raw(name):  # FedAST's tasks read the system copy
+    if data_dir:  # a multi-task preset (FedAST) gives it to every task
         argv += ["--set", f"data.data_dir={data_dir}"]
     err = io.StringIO()
     t = time.perf_counter()

@@ -118,3 +118,20 @@ def test_retime_of_rows_without_accuracy_is_one_line(tmp_path, capsys):
     assert main(["retime", str(tmp_path / "r"), "--set", "network.model=tdma"]) == 2
     err = capsys.readouterr().err
     assert "lacks its round or test_accuracy" in err and "Traceback" not in err
+
+
+def test_a_multi_task_configs_data_dir_reaches_every_task(tmp_path):
+    """``--set data.data_dir=D`` and ``figures --data-dir D`` on a multi-task config (FedAST)
+    read every task's data from D (they failed with "unknown config key 'data'"); a task's
+    own setting wins; only where data is read from and placed may be shared."""
+    from wirelessfl.cli import main
+
+    raw = apply_overrides(load_raw("centralized_fmnist_quick"), [f"data.data_dir={tmp_path}"])
+    raw["tasks"] = [raw["tasks"][0], {"task": "fmnist_lenet5", "data": {"data_dir": "own"}}]
+    cfg = resolve_multitask(raw)
+    assert [t.data.data_dir for t in cfg.tasks] == [str(tmp_path), "own"] * 2  # copies: 2
+    assert resolve_multitask(multitask_to_dict(cfg)) == cfg
+    with pytest.raises(ConfigError, match="sets only data_dir, placement"):
+        resolve_multitask(apply_overrides(load_raw("centralized_fmnist_quick"), ["data.seed=3"]))
+    assert main(["figures", "fedast", "--scale", "quick", "--only", "e1", "--dry-run", "--quiet",
+                 "--data-dir", str(tmp_path), "--out", str(tmp_path / "r")]) == 0

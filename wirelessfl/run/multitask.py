@@ -156,6 +156,34 @@ def _task(raw: Any, index: int) -> TaskConfig:
     return build_dataclass(TaskConfig, t, prefix, built=built)
 
 
+#: Keys of a multi-task config's top-level ``data``: where every task's data is read from
+#: and where it is placed, not which samples it holds.
+SHARED_DATA_KEYS = ("data_dir", "placement")
+
+
+def _with_shared_data(entry: Any, shared: Any, index: int) -> Any:
+    """Task ``entry`` with the config's top-level ``data`` as defaults of its own ``data``.
+
+    ``data: {data_dir: DIR}`` reads every task's dataset from ``DIR`` (what ``wirelessfl
+    figures --data-dir`` and ``--set data.data_dir=DIR`` give); a task's own setting wins.
+    """
+    if shared is None:
+        return entry
+    if not isinstance(shared, dict) or not set(shared) <= set(SHARED_DATA_KEYS):
+        keys = sorted(set(shared) - set(SHARED_DATA_KEYS)) if isinstance(shared, dict) else shared
+        raise ConfigError(f"data of a multi-task config sets only {', '.join(SHARED_DATA_KEYS)} "
+                          f"for every task, got {short(keys)}; set a task's own data under "
+                          "tasks[i].data")
+    if isinstance(entry, str):
+        entry = {"task": entry}
+    if not isinstance(entry, dict):
+        return entry  # task_from_registry says what is wrong with it
+    own = entry.get("data") or {}
+    if not isinstance(own, dict):
+        raise ConfigError(f"tasks[{index}].data must be a mapping, got {short(own)}")
+    return {**entry, "data": {**shared, **own}}
+
+
 def _with_clients(task: TaskConfig, clients: int) -> TaskConfig:
     """The task on the pool's clients (a task's own ``data.num_clients`` is not used)."""
     return dataclasses.replace(task, data=dataclasses.replace(task.data, num_clients=clients))
@@ -173,7 +201,8 @@ def resolve_multitask(raw: dict[str, Any]) -> MultiTaskConfig:
     if not 1 <= len(tasks) * copies <= MAX_TASKS:
         raise ConfigError(f"a run trains 1..{MAX_TASKS} tasks, got {len(tasks) * copies} "
                           "(tasks x copies)")
-    tasks = tasks * copies
+    shared = raw.pop("data", None)
+    tasks = [_with_shared_data(t, shared, i) for i, t in enumerate(tasks * copies)]
     method = raw.pop("method", None) or {}
     if not isinstance(method, dict):
         raise ConfigError(f"'method' must be a mapping, got {short(method)}")
