@@ -146,13 +146,15 @@ def lockstep(device: str, quick: bool) -> dict:
 
 
 def _rounds_done(root: Path) -> tuple[int, int]:
-    """Finished runs and trained rounds under a report folder's ``runs/``."""
-    runs = [f for f in (root / "runs").glob("*") if f.is_dir()]
+    """Finished runs and trained rounds under a report folder's ``runs/`` (their records)."""
+    from wirelessfl.run.records import RunRecord
+
+    records = [RunRecord(f) for f in (root / "runs").glob("*") if f.is_dir()]
     rounds = 0
-    for f in runs:
-        rows = f / "metrics.jsonl"
-        rounds += max(0, len(rows.read_text().splitlines()) - 1) if rows.is_file() else 0
-    return sum((f / "summary.json").is_file() for f in runs), rounds
+    for rec in records:
+        rows = rec.rows() if (rec.folder / "metrics.jsonl").is_file() else []
+        rounds += int(rows[-1]["round"]) if rows else 0
+    return sum(rec.summary() is not None for rec in records), rounds
 
 
 def figure(device: str, quick: bool) -> dict:

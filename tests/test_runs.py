@@ -260,7 +260,7 @@ def test_a_quiet_run_says_its_time_left_once_after_its_first_round(tmp_path, mon
 
 def test_the_model_check_feeds_the_model_on_its_own_device():
     """Data pinned on the host (``data.placement: host``) feeds a model on the GPU: the first
-    forward pass before training goes to the model's device, not the data's (an H200 run of
+    forward pass before training goes to the run's device, not the data's (an H200 run of
     the CUDA tests failed here). A model on the meta device stands in for the GPU."""
     import torch
 
@@ -270,4 +270,4 @@ def test_the_model_check_feeds_the_model_on_its_own_device():
 
     data = ArrayDataset(torch.rand(4, 1, 28, 28), torch.arange(4) % 10, 10)
     model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=8).to("meta")
-    _check_model(model, "fcnn", data)
+    _check_model(model, "fcnn", data, "meta")

@@ -350,13 +350,11 @@ class BatchedExecutor(Executor):
         except Exception as exc:
             ids = ", ".join(str(t.client) for t in tasks)
             raise ClientError(f"batched clients {ids} failed: {exc}") from exc
-        # the default final step folds Δ on the stack: each client's result then has no Δ
         # the default final step's Δ = start − end for the whole stack at once (one
         # subtraction per tensor, not one per client and tensor), folded on the stack or
         # handed out as each client's rows; a rule's own final step gets its client's carry
         default_final = type(update).client_final is ClientUpdate.client_final
         losses = loss_sum.tolist()  # one read of the device per call, not one per client
-        opt = {name: _rows(tree) for name, tree in carry.opt.items() if isinstance(tree, dict)}
         if default_final:
             deltas = _stacked_deltas(tasks, carry, self.device)
             if fold is not None:
@@ -372,6 +370,8 @@ class BatchedExecutor(Executor):
                        for c, t in enumerate(tasks)]
         else:  # column-major stacks back to each client's own layout (results are contiguous)
             params = _rows(carry.params)
+            opt = {name: _rows(tree) for name, tree in carry.opt.items()
+                   if isinstance(tree, dict)}
             results = [update.client_final(t, Carry(  # the start is each task's own
                            start={k: v.detach().to(self.device) for k, v in t.params.items()},
                            params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,

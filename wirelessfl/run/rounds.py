@@ -127,7 +127,7 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
                               "own tokenizer or raise its vocabulary size")
     splits = splits.placed(device, d.placement)
     train = splits.train
-    _check_model(model, cfg.model.name, train)
+    _check_model(model, cfg.model.name, train, device)
     net = cfg.network
     d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
     link = make_link(net, d, len(client_indices))
@@ -187,7 +187,7 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
     return Experiment(cfg, device, seeds, splits, model, algorithm, link, env)
 
 
-def _check_model(model: FLModel, name: str, train: Any) -> None:
+def _check_model(model: FLModel, name: str, train: Any, device: torch.device | str) -> None:
     """A model that can train on this data: trainable parameters, one logit per class.
 
     Checked on two training samples before anything trains (a registered model with too few
@@ -199,9 +199,8 @@ def _check_model(model: FLModel, name: str, train: Any) -> None:
                           "there is nothing for the clients to train")
     was = model.training
     model.eval()
-    # the model's device, not the data's: data pinned on the host (data.placement: host)
+    # on the run's device, not the data's: data pinned on the host (data.placement: host)
     # feeds a model on the GPU (the first H200 run failed here)
-    device = next((p.device for p in model.parameters()), train.x.device)
     try:
         with torch.no_grad():
             out = model(train.batch(slice(0, min(2, len(train))), device)[0])
