@@ -84,7 +84,8 @@ from wirelessfl.engine.client import (
 )
 from wirelessfl.engine.replay import StepReplay
 from wirelessfl.models.base import FLModel, Params
-from wirelessfl.models.layers import column_major, sgd_in_backward
+from wirelessfl.models.layers import Linear, column_major, sgd_in_backward
+from wirelessfl.models.lowrank import LowRankDelta, LowRankWeight
 from wirelessfl.models.noise import client_noise, step_keys
 
 #: On the CPU, the most bytes of stacked parameters one chunk of clients holds by default.
@@ -98,6 +99,13 @@ from wirelessfl.models.noise import client_noise, step_keys
 #: (before the shared start was stacked once per chunk and the fold written in place)
 #: measured the opposite, chunks of 30 faster, hence 32 MB until then.
 CPU_CHUNK_BYTES = 256 << 20
+
+#: A linear weight is kept low-rank (:mod:`wirelessfl.models.lowrank`) when the rows of all
+#: its steps are at most this share of its smaller side: FedAvg of the FCNN with 3 steps of
+#: batch 20 (60 rows against 300 units) is; with 20 steps of batch 50 it is not.
+LOWRANK_MAX_SHARE = 0.25
+#: ``low_rank`` settings of :class:`BatchedExecutor`.
+LOW_RANK_MODES = ("auto", "off")
 
 #: ``compile`` settings of :class:`BatchedExecutor`: off, or a ``torch.compile`` mode.
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -139,16 +147,27 @@ class BatchedExecutor(Executor):
         replayed, the same numbers bit for bit
         (:class:`~wirelessfl.engine.replay.StepReplay`; the FCNN HFedAvg round on 2 cores
         1.78 -> 1.58 s, LeNet-5's 6.45 -> 6.21 s).
+    low_rank : str
+        ``auto`` (default) or ``off``: whether a plain SGD step on the CPU may keep a linear
+        weight that every client starts from one tensor as that start plus its steps'
+        low-rank factors (:meth:`_low_rank`, :mod:`wirelessfl.models.lowrank`; the same
+        numbers to float rounding).
     """
 
     def __init__(self, device: torch.device | str = "cpu", max_batch: int | None = None,
-                 compile: str = "off", replay: str = "auto") -> None:  # noqa: A002 - torch's own word for it
+                 compile: str = "off", replay: str = "auto",  # noqa: A002 - torch's own word
+                 low_rank: str = "auto") -> None:
         if max_batch is not None and (int(max_batch) != max_batch or max_batch < 1):
             raise ValueError(f"max_batch must be an integer >= 1 or None, got {max_batch!r}")
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, "
                              f"got {compile!r}")
+        if low_rank not in LOW_RANK_MODES:
+            raise ValueError(f"low_rank must be one of {', '.join(LOW_RANK_MODES)}, "
+                             f"got {low_rank!r}")
         self.device = torch.device(device)
+        self.low_rank = low_rank
+        self.low_ranked = 0  # weights kept low-rank so far (one per weight and chunk)
         self.max_batch = max_batch
         self.compile = compile
         self._compiled = None  # the compiled _gradients, made on first use
@@ -161,6 +180,7 @@ class BatchedExecutor(Executor):
     def __repr__(self) -> str:
         more = f", compile='{self.compile}'" if self.compile != "off" else ""
         more += f", replay='{self.replay.mode}'" if self.replay.mode != "auto" else ""
+        more += f", low_rank='{self.low_rank}'" if self.low_rank != "auto" else ""
         return f"BatchedExecutor(device='{self.device}', max_batch={self.max_batch}{more})"
 
     def _gradient_fn(self):
@@ -282,6 +302,36 @@ class BatchedExecutor(Executor):
                       file=sys.stderr)
         return self._checked[rule]
 
+    def _low_rank(self, update: LocalSGD, tasks: list[ClientTask], hp: LocalHParams,
+                  schedules: list[list]) -> dict[str, LowRankWeight]:
+        """The linear weights this group keeps as a shared start plus low-rank steps.
+
+        :mod:`wirelessfl.models.lowrank`'s form, eq. (1), for a plain SGD step (the default
+        loss, no drift, the default final step) in float32 on the CPU, every client taking
+        the same number of steps: the weights of :class:`~wirelessfl.models.layers.Linear`
+        layers that every client starts from one tensor (FedAvg's global model) and whose
+        steps' rows, summed, are at most :data:`LOWRANK_MAX_SHARE` of the layer's smaller
+        side. On the GPU the weights stay stacked (not measured there yet).
+        """
+        if (self.low_rank == "off" or self.device.type != "cpu" or hp.precision != "fp32"
+                or update.drifts
+                or type(update).objective is not LocalSGD.objective
+                or type(update).client_final is not ClientUpdate.client_final
+                or len({len(s) for s in schedules}) != 1 or not LOWRANK_MAX_SHARE > 0):
+            return {}
+        rows = sum(max(len(s[i]) for s in schedules) for i in range(len(schedules[0])))
+        if rows < 1:
+            return {}
+        names = {f"{name}.weight" if name else "weight"
+                 for name, m in update.model.named_modules() if isinstance(m, Linear)}
+        lr = task_lr(tasks[0], hp)
+        out = {k: LowRankWeight(tasks[0].params[k].detach().to(self.device), len(tasks), rows, lr)
+               for k, v in tasks[0].params.items()
+               if k in names and v.dim() == 2 and v.dtype == torch.float32
+               and rows <= LOWRANK_MAX_SHARE * min(v.shape) and _one_start(tasks, k)}
+        self.low_ranked += len(out)
+        return out
+
     def _run_group(self, update: LocalSGD, data: ArrayDataset, tasks: list[ClientTask],
                    hp: LocalHParams, fold: DeltaFold | None = None,
                    positions: Sequence[int] = ()) -> list[ClientResult]:
@@ -289,7 +339,10 @@ class BatchedExecutor(Executor):
                      for t in tasks]
         steps = np.array([len(s) for s in schedules])
         cols = column_major(update.model) if self.device.type == "cpu" else frozenset()
-        stacked = {k: _stack([t.params[k] for t in tasks], self.device, k in cols)
+        fused = update.plain_sgd and self.compile == "off"
+        low_rank = self._low_rank(update, tasks, hp, schedules) if fused else {}
+        stacked = {k: (low_rank[k].start if k in low_rank
+                       else _stack([t.params[k] for t in tasks], self.device, k in cols))
                    for k in tasks[0].params}
         contexts = [update.context(t) for t in tasks]
         ctx = {name: {k: _stack([c[name][k] for c in contexts], self.device, k in cols)
@@ -297,7 +350,6 @@ class BatchedExecutor(Executor):
         buffers = {k: torch.stack([t.buffers[k].detach() for t in tasks]).to(self.device)
                    for k in (tasks[0].buffers or {})}
         # steps taken in place (the group owns its parameters), unless compiled
-        fused = update.plain_sgd and self.compile == "off"
         params, start = stacked, stacked
         if fused and type(update).objective is LocalSGD.objective and not update.drifts:
             start = {}  # the default loss never reads the start: the stack is the parameters
@@ -320,7 +372,10 @@ class BatchedExecutor(Executor):
                 active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
                                                device=self.device)
                 all_keys = step_keys([t.seed for t in tasks], range(len(batches)), self.device)
-                replay_key = self.replay.group_key(update, carry) if fused else None
+                # low-rank weights change their factors, not their tensors: not recorded
+                replay_key = (self.replay.group_key(update, carry) if fused and not low_rank
+                              else None)
+                eager = functools.partial(_plain_sgd_step, low_rank=low_rank)
                 for s, (idx, w) in enumerate(batches):
                     x, y = data.batch(idx, self.device)
                     finishing = s >= steps.min()  # some client's schedule has ended
@@ -330,7 +385,7 @@ class BatchedExecutor(Executor):
                     keys = all_keys[s]
                     if fused and not finishing:
                         losses = self.replay.step(replay_key, update, carry, x, y, w, keys,
-                                                  _plain_sgd_step)
+                                                  eager)
                         loss_sum += losses.detach()
                         continue
                     grads, losses = self._gradient_fn()(update, carry, x, y, w, keys)
@@ -356,12 +411,13 @@ class BatchedExecutor(Executor):
         default_final = type(update).client_final is ClientUpdate.client_final
         losses = loss_sum.tolist()  # one read of the device per call, not one per client
         if default_final:
-            deltas = _stacked_deltas(tasks, carry, self.device)
+            deltas = _stacked_deltas(tasks, carry, self.device, low_rank)
             if fold is not None:
                 fold.add(positions, deltas)
                 deltas = {}
             else:  # each client's Δ contiguous (column-major stacks back to rows: one pass)
-                deltas = _rows(deltas)
+                deltas = _rows({k: v.dense() if isinstance(v, LowRankDelta) else v
+                                for k, v in deltas.items()})
             rows = {k: v.unbind(0) for k, v in deltas.items()}  # one call per tensor
             bufs = {k: v.unbind(0) for k, v in carry.buffers.items()}
             results = [ClientUpdate.result(t, {k: v[c] for k, v in rows.items()}, int(steps[c]),
@@ -413,14 +469,16 @@ class BatchedExecutor(Executor):
 
     @staticmethod
     def _gradients(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
-                   w: torch.Tensor, keys: torch.Tensor, fused: bool = False
-                   ) -> tuple[Params, torch.Tensor]:
+                   w: torch.Tensor, keys: torch.Tensor, fused: bool = False,
+                   shared: frozenset[str] = frozenset()) -> tuple[Params, torch.Tensor]:
         """Per-client gradients of the rule's loss (decay and correction applied), data losses.
 
         ``fused``: plain SGD inside :func:`~wirelessfl.models.layers.sgd_in_backward`, the
-        raw gradients, None for the weights already stepped.
+        raw gradients, None for the weights already stepped. ``shared``: parameters held as
+        one tensor for every client (the starts of low-rank weights), not stacked.
         """
         stacked = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
+        dims = {k: None if k in shared else 0 for k in stacked}
 
         def client_loss(p: Params, s: Params, xb: torch.Tensor, yb: torch.Tensor,
                         wb: torch.Tensor, c: dict[str, Params], b: Params, key: torch.Tensor):
@@ -428,9 +486,10 @@ class BatchedExecutor(Executor):
                 return update.objective(p, b, s, xb, yb, wb, c)  # b updated in place
 
         # a start of lower rank than the parameters is one tensor for every client (unstacked)
-        shared = any(v.dim() < carry.params[k].dim() for k, v in carry.start.items())
+        one_start = any(v.dim() < carry.params[k].dim() for k, v in carry.start.items())
         with update.autocast(x.device.type):
-            total, losses = vmap(client_loss, in_dims=(0, None if shared else 0, 0, 0, 0, 0, 0, 0),
+            total, losses = vmap(client_loss, in_dims=(dims, None if one_start else 0, 0, 0, 0, 0,
+                                                       0, 0),
                                  randomness="different")(
                 stacked, carry.start, x, y, w, carry.ctx, carry.buffers, keys)
         if fused:
@@ -441,18 +500,23 @@ class BatchedExecutor(Executor):
 
 
 def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
-                    w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+                    w: torch.Tensor, keys: torch.Tensor,
+                    low_rank: dict[str, LowRankWeight] | None = None) -> torch.Tensor:
     """One step of :attr:`LocalSGD.plain_sgd` on the stacked clients, in place; data losses.
 
     Stacked linear weights step inside the backward pass
     (:func:`~wirelessfl.models.layers.sgd_in_backward`), the other parameters after it; the
     rule's :meth:`~wirelessfl.engine.client.LocalSGD.drift_step`, if it :attr:`drifts
-    <wirelessfl.engine.client.LocalSGD.drifts>`, just before each gradient step.
+    <wirelessfl.engine.client.LocalSGD.drifts>`, just before each gradient step. The weights
+    of ``low_rank`` (kept as a shared start and their steps' factors,
+    :mod:`wirelessfl.models.lowrank`) record their step in the backward pass.
     """
     drift = (functools.partial(update.drift_step, start=carry.start, ctx=carry.ctx, lr=carry.lr)
              if update.drifts else None)
-    with sgd_in_backward(carry.params, carry.lr, drift) as stepped:
-        grads, losses = BatchedExecutor._gradients(update, carry, x, y, w, keys, fused=True)
+    low_rank = low_rank or {}
+    with sgd_in_backward(carry.params, carry.lr, drift, low_rank) as stepped:
+        grads, losses = BatchedExecutor._gradients(update, carry, x, y, w, keys, fused=True,
+                                                   shared=frozenset(low_rank))
     for k, g in grads.items():
         if k in stepped:
             continue
@@ -469,16 +533,22 @@ def _one_start(tasks: list[ClientTask], k: str) -> bool:
     return all(t.params[k] is tasks[0].params[k] for t in tasks)
 
 
-def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device) -> Params:
+def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device,
+                    low_rank: dict[str, LowRankWeight] | None = None
+                    ) -> dict[str, torch.Tensor | LowRankDelta]:
     """Every client's Δ = start − end, written over ``carry.params`` (for a :class:`DeltaFold`).
 
     The group's stacked parameters are its own and read no more, so Δ takes their memory
     and layout (no new stack). The start is the carry's stacked one, or, where the group
     trained its starts in place, the tasks' own: one broadcast tensor when they all share it
-    (FedAvg's global model), in the stack's layout.
+    (FedAvg's global model), in the stack's layout. A weight of ``low_rank`` gives its
+    factored Δ (:class:`~wirelessfl.models.lowrank.LowRankDelta`).
     """
-    out = {}
+    out: dict[str, torch.Tensor | LowRankDelta] = {}
     for k, end in carry.params.items():
+        if low_rank and k in low_rank:
+            out[k] = low_rank[k].delta()
+            continue
         if k in carry.start:
             start = carry.start[k]
         elif _one_start(tasks, k):

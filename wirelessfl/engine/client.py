@@ -39,6 +39,7 @@ from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine import device_guard
 from wirelessfl.errors import short
 from wirelessfl.models.base import FLModel, Params
+from wirelessfl.models.lowrank import LowRankDelta
 from wirelessfl.models.noise import client_noise, step_key
 
 #: Most local steps one call may run (the batch schedule of a call is held in memory).
@@ -713,15 +714,18 @@ def tree_bytes(tree: Params) -> int:
     return sum(v.numel() * v.element_size() for v in tree.values())
 
 
-def weighted_sum(coef: torch.Tensor, stack: torch.Tensor) -> torch.Tensor:
+def weighted_sum(coef: torch.Tensor, stack: torch.Tensor | LowRankDelta) -> torch.Tensor:
     """Σ_i coef_i stack_i over the first dimension, as one matrix-vector product.
 
     The product runs on the stack's memory layout (its dimensions after the first taken in
     the order of their strides, so a column-major stack of weights is read as it lies) and
     reads the stack once: on 35 stacked FCNN clients on a CPU, 2.5 ms against 18 ms for
     scaling the stack in place and summing it. The sum's order is the product's, fixed for a
-    given stack; the result has the layout of the stack's rows.
+    given stack; the result has the layout of the stack's rows. A factored stack
+    (:class:`~wirelessfl.models.lowrank.LowRankDelta`) is summed as one GEMM of its factors.
     """
+    if isinstance(stack, LowRankDelta):
+        return stack.weighted_sum(coef)
     n = stack.shape[0]
     if stack.dim() == 1:
         return coef @ stack
@@ -786,8 +790,9 @@ class DeltaFold:
         """The fold of tasks ``lo:hi`` alone, normalised as the whole round (for a worker)."""
         return DeltaFold(self.weights[lo:hi], self.normaliser)
 
-    def add(self, positions: Sequence[int], deltas: Params) -> None:
-        """Fold a group: ``deltas[k]`` stacks the Δ of the tasks at ``positions``.
+    def add(self, positions: Sequence[int], deltas: dict[str, torch.Tensor | LowRankDelta]
+            ) -> None:
+        """Fold a group: ``deltas[k]`` stacks the Δ of the tasks at ``positions`` (or factors them).
 
         Their weighted sum (:func:`weighted_sum`) joins :attr:`total`.
         """

@@ -101,7 +101,8 @@ def _stopped(pid: int | None) -> bool:
 
 
 def _serve(rank: int, world: int, port: int, device: str, threads: int,
-           max_batch: int | None, compile: str = "off", replay: str = "auto") -> None:  # noqa: A002  # pragma: no cover - runs in the worker processes
+           max_batch: int | None, compile: str = "off", replay: str = "auto",  # noqa: A002
+           low_rank: str = "auto") -> None:  # pragma: no cover - runs in the worker processes
     """A worker: join the group, then train each round's share until told to stop."""
     import torch.distributed as dist
 
@@ -114,7 +115,7 @@ def _serve(rank: int, world: int, port: int, device: str, threads: int,
                             init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=JOIN_TIMEOUT_S))
     executor = BatchedExecutor(_device_of(device, rank), max_batch=max_batch, compile=compile,
-                               replay=replay)
+                               replay=replay, low_rank=low_rank)
     data = None
     try:
         while True:
@@ -150,14 +151,14 @@ class DistributedExecutor(Executor):
         ``cuda:r``, so at most as many workers as GPUs).
     threads : int or None
         CPU threads per rank; None = the usable CPUs divided by ``workers``.
-    max_batch, compile, replay
+    max_batch, compile, replay, low_rank
         Passed to each rank's batched engine
         (:class:`~wirelessfl.engine.batched.BatchedExecutor`).
     """
 
     def __init__(self, workers: int = 2, device: str = "cpu", threads: int | None = None,
                  max_batch: int | None = None, compile: str = "off",  # noqa: A002
-                 replay: str = "auto") -> None:
+                 replay: str = "auto", low_rank: str = "auto") -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) \
                 or not 2 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be an integer in [2, {MAX_WORKERS}], got {workers!r}")
@@ -174,8 +175,9 @@ class DistributedExecutor(Executor):
         self.workers, self.device = workers, device
         self.threads = threads or max(1, usable_cpus() // workers)
         self.local = BatchedExecutor(_device_of(device, 0), max_batch=max_batch, compile=compile,
-                                     replay=replay)
+                                     replay=replay, low_rank=low_rank)
         self.max_batch, self.compile, self.replay = max_batch, compile, replay
+        self.low_rank = low_rank
         self._procs: list[Any] = []
         self._data_id: int | None = None
 
@@ -198,7 +200,8 @@ class DistributedExecutor(Executor):
         port, ctx = _free_port(), mp.get_context("spawn")
         self._procs = [ctx.Process(target=_serve, daemon=True,
                                    args=(r, self.workers, port, self.device, self.threads,
-                                         self.max_batch, self.compile, self.replay))
+                                         self.max_batch, self.compile, self.replay,
+                                         self.low_rank))
                        for r in range(1, self.workers)]
         for p in self._procs:
             p.start()

@@ -26,7 +26,8 @@ def resolve_device(name: str) -> torch.device:
 
 def make_executor(engine: str, device: torch.device, max_batch: int | None = None,
                   model: FLModel | None = None, workers: int = 2,
-                  compile: str = "off", replay: str = "auto") -> Executor:  # noqa: A002
+                  compile: str = "off", replay: str = "auto",  # noqa: A002
+                  low_rank: str = "auto") -> Executor:
     """The client engine: ``loop``, ``batched``, ``auto`` or ``distributed``.
 
     ``distributed`` splits each round's clients over ``workers`` processes
@@ -38,16 +39,19 @@ def make_executor(engine: str, device: torch.device, max_batch: int | None = Non
     exception is a model that sets ``loop_on_cpu`` (GPT-2 + LoRA: stacked attention measured
     0.35–0.78× the loop on 2 CPU cores, ``benchmarks/lora.py``), which ``auto`` runs on the
     loop on a CPU. ``compile`` is the batched engine's (and each distributed worker's)
-    ``torch.compile`` mode and ``replay`` when it records and replays its steps
-    (:class:`~wirelessfl.engine.batched.BatchedExecutor`, :mod:`wirelessfl.engine.replay`).
+    ``torch.compile`` mode, ``replay`` when it records and replays its steps and ``low_rank``
+    whether it may keep linear weights low-rank
+    (:class:`~wirelessfl.engine.batched.BatchedExecutor`, :mod:`wirelessfl.engine.replay`,
+    :mod:`wirelessfl.models.lowrank`).
     """
     if engine == "distributed":
         from wirelessfl.engine.distributed import DistributedExecutor
 
         return DistributedExecutor(workers, device.type, max_batch=max_batch, compile=compile,
-                                   replay=replay)
+                                   replay=replay, low_rank=low_rank)
     if engine == "auto" and device.type == "cpu" and getattr(model, "loop_on_cpu", False):
         return LoopExecutor(device)
     if engine in ("batched", "auto"):
-        return BatchedExecutor(device, max_batch=max_batch, compile=compile, replay=replay)
+        return BatchedExecutor(device, max_batch=max_batch, compile=compile, replay=replay,
+                               low_rank=low_rank)
     return LoopExecutor(device)

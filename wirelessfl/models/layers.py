@@ -40,6 +40,7 @@ from torch import nn
 from typing_extensions import override
 
 from wirelessfl.models import vmap_rules
+from wirelessfl.models.lowrank import LowRankLinearFn, LowRankWeight
 
 
 def _front(t: torch.Tensor | None, dim: int | None, n: int) -> torch.Tensor | None:
@@ -78,15 +79,20 @@ class _LinearFn(_LayerFn):
     def vmap(info: Any, in_dims: tuple, x: torch.Tensor, w: torch.Tensor,
              b: torch.Tensor | None) -> tuple[torch.Tensor, int]:
         n = info.batch_size
-        if in_dims[1] is None and in_dims[2] is None:  # one weight for every client: one GEMM
-            return _LinearFn.apply(_front(x, in_dims[0], n), w, b), 0
-        x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[1], n), _front(b, in_dims[2], n)
+        low = _low_rank(w) if in_dims[1] is None else None
+        if low is None and in_dims[1] is None and in_dims[2] is None:
+            return _LinearFn.apply(_front(x, in_dims[0], n), w, b), 0  # one weight: one GEMM
+        x, b = _front(x, in_dims[0], n), _front(b, in_dims[2], n)
         rows = x.reshape(n, -1, x.shape[-1])
-        use = _fused_use(w)
-        y = _stacked_matmul(rows, w) if use is None else _SGDLinearFn.apply(rows, w, use)
+        if low is not None:  # a start shared by all plus each client's steps, low-rank
+            y = LowRankLinearFn.apply(rows, w, low)
+        else:
+            w = _front(w, in_dims[1], n)
+            use = _fused_use(w)
+            y = _stacked_matmul(rows, w) if use is None else _SGDLinearFn.apply(rows, w, use)
         if b is not None:
             y = y + b.unsqueeze(1).to(y.dtype)
-        return y.reshape(*x.shape[:-1], w.shape[1]), 0
+        return y.reshape(*x.shape[:-1], y.shape[-1]), 0
 
 
 def _column_major(w: torch.Tensor) -> bool:
@@ -168,8 +174,8 @@ _fused = threading.local()
 
 @contextlib.contextmanager
 def sgd_in_backward(params: dict[str, torch.Tensor], lr: float,
-                    before: Callable[[str, torch.Tensor], None] | None = None
-                    ) -> Iterator[set[str]]:
+                    before: Callable[[str, torch.Tensor], None] | None = None,
+                    low_rank: dict[str, LowRankWeight] | None = None) -> Iterator[set[str]]:
     """Stacked :class:`Linear` weights among ``params`` take their SGD step in the backward pass.
 
     Within the block (one forward and backward pass), a :class:`Linear` under ``vmap`` whose
@@ -188,6 +194,12 @@ def sgd_in_backward(params: dict[str, torch.Tensor], lr: float,
     gradient is ``before`` taking ``W ← W − lr d(W)`` (FedProx's pull towards the start).
     The block yields the set of names whose weights the backward pass stepped (``before``
     included); the caller steps the others.
+
+    ``low_rank`` maps names of 2-D entries of ``params`` (a start shared by every client,
+    unstacked under ``vmap``) to their :class:`~wirelessfl.models.lowrank.LowRankWeight`:
+    a :class:`Linear` reading such a weight computes each client's own weight from the start
+    and the factors of its steps, and its backward pass records the step as new factors
+    (:mod:`wirelessfl.models.lowrank`); those names are among the stepped ones.
     """
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
         raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
@@ -197,15 +209,36 @@ def sgd_in_backward(params: dict[str, torch.Tensor], lr: float,
         raise TypeError(f"before must be a function (name, tensor) or None, got {before!r}")
     uses = {name: _FusedUse(float(lr), None if before is None else functools.partial(before, name))
             for name, v in params.items() if v.dim() == 3}
-    previous = getattr(_fused, "state", None)
-    _fused.state = {(v.data_ptr(), tuple(v.shape), v.stride()): uses[name]
-                    for name, v in params.items() if name in uses}
+    low_rank = low_rank or {}
+    if any(name not in params or params[name].dim() != 2 or not isinstance(v, LowRankWeight)
+           for name, v in low_rank.items()):
+        raise ValueError("low_rank must map names of 2-D entries of params to LowRankWeight")
+    previous = getattr(_fused, "state", None), getattr(_fused, "low_rank", None)
+    _fused.state = {_where(v): uses[name] for name, v in params.items() if name in uses}
+    _fused.low_rank = {_where(params[name]): v for name, v in low_rank.items()}
     stepped: set[str] = set()
     try:
         yield stepped
     finally:
-        _fused.state = previous
+        _fused.state, _fused.low_rank = previous
         stepped.update(name for name, use in uses.items() if use.stepped)
+        stepped.update(low_rank)
+
+
+def _where(w: torch.Tensor) -> tuple:
+    """A tensor's storage, shape and strides: how a layer recognises a registered weight."""
+    return w.data_ptr(), tuple(w.shape), w.stride()
+
+
+def _low_rank(w: torch.Tensor) -> LowRankWeight | None:
+    """The :class:`~wirelessfl.models.lowrank.LowRankWeight` registered for ``w``, or None."""
+    state = getattr(_fused, "low_rank", None)
+    if not state or w.dim() != 2:
+        return None
+    try:
+        return state.get(_where(w))
+    except RuntimeError:  # a wrapper of an inner vmap (no storage)
+        return None
 
 
 def _fused_use(w: torch.Tensor) -> _FusedUse | None:
@@ -214,7 +247,7 @@ def _fused_use(w: torch.Tensor) -> _FusedUse | None:
     if state is None or w.dim() != 3:
         return None
     try:
-        use = state.get((w.data_ptr(), tuple(w.shape), w.stride()))
+        use = state.get(_where(w))
     except RuntimeError:  # a wrapper of an inner vmap (no storage): not a stacked parameter
         return None
     if use is not None:

@@ -92,7 +92,8 @@ def share_signature(run: RunSpec) -> tuple | None:
     return (data["dataset"], data["data_dir"], data["normalization"], data["placement"],
             json.dumps(cfg["model"], sort_keys=True, default=str),
             json.dumps(local, sort_keys=True, default=str), cfg["algorithm"]["name"],
-            cfg["device"], cfg["compile"], cfg["replay"], cfg["max_batch"], str(cfg["threads"]))
+            cfg["device"], cfg["compile"], cfg["replay"], cfg["low_rank"], cfg["max_batch"],
+            str(cfg["threads"]))
 
 
 def lockstep_groups(runs: list[RunSpec], batch_runs: int | None) -> list[list[RunSpec]]:
@@ -163,7 +164,8 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
 
     cfg = resolve({**runs[0].raw, "name": "group"})
     group = Lockstep(make_executor("batched", resolve_device(cfg.device), cfg.max_batch,
-                                   compile=cfg.compile, replay=cfg.replay), len(runs))
+                                   compile=cfg.compile, replay=cfg.replay,
+                                   low_rank=cfg.low_rank), len(runs))
     log(f"{index} a lockstep group of {len(runs)} runs: {runs[0].label} ...")
     lines: list[str] = []
     errors: list[BaseException] = []

@@ -30,7 +30,7 @@ from wirelessfl.algorithms.dynamic.initial_model import InitialModelConfig
 from wirelessfl.data.arrays import PLACEMENTS
 from wirelessfl.data.datasets import NORMALIZATIONS
 from wirelessfl.data.text import TEXT_DATASETS
-from wirelessfl.engine.batched import COMPILE_MODES
+from wirelessfl.engine.batched import COMPILE_MODES, LOW_RANK_MODES
 from wirelessfl.engine.client import LocalHParams
 from wirelessfl.engine.replay import REPLAY_MODES
 from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, short
@@ -206,6 +206,12 @@ class RunConfig:
         the same numbers bit for bit; ``on`` records at once, for any rule and model; ``off``
         never (:mod:`wirelessfl.engine.replay`). YAML's booleans count as on/off (``--set
         replay=off`` reads ``off`` as false).
+    low_rank : str
+        Batched engine on the CPU: ``auto`` (default) keeps a linear weight that every client
+        starts from one tensor as that start plus the low-rank factors of its plain SGD steps
+        when they are few and small beside the layer (many clients, few small-batch steps:
+        :mod:`wirelessfl.models.lowrank`); ``off`` stacks every client's weight. The same
+        numbers to float rounding. YAML's ``off`` (false) counts as off.
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
     population : PopulationConfig
@@ -230,6 +236,7 @@ class RunConfig:
     max_batch: int | None = None
     compile: str | bool = "off"
     replay: str | bool = "auto"
+    low_rank: str | bool = "auto"
     deterministic: bool = False
     threads: int | str = "auto"
     workers: int = 2
@@ -269,6 +276,11 @@ class RunConfig:
         if self.replay not in REPLAY_MODES:
             raise ConfigError(f"replay must be one of {', '.join(REPLAY_MODES)}, got "
                               f"{short(self.replay)}")
+        if isinstance(self.low_rank, bool):  # YAML reads off as false
+            object.__setattr__(self, "low_rank", "auto" if self.low_rank else "off")
+        if self.low_rank not in LOW_RANK_MODES:
+            raise ConfigError(f"low_rank must be one of {', '.join(LOW_RANK_MODES)}, got "
+                              f"{short(self.low_rank)}")
         if self.compile != "off" and self.engine == "loop":
             raise ConfigError(f"compile: {self.compile} compiles the batched engine's steps; the "
                               "loop engine does not compile: set engine: batched (or auto) or "

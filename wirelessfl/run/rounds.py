@@ -138,7 +138,7 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=lockstep.member() if lockstep is not None else make_executor(
                           cfg.engine, device, cfg.max_batch, model, cfg.workers, cfg.compile,
-                          cfg.replay),
+                          cfg.replay, cfg.low_rank),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
                       link=digital)
