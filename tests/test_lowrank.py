@@ -12,6 +12,7 @@ from wirelessfl.errors import ConfigError
 from wirelessfl.models import build_model
 from wirelessfl.models.layers import sgd_in_backward
 from wirelessfl.models.lowrank import LowRankDelta, LowRankWeight
+from wirelessfl.models.zoo import FCNN
 from wirelessfl.run.config import resolve
 
 
@@ -139,10 +140,14 @@ def test_low_rank_rounds_equal_the_stacked_engine_and_the_loop(name, fold):
         assert _relative(low[k], stacked[k]) < 1e-5, k
 
 
+class _OwnFCNN(FCNN):
+    """The library's FCNN as a class of one's own (not a library model)."""
+
+
 def test_low_rank_only_where_it_applies():
     """Kept stacked: clients taking unequal numbers of steps, steps whose rows exceed the
-    share of the layer, a rule with a drift (FedProx), clients with their own starts; and
-    ``low_rank: off`` in a config reaches the engine."""
+    share of the layer, a rule with a drift (FedProx), clients with their own starts, a
+    model class of one's own; and ``low_rank: off`` in a config reaches the engine."""
     from wirelessfl.algorithms.fedprox import ProximalSGD
 
     model = build_model("fcnn", (1, 28, 28), 10, seed=0)
@@ -169,6 +174,9 @@ def test_low_rank_only_where_it_applies():
     big = [ClientTask(c, start, np.arange(100 * c, 100 * c + 100), seed=c) for c in range(4)]
     assert used(LocalSGD(model, wide), big, wide) == 0
     assert used(LocalSGD(model, hp), big) == 1
+    mine = _OwnFCNN((1, 28, 28), 10)  # a model of one's own might read a weight directly
+    assert used(LocalSGD(mine, hp), [ClientTask(c, mine.params(), t.indices, seed=c)
+                                     for c, t in enumerate(same)]) == 0
     cfg = resolve({"low_rank": "off"})
     assert cfg.low_rank == "off" and resolve({"low_rank": False}).low_rank == "off"
     with pytest.raises(ConfigError, match="low_rank"):

@@ -82,7 +82,7 @@ from wirelessfl.engine.client import (
     task_lr,
     tree_bytes,
 )
-from wirelessfl.engine.replay import StepReplay
+from wirelessfl.engine.replay import StepReplay, library_model
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.layers import Linear, column_major, sgd_in_backward
 from wirelessfl.models.lowrank import LowRankDelta, LowRankWeight
@@ -311,10 +311,15 @@ class BatchedExecutor(Executor):
         the same number of steps: the weights of :class:`~wirelessfl.models.layers.Linear`
         layers that every client starts from one tensor (FedAvg's global model) and whose
         steps' rows, summed, are at most :data:`LOWRANK_MAX_SHARE` of the layer's smaller
-        side. On the GPU the weights stay stacked (not measured there yet).
+        side. Only in models built from ``wirelessfl``'s and ``torch.nn``'s modules, whose
+        linear weights are read by their layers alone (a model of your own might read one
+        directly, which would see the start, not the client's weight). A layer used several
+        times a forward pass (a recurrent one) records each use's factors, so its rank grows
+        faster than estimated: the same numbers, less gain. On the GPU the weights stay
+        stacked (not measured there yet).
         """
         if (self.low_rank == "off" or self.device.type != "cpu" or hp.precision != "fp32"
-                or update.drifts
+                or not library_model(update.model) or update.drifts
                 or type(update).objective is not LocalSGD.objective
                 or type(update).client_final is not ClientUpdate.client_final
                 or len({len(s) for s in schedules}) != 1 or not LOWRANK_MAX_SHARE > 0):

@@ -127,7 +127,7 @@ def _twin(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
-def _library_model(model: torch.nn.Module) -> bool:
+def library_model(model: torch.nn.Module) -> bool:
     """Whether every module of ``model`` comes from ``wirelessfl`` or ``torch.nn``."""
     return all(type(m).__module__.startswith(("wirelessfl.", "torch.nn."))
                for m in model.modules())
@@ -191,7 +191,7 @@ class StepReplay:
             return None
         model = update.model
         if self.mode == "auto" and not (type(update).__module__.startswith("wirelessfl.")
-                                        and _library_model(model)):
+                                        and library_model(model)):
             return None
         trees = (carry.params, carry.start, *carry.ctx.values())
         if any(v.dtype != torch.float32 for tree in trees for v in tree.values()):
