@@ -170,7 +170,7 @@ def test_low_rank_only_where_it_applies():
     uneven = [ClientTask(c, start, np.arange(20 * c, 20 * c + 6 * (c + 1)), seed=c)
               for c in range(4)]
     assert used(LocalSGD(model, epochs), uneven, epochs) == 0
-    wide = LocalHParams(lr=0.05, batch_size=40, steps=3)  # 120 rows > 0.25 * 300
+    wide = LocalHParams(lr=0.05, batch_size=60, steps=3)  # 180 rows > 0.5 * 300
     big = [ClientTask(c, start, np.arange(100 * c, 100 * c + 100), seed=c) for c in range(4)]
     assert used(LocalSGD(model, wide), big, wide) == 0
     assert used(LocalSGD(model, hp), big) == 1
