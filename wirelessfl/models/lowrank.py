@@ -41,8 +41,8 @@ class LowRankWeight:
 
     Parameters
     ----------
-    start : Tensor, shape (out, in)
-        W₀, shared by every client.
+    start : Tensor
+        W₀ (out × in), shared by every client.
     clients : int
         Clients stacked.
     capacity : int
@@ -62,18 +62,14 @@ class LowRankWeight:
         self.g = start.new_empty(clients, capacity, out)   # Ĝ: their output gradients × −γ
         self.rank = 0  # rows of factors recorded so far
 
-    @property
-    def clients(self) -> int:
-        """Clients stacked."""
-        return self.x.shape[0]
-
     def record(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
         """One step of every client: ``W_i ← W_i − γ grad_iᵀ rows_i`` (appends the factors)."""
         width = rows.shape[1]
         if self.rank + width > self.x.shape[1]:  # a weight used twice a step: room for more
             more = max(self.rank + width, 2 * self.x.shape[1]) - self.x.shape[1]
-            self.x = torch.cat([self.x, self.x.new_empty(self.clients, more, self.x.shape[2])], 1)
-            self.g = torch.cat([self.g, self.g.new_empty(self.clients, more, self.g.shape[2])], 1)
+            n = self.x.shape[0]
+            self.x = torch.cat([self.x, self.x.new_empty(n, more, self.x.shape[2])], 1)
+            self.g = torch.cat([self.g, self.g.new_empty(n, more, self.g.shape[2])], 1)
         self.x[:, self.rank:self.rank + width].copy_(rows)
         torch.mul(grad, -self.lr, out=self.g[:, self.rank:self.rank + width])
         self.rank += width
@@ -104,8 +100,10 @@ class LowRankDelta:
 
     Parameters
     ----------
-    g : Tensor, shape (clients, R, out)
-    x : Tensor, shape (clients, R, in)
+    g : Tensor
+        The output gradients times −γ, one (R, out) matrix per client.
+    x : Tensor
+        The input rows, one (R, in) matrix per client.
     """
 
     def __init__(self, g: torch.Tensor, x: torch.Tensor) -> None:
