@@ -682,21 +682,31 @@ def on_device(tasks: Sequence[ClientTask], device: torch.device) -> list[ClientT
     ``state`` stays where the client store keeps it (:mod:`wirelessfl.engine.client_store`
     loads it onto the parameters' device).
     """
-    moved: dict[int, torch.Tensor] = {}
+    moved: dict[int, Any] = {}  # by id: each distinct tensor or container once
 
     def move(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            if id(x) not in moved:
-                moved[id(x)] = x.to(device)
+        if id(x) in moved:
             return moved[id(x)]
-        if type(x) is dict:
-            return {k: move(v) for k, v in x.items()}
-        if type(x) in (list, tuple):
-            return type(x)(move(v) for v in x)
-        return x  # anything else as it is (frozensets of ids, a rule's own objects)
+        if isinstance(x, torch.Tensor):
+            out = x.to(device)
+        elif type(x) is dict:
+            out = {k: move(v) for k, v in x.items()}
+            out = x if all(out[k] is v for k, v in x.items()) else out
+        elif type(x) in (list, tuple):
+            items = [move(v) for v in x]
+            out = x if all(a is b for a, b in zip(items, x)) else type(x)(items)
+        else:
+            return x  # anything else as it is (frozensets of ids, a rule's own objects)
+        moved[id(x)] = out
+        return out
 
-    return [replace(t, params=move(t.params), buffers=move(t.buffers),
-                    broadcast=move(t.broadcast)) for t in tasks]
+    out = []
+    for t in tasks:  # a task already on the device is kept (1,000 tasks a round: no copies)
+        params, buffers, broadcast = move(t.params), move(t.buffers), move(t.broadcast)
+        out.append(t if params is t.params and buffers is t.buffers
+                   and broadcast is t.broadcast
+                   else replace(t, params=params, buffers=buffers, broadcast=broadcast))
+    return out
 
 
 class ClientError(RuntimeError):
