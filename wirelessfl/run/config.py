@@ -211,7 +211,7 @@ class RunConfig:
         starts from one tensor as that start plus the low-rank factors of its plain SGD steps
         when they are few and small beside the layer (many clients, few small-batch steps:
         :mod:`wirelessfl.models.lowrank`); ``off`` stacks every client's weight. The same
-        numbers to float rounding. YAML's ``off`` (false) counts as off.
+        numbers to float rounding. YAML's booleans count as auto (true) and off (false).
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
     population : PopulationConfig
@@ -276,7 +276,7 @@ class RunConfig:
         if self.replay not in REPLAY_MODES:
             raise ConfigError(f"replay must be one of {', '.join(REPLAY_MODES)}, got "
                               f"{short(self.replay)}")
-        if isinstance(self.low_rank, bool):  # YAML reads off as false
+        if isinstance(self.low_rank, bool):  # YAML reads on/off as true/false
             object.__setattr__(self, "low_rank", "auto" if self.low_rank else "off")
         if self.low_rank not in LOW_RANK_MODES:
             raise ConfigError(f"low_rank must be one of {', '.join(LOW_RANK_MODES)}, got "
