@@ -21,6 +21,9 @@ failing part keeps its error and the suite goes on):
   of :data:`LOCKSTEP_RUNS` FCNN runs of 60 clients, with the engine's memory budget and with
   chunks of :data:`LOCKSTEP_CHUNK` stacked clients: peak GPU memory, seconds per group round
   and per run against one run alone;
+- ``lowrank``: FedAvg rounds of 1,000 FCNN clients × 3 steps of batch 20 with the engine's
+  ``low_rank`` off and ``on`` (:mod:`wirelessfl.models.lowrank`; ``auto`` uses it on a CPU
+  only): seconds a round each and the final models' relative distance (a few seconds);
 - ``figure``: HIST Fig. 3 at paper scale (36 runs x 100 rounds) through ``wirelessfl
   figures``, as a user runs it (every run in one lockstep group on a GPU), cut at
   ``--figure-timeout-s``: its wall time, start-up included, and the report with its runs'
@@ -292,11 +295,59 @@ def lora(device: str, quick: bool) -> dict:
     return lo.lora_round("small", 10, 64, 128, 32, device)
 
 
+#: The low-rank part's workload: FedAvg of the FCNN, clients × local steps × batch (the
+#: peers' cross-device workload, ``benchmarks/peers``), and the rounds timed after a warm-up.
+LOWRANK_WORKLOAD, LOWRANK_ROUNDS = (1000, 3, 20), 4
+
+
+def lowrank(device: str, quick: bool) -> dict:
+    """FedAvg rounds of many small clients with ``low_rank`` off and on
+    (:mod:`wirelessfl.models.lowrank`): seconds a round each and the final models' distance.
+    ``on`` is what the default ``auto`` does on a CPU; on a GPU it is measured here first."""
+    import time
+
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import prepare
+
+    clients, steps, batch = (40, 3, 20) if quick else LOWRANK_WORKLOAD
+    rounds = 1 if quick else LOWRANK_ROUNDS
+    out: dict = {"clients": clients, "steps": steps, "batch": batch, "modes": {}}
+    finals = {}
+    for mode in ("off", "on"):
+        exp = prepare(resolve({
+            "seed": 0, "device": device, "low_rank": mode,
+            "data": {"dataset": DATA["dataset"], "data_dir": DATA["data_dir"],
+                     "partition": "iid", "num_clients": clients},
+            "model": {"name": "fcnn"}, "local": {"lr": 0.05, "batch_size": batch, "steps": steps},
+            "algorithm": {"name": "fedavg"}}))
+        state = exp.initial_state()
+        state, _ = exp.algorithm.apply(state)  # warm-up
+        times = []
+        for _ in range(rounds):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            state, _ = exp.algorithm.apply(state)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        finals[mode] = {k: v.detach().cpu() for k, v in state.params.items()}
+        out["modes"][mode] = {"seconds_per_round": sorted(times)[len(times) // 2],
+                              "low_ranked": exp.algorithm.env.executor.low_ranked}
+        PARTIAL(out)
+    out["relative_gap"] = max(float((finals["on"][k] - finals["off"][k]).norm()
+                                    / finals["off"][k].norm()) for k in finals["off"])
+    out["speedup"] = (out["modes"]["off"]["seconds_per_round"]
+                      / out["modes"]["on"]["seconds_per_round"])
+    return out
+
+
 #: In order of what the issue's GPU targets need first: a run cut off by ``--budget-s``
 #: skips the last parts.
 PARTS = {"presets": presets, "cuda_tests": cuda_tests, "engine": engine, "profile": profile,
-         "lockstep": lockstep, "figure": figure, "precision": precision, "resnet": resnet,
-         "lora": lora, "rules": rules, "compile": compile_step, "placement": placement}
+         "lockstep": lockstep, "lowrank": lowrank, "figure": figure, "precision": precision,
+         "resnet": resnet, "lora": lora, "rules": rules, "compile": compile_step,
+         "placement": placement}
 DATA: dict = {}
 #: The engines the engine and rules parts time (``--batched-only`` drops the loop: on a GPU
 #: its rounds take 13-25 s each, most of the suite's time when device time is short).
@@ -368,6 +419,12 @@ def _markdown(report: dict) -> str:
                       f"{res.get('rounds_trained')} rounds")
         elif name == "resnet":
             head = f"batched {res.get('batched_speedup', 0):.2f}x loop"
+        elif name == "lowrank":
+            modes = res.get("modes", {})
+            head = (f"{res.get('clients')} x {res.get('steps')} x {res.get('batch')}: "
+                    + ", ".join(f"{m} {r['seconds_per_round']:.3f}s" for m, r in modes.items())
+                    + (f" ({res['speedup']:.2f}x, gap {res['relative_gap']:.0e})"
+                       if "speedup" in res else ""))
         else:
             head = str(res.get("summary", ""))[:120]
         if not part["ok"]:

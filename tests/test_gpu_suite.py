@@ -22,7 +22,7 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     assert list(report["parts"])[:4] == ["presets", "cuda_tests", "engine", "profile"]
     assert set(report["parts"]) == {"presets", "cuda_tests", "engine", "profile", "lockstep",
                                    "figure", "placement", "rules", "resnet", "lora", "precision",
-                                   "compile"}
+                                   "compile", "lowrank"}
     assert all(p["ok"] for p in report["parts"].values())
     assert report["forbidden_imports"] == []     # no cvxpy, Gurobi or Ray in its process
     eng = report["parts"]["engine"]["result"]["workloads"][0]
@@ -39,6 +39,9 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     assert [g["runs"] for g in group] == [3, 3] and all(g["speedup_per_run"] > 0 for g in group)
     assert group[0]["final_accuracy_mean"] == pytest.approx(group[1]["final_accuracy_mean"],
                                                             abs=1e-6)  # chunking: same numbers
+    low = report["parts"]["lowrank"]["result"]  # off stacks, on keeps fc1 low-rank: same model
+    assert low["modes"]["off"]["low_ranked"] == 0 and low["modes"]["on"]["low_ranked"] >= 1
+    assert low["relative_gap"] < 1e-5 and low["speedup"] > 0
     prof = report["parts"]["profile"]["result"]["rounds"][0]
     assert prof["aten_calls"] > 0 and prof["kernel_launches"] == 0   # no GPU: no launches
 

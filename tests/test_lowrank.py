@@ -179,8 +179,28 @@ def test_low_rank_only_where_it_applies():
                                      for c, t in enumerate(same)]) == 0
     cfg = resolve({"low_rank": "off"})
     assert cfg.low_rank == "off" and resolve({"low_rank": False}).low_rank == "off"
+    assert resolve({"low_rank": True}).low_rank == "on"
     with pytest.raises(ConfigError, match="low_rank"):
         resolve({"low_rank": "sometimes"})
     with pytest.raises(ValueError, match="low_rank"):
-        BatchedExecutor(low_rank="on")
-    assert batched.LOW_RANK_MODES == ("auto", "off")
+        BatchedExecutor(low_rank="always")
+    assert set(batched.LOW_RANK_MODES) == {"auto", "on", "off"}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fold", [True, False], ids=["fold", "results"])
+def test_low_rank_on_a_gpu_only_when_on_and_with_the_numbers_of_the_cpu(fold):
+    """``auto`` keeps a GPU's weights stacked; ``on`` keeps them low-rank there, with the
+    numbers of the stacked GPU engine and of the CPU's loop to 1e-5 relative."""
+    hp = LocalHParams(lr=0.05, batch_size=6, steps=3)
+    sizes = [18, 24, 18, 30, 18, 12]
+    auto, on, off = (BatchedExecutor("cuda", low_rank=m) for m in ("auto", "on", "off"))
+    _round(auto, "fcnn", sizes, hp, fold)
+    low = {k: v.cpu() for k, v in _round(on, "fcnn", sizes, hp, fold).items()}
+    stacked = {k: v.cpu() for k, v in _round(off, "fcnn", sizes, hp, fold).items()}
+    assert auto.low_ranked == 0 and on.low_ranked >= 1 and off.low_ranked == 0
+    loop = _round(LoopExecutor(), "fcnn", sizes, hp, fold)
+    for k in loop:
+        assert _relative(low[k], loop[k]) < 1e-5, k
+        assert _relative(low[k], stacked[k]) < 1e-5, k

@@ -109,8 +109,8 @@ CPU_CHUNK_BYTES = 256 << 20
 #: small products grow with the square of the steps, so the gain ends at about 0.8; half
 #: keeps a margin. 20 steps of batch 50 (1,000 rows) stay stacked.
 LOWRANK_MAX_SHARE = 0.5
-#: ``low_rank`` settings of :class:`BatchedExecutor`.
-LOW_RANK_MODES = ("auto", "off")
+#: ``low_rank`` settings of :class:`BatchedExecutor`: on the CPU, on every device, never.
+LOW_RANK_MODES = ("auto", "on", "off")
 
 #: ``compile`` settings of :class:`BatchedExecutor`: off, or a ``torch.compile`` mode.
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -153,10 +153,11 @@ class BatchedExecutor(Executor):
         (:class:`~wirelessfl.engine.replay.StepReplay`; the FCNN HFedAvg round on 2 cores
         1.78 -> 1.58 s, LeNet-5's 6.45 -> 6.21 s).
     low_rank : str
-        ``auto`` (default) or ``off``: whether a plain SGD step on the CPU may keep a linear
+        ``auto`` (default), ``on`` or ``off``: whether a plain SGD step may keep a linear
         weight that every client starts from one tensor as that start plus its steps'
         low-rank factors (:meth:`_low_rank`, :mod:`wirelessfl.models.lowrank`; the same
-        numbers to float rounding).
+        numbers to float rounding): ``auto`` on the CPU, where it was measured, ``on`` on a
+        GPU too (to measure it there: ``benchmarks/gpu_suite.py``'s ``lowrank`` part).
     """
 
     def __init__(self, device: torch.device | str = "cpu", max_batch: int | None = None,
@@ -321,12 +322,13 @@ class BatchedExecutor(Executor):
         linear weights are read by their layers alone (a model of your own might read one
         directly, which would see the start, not the client's weight). A layer used several
         times a forward pass (a recurrent one) records each use's factors, so its rank grows
-        faster than estimated: the same numbers, less gain. On the GPU the weights stay
-        stacked (not measured there yet).
+        faster than estimated: the same numbers, less gain. On a GPU the weights stay
+        stacked unless ``low_rank`` is ``on`` (not measured there yet), and in float32 only.
         """
+        cpu = self.device.type == "cpu"
         # on the CPU tf32 is float32 arithmetic: the same path, the same numbers
-        if (self.low_rank == "off" or self.device.type != "cpu"
-                or hp.precision not in ("fp32", "tf32")
+        if (self.low_rank == "off" or (self.low_rank == "auto" and not cpu)
+                or hp.precision not in (("fp32", "tf32") if cpu else ("fp32",))
                 or not library_model(update.model) or update.drifts
                 or type(update).objective is not LocalSGD.objective
                 or type(update).client_final is not ClientUpdate.client_final

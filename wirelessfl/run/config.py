@@ -207,11 +207,12 @@ class RunConfig:
         never (:mod:`wirelessfl.engine.replay`). YAML's booleans count as on/off (``--set
         replay=off`` reads ``off`` as false).
     low_rank : str
-        Batched engine on the CPU: ``auto`` (default) keeps a linear weight that every client
-        starts from one tensor as that start plus the low-rank factors of its plain SGD steps
-        when they are few and small beside the layer (many clients, few small-batch steps:
-        :mod:`wirelessfl.models.lowrank`); ``off`` stacks every client's weight. The same
-        numbers to float rounding. YAML's booleans count as auto (true) and off (false).
+        Batched engine: ``auto`` (default) keeps, on the CPU, a linear weight that every
+        client starts from one tensor as that start plus the low-rank factors of its plain
+        SGD steps when they are few and small beside the layer (many clients, few
+        small-batch steps: :mod:`wirelessfl.models.lowrank`); ``on`` does so on a GPU too
+        (not yet measured there); ``off`` stacks every client's weight. The same numbers to
+        float rounding. YAML's booleans count as on/off.
     network : NetworkConfig
         How rounds are timed when the algorithm does not time itself (:mod:`wirelessfl.net.links`).
     population : PopulationConfig
@@ -277,7 +278,7 @@ class RunConfig:
             raise ConfigError(f"replay must be one of {', '.join(REPLAY_MODES)}, got "
                               f"{short(self.replay)}")
         if isinstance(self.low_rank, bool):  # YAML reads on/off as true/false
-            object.__setattr__(self, "low_rank", "auto" if self.low_rank else "off")
+            object.__setattr__(self, "low_rank", "on" if self.low_rank else "off")
         if self.low_rank not in LOW_RANK_MODES:
             raise ConfigError(f"low_rank must be one of {', '.join(LOW_RANK_MODES)}, got "
                               f"{short(self.low_rank)}")
