@@ -304,8 +304,6 @@ def lowrank(device: str, quick: bool) -> dict:
     """FedAvg rounds of many small clients with ``low_rank`` off and on
     (:mod:`wirelessfl.models.lowrank`): seconds a round each and the final models' distance.
     ``on`` is what the default ``auto`` does on a CPU; on a GPU it is measured here first."""
-    import time
-
     from wirelessfl.run.config import resolve
     from wirelessfl.run.rounds import prepare
 
@@ -322,14 +320,12 @@ def lowrank(device: str, quick: bool) -> dict:
             "algorithm": {"name": "fedavg"}}))
         state = exp.initial_state()
         state, _ = exp.algorithm.apply(state)  # warm-up
-        times = []
+        sync, times = _module("lockstep")._sync, []
         for _ in range(rounds):
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+            sync(device)
             t = time.perf_counter()
             state, _ = exp.algorithm.apply(state)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+            sync(device)
             times.append(time.perf_counter() - t)
         finals[mode] = {k: v.detach().cpu() for k, v in state.params.items()}
         out["modes"][mode] = {"seconds_per_round": sorted(times)[len(times) // 2],

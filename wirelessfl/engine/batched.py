@@ -332,7 +332,7 @@ class BatchedExecutor(Executor):
                 or not library_model(update.model) or update.drifts
                 or type(update).objective is not LocalSGD.objective
                 or type(update).client_final is not ClientUpdate.client_final
-                or len({len(s) for s in schedules}) != 1 or not LOWRANK_MAX_SHARE > 0):
+                or len({len(s) for s in schedules}) != 1):
             return {}
         rows = sum(max(len(s[i]) for s in schedules) for i in range(len(schedules[0])))
         if rows < 1:
