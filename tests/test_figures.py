@@ -547,6 +547,34 @@ def test_estimate_is_within_an_order_of_magnitude_of_the_run_it_estimates(toy):
     assert estimate(figs, toy, log=lambda _: None)[0].runs == 0  # done runs cost nothing
 
 
+@pytest.mark.parametrize("eval_every, long_round, sample_s, ran, rows", [
+    (1, 1e9, 1e9, [3], 4), (1, 0.0, 1e9, [3], 2), (1, 1e9, 0.0, [3], 3), (2, 1e9, 1e9, [3, 1], 3)])
+def test_estimate_samples_rounds_by_their_clock_and_stops_when_it_has_enough(
+        toy, monkeypatch, eval_every, long_round, sample_s, ran, rows):
+    """One run of 1 + 2 rounds, ended after a long first round or once the sample has taken
+    SAMPLE_S; with rows not every round, a 1-round run beside it times the difference."""
+    from wirelessfl.report import estimate
+    from wirelessfl.run.records import RunRecord
+
+    jobs, folders = [], []
+    real = estimate.execute
+
+    def execute(record, job, **kw):
+        jobs.append(job.cfg.rounds)
+        folders.append(record.folder)
+        out = real(record, job, **kw)
+        folders[-1] = len(RunRecord(record.folder).rows())  # read before the folder goes
+        return out
+
+    monkeypatch.setattr(estimate, "execute", execute)
+    monkeypatch.setattr(estimate, "LONG_ROUND_S", long_round)
+    monkeypatch.setattr(estimate, "SAMPLE_S", sample_s)
+    figs = load_figures("toy", "quick", only=["tab"], extra=[f"eval_every={eval_every}"])
+    (est,) = estimate.estimate(figs, toy, log=lambda _: None)
+    assert jobs == ran and folders[0] == rows  # rows of the timed run: round 0 and its rounds
+    assert est.runs == 2 and est.seconds > 0
+
+
 def test_a_stand_in_has_the_datasets_shapes_and_classes(monkeypatch):
     from wirelessfl.data import datasets, load_dataset
     from wirelessfl.report import estimate

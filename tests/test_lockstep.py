@@ -198,3 +198,23 @@ def test_an_error_in_one_run_lets_the_others_finish_and_is_raised(toy_data, tmp_
         run_group(RUNS, tmp_path, quiet=True, log=lambda _: None)
     assert RunRecord(run_folder(tmp_path, RUNS[0])).summary() is not None
     assert RunRecord(run_folder(tmp_path, RUNS[2])).summary() is not None
+
+
+def test_the_groups_progress_reads_each_runs_last_complete_row(tmp_path):
+    """The progress bar's count: the last whole row's round, however long the rows or the file."""
+    import json
+
+    from wirelessfl.report.local import _rounds_done
+
+    long_row = {"round": 0, "clients": list(range(3000))}  # ~15 KB: past the first tail read
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps({**long_row, "round": r}) + "\n" for r in range(40)))
+    b = tmp_path / "b.jsonl"
+    b.write_text('{"round": 0}\n{"round": 1}\n{"round": 2, "test_acc')  # a row being written
+    missing, folder = tmp_path / "none.jsonl", tmp_path / "dir.jsonl"
+    folder.mkdir()
+    assert _rounds_done([a]) == 39
+    assert _rounds_done([b]) == 1
+    assert _rounds_done([a, b, missing, folder]) == 40
+    (tmp_path / "c.jsonl").write_text('{"round": 7, "clients": [' + "1, " * 20000)  # one cut row
+    assert _rounds_done([tmp_path / "c.jsonl"]) == 0

@@ -1,10 +1,12 @@
 """How long a figure set takes on this machine: ``wirelessfl figures PAPER --estimate``.
 
 Each distinct setting of a figure (its panel, series and sweep value; seeds cost the same) is
-timed for a few rounds on random tensors of its dataset's shapes (:func:`stand_in`), so the
-estimate needs no dataset files: the runs of CIFAR-100 or Tiny ImageNet figures are timed on
-a machine that does not hold them. A setting's run costs its start (data, partition, model,
-the first round's warm-up) plus its rounds at the timed seconds per round:
+timed on random tensors of its dataset's shapes (:func:`stand_in`), so the estimate needs no
+dataset files: the runs of CIFAR-100 or Tiny ImageNet figures are timed on a machine that
+does not hold them. One run of the setting is timed by its rows' clock: a first round of
+:data:`LONG_ROUND_S` or more alone, else the rounds after the first (up to ``sample_rounds``,
+fewer once they have taken :data:`SAMPLE_S`). A setting's run costs its start (data,
+partition, model, the first round's warm-up) plus its rounds at the timed seconds per round:
 
     time = Σ_runs to do (start + rounds × seconds per round),
 
@@ -28,7 +30,9 @@ from wirelessfl.data import datasets
 from wirelessfl.data.arrays import ArrayDataset, DatasetSplits
 from wirelessfl.report.metrics import group_runs
 from wirelessfl.report.spec import Figure, RunSpec, missing_runs
-from wirelessfl.run.kinds import canonical, open_run, run_job
+from wirelessfl.run.kinds import canonical, open_run
+from wirelessfl.run.records import RunRecord
+from wirelessfl.run.shell import execute
 
 #: Dataset → (train samples, test samples, sample shape, classes) of the real files.
 SHAPES: dict[str, tuple[int, int, tuple[int, ...], int]] = {
@@ -39,6 +43,13 @@ SHAPES: dict[str, tuple[int, int, tuple[int, ...], int]] = {
     "svhn": (73_257, 26_032, (3, 32, 32), 10),
     "tinyimagenet": (100_000, 10_000, (3, 64, 64), 200),
 }
+
+#: A setting whose first round takes at least this many seconds is timed by that round alone
+#: (its warm-up, a few allocations and lazy initialisations, is then a small part of it);
+#: a shorter one by up to ``sample_rounds`` rounds after the first, fewer once they have
+#: taken :data:`SAMPLE_S`. HIST's paper-scale settings took 1-13 s a round on 2 CPU cores,
+#: its CIFAR-10 ones 64 s.
+LONG_ROUND_S, SAMPLE_S = 10.0, 5.0
 
 #: A stand-in's training set is capped at this many bytes (Tiny ImageNet's would be 4.9 GB);
 #: a round's cost does not depend on it when clients take a fixed number of steps.
@@ -126,17 +137,52 @@ def _time_setting(run: RunSpec, sample_rounds: int,
             return f"{data['dataset']}: no stand-in (text datasets are not estimated)"
         data.update(dataset=name, data_dir=None, normalization="auto")
     base = {**run.raw, "data": data, "stop_at_target": False, "name": "estimate"}
-    seconds = []
     with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
-        for i, rounds in enumerate((1, 1 + sample_rounds)):
-            job = open_run({**base, "rounds": rounds})
-            t0 = time.perf_counter()
-            run_job(job, Path(tmp) / str(i), quiet=True)
-            seconds.append(time.perf_counter() - t0)
-    per_round = max(0.0, (seconds[1] - seconds[0]) / sample_rounds)
-    start = max(0.0, seconds[0] - per_round)
+        sample = _Sample()
+        total = _timed_job({**base, "rounds": 1 + sample_rounds}, Path(tmp) / "0", sample)
+        walls = sample.walls
+        last = max(walls, default=0)
+        if 0 in walls and 1 in walls and last == 1:  # a long first round, timed alone
+            per_round = walls[1] - walls[0]
+            start = max(0.0, total - per_round)
+        elif 1 in walls and last >= 2:  # rounds 2 .. last after the warm-up round
+            per_round = max(0.0, (walls[last] - walls[1]) / (last - 1))
+            start = max(0.0, total - last * per_round)
+        else:  # rows not every round (eval_every > 1): a 1-round run beside it
+            first = _timed_job({**base, "rounds": 1}, Path(tmp) / "1", None)
+            per_round = max(0.0, (total - first) / sample_rounds)
+            start = max(0.0, first - per_round)
     log(f"  timed {run.label}: {per_round:.3g} s a round, {start:.3g} s to start")
     return start, per_round
+
+
+class _Sample:
+    """When a setting's timed run has sampled enough rounds: its rows' clock by round.
+
+    A first round of :data:`LONG_ROUND_S` or more is its own sample; after a shorter one the
+    run goes on to its last round, or until the rounds after the first have taken
+    :data:`SAMPLE_S`.
+    """
+
+    def __init__(self) -> None:  # noqa: D107
+        self.walls: dict[int, float] = {}
+
+    def __call__(self, row: dict[str, Any]) -> bool:
+        if "task" in row or not isinstance(row.get("wall_s"), (int, float)):
+            return False
+        r, walls = int(row["round"]), self.walls
+        walls[r] = float(row["wall_s"])
+        if r == 1:
+            return 0 in walls and walls[1] - walls[0] >= LONG_ROUND_S
+        return r >= 2 and 1 in walls and walls[r] - walls[1] >= SAMPLE_S
+
+
+def _timed_job(raw: dict[str, Any], folder: Path, until: _Sample | None) -> float:
+    """Run ``raw`` into ``folder`` (ending once ``until`` says so); its seconds."""
+    job = open_run(raw)
+    t0 = time.perf_counter()
+    execute(RunRecord(folder), job, quiet=True, estimate=False, until=until)
+    return time.perf_counter() - t0
 
 
 def estimate_table(rows: list[Estimate], device: str) -> str:

@@ -192,18 +192,19 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
               dynamic_ncols=True) as bar:
         for t in threads:
             t.start()
-        begun = _rounds_done(runs, root)  # resumed rounds do not time the group
+        files = [RunRecord(run_folder(root, r)).metrics_path for r in runs]
+        begun = _rounds_done(files)  # resumed rounds do not time the group
         while any(t.is_alive() for t in threads):
             for t in threads:
                 t.join(timeout=1.0 / len(threads))
-            bar.update(_rounds_done(runs, root) - bar.n)
+            bar.update(max(0, _rounds_done(files) - bar.n))
             took = time.perf_counter() - start
             if quiet and not told and took > Output.ESTIMATE_FROM_S and bar.n > begun:
                 told = True  # one line, as a single run's --quiet estimate
                 left = took / (bar.n - begun) * (total - bar.n)
                 log(f"  {len(runs)} runs: about {left / 60:.1f} min left ({bar.n} of {total} "
                     "rounds)")
-        bar.update(_rounds_done(runs, root) - bar.n)
+        bar.update(max(0, _rounds_done(files) - bar.n))
     for line in lines:
         log(line)
     if errors:  # the other runs have finished; their folders are complete
@@ -211,14 +212,39 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
     log(f"  {len(runs)} runs: {group.calls} engine calls served {group.merged} run calls")
 
 
-def _rounds_done(runs: list[RunSpec], root: Path) -> int:
-    """Rounds the group's runs have recorded (their last rows' rounds)."""
-    done = 0
-    for r in runs:
-        folder = run_folder(root, r)
-        rows = RunRecord(folder).rows() if (folder / "metrics.jsonl").is_file() else []
-        done += int(rows[-1]["round"]) if rows else 0
-    return done
+def _rounds_done(files: list[Path]) -> int:
+    """Rounds the group's runs have recorded: the round of each ``metrics.jsonl``'s last row.
+
+    Read from the end of each file (its last few kilobytes, more only for a longer row), so
+    polling a group whose runs have written hundreds of rows costs what it did at their
+    start and takes the interpreter's lock from the training threads for microseconds, not
+    for a parse of every row. A line still being written is skipped.
+    """
+    return sum(_last_round(path) for path in files)
+
+
+def _last_round(path: Path) -> int:
+    """The ``round`` of the last complete row of a ``metrics.jsonl`` (0 without one)."""
+    if not path.is_file():  # not yet written (or not a file: nothing to read, nothing to wait on)
+        return 0
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            tail = 4 << 10
+            while True:
+                fh.seek(max(0, size - tail))
+                lines = fh.read().splitlines()
+                whole = size <= tail
+                for line in reversed(lines if whole else lines[1:]):  # [0] may be cut
+                    try:
+                        return int(json.loads(line)["round"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                if whole:
+                    return 0
+                tail *= 4
+    except OSError:
+        return 0
 
 
 def run_in_process(run: RunSpec, root: Path, threads: int, index: str) -> str:

@@ -440,7 +440,7 @@ class RoundsJob(Job):
         done = cfg.stop_at_target and first_reaching(out.record.rows(),
                                                      cfg.target_accuracy) is not None
         population = exp.env.population
-        while self.state.round < cfg.rounds and not done:
+        while self.state.round < cfg.rounds and not done and not out.stopped:
             t0 = self.state.round
             if t0 > 0 and population.session(t0) != population.session(t0 - 1):
                 self.state = self.starts(self.state, t0, population.session(t0))

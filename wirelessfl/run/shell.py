@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tqdm import tqdm
@@ -35,8 +35,11 @@ class Output:
 
     def __init__(self, record: RunRecord, bar: tqdm, start: float,
                  trackers: Sequence[Tracker] = (), governor: ThreadGovernor | None = None, *,
-                 estimate: tuple[str, str] | None = None) -> None:
+                 estimate: tuple[str, str] | None = None,
+                 until: Callable[[dict[str, Any]], bool] | None = None) -> None:
         self.record, self._bar, self._start, self.governor = record, bar, start, governor
+        #: Set once ``until`` has returned True for a row: a round-based job ends after it.
+        self.stopped, self._until = False, until
         self.trackers, self._rows = list(trackers), len(record.rows()) if trackers else 0
         # (wall clock, progress) where this process began: the estimate's origin (None: done);
         # ``estimate`` is (the run's name, its progress unit) when the bar is off
@@ -59,6 +62,8 @@ class Output:
                       f"{str(exc)[:100]}); it is off for the rest of the run", file=sys.stderr)
                 self.trackers.remove(t)
         self._rows += 1
+        if self._until is not None and not self.stopped:
+            self.stopped = bool(self._until(row))
         if progress is not None:
             self.tick(progress)
         if note:
@@ -156,7 +161,8 @@ class Job(ABC):
 
 def execute(record: RunRecord, job: Job, *, resume: bool = False,
             quiet: bool = False, trackers: Sequence[Tracker] = (),
-            estimate: bool = True, govern: bool = True) -> dict[str, Any]:
+            estimate: bool = True, govern: bool = True,
+            until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
     """Run ``job`` into ``record``'s folder (see the module docstring); return the summary.
 
     ``trackers`` (:mod:`wirelessfl.run.trackers`) receive every row as it is appended. With
@@ -167,6 +173,9 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
     rounds (:class:`~wirelessfl.run.threads.ThreadGovernor`) unless ``govern`` is false (the
     runs of a lockstep group, threads of one process, keep their first count); every
     checkpoint holds the count and its changes, and a resumed run starts from them.
+    ``until`` is called with every row as it is appended (``wall_s`` included); once it
+    returns True a round-based job ends after that round, short of its config's rounds (a
+    sample: :mod:`wirelessfl.report.estimate` times rounds this way).
     """
     governor = ThreadGovernor(job.resolved.get("threads", "auto"),
                               job.resolved.get("engine", "auto"), fixed=not govern)
@@ -189,7 +198,8 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
                    dynamic_ncols=True)
         trackers = open_trackers(list(trackers), record.folder, job.name, job.resolved, resume)
         out = Output(record, bar, time.perf_counter() - wall0, trackers, governor,
-                     estimate=(job.name, job.progress_unit) if quiet and estimate else None)
+                     estimate=(job.name, job.progress_unit) if quiet and estimate else None,
+                     until=until)
         finished = False
         try:
             job.advance(out)
