@@ -287,3 +287,37 @@ def test_moon_steps_in_the_backward_pass_and_equals_the_loop(name, shape):
     data = _data(shape)
     _assert_same(BatchedExecutor().run(moon, data, tasks, hp),
                  LoopExecutor().run(moon, data, tasks, hp))
+
+
+def test_the_schedule_arrays_write_each_batch_where_the_step_by_step_loop_would():
+    """Full batches (one gather for all clients), ragged ones (short last batches, fewer
+    steps, no data), other index types: the loop's padded indices and weights exactly."""
+    from wirelessfl.engine.batched import schedule_arrays
+    from wirelessfl.engine.client import batch_schedule
+
+    def reference(indices, schedules):
+        n_steps = max((len(sch) for sch in schedules), default=0)
+        widths = [max((len(sch[s]) for sch in schedules if s < len(sch)), default=1)
+                  for s in range(n_steps)]
+        offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+        index = np.zeros((len(schedules), int(offsets[-1])), np.int64)
+        weight = np.zeros((len(schedules), int(offsets[-1])), np.float32)
+        for c, (own, sch) in enumerate(zip(indices, schedules)):
+            for s, pos in enumerate(sch):
+                index[c, offsets[s]:offsets[s] + len(pos)] = own[pos]
+                weight[c, offsets[s]:offsets[s] + len(pos)] = 1.0 / len(pos)
+        return index, weight, offsets
+
+    rng = np.random.default_rng(0)
+    for trial in range(120):
+        hp = LocalHParams(batch_size=int(rng.integers(1, 9)), steps=int(rng.integers(1, 7)),
+                          epochs=None if trial % 3 else int(rng.integers(1, 3)),
+                          drop_last=bool(trial % 4 == 0))
+        sizes = rng.integers(0, 30, int(rng.integers(1, 10))) if trial % 2 else \
+            np.full(int(rng.integers(1, 10)), 8 * hp.batch_size)  # all full
+        dtype = np.int32 if trial % 5 == 0 else np.int64
+        indices = [rng.choice(1000, n, replace=False).astype(dtype) for n in sizes]
+        schedules = [batch_schedule(int(n), hp, np.random.default_rng(trial * 100 + c))
+                     for c, n in enumerate(sizes)]
+        for got, want in zip(schedule_arrays(indices, schedules), reference(indices, schedules)):
+            assert got.dtype == want.dtype and np.array_equal(got, want), trial

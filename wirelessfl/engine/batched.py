@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import sys
 from collections.abc import Sequence
 
@@ -452,8 +453,9 @@ class BatchedExecutor(Executor):
                                 for name, tree in opt.items()},
                            seed=t.seed))
                        for c, t in enumerate(tasks)]
-        for r in results:
-            device_guard.check(r.delta, self.device, f"{type(update).__name__}.client_final")
+        if not default_final:  # a rule's own final step: its results' tensors are checked
+            for r in results:
+                device_guard.check(r.delta, self.device, f"{type(update).__name__}.client_final")
         if fold is not None and not default_final:
             results = fold.add_results(positions, results)
         return results
@@ -464,23 +466,15 @@ class BatchedExecutor(Executor):
 
         Built on the host and moved to the devices in one transfer each (the indices to the
         dataset's, the weights to the compute device), then viewed per step: the step loop
-        itself sends nothing to the device.
+        itself sends nothing to the device. A client whose every batch fills its step's width
+        (all of them, when batches are equal) is written with one gather of its indices;
+        only a ragged one (a short last batch, fewer steps) is written step by step.
         """
-        n_steps = max((len(sch) for sch in schedules), default=0)
-        widths = [max((len(sch[s]) for sch in schedules if s < len(sch)), default=1)
-                  for s in range(n_steps)]
-        offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
-        index = np.zeros((len(tasks), int(offsets[-1])), np.int64)
-        weight = np.zeros((len(tasks), int(offsets[-1])), np.float32)
-        for c, (t, sch) in enumerate(zip(tasks, schedules)):
-            for s, pos in enumerate(sch):
-                lo = offsets[s]
-                index[c, lo:lo + len(pos)] = t.indices[pos]
-                weight[c, lo:lo + len(pos)] = 1.0 / len(pos)
+        index, weight, offsets = schedule_arrays([t.indices for t in tasks], schedules)
         idx = torch.as_tensor(index, device=data.x.device)
         w = torch.as_tensor(weight, device=self.device)
         return [(idx[:, offsets[s]:offsets[s + 1]], w[:, offsets[s]:offsets[s + 1]])
-                for s in range(n_steps)]
+                for s in range(len(offsets) - 1)]
 
     @staticmethod
     def _gradients(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
@@ -541,6 +535,46 @@ def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Te
             carry.params[k].add_(g, alpha=-carry.lr)
     carry.step += 1
     return losses
+
+
+def schedule_arrays(indices: Sequence[np.ndarray], schedules: Sequence[Sequence[np.ndarray]]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Clients' batches as one padded ``(clients, Σ widths)`` array of sample indices and weights.
+
+    Step ``s`` takes columns ``offsets[s]:offsets[s + 1]``, as wide as its largest batch;
+    client ``c``'s batch ``s`` (positions ``schedules[c][s]`` into ``indices[c]``) fills the
+    first of them with its samples and weight ``1 / len(batch)`` each, the rest stays 0 (no
+    sample, no weight). Returns ``(index, weight, offsets)``.
+    """
+    n_steps = max(map(len, schedules), default=0)
+    lengths = np.zeros((len(schedules), n_steps), np.int64)
+    for c, sch in enumerate(schedules):
+        lengths[c, :len(sch)] = np.fromiter(map(len, sch), np.int64, len(sch))
+    widths = lengths.max(axis=0, initial=0)  # every step is some client's
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+    row = np.repeat(1.0 / np.maximum(widths, 1), widths).astype(np.float32)  # a full client's
+    if n_steps and (lengths == widths).all():  # every client every batch, all full: one gather
+        pos = np.concatenate(list(itertools.chain.from_iterable(schedules)))
+        first = np.cumsum([0, *map(len, indices[:-1])])  # each client's place in `owned`
+        owned = np.concatenate(indices)
+        return (owned[pos.reshape(len(schedules), -1) + first[:, None]].astype(np.int64),
+                np.tile(row, (len(schedules), 1)), offsets)
+    index = np.zeros((len(schedules), int(offsets[-1])), np.int64)
+    weight = np.zeros((len(schedules), int(offsets[-1])), np.float32)
+    for c, (own, sch) in enumerate(zip(indices, schedules)):
+        n = len(sch)
+        if not n:
+            continue
+        if np.array_equal(lengths[c, :n], widths[:n]):  # every batch full: contiguous
+            end = offsets[n]
+            index[c, :end] = own[np.concatenate(sch)]
+            weight[c, :end] = row[:end]
+            continue
+        for s, pos in enumerate(sch):
+            lo = offsets[s]
+            index[c, lo:lo + len(pos)] = own[pos]
+            weight[c, lo:lo + len(pos)] = 1.0 / len(pos)
+    return index, weight, offsets
 
 
 def _one_start(tasks: list[ClientTask], k: str) -> bool:
