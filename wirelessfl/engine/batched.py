@@ -466,9 +466,10 @@ class BatchedExecutor(Executor):
 
         Built on the host and moved to the devices in one transfer each (the indices to the
         dataset's, the weights to the compute device), then viewed per step: the step loop
-        itself sends nothing to the device. A client whose every batch fills its step's width
-        (all of them, when batches are equal) is written with one gather of its indices;
-        only a ragged one (a short last batch, fewer steps) is written step by step.
+        itself sends nothing to the device. When every client's batches fill their steps'
+        widths (equal batches), all are written with one gather (:func:`schedule_arrays`);
+        otherwise each full client with one of its own, a ragged one (a short last batch,
+        fewer steps) step by step.
         """
         index, weight, offsets = schedule_arrays([t.indices for t in tasks], schedules)
         idx = torch.as_tensor(index, device=data.x.device)
