@@ -310,17 +310,17 @@ class BatchedExecutor(Executor):
         return self._checked[rule]
 
     def _low_rank(self, update: LocalSGD, tasks: list[ClientTask], hp: LocalHParams,
-                  schedules: list[list]) -> dict[str, LowRankWeight]:
+                  steps: np.ndarray, rows: int) -> dict[str, LowRankWeight]:
         """The linear weights this group keeps as a shared start plus low-rank steps.
 
         :mod:`wirelessfl.models.lowrank`'s form, eq. (1), for a plain SGD step (the default
         loss, no drift, the default final step) in float32 (or tf32, which is float32 there)
         on the CPU, every client taking the same number of steps: the weights of
         :class:`~wirelessfl.models.layers.Linear` layers that every client starts from one
-        tensor (FedAvg's global model) and whose
-        steps' rows, summed, are at most :data:`LOWRANK_MAX_SHARE` of the layer's smaller
-        side. Only in models built from ``wirelessfl``'s and ``torch.nn``'s modules, whose
-        linear weights are read by their layers alone (a model of your own might read one
+        tensor (FedAvg's global model) and whose steps' rows (``rows``: the widths of all
+        steps, summed) are at most :data:`LOWRANK_MAX_SHARE` of the layer's smaller side.
+        Only in models built from ``wirelessfl``'s and ``torch.nn``'s modules, whose linear
+        weights are read by their layers alone (a model of your own might read one
         directly, which would see the start, not the client's weight). A layer used several
         times a forward pass (a recurrent one) records each use's factors, so its rank grows
         faster than estimated: the same numbers, less gain. On a GPU the weights stay
@@ -333,10 +333,7 @@ class BatchedExecutor(Executor):
                 or not library_model(update.model) or update.drifts
                 or type(update).objective is not LocalSGD.objective
                 or type(update).client_final is not ClientUpdate.client_final
-                or len({len(s) for s in schedules}) != 1):
-            return {}
-        rows = sum(max(len(s[i]) for s in schedules) for i in range(len(schedules[0])))
-        if rows < 1:
+                or steps.min() != steps.max() or rows < 1):
             return {}
         names = {f"{name}.weight" if name else "weight"
                  for name, m in update.model.named_modules() if isinstance(m, Linear)}
@@ -356,7 +353,8 @@ class BatchedExecutor(Executor):
         steps = np.array([len(s) for s in schedules])
         cols = column_major(update.model) if self.device.type == "cpu" else frozenset()
         fused = update.plain_sgd and self.compile == "off"
-        low_rank = self._low_rank(update, tasks, hp, schedules) if fused else {}
+        index, weight, offsets = schedule_arrays([t.indices for t in tasks], schedules)
+        low_rank = self._low_rank(update, tasks, hp, steps, int(offsets[-1])) if fused else {}
         stacked = {k: (low_rank[k].start if k in low_rank
                        else _stack([t.params[k] for t in tasks], self.device, k in cols))
                    for k in tasks[0].params}
@@ -384,7 +382,7 @@ class BatchedExecutor(Executor):
             with forked_rng(self.device), float32_arithmetic(hp.precision):
                 torch.manual_seed(tasks[0].seed)
                 update.model.train()
-                batches = self._schedule(data, tasks, schedules)  # one upload per round
+                batches = self._schedule(data, index, weight, offsets)  # one upload a call
                 active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
                                                device=self.device)
                 all_keys = step_keys([t.seed for t in tasks], range(len(batches)), self.device)
@@ -460,18 +458,14 @@ class BatchedExecutor(Executor):
             results = fold.add_results(positions, results)
         return results
 
-    def _schedule(self, data: ArrayDataset, tasks: list[ClientTask],
-                  schedules: list[list]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every step's sample indices and loss weights, padded per step to its largest batch.
+    def _schedule(self, data: ArrayDataset, index: np.ndarray, weight: np.ndarray,
+                  offsets: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every step's sample indices and loss weights (:func:`schedule_arrays`), per step.
 
         Built on the host and moved to the devices in one transfer each (the indices to the
         dataset's, the weights to the compute device), then viewed per step: the step loop
-        itself sends nothing to the device. When every client's batches fill their steps'
-        widths (equal batches), all are written with one gather (:func:`schedule_arrays`);
-        otherwise each full client with one of its own, a ragged one (a short last batch,
-        fewer steps) step by step.
+        itself sends nothing to the device.
         """
-        index, weight, offsets = schedule_arrays([t.indices for t in tasks], schedules)
         idx = torch.as_tensor(index, device=data.x.device)
         w = torch.as_tensor(weight, device=self.device)
         return [(idx[:, offsets[s]:offsets[s + 1]], w[:, offsets[s]:offsets[s + 1]])
@@ -545,7 +539,10 @@ def schedule_arrays(indices: Sequence[np.ndarray], schedules: Sequence[Sequence[
     Step ``s`` takes columns ``offsets[s]:offsets[s + 1]``, as wide as its largest batch;
     client ``c``'s batch ``s`` (positions ``schedules[c][s]`` into ``indices[c]``) fills the
     first of them with its samples and weight ``1 / len(batch)`` each, the rest stays 0 (no
-    sample, no weight). Returns ``(index, weight, offsets)``.
+    sample, no weight). Returns ``(index, weight, offsets)``. When every client's batches
+    fill their steps' widths (equal batches), all are written with one gather; otherwise
+    each full client with one of its own, a ragged one (a short last batch, fewer steps)
+    step by step.
     """
     n_steps = max(map(len, schedules), default=0)
     lengths = np.zeros((len(schedules), n_steps), np.int64)
