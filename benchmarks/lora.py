@@ -23,7 +23,8 @@ import torch
 
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
 
 SIZES = {"tiny": {"n_embd": 64, "n_layer": 2, "n_head": 2},

@@ -8,7 +8,8 @@ import torch
 
 from wirelessfl.data import ArrayDataset
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
 from wirelessfl.server.submodel import Submodel, random_disjoint_selections
 
@@ -289,11 +290,12 @@ def test_moon_steps_in_the_backward_pass_and_equals_the_loop(name, shape):
                  LoopExecutor().run(moon, data, tasks, hp))
 
 
-def test_the_schedule_arrays_write_each_batch_where_the_step_by_step_loop_would():
+def test_the_stacked_schedule_writes_each_batch_where_the_step_by_step_loop_would():
     """Full batches (one gather for all clients), ragged ones (short last batches, fewer
-    steps, no data), other index types: the loop's padded indices and weights exactly."""
-    from wirelessfl.engine.batched import schedule_arrays
+    steps, no data, unequal sizes), epochs and drop_last, other index types: the loop's
+    batches (each client's own generator) as padded indices and weights, exactly."""
     from wirelessfl.engine.client import batch_schedule
+    from wirelessfl.engine.schedule import stacked_schedule
 
     def reference(indices, schedules):
         n_steps = max((len(sch) for sch in schedules), default=0)
@@ -309,15 +311,20 @@ def test_the_schedule_arrays_write_each_batch_where_the_step_by_step_loop_would(
         return index, weight, offsets
 
     rng = np.random.default_rng(0)
-    for trial in range(120):
+    for trial in range(240):
         hp = LocalHParams(batch_size=int(rng.integers(1, 9)), steps=int(rng.integers(1, 7)),
                           epochs=None if trial % 3 else int(rng.integers(1, 3)),
                           drop_last=bool(trial % 4 == 0))
-        sizes = rng.integers(0, 30, int(rng.integers(1, 10))) if trial % 2 else \
-            np.full(int(rng.integers(1, 10)), 8 * hp.batch_size)  # all full
+        count = int(rng.integers(1, 10))
+        sizes = (rng.integers(0, 30, count) if trial % 2 else
+                 np.full(count, 8 * hp.batch_size) if trial % 4 == 0  # all full
+                 else np.full(count, int(rng.integers(1, 30))))  # equal, maybe ragged
         dtype = np.int32 if trial % 5 == 0 else np.int64
         indices = [rng.choice(1000, n, replace=False).astype(dtype) for n in sizes]
-        schedules = [batch_schedule(int(n), hp, np.random.default_rng(trial * 100 + c))
+        seeds = rng.integers(0, 2**62, count)
+        schedules = [batch_schedule(int(n), hp, np.random.default_rng(int(seeds[c])))
                      for c, n in enumerate(sizes)]
-        for got, want in zip(schedule_arrays(indices, schedules), reference(indices, schedules)):
-            assert got.dtype == want.dtype and np.array_equal(got, want), trial
+        *got, steps = stacked_schedule(indices, seeds, hp)
+        assert steps.tolist() == [len(s) for s in schedules], trial
+        for a, want in zip(got, reference(indices, schedules)):
+            assert a.dtype == want.dtype and np.array_equal(a, want), trial

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 import wirelessfl.run.rounds as runner
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import MODELS, FLModel, build_model
 from wirelessfl.models import layers as L
 from wirelessfl.run.config import resolve

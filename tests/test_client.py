@@ -3,14 +3,8 @@ import pytest
 import torch
 
 from wirelessfl.data import ArrayDataset
-from wirelessfl.engine.client import (
-    ClientError,
-    ClientTask,
-    LocalHParams,
-    LocalSGD,
-    LoopExecutor,
-    batch_schedule,
-)
+from wirelessfl.engine.client import ClientError, ClientTask, LocalHParams, LocalSGD, batch_schedule
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
 
 

@@ -9,8 +9,9 @@ import torch
 from wirelessfl.data import ArrayDataset
 from wirelessfl.engine import client_store, device_guard
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientError, ClientTask, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.engine.client import ClientError, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.engine.device_guard import DeviceMismatch
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
 from wirelessfl.run.config import resolve
 from wirelessfl.run.rounds import prepare

@@ -7,7 +7,8 @@ import torch
 from wirelessfl.algorithms.fadamgc.local import AdamClientState, TrackedAdam
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import ClientTask, LocalHParams, LoopExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.run.config import resolve
 from wirelessfl.run.rounds import prepare
 

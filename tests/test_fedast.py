@@ -14,7 +14,8 @@ from wirelessfl.algorithms.fedast.simtime import ClientPool
 from wirelessfl.algorithms.fedast.simulation import split_budget
 from wirelessfl.algorithms.fedast.sync_st import SyncST
 from wirelessfl.algorithms.fedast.tasks import train_requests
-from wirelessfl.engine.client import LoopExecutor, batch_schedule
+from wirelessfl.engine.client import batch_schedule
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.net.delays import LatencyModel
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError

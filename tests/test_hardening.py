@@ -580,7 +580,7 @@ def test_lazy_chunks_give_the_same_numbers():
 
     from wirelessfl.algorithms.fedast.fedast import FedAST, FedASTHParams
     from wirelessfl.algorithms.fedast.simtime import ClientPool
-    from wirelessfl.engine.client import LoopExecutor
+    from wirelessfl.engine.loop import LoopExecutor
     from wirelessfl.rng import Seeds
 
     finals, held = [], []

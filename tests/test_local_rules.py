@@ -9,7 +9,8 @@ import torch
 
 from wirelessfl.algorithms.scaffold import ControlledSGD
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientTask, LocalHParams, LoopExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.run.config import resolve
 from wirelessfl.run.kinds import run_job
 from wirelessfl.run.rounds import RoundsJob, prepare

@@ -143,6 +143,16 @@ def test_a_killed_group_resumes_to_the_uninterrupted_rows(toy_data, tmp_path):
             assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
 
 
+def test_deterministic_and_free_runs_are_never_one_group(toy_data):
+    """``deterministic`` flips process-wide PyTorch flags: a group's threads must agree on it."""
+    strict = _run("d", 0, deterministic=True)
+    assert share_signature(strict) != share_signature(RUNS[0])
+    assert share_signature(strict) == share_signature(_run("d2", 1, deterministic=True))
+    groups = lockstep_groups([RUNS[0], strict, RUNS[1]], 64)
+    assert sorted(map(len, groups)) == [1, 2]
+    assert [strict] in groups
+
+
 def test_runs_that_cannot_share_are_not_grouped(toy_data):
     other_model = _run("m", 0, **{"model.options.hidden": 32})
     loop = _run("l", 0, engine="loop")

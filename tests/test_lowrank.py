@@ -7,7 +7,8 @@ import torch
 from wirelessfl.data import ArrayDataset
 from wirelessfl.engine import batched
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientTask, DeltaFold, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.engine.client import ClientTask, DeltaFold, LocalHParams, LocalSGD
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.errors import ConfigError
 from wirelessfl.models import build_model
 from wirelessfl.models.layers import sgd_in_backward

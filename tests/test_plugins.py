@@ -97,6 +97,7 @@ def test_a_non_elementwise_rule_is_not_silently_batched(rules, capsys):
 
 
 def test_the_self_check_sees_the_difference_it_guards_against():
+    from wirelessfl.engine.batch import ClientBatch
     from wirelessfl.engine.client import ClientTask, LocalHParams
     from wirelessfl.models import build_model
 
@@ -108,7 +109,7 @@ def test_the_self_check_sees_the_difference_it_guards_against():
                         seed=i) for i in range(2)]
     rule = NormClip(model, hp, 0.01)
     ex = BatchedExecutor("cpu")
-    stacked = ex._run_group(rule, data, tasks, hp)
+    stacked = ex._run_group(rule, data, ClientBatch.from_tasks(tasks), hp)
     alone = ex._loop.run(rule, data, tasks, hp)
     assert not all(torch.allclose(s.delta[k], a.delta[k], rtol=1e-4, atol=1e-6)
                    for s, a in zip(stacked, alone) for k in s.delta)

@@ -9,7 +9,8 @@ import torch
 from wirelessfl.data import ArrayDataset
 from wirelessfl.engine import client as client_mod
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import Carry, ClientTask, LocalHParams, LocalSGD, LoopExecutor
+from wirelessfl.engine.client import Carry, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
 from wirelessfl.run.config import ConfigError, resolve
 from wirelessfl.run.rounds import prepare

@@ -81,7 +81,8 @@ def _fcnn_tasks(n, shared=True):
 @pytest.mark.parametrize("shared", [True, False])
 def test_a_fold_averages_the_deltas_as_clients_finish(engine, shared):
     """Folded while training = the weighted mean of the returned deltas; no delta is kept."""
-    from wirelessfl.engine.client import DeltaFold, LoopExecutor
+    from wirelessfl.engine.client import DeltaFold
+    from wirelessfl.engine.loop import LoopExecutor
 
     model, data, tasks = _fcnn_tasks(9, shared)
     hp = LocalHParams(lr=0.05, batch_size=4, steps=3)
@@ -140,7 +141,7 @@ def test_fedavg_folds_its_mean_over_an_exact_uplink_and_keeps_the_numbers():
     """A FedAvg round folds Δ while training (results without deltas) and moves the model as
     the mean of the deltas would; FedDyn, which reads the deltas, does not fold."""
     from wirelessfl.algorithms.fedavg import FedAvg
-    from wirelessfl.engine.client import FoldedResults
+    from wirelessfl.engine.batch import FoldedResults
     from wirelessfl.run.config import resolve
     from wirelessfl.run.rounds import prepare
 

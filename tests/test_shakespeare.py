@@ -9,7 +9,8 @@ import torch
 from wirelessfl.data import DataNotFoundError, load_dataset
 from wirelessfl.data.datasets import LEAF_LETTERS
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, LoopExecutor, evaluate
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD, evaluate
+from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
 
 TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer. "

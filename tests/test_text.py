@@ -344,14 +344,14 @@ def test_lora_batched_round_stacks_only_the_adapters_and_shares_one_base(text_di
     from wirelessfl.engine import batched
 
     stacked = []
-    real = batched._stack
+    real = batched._stack_starts
 
-    def spy(tensors, device, column_major=False):
-        out = real(tensors, device, column_major)
-        stacked.append((len(tensors), tuple(tensors[0].shape)))
+    def spy(batch, key, device, column=False):
+        out = real(batch, key, device, column)
+        stacked.append((out.shape[0], tuple(out.shape[1:])))
         return out
 
-    monkeypatch.setattr(batched, "_stack", spy)
+    monkeypatch.setattr(batched, "_stack_starts", spy)
     exp = _text_run(text_dir, {"name": "fedavg", "clients_per_round": 4}, engine="batched")
     base = {n: (p.data_ptr(), p.detach().clone()) for n, p in exp.model.named_parameters()
             if not p.requires_grad}

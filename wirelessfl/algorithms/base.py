@@ -29,6 +29,9 @@ How each paper plugs in:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,16 +41,9 @@ import numpy as np
 import torch
 
 from wirelessfl.data.arrays import ArrayDataset
-from wirelessfl.engine.client import (
-    ClientResult,
-    ClientTask,
-    ClientUpdate,
-    DeltaFold,
-    Executor,
-    FoldedResults,
-    LocalHParams,
-    scheduled_lr,
-)
+from wirelessfl.engine.batch import ClientBatch, ClientResults, FoldedResults
+from wirelessfl.engine.client import ClientResult, ClientUpdate, DeltaFold, LocalHParams, scheduled_lr
+from wirelessfl.engine.loop import Executor
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.net.digital import Delivery, DigitalUplink
 from wirelessfl.rng import Seeds
@@ -102,6 +98,11 @@ class Environment:
     def num_clients(self) -> int:
         """Clients with data."""
         return len(self.client_indices)
+
+    @functools.cached_property
+    def num_samples(self) -> np.ndarray:
+        """n_i of every client (by id), shape (U,): read by index, not client by client."""
+        return np.fromiter(map(len, self.client_indices), np.int64, len(self.client_indices))
 
 
 class FederatedAlgorithm(ABC):
@@ -280,36 +281,68 @@ class FederatedAlgorithm(ABC):
             return None
         return self.state_type.from_plain(plain)
 
-    def train_clients(self, starts: Sequence[Params], clients: Sequence[int], t: int,
+    def train_clients(self, starts: Sequence[Params], clients: Sequence[int] | np.ndarray, t: int,
                       stage: int = 0, states: Mapping[int, Any] | None = None,
                       broadcast: Any = None, buffers: Params | None = None,
                       update: ClientUpdate | None = None,
-                      fold: DeltaFold | None = None) -> list[ClientResult]:
-        """Run local training for ``clients``, client k starting from ``starts[k]``.
+                      fold: DeltaFold | None = None,
+                      start_index: np.ndarray | None = None) -> ClientResults:
+        """Run local training for ``clients`` as one :class:`~wirelessfl.engine.batch.ClientBatch`.
 
+        Client k starts from ``starts[k]``, or, with ``start_index``, from
+        ``starts[start_index[k]]`` (K distinct starts: a hierarchical round's cells).
         ``stage`` separates several local phases within round ``t`` (HIST's edge rounds) so
         each gets its own mini-batch order; ``states`` are the clients' persistent states and
         ``broadcast`` what the server sends to all of them with the model (a list: one per
         client, e.g. RA-Fed's masks); ``buffers`` the
         global model's buffers each client starts from; ``update`` a local rule other than
         the algorithm's own (with its own ``hp``); ``fold`` takes the clients' pseudo-gradients
-        as they finish (the results, a :class:`~wirelessfl.engine.client.FoldedResults`,
-        come back without them).
+        as they finish (the results, a :class:`~wirelessfl.engine.batch.FoldedResults`,
+        come back without them). The results are
+        :class:`~wirelessfl.engine.batch.ClientResults`: arrays, and a sequence of
+        per-client results for code that reads them one by one.
         """
-        env, states = self.env, states or {}
-        each = broadcast if isinstance(broadcast, list) else [broadcast] * len(starts)
-        tasks = [ClientTask(client=int(u), params=p, indices=env.client_indices[u],
-                            seed=env.seeds.int_seed("local", t, stage, int(u)),
-                            state=states.get(int(u)), broadcast=b, lr=self.client_lr(t),
-                            buffers=buffers or None)
-                 for u, p, b in zip(clients, starts, each)]
+        env = self.env
+        ids = np.asarray(clients, dtype=np.int64).reshape(-1)
+        if start_index is None:
+            starts, start_index = _distinct(starts)
+        per_client = None
+        if states:  # a rule's client states, by id
+            per_client = [states.get(u) for u in ids.tolist()]
+            if all(s is None for s in per_client):
+                per_client = None
+        batch = ClientBatch.of(ids, starts, start_index, env.client_indices,
+                               env.seeds.int_seeds("local", t, stage, last=ids),
+                               lr=self.client_lr(t), states=per_client,
+                               broadcast=list(broadcast) if isinstance(broadcast, list) else broadcast,
+                               buffers=buffers or None)
         rule, hp = (self.update, env.local) if update is None else (update, update.hp)
-        results = env.executor.run(rule, env.train, tasks, hp, fold)
+        results = env.executor.run_batch(rule, env.train, batch, hp, fold)
         return results if fold is None else FoldedResults(results, fold)
+
+
+def _distinct(starts: Sequence[Params]) -> tuple[list[Params], np.ndarray]:
+    """The distinct starts (by identity) of a per-client list and each client's index into them."""
+    if not len(starts):
+        return [], np.zeros(0, np.int64)
+    first = starts[0]
+    if all(map(operator.is_, starts, itertools.repeat(first))):  # one start (FedAvg's)
+        return [first], np.zeros(len(starts), np.int64)
+    at: dict[int, int] = {}
+    distinct: list[Params] = []
+    index = np.zeros(len(starts), np.int64)
+    for c, p in enumerate(starts):
+        k = at.setdefault(id(p), len(distinct))
+        if k == len(distinct):
+            distinct.append(p)
+        index[c] = k
+    return distinct, index
 
 
 def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int, dict]]:
     """Mean training loss and per-client diagnostics of a list of results."""
+    if isinstance(results, ClientResults):
+        return results.diagnostics()
     losses = [r.loss for r in results if r.num_steps]
     diag = {r.client: {"loss": r.loss, "steps": r.num_steps} for r in results}
     return (float(np.mean(losses)) if losses else float("nan")), diag
@@ -321,6 +354,11 @@ def mean_buffers(results: Sequence[ClientResult], current: Params) -> Params:
     Floating buffers (running means and variances) are averaged; integer ones (batch
     counters) take the largest value. Without client buffers, ``current`` is kept.
     """
+    if isinstance(results, ClientResults) and results.stacked:  # the engine's own arrays
+        if not results.buffers:
+            return current
+        return {k: (v.mean(0) if v.is_floating_point() else v.amax(0))  # stacked: one each
+                for k, v in results.buffers.items()}
     got = [r.buffers for r in results if r.buffers]
     if not got:
         return current

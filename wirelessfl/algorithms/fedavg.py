@@ -30,7 +30,8 @@ from wirelessfl.algorithms.base import (
     mean_buffers,
     num_params,
 )
-from wirelessfl.engine.client import ClientResult, DeltaFold, FoldedResults
+from wirelessfl.engine.batch import ClientResults, FoldedResults
+from wirelessfl.engine.client import ClientResult, DeltaFold
 from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean
@@ -179,7 +180,7 @@ class FedAvg(FederatedAlgorithm):
                 and type(self.aggregator) is Mean and type(self).combine is FedAvg.combine
                 and len(plan.clients)):
             return None
-        sizes = np.array([len(self.env.client_indices[u]) for u in plan.clients])
+        sizes = self.env.num_samples[np.asarray(plan.clients, dtype=np.int64)]
         return DeltaFold(client_weights(sizes, self.hp.weighting))
 
     @classmethod
@@ -206,11 +207,12 @@ class FedAvg(FederatedAlgorithm):
 
         Results folded while training (:meth:`train`) bring their mean with them.
         """
-        w = client_weights(np.array([r.num_samples for r in results]), self.hp.weighting)
+        results = ClientResults.from_list(results)
+        w = client_weights(results.num_samples, self.hp.weighting)
         if isinstance(results, FoldedResults):
             return results.fold.mean(), w, AggregateInfo()
-        update, info = self.aggregator.aggregate([r.delta for r in results], w,
-                                                 self.env.seeds.generator("noise", state.round))
+        update, info = self.aggregator.aggregate_stack(
+            results.delta_stack(), w, self.env.seeds.generator("noise", state.round))
         return update, w, info
 
     def finish_round(self, state: ServerState, params: Params, opt_state: Any,
@@ -223,8 +225,9 @@ class FedAvg(FederatedAlgorithm):
         ``infos`` are what the round's aggregations returned (over the air: their mean MSE
         and silent clients go into the report).
         """
-        states = {**state.client_states, **{r.client: r.state for r in results
-                                             if r.state is not None}}  # a rule's client state
+        states = state.client_states  # a rule's client states, the new ones stored
+        if not isinstance(results, ClientResults) or results.states is not None:
+            states = {**states, **{r.client: r.state for r in results if r.state is not None}}
         new = ServerState(params, state.round + 1, opt_state, states,
                           mean_buffers(results, state.buffers),
                           schedule_origin=state.schedule_origin)

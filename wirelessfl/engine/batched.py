@@ -1,7 +1,7 @@
 """Batched client execution: many clients' local steps as one stacked computation.
 
-:class:`BatchedExecutor` follows the :class:`~wirelessfl.engine.client.Executor` contract (same
-results as :class:`~wirelessfl.engine.client.LoopExecutor`, to float tolerance). Tasks whose
+:class:`BatchedExecutor` follows the :class:`~wirelessfl.engine.loop.Executor` contract (same
+results as :class:`~wirelessfl.engine.loop.LoopExecutor`, to float tolerance). Tasks whose
 parameters have the same shapes (one architecture, or HIST cells with equal submodel sizes)
 and the same step size form a group; a group's parameters are stacked along a leading client
 dimension and every local step is one ``vmap``-ed forward pass (batched matmuls and
@@ -31,7 +31,7 @@ as a graph of tensor operations, without the Python work of ``vmap``, the module
 autograd (:mod:`wirelessfl.engine.replay`;
 the same numbers bit for bit).
 
-Clients keep their own mini-batch order (:func:`~wirelessfl.engine.client.batch_schedule` under
+Clients keep their own mini-batch order (:func:`~wirelessfl.engine.schedule.batch_schedule` under
 their seed). Unequal local data sizes give unequal batch sizes and step counts: a short
 batch is padded with zero-weight samples, and a client whose schedule has ended takes no
 further step (its parameters are frozen; since every client steps from step 0 until its
@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
 import sys
 from collections.abc import Sequence
 
@@ -64,6 +63,7 @@ from torch.func import vmap
 
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine import device_guard
+from wirelessfl.engine.batch import ClientBatch, ClientResults
 from wirelessfl.engine.client import (
     Carry,
     ClientError,
@@ -71,11 +71,8 @@ from wirelessfl.engine.client import (
     ClientTask,
     ClientUpdate,
     DeltaFold,
-    Executor,
     LocalHParams,
     LocalSGD,
-    LoopExecutor,
-    batch_schedule,
     float32_arithmetic,
     forked_rng,
     keep_where,
@@ -83,7 +80,9 @@ from wirelessfl.engine.client import (
     task_lr,
     tree_bytes,
 )
+from wirelessfl.engine.loop import Executor, LoopExecutor
 from wirelessfl.engine.replay import StepReplay, library_model
+from wirelessfl.engine.schedule import stacked_schedule
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.layers import Linear, column_major, sgd_in_backward
 from wirelessfl.models.lowrank import LowRankDelta, LowRankWeight
@@ -205,10 +204,11 @@ class BatchedExecutor(Executor):
             hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
         """Train every task, one stacked group at a time; results in task order.
 
-        A rule that is not elementwise (:attr:`~wirelessfl.engine.client.LocalSGD.elementwise`)
-        runs on the loop engine instead. With a ``fold``, each chunk's pseudo-gradients go
-        into it as the chunk finishes (taken on the stacked parameters when the rule keeps
-        the default :meth:`~wirelessfl.engine.client.ClientUpdate.client_final`).
+        The per-client contract: tasks with equal shapes and step size (:func:`_signature`)
+        form a group, trained as :meth:`run_batch` trains a batch. A rule that is not
+        elementwise (:attr:`~wirelessfl.engine.client.LocalSGD.elementwise`) runs on the loop
+        engine instead. With a ``fold``, each chunk's pseudo-gradients go into it as the
+        chunk finishes.
         """
         tasks = on_device(tasks, self.device)
         if not isinstance(update, LocalSGD) or not self._batchable(update, data, tasks, hp):
@@ -221,14 +221,44 @@ class BatchedExecutor(Executor):
             groups.setdefault(_signature(t, hp), []).append(i)
         out: list[ClientResult | None] = [None] * len(tasks)
         for members in groups.values():
-            n = len(members)
-            parts = -(-n // self.chunk_size(tasks[members[0]], hp, data, update.model))
-            for j in range(parts):  # chunks of equal size, to one client
-                chunk = members[n * j // parts:n * (j + 1) // parts]
-                for i, r in zip(chunk, self._run_group(update, data, [tasks[i] for i in chunk],
-                                                       hp, fold, chunk)):
-                    out[i] = r
+            batch = ClientBatch.from_tasks([tasks[i] for i in members])
+            got = self._chunks(update, data, batch, hp, fold, np.asarray(members))
+            for i, r in zip(members, got):
+                out[i] = r
         return out  # type: ignore[return-value]
+
+    def run_batch(self, update: ClientUpdate, data: ArrayDataset, batch: ClientBatch,
+                  hp: LocalHParams, fold: DeltaFold | None = None) -> ClientResults:
+        """Train a batch stacked; its results as arrays (Δ stacked, or folded with ``fold``).
+
+        One group when every start has the same shapes (FedAvg's one start, HFedAvg's N
+        cells, HIST's cells of equal mask sizes): no Python per client but each client's
+        generator and permutations (:func:`~wirelessfl.engine.schedule.stacked_schedule`).
+        Starts of several shapes, a rule that runs on the loop and a rule's own context
+        or final step go through the per-client contract (:meth:`run`).
+        """
+        if not len(batch):
+            return ClientResults.from_list([])
+        batch = batch.to(self.device)
+        shapes = {tuple((k, tuple(v.shape), v.dtype) for k, v in start.items())
+                  for start in batch.starts}
+        if (len(shapes) > 1 or not isinstance(update, LocalSGD)
+                or not self._batchable(update, data, batch, hp)):
+            return super().run_batch(update, data, batch, hp, fold)
+        if fold is not None:
+            fold.check(batch.clients)
+        self.replay.begin_run()
+        return self._chunks(update, data, batch, hp, fold, np.arange(len(batch)))
+
+    def _chunks(self, update: LocalSGD, data: ArrayDataset, batch: ClientBatch,
+                hp: LocalHParams, fold: DeltaFold | None, positions: np.ndarray) -> ClientResults:
+        """``batch`` (one group) in chunks of equal size, to one client; ``positions`` in the call."""
+        n = len(batch)
+        parts = -(-n // self.chunk_size(batch.task(0), hp, data, update.model))
+        cuts = [n * j // parts for j in range(parts + 1)]
+        return ClientResults.concat([self._run_group(update, data, batch.take(slice(lo, hi)), hp,
+                                                     fold, positions[lo:hi])
+                                     for lo, hi in zip(cuts, cuts[1:])])
 
     def chunk_size(self, task: ClientTask, hp: LocalHParams, data: ArrayDataset,
                    model: FLModel | None = None) -> int:
@@ -279,8 +309,8 @@ class BatchedExecutor(Executor):
         act = model.activation_bytes(batch, sample) if model is not None else 4 * batch * sample
         return max(1, params * (12 if hp.optimizer == "adam" else 8) + act)
 
-    def _batchable(self, update: LocalSGD, data: ArrayDataset, tasks: Sequence[ClientTask],
-                   hp: LocalHParams) -> bool:
+    def _batchable(self, update: LocalSGD, data: ArrayDataset,
+                   tasks: Sequence[ClientTask] | ClientBatch, hp: LocalHParams) -> bool:
         """Whether ``update`` may run stacked: declared elementwise, or checked once.
 
         An undeclared rule that overrides ``correct`` or ``descend`` trains the first two
@@ -293,10 +323,12 @@ class BatchedExecutor(Executor):
         if rule.correct is LocalSGD.correct and rule.descend is LocalSGD.descend:
             return True
         if rule not in self._checked:
+            if isinstance(tasks, ClientBatch):
+                tasks = tasks.take(slice(0, 2)).tasks()
             pair = [t for t in tasks if _signature(t, hp) == _signature(tasks[0], hp)][:2]
             if len(pair) < 2:
                 return True  # nothing stacked to check yet
-            stacked = self._run_group(update, data, pair, hp)
+            stacked = self._run_group(update, data, ClientBatch.from_tasks(pair), hp)
             alone = self._loop.run(update, data, pair, hp)
             same = all(torch.allclose(s.delta[k], a.delta[k].to(s.delta[k].device), rtol=1e-4,
                                       atol=1e-6)
@@ -309,7 +341,7 @@ class BatchedExecutor(Executor):
                       file=sys.stderr)
         return self._checked[rule]
 
-    def _low_rank(self, update: LocalSGD, tasks: list[ClientTask], hp: LocalHParams,
+    def _low_rank(self, update: LocalSGD, batch: ClientBatch, hp: LocalHParams,
                   steps: np.ndarray, rows: int) -> dict[str, LowRankWeight]:
         """The linear weights this group keeps as a shared start plus low-rank steps.
 
@@ -337,130 +369,145 @@ class BatchedExecutor(Executor):
             return {}
         names = {f"{name}.weight" if name else "weight"
                  for name, m in update.model.named_modules() if isinstance(m, Linear)}
-        lr = task_lr(tasks[0], hp)
-        out = {k: LowRankWeight(tasks[0].params[k].detach().to(self.device), len(tasks), rows, lr)
-               for k, v in tasks[0].params.items()
+        lr = hp.lr if batch.lr is None else batch.lr
+        first = batch.starts[0]
+        out = {k: LowRankWeight(first[k].detach().to(self.device), len(batch), rows, lr)
+               for k, v in first.items()
                if k in names and v.dim() == 2 and v.dtype == torch.float32
-               and rows <= LOWRANK_MAX_SHARE * min(v.shape) and _one_start(tasks, k)}
+               and rows <= LOWRANK_MAX_SHARE * min(v.shape) and batch.one_start(k)}
         self.low_ranked += len(out)
         return out
 
-    def _run_group(self, update: LocalSGD, data: ArrayDataset, tasks: list[ClientTask],
+    def _run_group(self, update: LocalSGD, data: ArrayDataset, batch: ClientBatch,
                    hp: LocalHParams, fold: DeltaFold | None = None,
-                   positions: Sequence[int] = ()) -> list[ClientResult]:
-        schedules = [batch_schedule(len(t.indices), hp, np.random.default_rng(t.seed))
-                     for t in tasks]
-        steps = np.array([len(s) for s in schedules])
-        cols = column_major(update.model) if self.device.type == "cpu" else frozenset()
+                   positions: Sequence[int] | np.ndarray = ()) -> ClientResults:
+        """Train one group of equal shapes stacked: its results as arrays (or folded)."""
+        index, weight, offsets, steps = stacked_schedule(batch.indices, batch.seeds, hp)
         fused = update.plain_sgd and self.compile == "off"
-        index, weight, offsets = schedule_arrays([t.indices for t in tasks], schedules)
-        low_rank = self._low_rank(update, tasks, hp, steps, int(offsets[-1])) if fused else {}
-        stacked = {k: (low_rank[k].start if k in low_rank
-                       else _stack([t.params[k] for t in tasks], self.device, k in cols))
-                   for k in tasks[0].params}
-        contexts = [update.context(t) for t in tasks]
-        ctx = {name: {k: _stack([c[name][k] for c in contexts], self.device, k in cols)
-                      for k in contexts[0][name]} for name in contexts[0]}
-        buffers = {k: torch.stack([t.buffers[k].detach() for t in tasks]).to(self.device)
-                   for k in (tasks[0].buffers or {})}
+        low_rank = self._low_rank(update, batch, hp, steps, int(offsets[-1])) if fused else {}
+        carry, contexts = self._group_carry(update, batch, hp, fused, low_rank)
+        loss_sum = torch.zeros(len(batch), device=self.device)
+        try:
+            with forked_rng(self.device), float32_arithmetic(hp.precision):
+                torch.manual_seed(int(batch.seeds[0]))
+                update.model.train()
+                carry = self._steps(update, data, carry, steps, index, weight, offsets,
+                                    batch.seeds, fused, low_rank, loss_sum)
+        except Exception as exc:
+            ids = ", ".join(map(str, batch.clients.tolist()))
+            raise ClientError(f"batched clients {ids} failed: {exc}") from exc
+        sums = loss_sum.cpu().numpy().astype(np.float64)  # one read of the device per call
+        with np.errstate(invalid="ignore", divide="ignore"):
+            losses = np.where(steps > 0, sums / np.maximum(steps, 1), np.nan)
+        if type(update).client_final is ClientUpdate.client_final:
+            # the default final step's Δ = start − end for the whole stack at once (one
+            # subtraction per tensor), folded on the stack or kept as the results' stack
+            deltas = _stacked_deltas(batch, carry, self.device, low_rank)
+            if fold is not None:
+                fold.add(positions, deltas)
+                deltas = None
+            else:  # each client's Δ contiguous (column-major stacks back to rows: one pass)
+                deltas = _rows({k: v.dense() if isinstance(v, LowRankDelta) else v
+                                for k, v in deltas.items()})
+            return ClientResults(batch.clients, batch.num_samples, steps, losses, deltas,
+                                 carry.buffers, batch.states)
+        results = self._own_final(update, batch, carry, contexts, steps, sums)
+        for r in results:  # a rule's own final step: its results' tensors are checked
+            device_guard.check(r.delta, self.device, f"{type(update).__name__}.client_final")
+        if fold is not None:
+            results = fold.add_results(positions, results)
+        return ClientResults.from_list(results)
+
+    def _group_carry(self, update: LocalSGD, batch: ClientBatch, hp: LocalHParams,
+                     fused: bool, low_rank: dict[str, LowRankWeight]
+                     ) -> tuple[Carry, list[dict[str, Params]]]:
+        """The group's stacked carry (its own parameters) and each client's rule context."""
+        cols = column_major(update.model) if self.device.type == "cpu" else frozenset()
+        stacked = {k: (low_rank[k].start if k in low_rank else _stack_starts(batch, k, self.device,
+                                                                            k in cols))
+                   for k in batch.starts[0]}
+        contexts: list[dict[str, Params]] = []
+        ctx: dict[str, Params] = {}
+        if type(update).context is not LocalSGD.context:  # a rule's own, client by client
+            contexts = [update.context(t) for t in batch.tasks()]
+            ctx = {name: {k: _stack([c[name][k] for c in contexts], self.device, k in cols)
+                          for k in contexts[0][name]} for name in contexts[0]}
+        buffers = _stack_buffers(batch, self.device)
         # steps taken in place (the group owns its parameters), unless compiled
         params, start = stacked, stacked
         if fused and type(update).objective is LocalSGD.objective and not update.drifts:
             start = {}  # the default loss never reads the start: the stack is the parameters
-        elif all(_one_start(tasks, k) for k in stacked):
+        elif all(batch.one_start(k) for k in stacked):
             # one start for all (FedAvg's global model): one unstacked copy, which vmap
             # passes to every client (and the layers read with one GEMM), in the stack's
             # layout (an elementwise pass over both, as FedProx's w − w_start, is unit-stride)
             start = {k: _layout(v.detach().to(self.device), k in cols)
-                     for k, v in tasks[0].params.items()}
+                     for k, v in batch.starts[0].items()}
         elif fused:
             params = {k: v.clone() for k, v in stacked.items()}
-        carry = Carry(start=start, params=params, lr=task_lr(tasks[0], hp), ctx=ctx,
-                      buffers=buffers, batch_dims=1)
-        loss_sum = torch.zeros(len(tasks), device=self.device)
-        try:
-            with forked_rng(self.device), float32_arithmetic(hp.precision):
-                torch.manual_seed(tasks[0].seed)
-                update.model.train()
-                batches = self._schedule(data, index, weight, offsets)  # one upload a call
-                active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
-                                               device=self.device)
-                all_keys = step_keys([t.seed for t in tasks], range(len(batches)), self.device)
-                # low-rank weights change their factors, not their tensors: not recorded
-                replay_key = (self.replay.group_key(update, carry) if fused and not low_rank
-                              else None)
-                eager = functools.partial(_plain_sgd_step, low_rank=low_rank)
-                for s, (idx, w) in enumerate(batches):
-                    x, y = data.batch(idx, self.device)
-                    finishing = s >= steps.min()  # some client's schedule has ended
-                    # BatchNorm updates buffers in place: keep a copy only when it is needed
-                    old_buffers = ({k: v.clone() for k, v in carry.buffers.items()}
-                                   if finishing else {})
-                    keys = all_keys[s]
-                    if fused and not finishing:
-                        losses = self.replay.step(replay_key, update, carry, x, y, w, keys,
-                                                  eager)
-                        loss_sum += losses.detach()
-                        continue
-                    grads, losses = self._gradient_fn()(update, carry, x, y, w, keys)
-                    old = carry.params
-                    # copies: a rule's descend may update its optimiser state in place
-                    old_opt = ({name: {k: v.clone() for k, v in tree.items()}
-                                for name, tree in carry.opt.items() if isinstance(tree, dict)}
-                               if finishing else {})
-                    carry = update.take_step(carry, grads, 0.0)
-                    if finishing:  # finished clients keep params, buffers, moments
-                        active = active_steps[s]
-                        carry.params = keep_where(active, carry.params, old)
-                        carry.buffers = keep_where(active, carry.buffers, old_buffers)
-                        for name, before in old_opt.items():
-                            carry.opt[name] = keep_where(active, carry.opt[name], before)
-                    loss_sum += losses.detach()
-        except Exception as exc:
-            ids = ", ".join(str(t.client) for t in tasks)
-            raise ClientError(f"batched clients {ids} failed: {exc}") from exc
-        # the default final step's Δ = start − end for the whole stack at once (one
-        # subtraction per tensor, not one per client and tensor), folded on the stack or
-        # handed out as each client's rows; a rule's own final step gets its client's carry
-        default_final = type(update).client_final is ClientUpdate.client_final
-        losses = loss_sum.tolist()  # one read of the device per call, not one per client
-        if default_final:
-            deltas = _stacked_deltas(tasks, carry, self.device, low_rank)
-            if fold is not None:
-                fold.add(positions, deltas)
-                deltas = {}
-            else:  # each client's Δ contiguous (column-major stacks back to rows: one pass)
-                deltas = _rows({k: v.dense() if isinstance(v, LowRankDelta) else v
-                                for k, v in deltas.items()})
-            rows = {k: v.unbind(0) for k, v in deltas.items()}  # one call per tensor
-            bufs = {k: v.unbind(0) for k, v in carry.buffers.items()}
-            results = [ClientUpdate.result(t, {k: v[c] for k, v in rows.items()}, int(steps[c]),
-                                           losses[c], {k: v[c] for k, v in bufs.items()},
-                                           t.state)
-                       for c, t in enumerate(tasks)]
-        else:  # column-major stacks back to each client's own layout (results are contiguous)
-            params = _rows(carry.params)
-            opt = {name: _rows(tree) for name, tree in carry.opt.items()
-                   if isinstance(tree, dict)}
-            results = [update.client_final(t, Carry(  # the start is each task's own
-                           start={k: v.detach().to(self.device) for k, v in t.params.items()},
-                           params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
-                           step=int(steps[c]), loss_sum=losses[c], ctx=contexts[c],
-                           buffers={k: v[c] for k, v in carry.buffers.items()},
-                           opt={name: {k: v[c] for k, v in tree.items()}
-                                for name, tree in opt.items()},
-                           seed=t.seed))
-                       for c, t in enumerate(tasks)]
-        if not default_final:  # a rule's own final step: its results' tensors are checked
-            for r in results:
-                device_guard.check(r.delta, self.device, f"{type(update).__name__}.client_final")
-        if fold is not None and not default_final:
-            results = fold.add_results(positions, results)
-        return results
+        lr = hp.lr if batch.lr is None else batch.lr
+        return Carry(start=start, params=params, lr=lr, ctx=ctx, buffers=buffers,
+                     batch_dims=1), contexts
+
+    def _steps(self, update: LocalSGD, data: ArrayDataset, carry: Carry, steps: np.ndarray,
+               index: np.ndarray, weight: np.ndarray, offsets: np.ndarray, seeds: np.ndarray,
+               fused: bool, low_rank: dict[str, LowRankWeight], loss_sum: torch.Tensor) -> Carry:
+        """Every local step of the group (replayed, fused or the rule's own); the final carry."""
+        batches = self._schedule(data, index, weight, offsets)  # one upload a call
+        active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
+                                       device=self.device)
+        all_keys = step_keys(seeds, range(len(batches)), self.device)
+        # low-rank weights change their factors, not their tensors: not recorded
+        replay_key = self.replay.group_key(update, carry) if fused and not low_rank else None
+        eager = functools.partial(_plain_sgd_step, low_rank=low_rank)
+        for s, (idx, w) in enumerate(batches):
+            x, y = data.batch(idx, self.device)
+            finishing = s >= steps.min()  # some client's schedule has ended
+            keys = all_keys[s]
+            if fused and not finishing:
+                loss_sum += self.replay.step(replay_key, update, carry, x, y, w, keys,
+                                             eager).detach()
+                continue
+            # BatchNorm updates buffers in place: keep a copy only when it is needed
+            old_buffers = {k: v.clone() for k, v in carry.buffers.items()} if finishing else {}
+            grads, losses = self._gradient_fn()(update, carry, x, y, w, keys)
+            old = carry.params
+            # copies: a rule's descend may update its optimiser state in place
+            old_opt = ({name: {k: v.clone() for k, v in tree.items()}
+                        for name, tree in carry.opt.items() if isinstance(tree, dict)}
+                       if finishing else {})
+            carry = update.take_step(carry, grads, 0.0)
+            if finishing:  # finished clients keep params, buffers, moments
+                active = active_steps[s]
+                carry.params = keep_where(active, carry.params, old)
+                carry.buffers = keep_where(active, carry.buffers, old_buffers)
+                for name, before in old_opt.items():
+                    carry.opt[name] = keep_where(active, carry.opt[name], before)
+            loss_sum += losses.detach()
+        return carry
+
+    def _own_final(self, update: LocalSGD, batch: ClientBatch, carry: Carry,
+                   contexts: list[dict[str, Params]], steps: np.ndarray,
+                   sums: np.ndarray) -> list[ClientResult]:
+        """A rule's own final step, client by client (its contract is per client)."""
+        # column-major stacks back to each client's own layout (results are contiguous)
+        params = _rows(carry.params)
+        opt = {name: _rows(tree) for name, tree in carry.opt.items() if isinstance(tree, dict)}
+        tasks = batch.tasks()
+        if not contexts:
+            contexts = [{} for _ in tasks]
+        return [update.client_final(t, Carry(  # the start is each task's own
+                    start={k: v.detach().to(self.device) for k, v in t.params.items()},
+                    params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
+                    step=int(steps[c]), loss_sum=float(sums[c]), ctx=contexts[c],
+                    buffers={k: v[c] for k, v in carry.buffers.items()},
+                    opt={name: {k: v[c] for k, v in tree.items()} for name, tree in opt.items()},
+                    seed=t.seed))
+                for c, t in enumerate(tasks)]
 
     def _schedule(self, data: ArrayDataset, index: np.ndarray, weight: np.ndarray,
                   offsets: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every step's sample indices and loss weights (:func:`schedule_arrays`), per step.
+        """Every step's sample indices and loss weights, per step (of :func:`stacked_schedule`).
 
         Built on the host and moved to the devices in one transfer each (the indices to the
         dataset's, the weights to the compute device), then viewed per step: the step loop
@@ -532,62 +579,14 @@ def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Te
     return losses
 
 
-def schedule_arrays(indices: Sequence[np.ndarray], schedules: Sequence[Sequence[np.ndarray]]
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Clients' batches as one padded ``(clients, Σ widths)`` array of sample indices and weights.
-
-    Step ``s`` takes columns ``offsets[s]:offsets[s + 1]``, as wide as its largest batch;
-    client ``c``'s batch ``s`` (positions ``schedules[c][s]`` into ``indices[c]``) fills the
-    first of them with its samples and weight ``1 / len(batch)`` each, the rest stays 0 (no
-    sample, no weight). Returns ``(index, weight, offsets)``. When every client's batches
-    fill their steps' widths (equal batches), all are written with one gather; otherwise
-    each full client with one of its own, a ragged one (a short last batch, fewer steps)
-    step by step.
-    """
-    n_steps = max(map(len, schedules), default=0)
-    lengths = np.zeros((len(schedules), n_steps), np.int64)
-    for c, sch in enumerate(schedules):
-        lengths[c, :len(sch)] = np.fromiter(map(len, sch), np.int64, len(sch))
-    widths = lengths.max(axis=0, initial=0)  # every step is some client's
-    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
-    row = np.repeat(1.0 / np.maximum(widths, 1), widths).astype(np.float32)  # a full client's
-    if n_steps and (lengths == widths).all():  # every client every batch, all full: one gather
-        pos = np.concatenate(list(itertools.chain.from_iterable(schedules)))
-        first = np.cumsum([0, *map(len, indices[:-1])])  # each client's place in `owned`
-        owned = np.concatenate(indices)
-        return (owned[pos.reshape(len(schedules), -1) + first[:, None]].astype(np.int64),
-                np.tile(row, (len(schedules), 1)), offsets)
-    index = np.zeros((len(schedules), int(offsets[-1])), np.int64)
-    weight = np.zeros((len(schedules), int(offsets[-1])), np.float32)
-    for c, (own, sch) in enumerate(zip(indices, schedules)):
-        n = len(sch)
-        if not n:
-            continue
-        if np.array_equal(lengths[c, :n], widths[:n]):  # every batch full: contiguous
-            end = offsets[n]
-            index[c, :end] = own[np.concatenate(sch)]
-            weight[c, :end] = row[:end]
-            continue
-        for s, pos in enumerate(sch):
-            lo = offsets[s]
-            index[c, lo:lo + len(pos)] = own[pos]
-            weight[c, lo:lo + len(pos)] = 1.0 / len(pos)
-    return index, weight, offsets
-
-
-def _one_start(tasks: list[ClientTask], k: str) -> bool:
-    """Whether every task starts parameter ``k`` from one tensor (FedAvg's global model)."""
-    return all(t.params[k] is tasks[0].params[k] for t in tasks)
-
-
-def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device,
+def _stacked_deltas(batch: ClientBatch, carry: Carry, device: torch.device,
                     low_rank: dict[str, LowRankWeight] | None = None
                     ) -> dict[str, torch.Tensor | LowRankDelta]:
     """Every client's Δ = start − end, written over ``carry.params`` (for a :class:`DeltaFold`).
 
     The group's stacked parameters are its own and read no more, so Δ takes their memory
     and layout (no new stack). The start is the carry's stacked one, or, where the group
-    trained its starts in place, the tasks' own: one broadcast tensor when they all share it
+    trained its starts in place, the batch's own: one broadcast tensor when they all share it
     (FedAvg's global model), in the stack's layout. A weight of ``low_rank`` gives its
     factored Δ (:class:`~wirelessfl.models.lowrank.LowRankDelta`).
     """
@@ -598,14 +597,49 @@ def _stacked_deltas(tasks: list[ClientTask], carry: Carry, device: torch.device,
             continue
         if k in carry.start:
             start = carry.start[k]
-        elif _one_start(tasks, k):
-            start = tasks[0].params[k].detach().to(device)
+        elif batch.one_start(k):
+            start = batch.starts[0][k].detach().to(device)
             if start.dim() == 2 and end.stride(-2) == 1:  # column-major: read as it lies
                 start = _layout(start, True)
         else:
-            start = _stack([t.params[k] for t in tasks], device, False)
+            start = _stack_starts(batch, k, device, end.dim() == 3 and end.stride(-2) == 1)
         out[k] = torch.sub(start, end, out=end)
     return out
+
+
+def _stack_starts(batch: ClientBatch, k: str, device: torch.device, column: bool) -> torch.Tensor:
+    """Parameter ``k`` of every client's start, stacked (a tensor the group owns).
+
+    Each of the K distinct starts is laid out once (column-major when ``column``) and
+    the clients take theirs by one index: FedAvg's one start is one broadcast copy,
+    HFedAvg's N cells one gather.
+    """
+    distinct = [s[k] for s in batch.starts]
+    if batch.one_start(k):
+        distinct = distinct[:1]
+    if len(distinct) == 1:  # one copy per client of the one start, laid out once
+        t = distinct[0].detach()
+        column = column and t.dim() == 2
+        one = t.t() if column else t
+        out = torch.empty((len(batch), *one.shape), dtype=one.dtype, device=device)
+        out.copy_(one.unsqueeze(0))  # a copy of its own, even of one client
+        return out.transpose(1, 2) if column else out
+    laid = _stack(distinct, device, column)  # (K, ...) in the stack's layout
+    index = torch.as_tensor(batch.start_index, device=laid.device)
+    if column and laid.dim() == 3:  # gather the (K, in, out) storage, view it back
+        return laid.transpose(1, 2).index_select(0, index).transpose(1, 2)
+    return laid.index_select(0, index)
+
+
+def _stack_buffers(batch: ClientBatch, device: torch.device) -> Params:
+    """The clients' buffers stacked (each client its own copy: BatchNorm updates them)."""
+    if not batch.buffers:
+        return {}
+    if isinstance(batch.buffers, list):
+        return {k: torch.stack([b[k].detach() for b in batch.buffers]).to(device)
+                for k in batch.buffers[0]}
+    return {k: torch.empty((len(batch), *v.shape), dtype=v.dtype, device=device).copy_(
+                v.detach().unsqueeze(0)) for k, v in batch.buffers.items()}
 
 
 def _runs(tensors: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:

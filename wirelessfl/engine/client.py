@@ -1,4 +1,4 @@
-"""Client local training, written as pure functions, and the executors that run them.
+"""Client local training, written as pure functions: the contract every executor runs.
 
 Local training is three functions (``specs`` of every paper reduce to this shape):
 
@@ -10,13 +10,14 @@ Local training is three functions (``specs`` of every paper reduce to this shape
 
 :class:`LocalSGD` implements them for SGD (momentum, weight decay) and Adam; algorithms
 subclass it to change the step (FAdamGC's corrected moments, FedProx's proximal term).
-An *executor* decides how the functions run over many clients: :class:`LoopExecutor` runs
-clients one after another (the reference); a batched executor (stacked clients) plugs in
-behind the same :class:`Executor` interface.
+An *executor* (:mod:`wirelessfl.engine.loop`) decides how the functions run over many
+clients: :class:`~wirelessfl.engine.loop.LoopExecutor` one after another (the reference);
+a batched executor (stacked clients) plugs in behind the same
+:class:`~wirelessfl.engine.loop.Executor` interface. A round's clients go to it as one
+:class:`~wirelessfl.engine.batch.ClientBatch` and come back as
+:class:`~wirelessfl.engine.batch.ClientResults` (:mod:`wirelessfl.engine.batch`).
 
-Mini-batch order [code, ``docs/papers/hist.md`` §2.4]: the client reshuffles its local data every
-epoch and cycles through it; ``steps`` counts SGD steps, not epochs. With ``epochs`` set, a
-call runs that many epochs instead (FedAST §4.6: 3 epochs, last partial batch dropped).
+Mini-batch order: :mod:`wirelessfl.engine.schedule`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing_extensions import override
 
 from channels.validation import as_float, as_int
 from wirelessfl.data.arrays import ArrayDataset
-from wirelessfl.engine import device_guard
+from wirelessfl.engine.schedule import batch_schedule, steps_per_call  # noqa: F401 - re-exported
 from wirelessfl.errors import short
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.lowrank import LowRankDelta
@@ -182,29 +183,6 @@ def float32_arithmetic(precision: str):
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def batch_schedule(num_samples: int, hp: LocalHParams, rng: np.random.Generator) -> list[np.ndarray]:
-    """Positions (into the client's local data) of each mini-batch of one call.
-
-    Each epoch is a fresh permutation cut into batches; epochs are drawn until
-    ``steps`` batches exist (or ``epochs`` epochs are done). A client with no data gets none.
-    """
-    if num_samples == 0:
-        return []
-    bs = min(hp.batch_size, num_samples)
-    batches: list[np.ndarray] = []
-    epoch = 0
-    while (len(batches) < hp.steps) if hp.epochs is None else (epoch < hp.epochs):
-        perm = rng.permutation(num_samples)
-        cuts = [perm[i:i + bs] for i in range(0, num_samples, bs)]
-        if hp.drop_last and len(cuts[-1]) < bs:
-            cuts.pop()
-        if not cuts:
-            return []
-        batches.extend(cuts)
-        epoch += 1
-    return batches if hp.epochs is not None else batches[: hp.steps]
-
-
 def forked_rng(device: torch.device) -> contextlib.AbstractContextManager:
     """``torch.random.fork_rng`` of ``device``'s generators: the CPU's, and the GPU's on CUDA."""
     return torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else [],
@@ -244,17 +222,6 @@ def scheduled_lr(hp: LocalHParams, rounds_since_restart: int) -> float:
 def task_lr(task: ClientTask, hp: LocalHParams) -> float:
     """The task's own step size, else the hyperparameters' (a scheduled 0 stays 0)."""
     return hp.lr if task.lr is None else task.lr
-
-
-def steps_per_call(num_samples: int, hp: LocalHParams) -> int:
-    """Local steps one call runs on ``num_samples`` samples (the length of :func:`batch_schedule`)."""
-    if num_samples == 0:
-        return 0
-    if hp.epochs is None:
-        return hp.steps
-    bs = min(hp.batch_size, num_samples)
-    per_epoch = num_samples // bs if hp.drop_last else -(-num_samples // bs)
-    return per_epoch * hp.epochs
 
 
 @dataclass(frozen=True)
@@ -748,8 +715,8 @@ def weighted_sum(coef: torch.Tensor, stack: torch.Tensor | LowRankDelta) -> torc
 class DeltaFold:
     """A round's weighted mean of pseudo-gradients, Σ_i w_i Δ_i / Σ_i w_i, summed as clients finish.
 
-    Handed to :meth:`Executor.run` (``fold=``), it takes each group of finished clients'
-    Δ_i as the executor produces them (a stacked chunk on the batched engine, up to
+    Handed to :meth:`~wirelessfl.engine.loop.Executor.run` (``fold=``), it takes each group
+    of finished clients' Δ_i as the executor produces them (a stacked chunk on the batched engine, up to
     :data:`FOLD_TREES` clients or :data:`FOLD_BYTES` on the loop), and their results come
     back with an empty ``delta``: a round holds one
     group's pseudo-gradients at a time instead of every client's (10,000 FCNN clients:
@@ -847,82 +814,6 @@ class DeltaFold:
         if self.folded != len(self.weights) or self.total is None:
             raise RuntimeError(f"{self.folded} of {len(self.weights)} clients were folded")
         return {k: v.contiguous() for k, v in self.total.items()}
-
-
-class FoldedResults(list):
-    """A round's results whose pseudo-gradients were folded into :attr:`fold` while training."""
-
-    def __init__(self, results: Sequence[ClientResult], fold: DeltaFold) -> None:
-        super().__init__(results)
-        self.fold = fold
-
-
-class Executor(ABC):
-    """Runs a :class:`ClientUpdate` over many clients.
-
-    Contract: :meth:`run` returns one :class:`ClientResult` per task, in task order, equal
-    (to float tolerance) to what :class:`LoopExecutor` returns. A client with no data takes
-    no step and returns a zero pseudo-gradient. Errors are re-raised as :class:`ClientError`.
-    With a :class:`DeltaFold` the pseudo-gradients go into it as clients finish and the
-    results come back without them.
-    """
-
-    @abstractmethod
-    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
-            hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
-        """Train every task's client and return their results."""
-
-
-class LoopExecutor(Executor):
-    """The reference: clients one after another, each under its own seeded RNG."""
-
-    def __init__(self, device: torch.device | str = "cpu") -> None:
-        self.device = torch.device(device)
-
-    def __repr__(self) -> str:
-        return f"LoopExecutor(device='{self.device}')"
-
-    def _run_one(self, update: ClientUpdate, data: ArrayDataset, task: ClientTask,
-                 hp: LocalHParams) -> ClientResult:
-        rng = np.random.default_rng(task.seed)
-        schedule = batch_schedule(len(task.indices), hp, rng)
-        # every step's sample indices in one upload; each step takes a view (no copy, no wait)
-        ends = np.cumsum([len(pos) for pos in schedule], dtype=np.int64)
-        order = torch.as_tensor(np.asarray(task.indices, dtype=np.int64)[
-            np.concatenate(schedule).astype(np.int64)] if schedule else np.zeros(0, np.int64),
-            device=data.x.device)
-        stage = "client_init"
-        try:
-            with forked_rng(self.device), float32_arithmetic(hp.precision):
-                torch.manual_seed(task.seed)
-                carry = update.client_init(task)
-                stage = "client_step"
-                for end, pos in zip(ends, schedule):
-                    b = order[end - len(pos):end]
-                    carry = update.client_step(carry, *data.batch(b, self.device))
-                stage = "client_final"
-                res = update.client_final(task, carry)
-                device_guard.check(res.delta, self.device, f"{type(update).__name__}.client_final")
-                return res
-        except Exception as exc:
-            raise ClientError(f"client {task.client} failed in {stage}: {exc}") from exc
-
-    def run(self, update: ClientUpdate, data: ArrayDataset, tasks: Sequence[ClientTask],
-            hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
-        """Train the tasks one after another (folded in groups as they finish)."""
-        tasks = on_device(tasks, self.device)
-        if fold is None:
-            return [self._run_one(update, data, t, hp) for t in tasks]
-        fold.check(tasks)
-        out: list[ClientResult] = []
-        group: list[ClientResult] = []  # finished, not yet folded
-        for i, t in enumerate(tasks):
-            group.append(self._run_one(update, data, t, hp))
-            if (len(group) == FOLD_TREES or i == len(tasks) - 1
-                    or len(group) * tree_bytes(group[0].delta) >= FOLD_BYTES):
-                out += fold.add_results(range(len(out), len(out) + len(group)), group)
-                group = []
-        return out
 
 
 @torch.no_grad()

@@ -47,10 +47,10 @@ from wirelessfl.engine.client import (
     ClientTask,
     ClientUpdate,
     DeltaFold,
-    Executor,
     LocalHParams,
 )
 from wirelessfl.engine.cores import MAX_THREADS, torch_threads, usable_cpus
+from wirelessfl.engine.loop import Executor
 
 MAX_WORKERS = 256
 

@@ -1,7 +1,7 @@
 """Which client engine a run trains on, and on which device (chosen once per run).
 
 :func:`resolve_device` turns a config's ``device`` into a ``torch.device``;
-:func:`make_executor` builds the :class:`~wirelessfl.engine.client.Executor` of its
+:func:`make_executor` builds the :class:`~wirelessfl.engine.loop.Executor` of its
 ``engine``: the loop, the batched engine, or worker processes.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from wirelessfl.engine.batched import BatchedExecutor
-from wirelessfl.engine.client import Executor, LoopExecutor
+from wirelessfl.engine.loop import Executor, LoopExecutor
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import FLModel
 

@@ -30,15 +30,8 @@ import numpy as np
 import torch
 from typing_extensions import override
 
-from wirelessfl.engine.client import (
-    ClientResult,
-    ClientTask,
-    ClientUpdate,
-    DeltaFold,
-    Executor,
-    LocalHParams,
-    task_lr,
-)
+from wirelessfl.engine.client import ClientResult, ClientTask, ClientUpdate, DeltaFold, LocalHParams, task_lr
+from wirelessfl.engine.loop import Executor
 
 Params = dict[str, torch.Tensor]
 

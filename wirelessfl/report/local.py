@@ -76,8 +76,9 @@ def share_signature(run: RunSpec) -> tuple | None:
 
     Round-based runs on the batched engine (``engine: auto|batched``) of one file dataset
     (or one registered from a user's code), model, algorithm, local settings but the
-    learning rate, device and compile/replay modes. Seeds, partitions, learning rates,
-    algorithm settings, cells and links may differ.
+    learning rate, device, compile/replay modes and ``deterministic`` (a process-wide PyTorch
+    setting each run's thread would otherwise flip while the others train). Seeds, partitions,
+    learning rates, algorithm settings, cells and links may differ.
     Multi-task runs in simulated time (FedAST) train alone: their clients' work is driven by
     each run's own event clock, not by rounds.
     """
@@ -93,7 +94,7 @@ def share_signature(run: RunSpec) -> tuple | None:
             json.dumps(cfg["model"], sort_keys=True, default=str),
             json.dumps(local, sort_keys=True, default=str), cfg["algorithm"]["name"],
             cfg["device"], cfg["compile"], cfg["replay"], cfg["low_rank"], cfg["max_batch"],
-            str(cfg["threads"]))
+            str(cfg["threads"]), bool(cfg["deterministic"]))
 
 
 def lockstep_groups(runs: list[RunSpec], batch_runs: int | None) -> list[list[RunSpec]]:

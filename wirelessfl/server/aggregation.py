@@ -68,6 +68,62 @@ def weighted_mean(trees: Sequence[Params], weights: np.ndarray | Sequence[float]
     return fold.mean()
 
 
+def stacked_mean(stack: Params, weights: np.ndarray | Sequence[float]) -> Params:
+    """Σ_i w_i stack_i / Σ_i w_i of a stack ``(C, …)`` per key: :func:`weighted_mean` of its rows.
+
+    The same sums, chunk by chunk (:data:`MEAN_CHUNK` rows each), as :func:`weighted_mean`
+    takes over the rows one by one, on the stack itself.
+    """
+    n = _rows_of(stack)
+    w = _weights(weights, n)
+    fold = DeltaFold(w)
+    for lo in range(0, n, MEAN_CHUNK):
+        hi = min(n, lo + MEAN_CHUNK)
+        fold.add(range(lo, hi), {k: v[lo:hi] for k, v in stack.items()})
+    return fold.mean()
+
+
+def segment_means(stack: Params, weights: np.ndarray, segments: np.ndarray,
+                  count: int) -> list[Params]:
+    """The weighted mean of each segment's rows of a stack ``(C, …)``: ``count`` trees.
+
+    Segment j's mean is Σ_{i: seg_i = j} w_i stack_i / Σ_{i: seg_i = j} w_i, for all segments
+    in one product of a ``(count, C)`` coefficient matrix with the stack per key (a
+    hierarchical round's cells, or a lockstep group's runs). An empty segment, or one whose
+    weights sum to zero, raises ``ValueError``.
+    """
+    n = _rows_of(stack)
+    w = np.asarray(weights, np.float64)
+    seg = np.asarray(segments, np.int64)
+    if w.shape != (n,) or seg.shape != (n,) or not (w >= 0).all():
+        raise ValueError(f"need one non-negative weight and one segment per row ({n}), got "
+                         f"{w.shape} and {seg.shape}")
+    if n and (seg.min() < 0 or seg.max() >= count):
+        raise ValueError(f"segments must lie in [0, {count}), got {seg.min()}..{seg.max()}")
+    coef = np.zeros((count, n))
+    coef[seg, np.arange(n)] = w
+    totals = coef.sum(1)
+    if not (totals > 0).all():
+        raise ValueError(f"segments {np.flatnonzero(totals <= 0).tolist()} have no weight")
+    coef /= totals[:, None]
+    out: list[dict] = [{} for _ in range(count)]
+    for k, v in stack.items():
+        c = torch.as_tensor(coef, dtype=v.dtype, device=v.device)
+        got = (c @ v.reshape(n, -1)).view(count, *v.shape[1:])
+        for j in range(count):
+            out[j][k] = got[j]
+    return out
+
+
+def _rows_of(stack: Params) -> int:
+    """The common first dimension of a stack's tensors (ValueError: none, or several)."""
+    rows = {v.shape[0] if v.dim() else -1 for v in stack.values()}
+    if len(rows) != 1 or -1 in rows or 0 in rows:
+        raise ValueError(f"a stack needs one first dimension of at least 1 row for all tensors, "
+                         f"got {sorted(rows)}")
+    return rows.pop()
+
+
 def _same_layout(first: Params, *others: Params) -> None:
     """Every tree has ``first``'s keys and shapes (ValueError naming the first difference)."""
     for i, t in enumerate(others, 1):
@@ -136,6 +192,19 @@ class Aggregator(ABC):
         of the round can go over the same channel (None: this call's own).
         """
 
+    def aggregate_stack(self, stack: Params, weights: np.ndarray, rng: np.random.Generator, *,
+                        unit: float | None = None,
+                        channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+        """:meth:`aggregate` of a stack ``(C, …)`` of pseudo-gradients, one row a client.
+
+        The round's path (the engine's own stack). Here, through :meth:`aggregate` on the
+        rows, so an aggregator written per client (a median, a trimmed mean) gets every
+        client's Δ_i exactly as before; :class:`Mean` and :class:`AirComp` reduce the stack.
+        """
+        n = _rows_of(stack)
+        rows = [{k: v[i] for k, v in stack.items()} for i in range(n)]
+        return self.aggregate(rows, weights, rng, unit=unit, channel=channel)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -149,6 +218,13 @@ class Mean(Aggregator):
                   channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
         """Weighted mean of ``deltas``; ``rng``, ``unit`` and ``channel`` are unused."""
         return weighted_mean(deltas, weights), AggregateInfo()
+
+    @override
+    def aggregate_stack(self, stack: Params, weights: np.ndarray, rng: np.random.Generator, *,
+                        unit: float | None = None,
+                        channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+        """Weighted mean of the stack's rows (:func:`stacked_mean`)."""
+        return stacked_mean(stack, weights), AggregateInfo()
 
 
 def apply_update(params: Params, update: Params, lr: float = 1.0) -> Params:
@@ -234,16 +310,28 @@ class AirComp(Aggregator):
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
                   rng: np.random.Generator, *, unit: float | None = None,
                   channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
-        """Weighted mean of ``deltas`` plus the AirComp noise of a drawn channel.
+        """Weighted mean of ``deltas`` plus the AirComp noise of a drawn channel (:meth:`aggregate_stack`)."""
+        if isinstance(deltas, dict) or not isinstance(deltas, Sequence) or not len(deltas):
+            raise ValueError("AirComp needs a non-empty sequence of parameter trees")
+        _same_layout(*(check_tree(f"deltas[{i}]", d, finite=False) for i, d in enumerate(deltas)))
+        return self.aggregate_stack({k: torch.stack([d[k] for d in deltas]) for k in deltas[0]},
+                                    weights, rng, unit=unit, channel=channel)
+
+    @override
+    def aggregate_stack(self, stack: Params, weights: np.ndarray, rng: np.random.Generator, *,
+                        unit: float | None = None,
+                        channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+        """Weighted mean of the stack's rows plus the AirComp noise of a drawn channel.
 
         The channel comes from ``rng``, or with ``round_channel`` from ``channel`` when given
         (the round's first aggregation's stream: the same h, beam and silent clients), the
-        noise always from ``rng``.
+        noise always from ``rng``. Normalisation's common scale is every row's RMS at once,
+        read from the device once.
         """
         channel_rng, noise_rng = rng.spawn(2)
         if self.round_channel and channel is not None:
             channel_rng = channel.spawn(2)[0]
-        n = len(deltas)
+        n = _rows_of(stack)
         h = simo_rayleigh((), n, self.antennas, channel_rng)
         w = _weights(weights, n)
         talk = np.ones(n, bool)
@@ -252,18 +340,19 @@ class AirComp(Aggregator):
             w = np.where(talk, w, 0.0)
         silent = int(n - talk.sum())
         if not talk.any():  # nobody transmits: nothing is received
-            return ({k: torch.zeros_like(v) for k, v in deltas[0].items()},
+            return ({k: torch.zeros_like(v[0]) for k, v in stack.items()},
                     AggregateInfo(float("inf"), silent))
         beam = beamforming.solve(h[talk], self.method, seed=channel_rng).a
         uniform = talk.all() and np.all(w == w[0])
         cell = AirCompCell(h, beam, power=db_to_lin(self.snr_db), noise_power=self.noise_power,
                            tight_power=self.tight_power, weights=None if uniform else w)
         mse = float(cell.mse) / (2.0 if self.real_part else 1.0)
-        mean = weighted_mean(deltas, np.ones(n) if uniform else w)
+        mean = stacked_mean(stack, np.ones(n) if uniform else w)
         scale = self.lr if unit is None else unit
         if self.normalise:  # one common scale: every symbol of average power <= 1
-            scale = max(float(torch.cat([v.flatten() for v in d.values()]).pow(2).mean().sqrt())
-                        for d, on in zip(deltas, talk) if on)
+            rms = torch.cat([v.reshape(n, -1) for v in stack.values()], 1).pow(2).mean(1).sqrt()
+            on = torch.as_tensor(talk, device=rms.device)
+            scale = float(torch.where(on, rms, torch.zeros_like(rms)).max())
         gen = torch.Generator(device="cpu").manual_seed(int(noise_rng.integers(2**63)))
         std = scale * mse ** 0.5
         return ({k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)

@@ -21,7 +21,8 @@ import numpy as np
 from wirelessfl.algorithms.fedast.simtime import ClientPool
 from wirelessfl.algorithms.fedast.simulation import EvalHook, Simulation, TaskState, check_stop
 from wirelessfl.algorithms.fedast.tasks import TaskEnv
-from wirelessfl.engine.client import ClientTask, Executor
+from wirelessfl.engine.client import ClientTask
+from wirelessfl.engine.loop import Executor
 from wirelessfl.rng import Seeds
 
 

@@ -49,7 +49,7 @@ from wirelessfl.algorithms.fedast.realloc import reallocate
 from wirelessfl.algorithms.fedast.simtime import ClientPool, EventQueue, Request, VersionStore
 from wirelessfl.algorithms.fedast.simulation import EvalHook, Simulation, TaskState, check_stop, split_budget
 from wirelessfl.algorithms.fedast.tasks import TaskEnv, train_requests
-from wirelessfl.engine.client import Executor
+from wirelessfl.engine.loop import Executor
 from wirelessfl.models.base import Params
 from wirelessfl.rng import Seeds
 

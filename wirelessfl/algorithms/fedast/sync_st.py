@@ -30,7 +30,7 @@ from wirelessfl.algorithms.fedast.hparams import SyncSTHParams
 from wirelessfl.algorithms.fedast.simtime import ClientPool
 from wirelessfl.algorithms.fedast.simulation import EvalHook, Simulation, TaskState, check_stop, split_budget
 from wirelessfl.algorithms.fedast.tasks import TaskEnv, train_requests
-from wirelessfl.engine.client import Executor
+from wirelessfl.engine.loop import Executor
 from wirelessfl.rng import Seeds
 
 

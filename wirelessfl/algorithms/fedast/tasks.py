@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from wirelessfl.data.arrays import DatasetSplits
-from wirelessfl.engine.client import ClientResult, ClientTask, Executor, LocalHParams, LocalSGD, evaluate
+from wirelessfl.engine.client import ClientResult, ClientTask, LocalHParams, LocalSGD, evaluate
+from wirelessfl.engine.loop import Executor
 from wirelessfl.models.base import FLModel, Params
 
 

@@ -28,6 +28,7 @@ from wirelessfl.algorithms.base import (
     client_diagnostics,
     num_params,
 )
+from wirelessfl.engine.batch import ClientResults
 from wirelessfl.engine.client import ClientResult
 from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
@@ -36,6 +37,7 @@ from wirelessfl.server.aggregation import (
     Aggregator,
     Mean,
     apply_update,
+    segment_means,
     weighted_mean,
 )
 from wirelessfl.server.state import RoundPlan
@@ -78,7 +80,7 @@ class CellsOutcome:
     """
 
     edge_params: list[Params]
-    results: list[ClientResult]
+    results: Sequence[ClientResult]
     infos: tuple[AggregateInfo, ...] = ()
 
 
@@ -102,27 +104,39 @@ class HFedAvg(FederatedAlgorithm):
     def run_cells(self, starts: Sequence[Params], t: int) -> CellsOutcome:
         """E edge rounds in every cell from ``starts[j]`` (lines 5–9 of Algorithm 1).
 
-        All clients of all cells go to the executor in one call per edge round.
+        All clients of all cells train as one batch per edge round (cell j's clients start
+        from ``edge[j]``, a per-client index into the N cell models). Exact edge servers
+        (:class:`~wirelessfl.server.aggregation.Mean`) average every cell in one segmented
+        reduction of the stacked Δ when the cells' models have one shape; otherwise (HIST's
+        unequal mask sizes, an aggregator over the air) each cell's aggregator takes its
+        cell's rows, one call per cell.
         """
         cells = self.topology.cells
+        clients = np.array([u for c in cells for u in c], dtype=np.int64)
+        sizes = np.array([len(c) for c in cells])
+        cell_of = np.repeat(np.arange(len(cells)), sizes)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        exact = all(type(self.cell_aggregator(j)) is Mean for j in range(len(cells)))
         edge = list(starts)
-        results: list[ClientResult] = []
+        parts: list[ClientResults] = []
         infos: list[AggregateInfo] = []
         for e in range(self.hp.edge_rounds):
-            clients = [u for c in cells for u in c]
-            begin = [edge[j] for j, c in enumerate(cells) for _ in c]
-            out = self.train_clients(begin, clients, t, stage=e)
-            pos = 0
-            for j, c in enumerate(cells):
-                cell_res = out[pos:pos + len(c)]
-                pos += len(c)
-                update, info = self.cell_aggregator(j).aggregate(
-                    [r.delta for r in cell_res], np.ones(len(c)),
-                    self.env.seeds.generator("noise", t, e, j))
-                infos.append(info)
-                edge[j] = apply_update(edge[j], update)
-            results.extend(out)
-        return CellsOutcome(edge, results, tuple(infos))
+            out = self.train_clients(edge, clients, t, stage=e, start_index=cell_of)
+            if exact and out.deltas is not None:  # one stack (cells of one shape)
+                updates = segment_means(out.delta_stack(), np.ones(len(clients)), cell_of,
+                                        len(cells))
+                infos.extend(AggregateInfo() for _ in cells)
+            else:
+                updates = []
+                for j in range(len(cells)):
+                    update, info = self.cell_aggregator(j).aggregate_stack(
+                        out.delta_stack(slice(bounds[j], bounds[j + 1])), np.ones(sizes[j]),
+                        self.env.seeds.generator("noise", t, e, j))
+                    updates.append(update)
+                    infos.append(info)
+            edge = [apply_update(edge[j], updates[j]) for j in range(len(cells))]
+            parts.append(out.without_deltas())
+        return CellsOutcome(edge, ClientResults.concat(parts), tuple(infos))
 
     def cells_plan(self, cell_starts: Sequence[Params], **more: Any) -> CellsPlan:
         """The plan of a round in which cell j starts from ``cell_starts[j]`` (every client trains)."""

@@ -1,0 +1,336 @@
+"""A round's clients as arrays: :class:`ClientBatch` in, :class:`ClientResults` out.
+
+One engine call trains a :class:`ClientBatch`: the clients' ids, their K distinct start
+models with a per-client index into them (FedAvg K = 1, a hierarchical round's N cells K =
+N), their data, seeds, step size and states. It returns :class:`ClientResults`: every
+client's pseudo-gradient Δ_i, loss, steps and buffers as ``(C, …)`` stacks and arrays, so
+that aggregation is a (segmented) reduction over the stack and nothing on the round's path
+builds an object per client.
+
+The per-client contract (:class:`~wirelessfl.engine.client.ClientTask`,
+:class:`~wirelessfl.engine.client.ClientResult`) stays for plug-ins: :meth:`ClientBatch.tasks`
+makes a batch's tasks, :class:`ClientResults` is a sequence of results (each built on
+access), and :meth:`ClientResults.from_list` wraps the results of a per-client engine.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, overload
+
+import numpy as np
+import torch
+
+from wirelessfl.engine.client import ClientResult, ClientTask, DeltaFold
+from wirelessfl.models.base import Params
+
+
+@dataclass(frozen=True, eq=False)
+class ClientBatch:
+    """The clients of one engine call, as arrays.
+
+    Attributes
+    ----------
+    clients : ndarray, shape (C,), int64
+        Client ids.
+    starts : tuple of Params
+        The K distinct models the clients start from.
+    start_index : ndarray, shape (C,), int64
+        Client c starts from ``starts[start_index[c]]``.
+    indices : tuple of ndarray
+        Each client's samples in the training set.
+    seeds : ndarray, shape (C,), int64
+        Each client's seed (mini-batch order, dropout; the ``local`` stream).
+    lr : float or None
+        The clients' step size (None: ``LocalHParams.lr``).
+    states : sequence or None
+        Each client's persistent state (None: no client has one).
+    broadcast : Any
+        What the server sends every client with the model (a list: one per client).
+    buffers : Params, list of Params or None
+        The model buffers every client starts from (a list: one per client).
+    """
+
+    clients: np.ndarray
+    starts: tuple[Params, ...]
+    start_index: np.ndarray
+    indices: tuple[np.ndarray, ...]
+    seeds: np.ndarray
+    lr: float | None = None
+    states: Sequence[Any] | None = None
+    broadcast: Any = None
+    buffers: Params | list[Params] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.clients)
+        if not (len(self.start_index) == len(self.indices) == len(self.seeds) == n):
+            raise ValueError(f"a batch of {n} clients needs one start index, index set and "
+                             f"seed each (got {len(self.start_index)}, {len(self.indices)}, "
+                             f"{len(self.seeds)})")
+        if n and (self.start_index.min() < 0 or self.start_index.max() >= len(self.starts)):
+            raise ValueError(f"start_index must lie in [0, {len(self.starts)})")
+        if self.states is not None and len(self.states) != n:
+            raise ValueError(f"{len(self.states)} states for {n} clients")
+
+    @classmethod
+    def of(cls, clients: Sequence[int] | np.ndarray, starts: Sequence[Params],
+           start_index: Sequence[int] | np.ndarray, client_indices: Sequence[np.ndarray],
+           seeds: np.ndarray, **more: Any) -> ClientBatch:
+        """A batch of ``clients``, their data taken from ``client_indices`` (a run's by id)."""
+        ids = np.asarray(clients, dtype=np.int64).reshape(-1)
+        got = operator.itemgetter(*ids.tolist())(client_indices) if len(ids) else ()
+        return cls(ids, tuple(starts), np.asarray(start_index, dtype=np.int64).reshape(-1),
+                   (got,) if len(ids) == 1 else tuple(got), np.asarray(seeds, np.int64), **more)
+
+    @classmethod
+    def from_tasks(cls, tasks: Sequence[ClientTask]) -> ClientBatch:
+        """The batch of per-client tasks (their starts told apart by identity)."""
+        first: dict[int, int] = {}
+        starts: list[Params] = []
+        index = np.zeros(len(tasks), np.int64)
+        for c, t in enumerate(tasks):
+            k = first.setdefault(id(t.params), len(starts))
+            if k == len(starts):
+                starts.append(t.params)
+            index[c] = k
+        lrs = {t.lr for t in tasks}
+        if len(lrs) > 1:
+            raise ValueError("a batch has one step size; these tasks have several")
+        states = [t.state for t in tasks]
+        bcast = [t.broadcast for t in tasks]
+        bufs = [t.buffers for t in tasks]
+        return cls(np.array([t.client for t in tasks], np.int64), tuple(starts), index,
+                   tuple(t.indices for t in tasks), np.array([t.seed for t in tasks], np.int64),
+                   lr=next(iter(lrs)) if lrs else None,
+                   states=None if all(s is None for s in states) else states,
+                   broadcast=bcast if any(b is not bcast[0] for b in bcast) else
+                   (bcast[0] if bcast else None),
+                   buffers=bufs if any(b is not bufs[0] for b in bufs) else
+                   (bufs[0] if bufs else None))
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    @property
+    def num_samples(self) -> np.ndarray:
+        """n_i of every client, shape (C,)."""
+        return np.fromiter(map(len, self.indices), np.int64, len(self.indices))
+
+    def state(self, c: int) -> Any:
+        """Client c's persistent state (None without one)."""
+        return None if self.states is None else self.states[c]
+
+    def task(self, c: int) -> ClientTask:
+        """Client c as a per-client task (for rules written against that contract)."""
+        b = self.broadcast[c] if isinstance(self.broadcast, list) else self.broadcast
+        buf = self.buffers[c] if isinstance(self.buffers, list) else self.buffers
+        return ClientTask(client=int(self.clients[c]), params=self.starts[self.start_index[c]],
+                          indices=self.indices[c], seed=int(self.seeds[c]), state=self.state(c),
+                          broadcast=b, lr=self.lr, buffers=buf)
+
+    def tasks(self) -> list[ClientTask]:
+        """Every client as a :class:`~wirelessfl.engine.client.ClientTask`, in order."""
+        return [self.task(c) for c in range(len(self))]
+
+    def take(self, rows: slice) -> ClientBatch:
+        """Clients ``rows`` (a slice) as a batch of their own (their starts kept)."""
+        return replace(self, clients=self.clients[rows], start_index=self.start_index[rows],
+                       indices=self.indices[rows], seeds=self.seeds[rows],
+                       states=None if self.states is None else self.states[rows],
+                       broadcast=self.broadcast[rows] if isinstance(self.broadcast, list)
+                       else self.broadcast,
+                       buffers=self.buffers[rows] if isinstance(self.buffers, list)
+                       else self.buffers)
+
+    def one_start(self, key: str | None = None) -> bool:
+        """Whether every client starts from one model (``key``: one tensor of that parameter)."""
+        if len(self.starts) == 1 or not len(self):
+            return True
+        if key is not None:
+            first = self.starts[0][key]
+            if all(s[key] is first for s in self.starts):
+                return True
+        return bool((self.start_index == self.start_index[0]).all())
+
+    def to(self, device: torch.device) -> ClientBatch:
+        """The batch with its starts, buffers and broadcast tensors on ``device``.
+
+        Each distinct tensor moves once (starts that share a tensor keep sharing it);
+        nothing already there is copied. States stay where the client store keeps them.
+        """
+        moved: dict[int, Any] = {}
+
+        def move(x: Any) -> Any:
+            if id(x) in moved:
+                return moved[id(x)]
+            if isinstance(x, torch.Tensor):
+                out = x.to(device)
+            elif type(x) is dict:
+                out = {k: move(v) for k, v in x.items()}
+                out = x if all(out[k] is v for k, v in x.items()) else out
+            elif type(x) in (list, tuple):
+                items = [move(v) for v in x]
+                out = x if all(a is b for a, b in zip(items, x)) else type(x)(items)
+            else:
+                return x
+            moved[id(x)] = out
+            return out
+
+        starts, buffers, broadcast = move(self.starts), move(self.buffers), move(self.broadcast)
+        if starts is self.starts and buffers is self.buffers and broadcast is self.broadcast:
+            return self
+        return replace(self, starts=starts, buffers=buffers, broadcast=broadcast)
+
+
+class ClientResults(Sequence[ClientResult]):
+    """An engine call's results as arrays: Δ stacked ``(C, …)``, losses, steps, samples.
+
+    A :class:`~collections.abc.Sequence` of
+    :class:`~wirelessfl.engine.client.ClientResult` for code written per client (each built
+    when it is read); code on the round's path reads the arrays: :attr:`clients`,
+    :attr:`num_samples`, :attr:`num_steps`, :attr:`losses` and :meth:`delta_stack`.
+
+    Parameters
+    ----------
+    clients, num_samples, num_steps : ndarray, shape (C,)
+        Ids, local data sizes, steps taken.
+    losses : ndarray, shape (C,)
+        Mean training loss over each client's steps (NaN without a step).
+    deltas : dict of Tensor or None
+        Δ_i = start − end stacked along the first dimension (None: folded while training,
+        or held per client in ``rows``).
+    buffers : dict of Tensor
+        The clients' buffers, stacked (empty without buffers).
+    states : sequence or None
+        Each client's new persistent state (None: none).
+    rows : list of ClientResult or None
+        Per-client results this object wraps (:meth:`from_list`).
+    """
+
+    def __init__(self, clients: np.ndarray, num_samples: np.ndarray, num_steps: np.ndarray,
+                 losses: np.ndarray, deltas: Params | None = None, buffers: Params | None = None,
+                 states: Sequence[Any] | None = None,
+                 rows: Sequence[ClientResult] | None = None) -> None:
+        self.clients = np.asarray(clients, np.int64)
+        self.num_samples = np.asarray(num_samples, np.int64)
+        self.num_steps = np.asarray(num_steps, np.int64)
+        self.losses = np.asarray(losses, np.float64)
+        self.deltas = deltas
+        self.buffers = buffers or {}
+        self.states = states
+        self._rows = list(rows) if rows is not None else None
+
+    @classmethod
+    def from_list(cls, results: Sequence[ClientResult]) -> ClientResults:
+        """Per-client results as one object (their Δ stacked on :meth:`delta_stack`)."""
+        if isinstance(results, ClientResults):
+            return results
+        states = [r.state for r in results]
+        return cls(np.array([r.client for r in results], np.int64),
+                   np.array([r.num_samples for r in results], np.int64),
+                   np.array([r.num_steps for r in results], np.int64),
+                   np.array([r.loss for r in results], np.float64),
+                   states=None if all(s is None for s in states) else states, rows=results)
+
+    @classmethod
+    def concat(cls, parts: Sequence[ClientResults], order: np.ndarray | None = None
+               ) -> ClientResults:
+        """Parts one after another (``order``: the position each row of the parts takes)."""
+        if len(parts) == 1 and order is None:
+            return parts[0]
+        cat = np.concatenate
+        stacked = all(p.deltas is not None for p in parts) and _same_shapes(
+            [p.deltas for p in parts])
+        states = (None if all(p.states is None for p in parts) else
+                  [s for p in parts for s in (p.states or [None] * len(p))])
+        out = cls(cat([p.clients for p in parts]), cat([p.num_samples for p in parts]),
+                  cat([p.num_steps for p in parts]), cat([p.losses for p in parts]),
+                  deltas={k: torch.cat([p.deltas[k] for p in parts]) for k in parts[0].deltas}
+                  if stacked else None,
+                  buffers={k: torch.cat([p.buffers[k] for p in parts]) for k in parts[0].buffers}
+                  if parts[0].buffers and _same_shapes([p.buffers for p in parts]) else None,
+                  states=states,
+                  rows=None if stacked else [r for p in parts for r in p])
+        return out if order is None else out.reordered(order)
+
+    def reordered(self, order: np.ndarray) -> ClientResults:
+        """The rows in the order that puts row ``i`` at ``order[i]``."""
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        t = torch.as_tensor(inv)
+        return ClientResults(
+            self.clients[inv], self.num_samples[inv], self.num_steps[inv], self.losses[inv],
+            deltas=None if self.deltas is None else
+            {k: v.index_select(0, t.to(v.device)) for k, v in self.deltas.items()},
+            buffers={k: v.index_select(0, t.to(v.device)) for k, v in self.buffers.items()},
+            states=None if self.states is None else [self.states[i] for i in inv],
+            rows=None if self._rows is None else [self._rows[i] for i in inv])
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    @property
+    def stacked(self) -> bool:
+        """Whether these are the engine's arrays (buffers stacked), not per-client results wrapped."""
+        return self._rows is None
+
+    @overload
+    def __getitem__(self, i: int) -> ClientResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[ClientResult]: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self._rows is not None:
+            return self._rows[i]
+        i = range(len(self))[i]
+        return ClientResult(int(self.clients[i]),
+                            {} if self.deltas is None else {k: v[i] for k, v in self.deltas.items()},
+                            int(self.num_samples[i]), int(self.num_steps[i]),
+                            float(self.losses[i]),
+                            None if self.states is None else self.states[i],
+                            {k: v[i] for k, v in self.buffers.items()} or None)
+
+    def delta_stack(self, rows: slice = slice(None)) -> Params:
+        """Δ of clients ``rows`` stacked ``(C, …)`` (a view of the engine's stack when it has one)."""
+        if self.deltas is not None:
+            return {k: v[rows] for k, v in self.deltas.items()}
+        got = self[rows]
+        if not got or not got[0].delta:
+            raise ValueError("these results carry no pseudo-gradients (folded while training)")
+        return {k: torch.stack([r.delta[k] for r in got]) for k in got[0].delta}
+
+    def diagnostics(self) -> tuple[float, dict[int, dict]]:
+        """The mean training loss of clients that stepped, and each client's loss and steps."""
+        stepped = self.num_steps > 0
+        loss = float(self.losses[stepped].mean()) if stepped.any() else float("nan")
+        return loss, {u: {"loss": x, "steps": n} for u, x, n in
+                      zip(self.clients.tolist(), self.losses.tolist(), self.num_steps.tolist())}
+
+    def without_deltas(self) -> ClientResults:
+        """These results without their Δ (what a round keeps once it has aggregated them)."""
+        return ClientResults(self.clients, self.num_samples, self.num_steps, self.losses, None,
+                             self.buffers, self.states,
+                             None if self._rows is None else
+                             [replace(r, delta={}) for r in self._rows])
+
+
+def _same_shapes(trees: Sequence[Params]) -> bool:
+    first = trees[0]
+    return all(t.keys() == first.keys() and all(t[k].shape[1:] == first[k].shape[1:]
+                                                and t[k].dtype == first[k].dtype for k in t)
+               for t in trees[1:])
+
+
+class FoldedResults(ClientResults):
+    """A round's results whose pseudo-gradients were folded into :attr:`fold` while training."""
+
+    def __init__(self, results: Sequence[ClientResult], fold: DeltaFold) -> None:
+        got = ClientResults.from_list(results)
+        super().__init__(got.clients, got.num_samples, got.num_steps, got.losses, None,
+                         got.buffers, got.states, got._rows)
+        self.fold = fold

@@ -1,0 +1,123 @@
+"""Mini-batch schedules: which of its samples a client uses at each local step.
+
+Mini-batch order [code, ``docs/papers/hist.md`` §2.4]: the client reshuffles its local data
+every epoch and cycles through it; ``steps`` counts SGD steps, not epochs. With ``epochs``
+set, a call runs that many epochs instead (FedAST §4.6: 3 epochs, last partial batch
+dropped). Each epoch is one ``rng.permutation`` of the client's ``n_i`` samples, cut into
+batches of ``B = min(batch_size, n_i)``.
+
+:func:`batch_schedule` is one client's schedule as a list of batches (the loop engine's);
+:func:`stacked_schedule` is a whole group's as one padded array, built from the same
+permutations with array operations: the only Python per client is its generator and its
+permutations, so the batched engine's schedule costs no loop over batches or steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class _Local(Protocol):  # the fields of LocalHParams a schedule reads
+    batch_size: int
+    steps: int
+    epochs: int | None
+    drop_last: bool
+
+
+def _epoch_cuts(n: np.ndarray, hp: _Local) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per client of ``n`` samples: batch size, full batches and remainder per epoch, batches per epoch."""
+    bs = np.minimum(hp.batch_size, np.maximum(n, 1))
+    full, rem = n // bs, n % bs
+    cuts = full + ((rem > 0) & (not hp.drop_last))
+    return bs, full, np.where(hp.drop_last, 0, rem), np.where(n > 0, cuts, 0)
+
+
+def steps_per_call(num_samples: int, hp: _Local) -> int:
+    """Local steps one call runs on ``num_samples`` samples (the length of :func:`batch_schedule`)."""
+    if num_samples == 0:
+        return 0
+    if hp.epochs is None:
+        return hp.steps
+    *_, cuts = _epoch_cuts(np.array([num_samples]), hp)
+    return int(cuts[0]) * hp.epochs
+
+
+def _epochs(cuts: np.ndarray, hp: _Local) -> np.ndarray:
+    """Epochs (permutations) each client draws: ``epochs``, or enough for ``steps`` batches."""
+    if hp.epochs is not None:
+        return np.where(cuts > 0, hp.epochs, 0)
+    return np.where(cuts > 0, -(-hp.steps // np.maximum(cuts, 1)), 0)
+
+
+def batch_schedule(num_samples: int, hp: _Local, rng: np.random.Generator) -> list[np.ndarray]:
+    """Positions (into the client's local data) of each mini-batch of one call.
+
+    Each epoch is a fresh permutation cut into batches; epochs are drawn until ``steps``
+    batches exist (or ``epochs`` epochs are done). A client with no data gets none.
+    """
+    n = np.array([num_samples])
+    bs, full, rem, cuts = (int(a[0]) for a in _epoch_cuts(n, hp))
+    if not cuts:
+        return []
+    batches: list[np.ndarray] = []
+    for _ in range(int(_epochs(np.array([cuts]), hp)[0])):
+        perm = rng.permutation(num_samples)
+        batches.extend(np.split(perm[:full * bs], full) if full else [])
+        if rem:
+            batches.append(perm[full * bs:])
+    return batches if hp.epochs is not None else batches[: hp.steps]
+
+
+def stacked_schedule(indices: Sequence[np.ndarray], seeds: np.ndarray, hp: _Local
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A group's batches as one padded ``(clients, Σ widths)`` array of sample indices and weights.
+
+    Client ``c`` owns the samples ``indices[c]`` and draws its order from
+    ``np.random.default_rng(seeds[c])`` exactly as :func:`batch_schedule` does. Step ``s``
+    takes columns ``offsets[s]:offsets[s + 1]``, as wide as its largest batch; client ``c``'s
+    batch ``s`` fills the first of them with its samples and weight ``1 / len(batch)`` each,
+    the rest stays 0 (no sample, no weight). Returns ``(index, weight, offsets, steps)``,
+    ``steps`` being each client's number of batches.
+    """
+    size = np.fromiter(map(len, indices), np.int64, len(indices))
+    bs, full, rem, cuts = _epoch_cuts(size, hp)
+    epochs = _epochs(cuts, hp)
+    steps = cuts * epochs if hp.epochs is not None else np.where(cuts > 0, hp.steps, 0)
+    # every client's permutations, one after another in one pool: rng.permutation(n) is
+    # rng.shuffle(np.arange(n)), here shuffled in place on the pool's views
+    draws = np.repeat(size, epochs)
+    pool_at = np.concatenate([[0], np.cumsum(size * epochs)[:-1]]).astype(np.int64)
+    pool = np.arange(int(draws.sum())) - np.repeat(np.cumsum(draws) - draws, draws)
+    at = 0
+    for rng, e, n in zip(map(np.random.default_rng, seeds.tolist()), epochs.tolist(), size.tolist()):
+        for _ in range(e):  # the client's generator and its shuffles: no other Python per client
+            rng.shuffle(pool[at:at + n])
+            at += n
+    owner_at = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
+    owned = np.concatenate(indices).astype(np.int64) if len(indices) else np.zeros(0, np.int64)
+    n_steps = int(steps.max(initial=0))
+    s = np.arange(n_steps)[None, :]
+    safe = np.maximum(cuts, 1)[:, None]
+    j = s % safe  # the batch within its epoch
+    lengths = np.where(s < steps[:, None], np.where(j < full[:, None], bs[:, None], rem[:, None]), 0)
+    widths = lengths.max(axis=0, initial=0)
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+    col_step = np.repeat(np.arange(n_steps), widths)
+    col_k = np.arange(int(offsets[-1])) - offsets[col_step]
+    # each client's place in its pool of permutations, per column (one row when all are alike)
+    rows = slice(0, 1) if len(size) and (size == size[0]).all() else slice(None)
+    rel = ((col_step[None, :] // safe[rows]) * size[rows, None] + j[rows][:, col_step] * bs[rows, None]
+           + col_k[None, :])
+    if n_steps and (lengths == widths).all():  # every batch of every client full
+        pos = pool[pool_at[:, None] + rel]
+        row = np.repeat(1.0 / np.maximum(widths, 1), widths).astype(np.float32)
+        return owned[owner_at[:, None] + pos], np.tile(row, (len(size), 1)), offsets, steps
+    length = lengths[:, col_step]
+    valid = col_k[None, :] < length
+    pos = pool[np.where(valid, pool_at[:, None] + rel, 0)] if len(pool) else np.zeros(valid.shape, np.int64)
+    index = np.where(valid, owned[np.where(valid, owner_at[:, None] + pos, 0)] if len(owned) else 0, 0)
+    weight = np.where(valid, 1.0 / np.maximum(length, 1), 0.0).astype(np.float32)
+    return index.astype(np.int64), weight, offsets, steps.astype(np.int64)
