@@ -23,7 +23,7 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from wirelessfl.engine.client import ClientResult, ClientTask, DeltaFold
+from wirelessfl.engine.client import ClientResult, ClientTask, DeltaFold, mover
 from wirelessfl.models.base import Params
 
 
@@ -160,24 +160,7 @@ class ClientBatch:
         Each distinct tensor moves once (starts that share a tensor keep sharing it);
         nothing already there is copied. States stay where the client store keeps them.
         """
-        moved: dict[int, Any] = {}
-
-        def move(x: Any) -> Any:
-            if id(x) in moved:
-                return moved[id(x)]
-            if isinstance(x, torch.Tensor):
-                out = x.to(device)
-            elif type(x) is dict:
-                out = {k: move(v) for k, v in x.items()}
-                out = x if all(out[k] is v for k, v in x.items()) else out
-            elif type(x) in (list, tuple):
-                items = [move(v) for v in x]
-                out = x if all(a is b for a, b in zip(items, x)) else type(x)(items)
-            else:
-                return x
-            moved[id(x)] = out
-            return out
-
+        move = mover(device)
         starts, buffers, broadcast = move(self.starts), move(self.buffers), move(self.broadcast)
         if starts is self.starts and buffers is self.buffers and broadcast is self.broadcast:
             return self
@@ -241,18 +224,21 @@ class ClientResults(Sequence[ClientResult]):
         if len(parts) == 1 and order is None:
             return parts[0]
         cat = np.concatenate
-        stacked = all(p.deltas is not None for p in parts) and _same_shapes(
-            [p.deltas for p in parts])
+        arrays = all(p.stacked for p in parts)  # the engine's own: no per-client rows
+        deltas = (all(p.deltas is not None for p in parts)
+                  and _same_shapes([p.deltas for p in parts]))
         states = (None if all(p.states is None for p in parts) else
                   [s for p in parts for s in (p.states or [None] * len(p))])
         out = cls(cat([p.clients for p in parts]), cat([p.num_samples for p in parts]),
                   cat([p.num_steps for p in parts]), cat([p.losses for p in parts]),
                   deltas={k: torch.cat([p.deltas[k] for p in parts]) for k in parts[0].deltas}
-                  if stacked else None,
+                  if deltas else None,
                   buffers={k: torch.cat([p.buffers[k] for p in parts]) for k in parts[0].buffers}
-                  if parts[0].buffers and _same_shapes([p.buffers for p in parts]) else None,
+                  if arrays and parts[0].buffers and _same_shapes([p.buffers for p in parts])
+                  else None,
                   states=states,
-                  rows=None if stacked else [r for p in parts for r in p])
+                  rows=None if arrays and (deltas or all(p.deltas is None for p in parts))
+                  else [r for p in parts for r in p])
         return out if order is None else out.reordered(order)
 
     def reordered(self, order: np.ndarray) -> ClientResults:

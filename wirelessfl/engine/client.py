@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -638,18 +638,14 @@ def keep_where(mask: torch.Tensor, new: Params, old: Params) -> Params:
             for k, v in new.items()}
 
 
-def on_device(tasks: Sequence[ClientTask], device: torch.device) -> list[ClientTask]:
-    """``tasks`` with their start models, buffers and broadcast tensors on ``device``.
+def mover(device: torch.device) -> Callable[[Any], Any]:
+    """A function that moves tensors, and dicts, lists and tuples of them, to ``device``.
 
-    An executor trains on its own device whatever device a task's tensors come from (a
-    server model kept on the host, a test's tasks built on the CPU): everything a rule
-    reads in :meth:`LocalSGD.context` and :meth:`ClientUpdate.client_final` is then on the
-    device of the round's parameters. Each distinct tensor moves once, so tasks that share
-    a start keep sharing one tensor; tensors already there are not copied. A task's
-    ``state`` stays where the client store keeps it (:mod:`wirelessfl.engine.client_store`
-    loads it onto the parameters' device).
+    Each distinct tensor or container moves once (by identity, over all its calls), so
+    objects that share a tensor keep sharing one; a container whose contents are already
+    there is returned itself, and anything else is returned as it is.
     """
-    moved: dict[int, Any] = {}  # by id: each distinct tensor or container once
+    moved: dict[int, Any] = {}
 
     def move(x: Any) -> Any:
         if id(x) in moved:
@@ -667,6 +663,21 @@ def on_device(tasks: Sequence[ClientTask], device: torch.device) -> list[ClientT
         moved[id(x)] = out
         return out
 
+    return move
+
+
+def on_device(tasks: Sequence[ClientTask], device: torch.device) -> list[ClientTask]:
+    """``tasks`` with their start models, buffers and broadcast tensors on ``device``.
+
+    An executor trains on its own device whatever device a task's tensors come from (a
+    server model kept on the host, a test's tasks built on the CPU): everything a rule
+    reads in :meth:`LocalSGD.context` and :meth:`ClientUpdate.client_final` is then on the
+    device of the round's parameters. Each distinct tensor moves once, so tasks that share
+    a start keep sharing one tensor; tensors already there are not copied. A task's
+    ``state`` stays where the client store keeps it (:mod:`wirelessfl.engine.client_store`
+    loads it onto the parameters' device).
+    """
+    move = mover(device)
     out = []
     for t in tasks:  # a task already on the device is kept (1,000 tasks a round: no copies)
         params, buffers, broadcast = move(t.params), move(t.buffers), move(t.broadcast)

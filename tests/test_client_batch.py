@@ -1,0 +1,233 @@
+"""A round's clients as arrays: seeds, stacked results, segmented and stacked aggregation,
+and the host work of a round (Python calls per client, counted)."""
+
+import cProfile
+import pstats
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from wirelessfl.data import ArrayDataset
+from wirelessfl.engine.batch import ClientBatch, ClientResults
+from wirelessfl.engine.batched import BatchedExecutor
+from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.loop import LoopExecutor
+from wirelessfl.models import build_model
+from wirelessfl.rng import Seeds
+from wirelessfl.server.aggregation import (
+    Aggregator,
+    AirComp,
+    Mean,
+    segment_means,
+    stacked_mean,
+    weighted_mean,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**32 - 1, 2**40])
+def test_the_seeds_of_a_whole_round_are_each_clients_own_bit_for_bit(seed):
+    rng = np.random.default_rng(seed % 1000)
+    seeds = Seeds(seed)
+    for keys in [(), (0,), (3, 1), (2**32 - 1, 5), (2**33,)]:
+        last = rng.integers(0, 2**32, size=40)
+        last[:3] = [0, 1, 2**32 - 1]
+        got = seeds.int_seeds("local", *keys, last=last)
+        want = [seeds.int_seed("local", *keys, int(k)) for k in last]
+        assert got.dtype == np.int64 and got.tolist() == want, keys
+    assert seeds.int_seeds("local", 1, last=np.zeros(0, int)).shape == (0,)
+    with pytest.raises(ValueError):
+        seeds.int_seeds("local", last=np.array([[1, 2]]))
+
+
+def _data(n=96, shape=(1, 6, 6), classes=4):
+    g = torch.Generator().manual_seed(1)
+    return ArrayDataset(torch.randn(n, *shape, generator=g),
+                        torch.randint(0, classes, (n,), generator=g), classes)
+
+
+class _Prox(LocalSGD):
+    """A rule with a context and a penalty: the stacked path reads each client's context."""
+
+    elementwise = True
+
+    def context(self, task):
+        return {"anchor": {k: v * 0.5 for k, v in task.params.items()}}
+
+    def penalty(self, params, start, ctx):
+        return sum(((params[k] - ctx["anchor"][k]) ** 2).sum() for k in params) * 0.01
+
+
+class _OwnFinal(LocalSGD):
+    """A rule with its own final step (through the per-client contract)."""
+
+    elementwise = True
+
+    def client_final(self, task, carry):
+        res = super().client_final(task, carry)
+        return type(res)(res.client, {k: 2 * v for k, v in res.delta.items()}, res.num_samples,
+                         res.num_steps, res.loss, res.state, res.buffers)
+
+
+@pytest.mark.parametrize("rule", [LocalSGD, _Prox, _OwnFinal])
+@pytest.mark.parametrize("starts", [1, 3])
+def test_a_batch_s_stacked_results_equal_the_loop_s_per_client_results(rule, starts):
+    model = build_model("fcnn", (1, 6, 6), 4, seed=0, hidden=7)
+    hp = LocalHParams(lr=0.1, batch_size=5, steps=3)
+    data = _data()
+    sizes = [12, 12, 7, 12, 0, 9]  # ragged: short batches, a client with no data
+    at = np.cumsum([0, *sizes])
+    indices = tuple(np.arange(at[c], at[c + 1]) for c in range(len(sizes)))
+    g = torch.Generator().manual_seed(3)
+    distinct = [{k: v + 0.01 * k_ * torch.randn(v.shape, generator=g)
+                 for k, v in model.params().items()} for k_ in range(starts)]
+    index = np.arange(len(sizes)) % starts
+    batch = ClientBatch(np.arange(10, 10 + len(sizes)), tuple(distinct), index, indices,
+                        Seeds(2).int_seeds("local", 0, 0, last=np.arange(len(sizes))))
+    update = rule(model, hp)
+    got = BatchedExecutor().run_batch(update, data, batch, hp)
+    want = LoopExecutor().run(update, data, batch.tasks(), hp)
+    assert isinstance(got, ClientResults) and len(got) == len(want)
+    assert got.clients.tolist() == [r.client for r in want]
+    assert got.num_steps.tolist() == [r.num_steps for r in want]
+    assert got.num_samples.tolist() == sizes
+    np.testing.assert_allclose(got.losses, [r.loss for r in want], rtol=1e-5)
+    stack = got.delta_stack()
+    for c, r in enumerate(want):
+        for k, v in r.delta.items():
+            torch.testing.assert_close(stack[k][c], v, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(got[c].delta[k], v, rtol=1e-4, atol=1e-6)
+    if rule is LocalSGD:
+        assert got.stacked  # the engine's own arrays, no per-client objects
+
+
+def test_a_batch_and_its_tasks_describe_the_same_clients():
+    p, q = {"w": torch.ones(2)}, {"w": torch.zeros(2)}
+    tasks = [ClientTask(4, p, np.arange(3), 11), ClientTask(2, q, np.arange(2), 12, state="s"),
+             ClientTask(9, p, np.arange(5), 13)]
+    batch = ClientBatch.from_tasks(tasks)
+    assert len(batch.starts) == 2 and batch.start_index.tolist() == [0, 1, 0]
+    assert batch.tasks() == tasks
+    assert batch.take(slice(1, 3)).tasks() == tasks[1:]
+    assert batch.num_samples.tolist() == [3, 2, 5]
+    with pytest.raises(ValueError):
+        ClientBatch(np.arange(2), (p,), np.array([0, 1]), (np.arange(1),) * 2, np.zeros(2, int))
+
+
+def test_the_segmented_mean_is_each_segment_s_weighted_mean():
+    g = torch.Generator().manual_seed(0)
+    stack = {"w": torch.randn(7, 3, 2, generator=g), "b": torch.randn(7, 5, generator=g)}
+    w = np.array([1.0, 2.0, 0.5, 3.0, 1.0, 0.0, 4.0])
+    seg = np.array([2, 0, 2, 1, 0, 1, 1])
+    got = segment_means(stack, w, seg, 3)
+    for j in range(3):
+        rows = np.flatnonzero(seg == j)
+        want = weighted_mean([{k: v[i] for k, v in stack.items()} for i in rows], w[rows])
+        for k in stack:
+            torch.testing.assert_close(got[j][k], want[k], rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="no weight"):
+        segment_means(stack, w, seg, 4)  # segment 3 has no rows
+    with pytest.raises(ValueError):
+        segment_means(stack, w[:3], seg, 3)
+    one = stacked_mean(stack, w)
+    rows = [{k: v[i] for k, v in stack.items()} for i in range(7)]
+    for k in stack:  # the same sums as over the rows one by one
+        assert torch.equal(one[k], weighted_mean(rows, w)[k])
+
+
+class _Median(Aggregator):
+    """A per-client plug-in aggregator (tutorial 2's kind): it only implements aggregate."""
+
+    def aggregate(self, deltas, weights, rng, *, unit=None, channel=None):
+        from wirelessfl.server.aggregation import AggregateInfo
+
+        return ({k: torch.stack([d[k] for d in deltas]).median(0).values for k in deltas[0]},
+                AggregateInfo())
+
+
+@pytest.mark.parametrize("agg", [Mean(), _Median(),
+                                 AirComp(10.0, 0.1, antennas=4),
+                                 AirComp(10.0, 0.1, antennas=4, normalise=True, truncation_db=-3)])
+def test_aggregating_a_stack_equals_aggregating_its_rows(agg):
+    """Over the air on the same channel stream; a per-client aggregator through the adapter."""
+    g = torch.Generator().manual_seed(5)
+    stack = {"w": torch.randn(6, 4, 3, generator=g), "b": torch.randn(6, 4, generator=g)}
+    rows = [{k: v[i] for k, v in stack.items()} for i in range(6)]
+    w = np.array([1.0, 2.0, 1.0, 1.0, 3.0, 1.0])
+    a, ia = agg.aggregate_stack(stack, w, np.random.default_rng(9))
+    b, ib = agg.aggregate(rows, w, np.random.default_rng(9))
+    assert ia == ib
+    for k in stack:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-7)
+
+
+def test_over_the_air_cells_aggregate_the_stack_as_their_rows_would():
+    """HFedAvg over the air: each cell's rows of the stack, its own channel stream."""
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import prepare
+
+    raw = {"seed": 1, "engine": "batched", "data": {"dataset": "synthetic", "num_clients": 8},
+           "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
+           "algorithm": {"name": "hist", "cells": 2, "split": False, "edge_rounds": 2,
+                         "aggregation": "aircomp"}}
+    exp = prepare(resolve(raw))
+    algo = exp.algorithm
+    state = exp.initial_state()
+    out = algo.run_cells([state.params] * 2, 0)
+    # by hand: the same batches, each cell's rows through the per-client aggregate
+    edge = [state.params] * 2
+    cells = algo.topology.cells
+    for e in range(2):
+        clients = [u for c in cells for u in c]
+        res = algo.train_clients([edge[j] for j, c in enumerate(cells) for _ in c], clients, 0,
+                                 stage=e)
+        pos, new = 0, []
+        for j, c in enumerate(cells):
+            upd, _ = algo.cell_aggregator(j).aggregate([res[i].delta for i in range(pos, pos + len(c))],
+                                                       np.ones(len(c)),
+                                                       exp.env.seeds.generator("noise", 0, e, j))
+            new.append({k: edge[j][k] - upd[k] for k in upd})
+            pos += len(c)
+        edge = new
+    for j in range(2):
+        for k in edge[j]:
+            torch.testing.assert_close(out.edge_params[j][k], edge[j][k], rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- host work
+#: Python calls a round may make per client and engine call (FedAvg: one call a round; a
+#: hierarchical round: one per edge round). What remains per client is NumPy's own work for
+#: each client's generator and shuffle (the mini-batch order of the RNG streams in use).
+PER_CLIENT_CALLS = 12
+
+
+def _calls(algo: str, clients: int) -> int:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from host_calls import config
+
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.rounds import prepare
+
+    raw = config(algo, clients, 1, dataset="synthetic")
+    raw["model"] = {"name": "fcnn", "options": {"hidden": 8}}
+    exp = prepare(resolve(raw))
+    state, _ = exp.algorithm.apply(exp.initial_state())
+    prof = cProfile.Profile()
+    prof.enable()
+    exp.algorithm.apply(state)
+    prof.disable()
+    return pstats.Stats(prof).total_calls
+
+
+@pytest.mark.parametrize("algo,calls", [("FedAvg", 1), ("HFedAvg N=4", 5), ("HIST N=4", 5),
+                                        ("FedAvg over the air", 1)])
+def test_a_round_s_python_grows_by_a_few_calls_a_client(algo, calls):
+    """Counted, not timed: a round of 40 clients makes at most PER_CLIENT_CALLS Python calls
+    per client and engine call more than one of 8 (before: 73 for FedAvg, 400 for HIST)."""
+    small, large = _calls(algo, 8), _calls(algo, 40)
+    per_client = (large - small) / 32 / calls
+    assert per_client <= PER_CLIENT_CALLS, (algo, small, large, per_client)
