@@ -92,13 +92,19 @@ class _Timed:
     def __init__(self, inner, device: torch.device) -> None:
         self.inner, self.device, self.seconds = inner, device, 0.0
 
-    def run(self, *args, **kwargs):
+    def _timed(self, call, *args, **kwargs):
         _sync(self.device)
         t = time.perf_counter()
-        out = self.inner.run(*args, **kwargs)
+        out = call(*args, **kwargs)
         _sync(self.device)
         self.seconds += time.perf_counter() - t
         return out
+
+    def run(self, *args, **kwargs):
+        return self._timed(self.inner.run, *args, **kwargs)
+
+    def run_batch(self, *args, **kwargs):  # a round's path
+        return self._timed(self.inner.run_batch, *args, **kwargs)
 
 
 def _experiment(model: str, algo: dict, engine: str, device: str, placement: str = "auto",
