@@ -70,6 +70,36 @@ def test_a_group_of_three_gives_each_run_its_solo_rows(toy_data, tmp_path):
             torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
 
 
+def test_a_group_trains_its_runs_as_one_batch_with_no_task_per_client(toy_data, tmp_path,
+                                                                     monkeypatch):
+    """The runs' batches meet as one ClientBatch: the per-client contract is never entered."""
+    from wirelessfl.engine.batched import BatchedExecutor
+
+    def per_client(*_a, **_k):
+        raise AssertionError("a group's round went through per-client tasks")
+
+    monkeypatch.setattr(BatchedExecutor, "run", per_client)
+    run_group(RUNS, tmp_path, quiet=True, log=lambda _: None)
+    for r in RUNS:
+        assert len(_rows(tmp_path, r)) == 6
+
+
+def test_hierarchical_runs_of_other_cells_and_masks_keep_their_solo_rows(toy_data, tmp_path):
+    """HFedAvg N = 2, HIST N = 4 and HIST N = 2 at another learning rate in one group."""
+    hier = {"algorithm.name": "hist", "algorithm.edge_rounds": 2, "rounds": 3}
+    runs = [_run("h2", 0, **hier, **{"algorithm.cells": 2, "algorithm.split": False}),
+            _run("h4", 1, **hier, **{"algorithm.cells": 4}),
+            _run("s2", 2, **hier, **{"algorithm.cells": 2, "local.lr": 0.1})]
+    assert len(lockstep_groups(runs, 64)) == 1
+    run_group(runs, tmp_path / "group", quiet=True, log=lambda _: None)
+    execute_local(runs, tmp_path / "solo", quiet=True, log=lambda _: None, batch_runs=1)
+    for r in runs:
+        together, alone = _rows(tmp_path / "group", r), _rows(tmp_path / "solo", r)
+        assert [x["round"] for x in together] == [x["round"] for x in alone] == list(range(4))
+        for x, y in zip(together, alone):
+            assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_group_on_cuda_gives_each_run_its_solo_rows_and_the_cpus(toy_data, tmp_path):

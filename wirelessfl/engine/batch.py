@@ -110,6 +110,32 @@ class ClientBatch:
                    buffers=bufs if any(b is not bufs[0] for b in bufs) else
                    (bufs[0] if bufs else None))
 
+    @classmethod
+    def concat(cls, batches: Sequence[ClientBatch], lr: float | None = None) -> ClientBatch:
+        """Batches one after another as one (a lockstep group's runs), at step size ``lr``.
+
+        Each batch keeps its starts (the index shifted past the earlier batches'); a
+        broadcast or buffers that differ between batches become one entry per client.
+        """
+        shift = np.cumsum([0, *(len(b.starts) for b in batches[:-1])])
+        per = [len(b) for b in batches]
+
+        def each(field: str) -> Any:  # one value for all, or a list of one per client
+            vals = [getattr(b, field) for b in batches]
+            if all(not isinstance(v, list) and v is vals[0] for v in vals):
+                return vals[0]
+            return [x for v, n in zip(vals, per) for x in (v if isinstance(v, list) else [v] * n)]
+
+        states = (None if all(b.states is None for b in batches) else
+                  [s for b in batches for s in (b.states if b.states is not None
+                                                else [None] * len(b))])
+        return cls(np.concatenate([b.clients for b in batches]),
+                   tuple(s for b in batches for s in b.starts),
+                   np.concatenate([b.start_index + k for b, k in zip(batches, shift)]),
+                   tuple(i for b in batches for i in b.indices),
+                   np.concatenate([b.seeds for b in batches]), lr=lr, states=states,
+                   broadcast=each("broadcast"), buffers=each("buffers"))
+
     def __len__(self) -> int:
         return len(self.clients)
 
@@ -280,6 +306,15 @@ class ClientResults(Sequence[ClientResult]):
                             float(self.losses[i]),
                             None if self.states is None else self.states[i],
                             {k: v[i] for k, v in self.buffers.items()} or None)
+
+    def take(self, rows: slice) -> ClientResults:
+        """Clients ``rows`` (a slice) as results of their own (views of the stacks)."""
+        return ClientResults(
+            self.clients[rows], self.num_samples[rows], self.num_steps[rows], self.losses[rows],
+            None if self.deltas is None else {k: v[rows] for k, v in self.deltas.items()},
+            {k: v[rows] for k, v in self.buffers.items()},
+            None if self.states is None else self.states[rows],
+            None if self._rows is None else self._rows[rows])
 
     def delta_stack(self, rows: slice = slice(None)) -> Params:
         """Δ of clients ``rows`` stacked ``(C, …)`` (a view of the engine's stack when it has one)."""

@@ -30,7 +30,15 @@ import numpy as np
 import torch
 from typing_extensions import override
 
-from wirelessfl.engine.client import ClientResult, ClientTask, ClientUpdate, DeltaFold, LocalHParams, task_lr
+from wirelessfl.engine.batch import ClientBatch, ClientResults
+from wirelessfl.engine.client import (
+    ClientResult,
+    ClientTask,
+    ClientUpdate,
+    DeltaFold,
+    LocalHParams,
+    task_lr,
+)
 from wirelessfl.engine.loop import Executor
 
 Params = dict[str, torch.Tensor]
@@ -38,15 +46,19 @@ Params = dict[str, torch.Tensor]
 
 @dataclasses.dataclass
 class _Call:
-    """One run's waiting executor call, and where its answer goes."""
+    """One run's waiting executor call (its tasks, or its batch), and where its answer goes."""
 
     update: ClientUpdate
     data: Any
     tasks: list[ClientTask]
     hp: LocalHParams
     fold: DeltaFold | None
-    results: list[ClientResult] | None = None
+    results: Sequence[ClientResult] | None = None
     error: BaseException | None = None
+    batch: ClientBatch | None = None
+
+    def __len__(self) -> int:
+        return len(self.batch) if self.batch is not None else len(self.tasks)
 
 
 class Lockstep:
@@ -92,7 +104,7 @@ class Lockstep:
                 self._data[key] = load()
             return self._data[key]
 
-    def submit(self, call: _Call) -> list[ClientResult]:
+    def submit(self, call: _Call) -> Sequence[ClientResult]:
         """Wait for the group, train with it, return this call's results."""
         with self._cv:
             self._pending.append(call)
@@ -126,18 +138,41 @@ class Lockstep:
             self._cv.notify_all()
 
     def _train(self, calls: list[_Call]) -> None:
-        """One executor call for ``calls``; each gets its own results (and fold terms)."""
+        """One executor call for ``calls``; each gets its own results (and fold terms).
+
+        Calls that come as batches (a round's path) are trained as one
+        :class:`~wirelessfl.engine.batch.ClientBatch` per step size (the runs' clients one
+        after another, no object per client); per-client calls as one list of tasks.
+        """
         self.calls += 1
         self.merged += len(calls)
         first = calls[0]
+        if all(c.batch is not None for c in calls):
+            by_lr: dict[float, list[_Call]] = {}
+            for c in calls:
+                by_lr.setdefault(c.hp.lr if c.batch.lr is None else c.batch.lr, []).append(c)
+            for lr, group in by_lr.items():
+                self._share(group, ClientBatch.concat([c.batch for c in group], lr=lr))
+            return
         tasks = [t if t.lr is not None else dataclasses.replace(t, lr=task_lr(t, c.hp))
-                 for c in calls for t in c.tasks]
+                 for c in calls for t in (c.batch.tasks() if c.batch is not None else c.tasks)]
         folds = [c.fold for c in calls]
-        fold = None if folds[0] is None else _Folds(folds, [len(c.tasks) for c in calls])
+        fold = None if folds[0] is None else _Folds(folds, [len(c) for c in calls])
         results = self.executor.run(first.update, first.data, tasks, first.hp, fold)
         lo = 0
         for c in calls:
-            c.results, lo = results[lo:lo + len(c.tasks)], lo + len(c.tasks)
+            c.results, lo = results[lo:lo + len(c)], lo + len(c)
+
+    def _share(self, calls: list[_Call], batch: ClientBatch) -> None:
+        """Train the calls' merged ``batch``; each call gets its rows (and its fold's terms)."""
+        first = calls[0]
+        folds = [c.fold for c in calls]
+        fold = None if folds[0] is None else _Folds(folds, [len(c) for c in calls])
+        results = ClientResults.from_list(
+            self.executor.run_batch(first.update, first.data, batch, first.hp, fold))
+        lo = 0
+        for c in calls:
+            c.results, lo = results.take(slice(lo, lo + len(c))), lo + len(c)
 
 
 class LockstepMember(Executor):
@@ -155,7 +190,15 @@ class LockstepMember(Executor):
             hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
         if not tasks:
             return []
-        return self.group.submit(_Call(update, data, list(tasks), hp, fold))
+        return list(self.group.submit(_Call(update, data, list(tasks), hp, fold)))
+
+    @override
+    def run_batch(self, update: ClientUpdate, data: Any, batch: ClientBatch,
+                  hp: LocalHParams, fold: DeltaFold | None = None) -> ClientResults:
+        if not len(batch):
+            return ClientResults.from_list([])
+        got = self.group.submit(_Call(update, data, [], hp, fold, batch=batch))
+        return ClientResults.from_list(got)
 
 
 #: Attribute types a rule's own settings may have to be compared across runs.
