@@ -255,11 +255,20 @@ def compile_step(device: str, quick: bool) -> dict:
 
 
 def profile(device: str, quick: bool) -> dict:
-    """One batched FCNN HFedAvg round and one LeNet-5 round under ``torch.profiler``."""
+    """One batched FCNN HFedAvg round and one LeNet-5 round under ``torch.profiler``.
+
+    With the host work of a round fitted against clients and steps
+    (``benchmarks/host_calls.py`` on its small grid: Python and aten calls per client and
+    per step of FedAvg and HFedAvg N = 4; counts, the same on any machine).
+    """
     eng = _engine_module(quick)
     algo = eng.ALGOS["HFedAvg N=4"]
+    calls = _module("host_calls")
+    host = [calls.measure(a, calls.QUICK_CLIENTS, calls.QUICK_STEPS, dataset=DATA["dataset"],
+                          data_dir=DATA["data_dir"]) for a in ("FedAvg", "HFedAvg N=4")]
     return {"rounds": [eng.profile_round(m, algo, "batched", device, rows=12)
-                       for m in (["fcnn"] if quick else ["fcnn", "lenet5"])]}
+                       for m in (["fcnn"] if quick else ["fcnn", "lenet5"])],
+            "host_calls": [{k: h[k] for k in ("algorithm", "python", "aten")} for h in host]}
 
 
 def placement(device: str, quick: bool) -> dict:
@@ -402,6 +411,9 @@ def _markdown(report: dict) -> str:
                              f"{r.get('host_syncs', 0)} host syncs, {r['calls']} calls, top host "
                              f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"
                              for r in res.get("rounds", []))
+            head += "".join(f"; {h['algorithm']}: {h['python']['per_client']:.0f} Python, "
+                            f"{h['aten']['per_client']:.1f} aten a client"
+                            for h in res.get("host_calls", []))
         elif name == "lockstep":
             head = "; ".join(f"{g['runs']} runs, chunk {g['max_batch']}: "
                              f"{g['seconds_per_group_round']:.2f} s a round, "

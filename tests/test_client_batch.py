@@ -231,3 +231,43 @@ def test_a_round_s_python_grows_by_a_few_calls_a_client(algo, calls):
     small, large = _calls(algo, 8), _calls(algo, 40)
     per_client = (large - small) / 32 / calls
     assert per_client <= PER_CLIENT_CALLS, (algo, small, large, per_client)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_scaffold_s_stacked_contexts_and_states_are_its_per_client_ones(beta, monkeypatch):
+    """c − c_i gathered once and c_i⁺ from the stacked Δ: the loop's, client by client
+    (clients with and without a stored c_i, one without data keeps its c_i)."""
+    from wirelessfl.algorithms.scaffold import ControlledSGD
+    from wirelessfl.engine import client_store
+
+    model = build_model("fcnn", (1, 6, 6), 4, seed=0, hidden=7)
+    hp = LocalHParams(lr=0.1, batch_size=5, steps=3)
+    data = _data()
+    g = torch.Generator().manual_seed(4)
+
+    def noise():
+        return {k: 0.05 * torch.randn(v.shape, generator=g) for k, v in model.params().items()}
+
+    sizes = [12, 10, 0, 12]
+    at = np.cumsum([0, *sizes])
+    states = [None, client_store.store(noise()), client_store.store(noise()), None]
+    batch = ClientBatch(np.arange(4), (model.params(),), np.zeros(4, np.int64),
+                        tuple(np.arange(at[c], at[c + 1]) for c in range(4)),
+                        Seeds(1).int_seeds("local", 0, 0, last=np.arange(4)), states=states,
+                        broadcast={"c": noise(), "u": noise()})
+    rule = ControlledSGD(model, hp, beta=beta)
+    want = LoopExecutor().run(rule, data, batch.tasks(), hp)
+
+    def per_client(*_a):
+        raise AssertionError("the batched engine asked for a context client by client")
+
+    monkeypatch.setattr(ControlledSGD, "context", per_client)
+    monkeypatch.setattr(ControlledSGD, "client_final", per_client)
+    got = BatchedExecutor().run_batch(rule, data, batch, hp)
+    assert got.stacked and got.states[2] is states[2]  # no step: c_i kept
+    for c, r in enumerate(want):
+        for k, v in r.delta.items():
+            torch.testing.assert_close(got.delta_stack()[k][c], v, rtol=1e-4, atol=1e-6)
+        for k, v in r.state.items():
+            torch.testing.assert_close(got.states[c][k], v, rtol=1e-4, atol=1e-5)
+            assert got.states[c][k].device.type == "cpu"

@@ -242,16 +242,18 @@ class FedAvg(FederatedAlgorithm):
         return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent,
                                  cumulative={"empty_rounds": float(nothing)})
 
-    def uplink_sum(self, state: ServerState, trees: list[Params],
+    def uplink_sum(self, state: ServerState, trees: list[Params] | Params,
                    coefs: np.ndarray) -> tuple[Params, AggregateInfo]:
         """Σ_i coef_i tree_i of a second uploaded vector, as received over the air, and its info.
 
         For control variates and tracking terms (gradient units, one symbol = 1); only for a
         non-exact uplink: exact algorithms keep their own arithmetic. Over the air it goes
         over the channel of the round's model update (``network.vector_channel: round``).
+        ``trees`` is a list of per-client trees, or their stack ``(C, …)`` (a dict).
         """
         total = float(np.sum(coefs))
-        got, info = self.aggregator.aggregate(
+        how = self.aggregator.aggregate_stack if isinstance(trees, dict) else self.aggregator.aggregate
+        got, info = how(
             trees, np.asarray(coefs, float), self.env.seeds.generator("noise", state.round, 1),
             unit=1.0, channel=self.env.seeds.generator("noise", state.round))  # the round's
         return {k: total * v for k, v in got.items()}, info

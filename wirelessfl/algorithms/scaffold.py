@@ -28,7 +28,9 @@ engines run it. With zero control variates and η_g = 1 a round is a FedAvg roun
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +44,15 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.batch import ClientBatch, ClientResults
+from wirelessfl.engine.client import (
+    Carry,
+    ClientResult,
+    ClientTask,
+    LocalHParams,
+    LocalSGD,
+    weighted_sum,
+)
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.optimizers import ServerOptState
@@ -129,6 +139,46 @@ class ControlledSGD(LocalSGD):
         return ctx
 
     @override
+    def stacked_context(self, batch: ClientBatch, device: torch.device) -> dict[str, Params] | None:
+        """:meth:`context` of every client at once: c − c_i stacked (the c_i gathered once)."""
+        sent = batch.broadcast
+        if isinstance(sent, list):  # one broadcast per client: ask each client
+            return None
+        sent, like, n = sent or {}, batch.starts[0], len(batch)
+        ci = _gathered(batch.states, like, device)
+
+        def every(x: Params | None) -> Params:  # one tree for all, stacked as copies
+            return {k: _rows_of(x[k] if x is not None else torch.zeros_like(v), n, v, device)
+                    for k, v in like.items()}
+
+        c = every(sent.get("c"))
+        ctx = {"c_diff": {k: c[k] - ci[k] if ci is not None else c[k] for k in like}}
+        if self.beta < 1:
+            ctx["u"] = every(sent.get("u"))
+        return ctx
+
+    @override
+    def stacked_states(self, batch: ClientBatch, deltas: Params, steps: np.ndarray, lr: float,
+                       ctx: dict[str, Params]) -> list[Any] | None:
+        """c_i⁺ of every client from the stacked Δ (:meth:`client_final`'s, row by row)."""
+        if not self.control_variates:
+            return None
+        stepped = (steps > 0) & (lr != 0)
+        if not stepped.any():
+            return list(batch.states) if batch.states is not None else None
+        first = next(iter(deltas.values()))
+        scale = torch.as_tensor(np.where(stepped, 1.0 / np.maximum(steps, 1) / (lr or 1.0), 0.0),
+                                dtype=first.dtype, device=first.device)
+        u = ctx.get("u")
+        new = {k: ((_per_row(scale, d) * d - (1 - self.beta) * u[k] if u is not None
+                    else _per_row(scale, d) * d) / self.beta - ctx["c_diff"][k]).contiguous()
+               for k, d in deltas.items()}
+        host = {k: client_store.to_host(v, self.state_dtype) for k, v in new.items()}
+        keys, kept = list(host), batch.states or [None] * len(batch)
+        return [dict(zip(keys, (v[c].clone() for v in host.values()))) if on else old
+                for c, (on, old) in enumerate(zip(stepped.tolist(), kept))]
+
+    @override
     def correct(self, grads: Params, params: Params, start: Params,
                 ctx: dict[str, Params]) -> Params:
         if self.corrected and self.control_variates:
@@ -161,6 +211,36 @@ class ControlledSGD(LocalSGD):
                    else scale * res.delta[k]) / self.beta - carry.ctx["c_diff"][k]
                for k in res.delta}
         return dataclasses.replace(res, state=client_store.store(new, self.state_dtype))
+
+
+def _gathered(states: Sequence[Params | None] | None, like: Params,
+              device: torch.device) -> Params | None:
+    """The clients' stored trees stacked on ``device`` in ``like``'s dtypes.
+
+    None when no client has a state; a client without one gets zeros.
+    """
+    if states is None or all(s is None for s in states):
+        return None
+    proto = next(s for s in states if s is not None)  # the store's dtype and device
+    zero = {k: torch.zeros_like(proto[k]) for k in like}
+    return {k: torch.stack([s[k] if s is not None else zero[k] for s in states]).to(device, v.dtype)
+            for k, v in like.items()}
+
+
+def zero_device(tree: Params) -> torch.device:
+    """The device of a parameter tree's tensors (the CPU for an empty one)."""
+    return next(iter(tree.values())).device if tree else torch.device("cpu")
+
+
+def _rows_of(x: torch.Tensor, n: int, like: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``x`` (one client's tensor) as ``n`` rows of a stack, in ``like``'s dtype."""
+    out = torch.empty((n, *like.shape), dtype=like.dtype, device=device)
+    return out.copy_(x.detach().to(device, like.dtype).unsqueeze(0))
+
+
+def _per_row(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-client value ``(C,)`` shaped to broadcast against the stack ``like``."""
+    return v.reshape(-1, *[1] * (like.dim() - 1))
 
 
 @dataclass(frozen=True)
@@ -213,6 +293,23 @@ class SCAFFOLD(FedAvg):
 
     folds_deltas = True  # aggregate reads the Δ_i only through combine
 
+    def _state_changes(self, state: ServerState, results: ClientResults
+                       ) -> tuple[Params | None, np.ndarray]:
+        """Δc_i = c_i⁺ − c_i of the clients that sent a state, stacked, and which sent one.
+
+        A client new to the store had c_i = 0. One gather of the stored and the new states
+        per parameter, not a tree per client.
+        """
+        new = results.states or [None] * len(results)
+        sent = np.array([s is not None for s in new], dtype=bool)
+        if not sent.any():
+            return None, sent
+        zero = {k: torch.zeros_like(v) for k, v in state.params.items()}
+        ids = results.clients[sent].tolist()
+        now = _gathered([s for s, on in zip(new, sent.tolist()) if on], zero, zero_device(zero))
+        before = _gathered(list(map(state.client_states.get, ids)), zero, zero_device(zero))
+        return ({k: now[k] - before[k] for k in zero} if before is not None else now), sent
+
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult],
@@ -222,23 +319,19 @@ class SCAFFOLD(FedAvg):
         update, w, info = self.combine(state, results)
         infos = [info]
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
-        steps = float(np.mean([r.num_steps for r in results]))
+        results = ClientResults.from_list(results)
+        steps = float(results.num_steps.mean())
         lr = self.client_lr(t)
         lr = self.env.local.lr if lr is None else lr
         u = {k: (v / (lr * steps) if lr * steps > 0 else torch.zeros_like(v))
              for k, v in update.items()}
-        zero = {k: torch.zeros_like(v) for k, v in state.params.items()}
-
-        def stored(tree: Params | None) -> Params:
-            return zero if tree is None else client_store.load(tree, zero)
-
-        dc = [{k: stored(r.state)[k] - stored(state.client_states.get(r.client))[k] for k in zero}
-              for r in results if r.state is not None]
-        coef = (np.full(len(dc), 1.0 / self.env.num_clients) if hp.c_update == "population"
-                else w[[r.state is not None for r in results]] / w.sum())
-        if self.aggregator.exact or not dc:
-            c = {k: c[k] + sum(float(a) * d[k] for a, d in zip(coef, dc)) for k in c}
-        else:  # the Δc_i go up over the air too
+        dc, sent = self._state_changes(state, results)
+        coef = (np.full(int(sent.sum()), 1.0 / self.env.num_clients)
+                if hp.c_update == "population" else w[sent] / w.sum())
+        if dc is not None and (self.aggregator.exact or not len(coef)):
+            c = {k: c[k] + weighted_sum(torch.as_tensor(coef, dtype=d.dtype, device=d.device), d)
+                 for k, d in dc.items()}
+        elif dc is not None:  # the Δc_i go up over the air too
             got, more = self.uplink_sum(state, dc, coef)
             infos.append(more)
             c = {k: c[k] + got[k] for k in c}

@@ -399,10 +399,14 @@ class BatchedExecutor(Executor):
         sums = loss_sum.cpu().numpy().astype(np.float64)  # one read of the device per call
         with np.errstate(invalid="ignore", divide="ignore"):
             losses = np.where(steps > 0, sums / np.maximum(steps, 1), np.nan)
-        if type(update).client_final is ClientUpdate.client_final:
+        states = _states_of(update)
+        if type(update).client_final is ClientUpdate.client_final or states:
             # the default final step's Δ = start − end for the whole stack at once (one
-            # subtraction per tensor), folded on the stack or kept as the results' stack
+            # subtraction per tensor), folded on the stack or kept as the results' stack;
+            # a rule whose final step only adds its state gives every state from the stack
             deltas = _stacked_deltas(batch, carry, self.device, low_rank)
+            states = (update.stacked_states(batch, _rows(deltas), steps, carry.lr, carry.ctx)
+                      if states else batch.states)
             if fold is not None:
                 fold.add(positions, deltas)
                 deltas = None
@@ -410,7 +414,7 @@ class BatchedExecutor(Executor):
                 deltas = _rows({k: v.dense() if isinstance(v, LowRankDelta) else v
                                 for k, v in deltas.items()})
             return ClientResults(batch.clients, batch.num_samples, steps, losses, deltas,
-                                 carry.buffers, batch.states)
+                                 carry.buffers, states)
         results = self._own_final(update, batch, carry, contexts, steps, sums)
         for r in results:  # a rule's own final step: its results' tensors are checked
             device_guard.check(r.delta, self.device, f"{type(update).__name__}.client_final")
@@ -428,10 +432,15 @@ class BatchedExecutor(Executor):
                    for k in batch.starts[0]}
         contexts: list[dict[str, Params]] = []
         ctx: dict[str, Params] = {}
-        if type(update).context is not LocalSGD.context:  # a rule's own, client by client
-            contexts = [update.context(t) for t in batch.tasks()]
-            ctx = {name: {k: _stack([c[name][k] for c in contexts], self.device, k in cols)
-                          for k in contexts[0][name]} for name in contexts[0]}
+        if type(update).context is not LocalSGD.context:  # the rule's, stacked or per client
+            whole = update.stacked_context(batch, self.device)
+            if whole is not None:
+                ctx = {name: {k: _layout_stack(v, k in cols) for k, v in tree.items()}
+                       for name, tree in whole.items()}
+            else:
+                contexts = [update.context(t) for t in batch.tasks()]
+                ctx = {name: {k: _stack([c[name][k] for c in contexts], self.device, k in cols)
+                              for k in contexts[0][name]} for name in contexts[0]}
         buffers = _stack_buffers(batch, self.device)
         # steps taken in place (the group owns its parameters), unless compiled
         params, start = stacked, stacked
@@ -494,8 +503,10 @@ class BatchedExecutor(Executor):
         params = _rows(carry.params)
         opt = {name: _rows(tree) for name, tree in carry.opt.items() if isinstance(tree, dict)}
         tasks = batch.tasks()
-        if not contexts:
-            contexts = [{} for _ in tasks]
+        if not contexts:  # the rule's stacked context (or none): each client's rows
+            ctx = {name: _rows(tree) for name, tree in carry.ctx.items()}
+            contexts = [{name: {k: v[c] for k, v in tree.items()} for name, tree in ctx.items()}
+                        for c in range(len(tasks))]
         return [update.client_final(t, Carry(  # the start is each task's own
                     start={k: v.detach().to(self.device) for k, v in t.params.items()},
                     params={k: params[k][c] for k in params}, lr=carry.lr, state=t.state,
@@ -605,6 +616,18 @@ def _stacked_deltas(batch: ClientBatch, carry: Carry, device: torch.device,
             start = _stack_starts(batch, k, device, end.dim() == 3 and end.stride(-2) == 1)
         out[k] = torch.sub(start, end, out=end)
     return out
+
+
+def _states_of(update: LocalSGD) -> bool:
+    """Whether ``update`` gives its clients' new states from the stack (:meth:`LocalSGD.stacked_states`)."""
+    return type(update).stacked_states is not LocalSGD.stacked_states
+
+
+def _layout_stack(v: torch.Tensor, column: bool) -> torch.Tensor:
+    """A stack ``(C, …)`` laid out as :func:`_stack` lays one (``column``: 2-D rows column-major)."""
+    if column and v.dim() == 3:
+        return v.transpose(1, 2).contiguous().transpose(1, 2)
+    return v.contiguous()
 
 
 def _stack_starts(batch: ClientBatch, k: str, device: torch.device, column: bool) -> torch.Tensor:

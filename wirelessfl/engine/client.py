@@ -417,6 +417,27 @@ class LocalSGD(ClientUpdate):
         """Per-client tensors of the rule (none for plain SGD)."""
         return {}
 
+    def stacked_context(self, batch: Any, device: torch.device) -> dict[str, Params] | None:
+        """Every client's :meth:`context` at once, stacked ``(C, …)`` on ``device``, or None.
+
+        ``batch`` is the round's :class:`~wirelessfl.engine.batch.ClientBatch`. None (the
+        default): the batched engine asks :meth:`context` client by client. A rule that
+        gives its contexts here must give what :meth:`context` gives, row by row.
+        """
+        return None
+
+    def stacked_states(self, batch: Any, deltas: Params, steps: np.ndarray, lr: float,
+                       ctx: dict[str, Params]) -> list[Any] | None:
+        """The clients' new states from their stacked Δ, for a rule whose only own final step is its state.
+
+        Called by the batched engine instead of :meth:`client_final` client by client when a
+        rule overrides it (its Δ then is the default ``start − end``); ``deltas``, ``ctx``
+        are the group's stacks, ``steps`` each client's steps, ``lr`` the step size. It
+        returns one state per client (None: no client has one), what :meth:`client_final`
+        would return as ``state``, row by row.
+        """
+        raise NotImplementedError
+
     def penalty(self, params: Params, start: Params, ctx: dict[str, Params]) -> torch.Tensor | float:
         """Extra loss terms added to the data loss of every step (none for plain SGD)."""
         return 0.0
