@@ -412,7 +412,7 @@ def _markdown(report: dict) -> str:
                              f"{r['top_host'][0]['name']} {r['top_host'][0]['self_cpu_ms']:.0f} ms"
                              for r in res.get("rounds", []))
             head += "".join(f"; {h['algorithm']}: {h['python']['per_client']:.0f} Python, "
-                            f"{h['aten']['per_client']:.1f} aten a client"
+                            f"{round(h['aten']['per_client'], 1) + 0.0:.1f} aten a client"
                             for h in res.get("host_calls", []))
         elif name == "lockstep":
             head = "; ".join(f"{g['runs']} runs, chunk {g['max_batch']}: "

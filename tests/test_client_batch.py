@@ -271,3 +271,51 @@ def test_scaffold_s_stacked_contexts_and_states_are_its_per_client_ones(beta, mo
         for k, v in r.state.items():
             torch.testing.assert_close(got.states[c][k], v, rtol=1e-4, atol=1e-5)
             assert got.states[c][k].device.type == "cpu"
+
+
+@pytest.mark.parametrize("correction", ["pre", "post", "none"])
+def test_fadamgc_s_stacked_contexts_and_states_are_its_per_client_ones(correction, monkeypatch):
+    """v_i and y − y_i gathered once, v_i⁺ and (for S̃) y_i⁺ from the stacked carry: the
+    loop's, client by client (stored and missing states, a client without data, ragged)."""
+    from wirelessfl.algorithms.fadamgc.local import AdamClientState, TrackedAdam
+    from wirelessfl.engine import client_store
+
+    model = build_model("fcnn", (1, 6, 6), 4, seed=0, hidden=7)
+    hp = LocalHParams(lr=0.01, batch_size=5, steps=3)
+    data = _data()
+    g = torch.Generator().manual_seed(6)
+
+    def noise(scale=0.05):
+        return {k: scale * torch.randn(v.shape, generator=g).abs()
+                for k, v in model.params().items()}
+
+    sizes = [12, 7, 0, 12, 10]
+    at = np.cumsum([0, *sizes])
+    states = [None, AdamClientState(v=client_store.store(noise(1e-3)), y=client_store.store(noise())),
+              AdamClientState(v=client_store.store(noise(1e-3))), None,
+              AdamClientState(v=client_store.store(noise(1e-3)), y=client_store.store(noise()))]
+    batch = ClientBatch(np.arange(5), (model.params(),), np.zeros(5, np.int64),
+                        tuple(np.arange(at[c], at[c + 1]) for c in range(5)),
+                        Seeds(2).int_seeds("local", 0, 0, last=np.arange(5)), states=states,
+                        broadcast={"y": noise(), "tracked": frozenset({0, 1, 2})})
+    rule = TrackedAdam(model, hp, correction)
+    want = LoopExecutor().run(rule, data, batch.tasks(), hp)
+
+    def per_client(*_a):
+        raise AssertionError("the batched engine went client by client")
+
+    monkeypatch.setattr(TrackedAdam, "context", per_client)
+    monkeypatch.setattr(TrackedAdam, "client_final", per_client)
+    got = BatchedExecutor().run_batch(rule, data, batch, hp)
+    assert got.stacked and got.states[2] is states[2]  # no data, no step: kept
+    for c, r in enumerate(want):
+        for k, v in r.delta.items():
+            torch.testing.assert_close(got.delta_stack()[k][c], v, rtol=1e-4, atol=1e-6)
+        if r.state is None:
+            assert got.states[c] is None
+            continue
+        for name in ("v", "y"):
+            a, b = getattr(got.states[c], name), getattr(r.state, name)
+            assert (a is None) == (b is None), (c, name)
+            for k in b or {}:
+                torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-7)

@@ -28,7 +28,6 @@ engines run it. With zero control variates and η_g = 1 a round is a FedAvg roun
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
-from wirelessfl.engine.batch import ClientBatch, ClientResults
+from wirelessfl.engine.batch import ClientBatch, ClientResults, per_row
 from wirelessfl.engine.client import (
     Carry,
     ClientResult,
@@ -53,6 +52,7 @@ from wirelessfl.engine.client import (
     LocalSGD,
     weighted_sum,
 )
+from wirelessfl.engine.client_store import client_trees, gathered
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.optimizers import ServerOptState
@@ -145,24 +145,21 @@ class ControlledSGD(LocalSGD):
         if isinstance(sent, list):  # one broadcast per client: ask each client
             return None
         sent, like, n = sent or {}, batch.starts[0], len(batch)
-        ci = _gathered(batch.states, like, device)
+        ci = gathered(batch.states, like, device)
 
-        def every(x: Params | None) -> Params:  # one tree for all, stacked as copies
-            return {k: _rows_of(x[k] if x is not None else torch.zeros_like(v), n, v, device)
-                    for k, v in like.items()}
-
-        c = every(sent.get("c"))
+        c = client_store.repeated(sent.get("c"), n, like, device)
         ctx = {"c_diff": {k: c[k] - ci[k] if ci is not None else c[k] for k in like}}
         if self.beta < 1:
-            ctx["u"] = every(sent.get("u"))
+            ctx["u"] = client_store.repeated(sent.get("u"), n, like, device)
         return ctx
 
     @override
-    def stacked_states(self, batch: ClientBatch, deltas: Params, steps: np.ndarray, lr: float,
-                       ctx: dict[str, Params]) -> list[Any] | None:
+    def stacked_states(self, batch: ClientBatch, carry: Carry, deltas: Params,
+                       steps: np.ndarray) -> list[Any] | None:
         """c_i⁺ of every client from the stacked Δ (:meth:`client_final`'s, row by row)."""
         if not self.control_variates:
             return None
+        lr, ctx = carry.lr, carry.ctx
         stepped = (steps > 0) & (lr != 0)
         if not stepped.any():
             return list(batch.states) if batch.states is not None else None
@@ -170,13 +167,12 @@ class ControlledSGD(LocalSGD):
         scale = torch.as_tensor(np.where(stepped, 1.0 / np.maximum(steps, 1) / (lr or 1.0), 0.0),
                                 dtype=first.dtype, device=first.device)
         u = ctx.get("u")
-        new = {k: ((_per_row(scale, d) * d - (1 - self.beta) * u[k] if u is not None
-                    else _per_row(scale, d) * d) / self.beta - ctx["c_diff"][k]).contiguous()
+        new = {k: ((per_row(scale, d) * d - (1 - self.beta) * u[k] if u is not None
+                    else per_row(scale, d) * d) / self.beta - ctx["c_diff"][k]).contiguous()
                for k, d in deltas.items()}
-        host = {k: client_store.to_host(v, self.state_dtype) for k, v in new.items()}
-        keys, kept = list(host), batch.states or [None] * len(batch)
-        return [dict(zip(keys, (v[c].clone() for v in host.values()))) if on else old
-                for c, (on, old) in enumerate(zip(stepped.tolist(), kept))]
+        rows = client_trees(new, self.state_dtype)
+        kept = batch.states or [None] * len(batch)
+        return [tree if on else old for tree, on, old in zip(rows, stepped.tolist(), kept)]
 
     @override
     def correct(self, grads: Params, params: Params, start: Params,
@@ -213,34 +209,9 @@ class ControlledSGD(LocalSGD):
         return dataclasses.replace(res, state=client_store.store(new, self.state_dtype))
 
 
-def _gathered(states: Sequence[Params | None] | None, like: Params,
-              device: torch.device) -> Params | None:
-    """The clients' stored trees stacked on ``device`` in ``like``'s dtypes.
-
-    None when no client has a state; a client without one gets zeros.
-    """
-    if states is None or all(s is None for s in states):
-        return None
-    proto = next(s for s in states if s is not None)  # the store's dtype and device
-    zero = {k: torch.zeros_like(proto[k]) for k in like}
-    return {k: torch.stack([s[k] if s is not None else zero[k] for s in states]).to(device, v.dtype)
-            for k, v in like.items()}
-
-
 def zero_device(tree: Params) -> torch.device:
     """The device of a parameter tree's tensors (the CPU for an empty one)."""
     return next(iter(tree.values())).device if tree else torch.device("cpu")
-
-
-def _rows_of(x: torch.Tensor, n: int, like: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``x`` (one client's tensor) as ``n`` rows of a stack, in ``like``'s dtype."""
-    out = torch.empty((n, *like.shape), dtype=like.dtype, device=device)
-    return out.copy_(x.detach().to(device, like.dtype).unsqueeze(0))
-
-
-def _per_row(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A per-client value ``(C,)`` shaped to broadcast against the stack ``like``."""
-    return v.reshape(-1, *[1] * (like.dim() - 1))
 
 
 @dataclass(frozen=True)
@@ -306,8 +277,8 @@ class SCAFFOLD(FedAvg):
             return None, sent
         zero = {k: torch.zeros_like(v) for k, v in state.params.items()}
         ids = results.clients[sent].tolist()
-        now = _gathered([s for s, on in zip(new, sent.tolist()) if on], zero, zero_device(zero))
-        before = _gathered(list(map(state.client_states.get, ids)), zero, zero_device(zero))
+        now = gathered([s for s, on in zip(new, sent.tolist()) if on], zero, zero_device(zero))
+        before = gathered(list(map(state.client_states.get, ids)), zero, zero_device(zero))
         return ({k: now[k] - before[k] for k in zero} if before is not None else now), sent
 
     @override

@@ -340,6 +340,11 @@ class ClientResults(Sequence[ClientResult]):
                              [replace(r, delta={}) for r in self._rows])
 
 
+def per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-client value ``(C,)`` shaped to broadcast against a stack ``like`` ``(C, …)``."""
+    return values.reshape(-1, *[1] * (like.dim() - 1))
+
+
 def _same_shapes(trees: Sequence[Params]) -> bool:
     first = trees[0]
     return all(t.keys() == first.keys() and all(t[k].shape[1:] == first[k].shape[1:]

@@ -405,7 +405,7 @@ class BatchedExecutor(Executor):
             # subtraction per tensor), folded on the stack or kept as the results' stack;
             # a rule whose final step only adds its state gives every state from the stack
             deltas = _stacked_deltas(batch, carry, self.device, low_rank)
-            states = (update.stacked_states(batch, _rows(deltas), steps, carry.lr, carry.ctx)
+            states = (update.stacked_states(batch, carry, _rows(deltas), steps)
                       if states else batch.states)
             if fold is not None:
                 fold.add(positions, deltas)

@@ -426,15 +426,16 @@ class LocalSGD(ClientUpdate):
         """
         return None
 
-    def stacked_states(self, batch: Any, deltas: Params, steps: np.ndarray, lr: float,
-                       ctx: dict[str, Params]) -> list[Any] | None:
-        """The clients' new states from their stacked Δ, for a rule whose only own final step is its state.
+    def stacked_states(self, batch: Any, carry: Carry, deltas: Params,
+                       steps: np.ndarray) -> list[Any] | None:
+        """The clients' new states from the stacked carry (a final step that only sets the state).
 
         Called by the batched engine instead of :meth:`client_final` client by client when a
-        rule overrides it (its Δ then is the default ``start − end``); ``deltas``, ``ctx``
-        are the group's stacks, ``steps`` each client's steps, ``lr`` the step size. It
-        returns one state per client (None: no client has one), what :meth:`client_final`
-        would return as ``state``, row by row.
+        rule overrides it (its Δ then is the default ``start − end``): ``batch`` is the
+        round's :class:`~wirelessfl.engine.batch.ClientBatch`, ``carry`` the group's stacked
+        carry (its ``ctx``, ``opt`` and ``lr``), ``deltas`` the stacked Δ and ``steps`` each
+        client's steps. It returns one state per client (None: no client has one), what
+        :meth:`client_final` would return as ``state``, row by row.
         """
         raise NotImplementedError
 

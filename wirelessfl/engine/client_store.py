@@ -9,7 +9,9 @@ round, not with the population; checkpoints save the store as it is, at the run'
 
 Examples
 --------
->>> import torch
+>>> from collections.abc import Sequence
+
+import torch
 >>> kept = store({"w": torch.ones(2)}, "float16")
 >>> kept["w"].dtype, kept["w"].device.type
 (torch.float16, 'cpu')
@@ -18,6 +20,8 @@ torch.float32
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -55,3 +59,38 @@ def load(tree: Params, like: Params) -> Params:
 def nbytes(states: dict) -> int:
     """Bytes held by a mapping of client id → stored tree."""
     return sum(v.numel() * v.element_size() for t in states.values() for v in t.values())
+
+
+def gathered(states: Sequence[Params | None] | None, like: Params,
+             device: torch.device) -> Params | None:
+    """The clients' stored trees stacked on ``device`` in ``like``'s dtypes.
+
+    None when no client has a state; a client without one gets zeros.
+    """
+    if states is None or all(s is None for s in states):
+        return None
+    proto = next(s for s in states if s is not None)  # the store's dtype and device
+    zero = {k: torch.zeros_like(proto[k]) for k in like}
+    return {k: torch.stack([s[k] if s is not None else zero[k] for s in states]).to(device, v.dtype)
+            for k, v in like.items()}
+
+
+def client_trees(stack: Params, dtype: str = "float32") -> list[Params]:
+    """A stack ``(C, …)`` as ``C`` trees the store keeps, each a copy of its own.
+
+    One move to the host per key, then each client's row copied (a row that viewed the
+    round's stack would keep the whole stack alive as long as the client's state lives).
+    """
+    host = {k: to_host(v.contiguous(), dtype) for k, v in stack.items()}
+    keys = list(host)
+    n = next(iter(host.values())).shape[0] if host else 0
+    return [dict(zip(keys, (v[c].clone() for v in host.values()))) for c in range(n)]
+
+
+def repeated(tree: Params | None, n: int, like: Params, device: torch.device) -> Params:
+    """One tree (or zeros, for None) as ``n`` rows of a stack, in ``like``'s dtypes, on ``device``."""
+    out = {}
+    for k, v in like.items():
+        rows = torch.empty((n, *v.shape), dtype=v.dtype, device=device)
+        out[k] = rows.zero_() if tree is None else rows.copy_(tree[k].detach().to(device, v.dtype))
+    return out

@@ -41,6 +41,7 @@ from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
 from wirelessfl.algorithms.fadamgc.local import AdamClientState, TrackedAdam
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
+from wirelessfl.engine.batch import ClientResults
 from wirelessfl.engine.client import ClientResult, LocalSGD
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
@@ -207,6 +208,29 @@ class FAdamGC(FedAvg):
 
     folds_deltas = True  # aggregate reads the Δ_i only through combine
 
+    def _tracked_changes(self, state: ServerState, results: ClientResults,
+                         tracked: frozenset[int], zeros: Params) -> tuple[Params | None, int]:
+        """Δy_i = y_i⁺ − y_i of the round's S̃ clients, stacked (None: none), and their count.
+
+        A client without a stored y_i had y_i = 0. One gather per parameter of the new and
+        of the stored y_i, not a tree per client.
+        """
+        mine = np.isin(results.clients, list(tracked))
+        if not mine.any():
+            return None, 0
+        new = results.states or [None] * len(results)
+        device = next(iter(zeros.values())).device
+        now = client_store.gathered([None if s is None else s.y
+                                     for s, on in zip(new, mine.tolist()) if on], zeros, device)
+        before = client_store.gathered(
+            [None if s is None else s.y
+             for s in map(state.client_states.get, results.clients[mine].tolist())], zeros, device)
+        now = now if now is not None else {k: v.expand(int(mine.sum()), *v.shape)
+                                           for k, v in zeros.items()}
+        if before is not None:
+            now = {k: now[k] - before[k] for k in zeros}
+        return now, int(mine.sum())
+
     @override
     def aggregate(self, state: ServerState, plan: RoundPlan,
                   results: list[ClientResult],
@@ -217,16 +241,14 @@ class FAdamGC(FedAvg):
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
         infos = [info]
         if tracked:  # y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i)
-            def y_of(tree: AdamClientState | None) -> Params:
-                got = None if tree is None else tree.y
-                return zeros if got is None else client_store.load(got, zeros)
-
-            dy = [{k: y_of(r.state)[k] - y_of(state.client_states.get(r.client))[k] for k in y}
-                  for r in results if r.client in tracked]
-            if self.aggregator.exact or not dy:
-                y = {k: y[k] + sum(d[k] for d in dy) / self.env.num_clients for k in y}
+            dy, count = self._tracked_changes(state, ClientResults.from_list(results), tracked,
+                                              zeros)
+            if dy is None:
+                pass
+            elif self.aggregator.exact:
+                y = {k: y[k] + dy[k].sum(0) / self.env.num_clients for k in y}
             else:  # the y_i changes go up over the air too
-                got, more = self.uplink_sum(state, dy, np.full(len(dy), 1.0 / self.env.num_clients))
+                got, more = self.uplink_sum(state, dy, np.full(count, 1.0 / self.env.num_clients))
                 infos.append(more)
                 y = {k: y[k] + got[k] for k in y}
         new = FAdamGCState(y if self.hp.correction != "none" else None, server)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 from typing_extensions import override
 
 from wirelessfl.engine import client_store
+from wirelessfl.engine.batch import ClientBatch, per_row
 from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.server.state import AlgorithmState
@@ -65,6 +68,50 @@ class TrackedAdam(LocalSGD):
             y, yi = tree(sent.get("y")), tree(state.y)
             ctx["c"] = {k: y[k] - yi[k] for k in y}  # constant within the round
         return ctx
+
+    @override
+    def stacked_context(self, batch: ClientBatch, device: torch.device) -> dict[str, Params] | None:
+        """:meth:`context` of every client at once: v_i and y − y_i, the stored trees gathered once."""
+        sent = batch.broadcast
+        if isinstance(sent, list):  # one broadcast per client: ask each client
+            return None
+        sent, like, n = sent or {}, batch.starts[0], len(batch)
+        states = batch.states or [None] * n
+        v = client_store.gathered([None if s is None else s.v for s in states], like, device)
+        ctx = {"v": v if v is not None else client_store.repeated(None, n, like, device)}
+        if self.correction != "none":
+            y = client_store.repeated(sent.get("y"), n, like, device)
+            yi = client_store.gathered([None if s is None else s.y for s in states], like, device)
+            ctx["c"] = {k: y[k] - yi[k] if yi is not None else y[k] for k in like}
+        return ctx
+
+    @override
+    def stacked_states(self, batch: ClientBatch, carry: Carry, deltas: Params,
+                       steps: np.ndarray) -> list[Any] | None:
+        """Every client's v_i and, for S̃, y_i (:meth:`client_final`'s, row by row)."""
+        n, kept = len(batch), batch.states or [None] * len(batch)
+        stepped = steps > 0
+        if "v" not in carry.opt or not stepped.any():  # no step taken: the states stay
+            return list(kept) if batch.states is not None else None
+        v = client_store.client_trees(carry.opt["v"], self.state_dtype)
+        sent = batch.broadcast or {}
+        fresh = (np.isin(batch.clients, list(sent.get("tracked", ()))) & stepped
+                 if self.correction != "none" else np.zeros(n, bool))
+        y: list[Params | None] = [None] * n
+        if fresh.any():
+            count = torch.as_tensor(np.maximum(steps, 1), dtype=torch.float32)
+            y = client_store.client_trees(
+                {k: s / per_row(count.to(s.device, s.dtype), s) for k, s in carry.opt["sum"].items()},
+                self.state_dtype)
+        out = []
+        for c, (on, new, old) in enumerate(zip(stepped.tolist(), fresh.tolist(), kept)):
+            if not on:
+                out.append(old)
+                continue
+            keep = None if old is None else old.y
+            out.append(AdamClientState(v=v[c], y=(y[c] if new else keep)
+                                       if self.correction != "none" else None))
+        return out
 
     def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
         """One step of Algorithm 1 (elementwise, so it also runs on stacked clients).
