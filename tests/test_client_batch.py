@@ -319,3 +319,23 @@ def test_fadamgc_s_stacked_contexts_and_states_are_its_per_client_ones(correctio
             assert (a is None) == (b is None), (c, name)
             for k in b or {}:
                 torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("max_batch", [None, 2, 3])
+@pytest.mark.parametrize("hidden", [(7, 7, 7), (7, 5, 7)])
+def test_chunks_and_shapes_of_a_batch_keep_each_client_on_its_own_start(max_batch, hidden):
+    """Chunks that hold only a later start's clients, and starts of several shapes (HIST's
+    unequal masks): every client trains from its own start, in the batch's order."""
+    models = [build_model("fcnn", (1, 6, 6), 4, seed=j, hidden=h) for j, h in enumerate(hidden)]
+    hp = LocalHParams(lr=0.1, batch_size=4, steps=2)
+    data = _data()
+    index = np.array([0, 0, 1, 1, 2, 1])
+    indices = tuple(np.arange(8 * c, 8 * c + 8) for c in range(len(index)))
+    batch = ClientBatch(np.arange(len(index)), tuple(m.params() for m in models), index,
+                        indices, Seeds(5).int_seeds("local", 0, 0, last=np.arange(len(index))))
+    got = BatchedExecutor(max_batch=max_batch).run_batch(LocalSGD(models[0], hp), data, batch, hp)
+    want = LoopExecutor().run(LocalSGD(models[0], hp), data, batch.tasks(), hp)
+    assert got.clients.tolist() == list(range(len(index)))
+    for c, r in enumerate(want):
+        for k, v in r.delta.items():
+            torch.testing.assert_close(got[c].delta[k], v, rtol=1e-4, atol=1e-6)

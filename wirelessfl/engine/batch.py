@@ -36,7 +36,8 @@ class ClientBatch:
     clients : ndarray, shape (C,), int64
         Client ids.
     starts : tuple of Params
-        The K distinct models the clients start from.
+        The K distinct models the clients start from (each used by some client: a batch's
+        :meth:`take` and :meth:`select` keep only the starts their clients use).
     start_index : ndarray, shape (C,), int64
         Client c starts from ``starts[start_index[c]]``.
     indices : tuple of ndarray
@@ -161,14 +162,53 @@ class ClientBatch:
         return [self.task(c) for c in range(len(self))]
 
     def take(self, rows: slice) -> ClientBatch:
-        """Clients ``rows`` (a slice) as a batch of their own (their starts kept)."""
-        return replace(self, clients=self.clients[rows], start_index=self.start_index[rows],
+        """Clients ``rows`` (a slice) as a batch of their own (with only the starts they use)."""
+        starts, index = self._used_starts(self.start_index[rows])
+        return replace(self, clients=self.clients[rows], starts=starts, start_index=index,
                        indices=self.indices[rows], seeds=self.seeds[rows],
                        states=None if self.states is None else self.states[rows],
                        broadcast=self.broadcast[rows] if isinstance(self.broadcast, list)
                        else self.broadcast,
                        buffers=self.buffers[rows] if isinstance(self.buffers, list)
                        else self.buffers)
+
+    def select(self, rows: np.ndarray) -> ClientBatch:
+        """Clients ``rows`` (an index array) as a batch of their own (with only the starts they use)."""
+        rows = np.asarray(rows, np.int64)
+        pick = rows.tolist()
+        starts, index = self._used_starts(self.start_index[rows])
+        return replace(self, clients=self.clients[rows], starts=starts, start_index=index,
+                       indices=tuple(self.indices[i] for i in pick), seeds=self.seeds[rows],
+                       states=None if self.states is None else [self.states[i] for i in pick],
+                       broadcast=[self.broadcast[i] for i in pick]
+                       if isinstance(self.broadcast, list) else self.broadcast,
+                       buffers=[self.buffers[i] for i in pick]
+                       if isinstance(self.buffers, list) else self.buffers)
+
+    def _used_starts(self, index: np.ndarray) -> tuple[tuple[Params, ...], np.ndarray]:
+        """The starts ``index`` uses, in order, and the index into them (``starts[0]`` is used)."""
+        used, inverse = np.unique(index, return_inverse=True)
+        if len(used) == len(self.starts):
+            return self.starts, index
+        return tuple(self.starts[k] for k in used.tolist()), inverse.astype(np.int64).reshape(-1)
+
+    def shape_groups(self) -> list[np.ndarray]:
+        """The clients in groups whose starts have one shape, as index arrays (in order).
+
+        One group for FedAvg and HFedAvg; HIST's cells of unequal mask sizes, or a lockstep
+        group's runs of other cells, make one per shape.
+        """
+        kinds: dict[tuple, list[int]] = {}
+        for k, start in enumerate(self.starts):
+            kinds.setdefault(tuple((n, tuple(v.shape), v.dtype) for n, v in start.items()),
+                             []).append(k)
+        if len(kinds) == 1:
+            return [np.arange(len(self))]
+        kind = np.zeros(len(self.starts), np.int64)
+        for j, members in enumerate(kinds.values()):
+            kind[members] = j
+        of = kind[self.start_index]
+        return [np.flatnonzero(of == j) for j in range(len(kinds))]
 
     def one_start(self, key: str | None = None) -> bool:
         """Whether every client starts from one model (``key``: one tensor of that parameter)."""
@@ -178,7 +218,7 @@ class ClientBatch:
             first = self.starts[0][key]
             if all(s[key] is first for s in self.starts):
                 return True
-        return bool((self.start_index == self.start_index[0]).all())
+        return bool((self.start_index == 0).all())
 
     def to(self, device: torch.device) -> ClientBatch:
         """The batch with its starts, buffers and broadcast tensors on ``device``.

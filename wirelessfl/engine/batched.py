@@ -234,21 +234,25 @@ class BatchedExecutor(Executor):
         One group when every start has the same shapes (FedAvg's one start, HFedAvg's N
         cells, HIST's cells of equal mask sizes): no Python per client but each client's
         generator and permutations (:func:`~wirelessfl.engine.schedule.stacked_schedule`).
-        Starts of several shapes, a rule that runs on the loop and a rule's own context
-        or final step go through the per-client contract (:meth:`run`).
+        Starts of several shapes (HIST's unequal masks, a lockstep group of other cells)
+        train as one group per shape, their results put back in the batch's order (each
+        client's result then built as an object: the stacks differ in shape). A rule that
+        runs on the loop goes through the per-client contract (:meth:`run`).
         """
         if not len(batch):
             return ClientResults.from_list([])
         batch = batch.to(self.device)
-        shapes = {tuple((k, tuple(v.shape), v.dtype) for k, v in start.items())
-                  for start in batch.starts}
-        if (len(shapes) > 1 or not isinstance(update, LocalSGD)
-                or not self._batchable(update, data, batch, hp)):
+        if not isinstance(update, LocalSGD) or not self._batchable(update, data, batch, hp):
             return super().run_batch(update, data, batch, hp, fold)
         if fold is not None:
             fold.check(batch.clients)
         self.replay.begin_run()
-        return self._chunks(update, data, batch, hp, fold, np.arange(len(batch)))
+        groups = batch.shape_groups()
+        if len(groups) == 1:
+            return self._chunks(update, data, batch, hp, fold, np.arange(len(batch)))
+        # starts of several shapes: each shape's clients stacked, the results back in order
+        parts = [self._chunks(update, data, batch.select(rows), hp, fold, rows) for rows in groups]
+        return ClientResults.concat(parts, order=np.concatenate(groups))
 
     def _chunks(self, update: LocalSGD, data: ArrayDataset, batch: ClientBatch,
                 hp: LocalHParams, fold: DeltaFold | None, positions: np.ndarray) -> ClientResults:
