@@ -233,6 +233,28 @@ def test_a_round_s_python_grows_by_a_few_calls_a_client(algo, calls):
     assert per_client <= PER_CLIENT_CALLS, (algo, small, large, per_client)
 
 
+def _stateful_batch(model, sizes, states, broadcast, seed):
+    """Clients of ``sizes`` samples (0: none) from the model, with their states."""
+    at = np.cumsum([0, *sizes])
+    n = len(sizes)
+    return ClientBatch(np.arange(n), (model.params(),), np.zeros(n, np.int64),
+                       tuple(np.arange(at[c], at[c + 1]) for c in range(n)),
+                       Seeds(seed).int_seeds("local", 0, 0, last=np.arange(n)), states=states,
+                       broadcast=broadcast)
+
+
+def _loop_and_stacked(rule, data, batch, monkeypatch):
+    """The loop's results, then the batched engine's with the per-client hooks forbidden."""
+    want = LoopExecutor().run(rule, data, batch.tasks(), rule.hp)
+
+    def per_client(*_a):
+        raise AssertionError("the batched engine went client by client")
+
+    monkeypatch.setattr(type(rule), "context", per_client)
+    monkeypatch.setattr(type(rule), "client_final", per_client)
+    return want, BatchedExecutor().run_batch(rule, data, batch, rule.hp)
+
+
 @pytest.mark.parametrize("beta", [1.0, 0.5])
 def test_scaffold_s_stacked_contexts_and_states_are_its_per_client_ones(beta, monkeypatch):
     """c − c_i gathered once and c_i⁺ from the stacked Δ: the loop's, client by client
@@ -248,22 +270,9 @@ def test_scaffold_s_stacked_contexts_and_states_are_its_per_client_ones(beta, mo
     def noise():
         return {k: 0.05 * torch.randn(v.shape, generator=g) for k, v in model.params().items()}
 
-    sizes = [12, 10, 0, 12]
-    at = np.cumsum([0, *sizes])
     states = [None, client_store.store(noise()), client_store.store(noise()), None]
-    batch = ClientBatch(np.arange(4), (model.params(),), np.zeros(4, np.int64),
-                        tuple(np.arange(at[c], at[c + 1]) for c in range(4)),
-                        Seeds(1).int_seeds("local", 0, 0, last=np.arange(4)), states=states,
-                        broadcast={"c": noise(), "u": noise()})
-    rule = ControlledSGD(model, hp, beta=beta)
-    want = LoopExecutor().run(rule, data, batch.tasks(), hp)
-
-    def per_client(*_a):
-        raise AssertionError("the batched engine asked for a context client by client")
-
-    monkeypatch.setattr(ControlledSGD, "context", per_client)
-    monkeypatch.setattr(ControlledSGD, "client_final", per_client)
-    got = BatchedExecutor().run_batch(rule, data, batch, hp)
+    batch = _stateful_batch(model, [12, 10, 0, 12], states, {"c": noise(), "u": noise()}, 1)
+    want, got = _loop_and_stacked(ControlledSGD(model, hp, beta=beta), data, batch, monkeypatch)
     assert got.stacked and got.states[2] is states[2]  # no step: c_i kept
     for c, r in enumerate(want):
         for k, v in r.delta.items():
@@ -289,24 +298,12 @@ def test_fadamgc_s_stacked_contexts_and_states_are_its_per_client_ones(correctio
         return {k: scale * torch.randn(v.shape, generator=g).abs()
                 for k, v in model.params().items()}
 
-    sizes = [12, 7, 0, 12, 10]
-    at = np.cumsum([0, *sizes])
     states = [None, AdamClientState(v=client_store.store(noise(1e-3)), y=client_store.store(noise())),
               AdamClientState(v=client_store.store(noise(1e-3))), None,
               AdamClientState(v=client_store.store(noise(1e-3)), y=client_store.store(noise()))]
-    batch = ClientBatch(np.arange(5), (model.params(),), np.zeros(5, np.int64),
-                        tuple(np.arange(at[c], at[c + 1]) for c in range(5)),
-                        Seeds(2).int_seeds("local", 0, 0, last=np.arange(5)), states=states,
-                        broadcast={"y": noise(), "tracked": frozenset({0, 1, 2})})
-    rule = TrackedAdam(model, hp, correction)
-    want = LoopExecutor().run(rule, data, batch.tasks(), hp)
-
-    def per_client(*_a):
-        raise AssertionError("the batched engine went client by client")
-
-    monkeypatch.setattr(TrackedAdam, "context", per_client)
-    monkeypatch.setattr(TrackedAdam, "client_final", per_client)
-    got = BatchedExecutor().run_batch(rule, data, batch, hp)
+    batch = _stateful_batch(model, [12, 7, 0, 12, 10], states,
+                            {"y": noise(), "tracked": frozenset({0, 1, 2})}, 2)
+    want, got = _loop_and_stacked(TrackedAdam(model, hp, correction), data, batch, monkeypatch)
     assert got.stacked and got.states[2] is states[2]  # no data, no step: kept
     for c, r in enumerate(want):
         for k, v in r.delta.items():

@@ -141,10 +141,9 @@ class ControlledSGD(LocalSGD):
     @override
     def stacked_context(self, batch: ClientBatch, device: torch.device) -> dict[str, Params] | None:
         """:meth:`context` of every client at once: c − c_i stacked (the c_i gathered once)."""
-        sent = batch.broadcast
-        if isinstance(sent, list):  # one broadcast per client: ask each client
+        if (sent := batch.shared_broadcast) is None:  # one per client: ask each client
             return None
-        sent, like, n = sent or {}, batch.starts[0], len(batch)
+        like, n = batch.starts[0], len(batch)
         ci = gathered(batch.states, like, device)
 
         c = client_store.repeated(sent.get("c"), n, like, device)

@@ -145,6 +145,13 @@ class ClientBatch:
         """n_i of every client, shape (C,)."""
         return np.fromiter(map(len, self.indices), np.int64, len(self.indices))
 
+    @property
+    def shared_broadcast(self) -> Any:
+        """What the server sent every client alike (``{}`` for nothing), None when one per client."""
+        if isinstance(self.broadcast, list):
+            return None
+        return self.broadcast if self.broadcast is not None else {}
+
     def state(self, c: int) -> Any:
         """Client c's persistent state (None without one)."""
         return None if self.states is None else self.states[c]

@@ -72,11 +72,10 @@ class TrackedAdam(LocalSGD):
     @override
     def stacked_context(self, batch: ClientBatch, device: torch.device) -> dict[str, Params] | None:
         """:meth:`context` of every client at once: v_i and y − y_i, the stored trees gathered once."""
-        sent = batch.broadcast
-        if isinstance(sent, list):  # one broadcast per client: ask each client
+        sent, n = batch.shared_broadcast, len(batch)
+        if sent is None:  # one broadcast per client: ask each client
             return None
-        sent, like, n = sent or {}, batch.starts[0], len(batch)
-        states = batch.states or [None] * n
+        states, like = batch.states or [None] * n, batch.starts[0]
         v = client_store.gathered([None if s is None else s.v for s in states], like, device)
         ctx = {"v": v if v is not None else client_store.repeated(None, n, like, device)}
         if self.correction != "none":
