@@ -116,6 +116,16 @@ def test_a_batch_and_its_tasks_describe_the_same_clients():
     assert batch.num_samples.tolist() == [3, 2, 5]
     with pytest.raises(ValueError):
         ClientBatch(np.arange(2), (p,), np.array([0, 1]), (np.arange(1),) * 2, np.zeros(2, int))
+    with pytest.raises(ValueError, match="rows"):
+        ClientResults(np.arange(3), np.ones(3), np.ones(3), np.ones(3),
+                      deltas={"w": torch.zeros(2, 4)})
+    res = ClientResults(np.arange(3), [5, 6, 7], [2, 0, 2], [0.5, np.nan, 1.5],
+                        deltas={"w": torch.arange(6.0).reshape(3, 2)})
+    loss, diag = res.diagnostics()
+    assert loss == 1.0 and diag[1] == {"loss": diag[1]["loss"], "steps": 0}
+    assert res.take(slice(1, 3)).clients.tolist() == [1, 2]
+    assert torch.equal(res[2].delta["w"], torch.tensor([4.0, 5.0]))
+    assert res.reordered(np.array([2, 0, 1])).clients.tolist() == [1, 2, 0]
 
 
 def test_the_segmented_mean_is_each_segment_s_weighted_mean():

@@ -277,6 +277,15 @@ class ClientResults(Sequence[ClientResult]):
         self.buffers = buffers or {}
         self.states = states
         self._rows = list(rows) if rows is not None else None
+        n = len(self.clients)
+        sizes = {len(self.num_samples), len(self.num_steps), len(self.losses),
+                 *(v.shape[0] for v in (deltas or {}).values()),
+                 *(v.shape[0] for v in self.buffers.values()),
+                 *((len(states),) if states is not None else ()),
+                 *((len(self._rows),) if self._rows is not None else ())}
+        if sizes - {n}:
+            raise ValueError(f"results of {n} clients need {n} rows in every array and stack, "
+                             f"got {sorted(sizes)}")
 
     @classmethod
     def from_list(cls, results: Sequence[ClientResult]) -> ClientResults:
