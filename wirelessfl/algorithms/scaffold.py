@@ -144,12 +144,12 @@ class ControlledSGD(LocalSGD):
         if (sent := batch.shared_broadcast) is None:  # one per client: ask each client
             return None
         like, n = batch.starts[0], len(batch)
-        ci = gathered(batch.states, like, device)
+        ci = gathered(batch.states, like)
 
-        c = client_store.repeated(sent.get("c"), n, like, device)
+        c = client_store.repeated(sent.get("c"), n, like)
         ctx = {"c_diff": {k: c[k] - ci[k] if ci is not None else c[k] for k in like}}
         if self.beta < 1:
-            ctx["u"] = client_store.repeated(sent.get("u"), n, like, device)
+            ctx["u"] = client_store.repeated(sent.get("u"), n, like)
         return ctx
 
     @override
@@ -206,11 +206,6 @@ class ControlledSGD(LocalSGD):
                    else scale * res.delta[k]) / self.beta - carry.ctx["c_diff"][k]
                for k in res.delta}
         return dataclasses.replace(res, state=client_store.store(new, self.state_dtype))
-
-
-def zero_device(tree: Params) -> torch.device:
-    """The device of a parameter tree's tensors (the CPU for an empty one)."""
-    return next(iter(tree.values())).device if tree else torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -276,8 +271,8 @@ class SCAFFOLD(FedAvg):
             return None, sent
         zero = {k: torch.zeros_like(v) for k, v in state.params.items()}
         ids = results.clients[sent].tolist()
-        now = gathered([s for s, on in zip(new, sent.tolist()) if on], zero, zero_device(zero))
-        before = gathered(list(map(state.client_states.get, ids)), zero, zero_device(zero))
+        now = gathered([s for s, on in zip(new, sent.tolist()) if on], zero)
+        before = gathered(list(map(state.client_states.get, ids)), zero)
         return ({k: now[k] - before[k] for k in zero} if before is not None else now), sent
 
     @override

@@ -169,15 +169,8 @@ class ClientBatch:
         return [self.task(c) for c in range(len(self))]
 
     def take(self, rows: slice) -> ClientBatch:
-        """Clients ``rows`` (a slice) as a batch of their own (with only the starts they use)."""
-        starts, index = self._used_starts(self.start_index[rows])
-        return replace(self, clients=self.clients[rows], starts=starts, start_index=index,
-                       indices=self.indices[rows], seeds=self.seeds[rows],
-                       states=None if self.states is None else self.states[rows],
-                       broadcast=self.broadcast[rows] if isinstance(self.broadcast, list)
-                       else self.broadcast,
-                       buffers=self.buffers[rows] if isinstance(self.buffers, list)
-                       else self.buffers)
+        """Clients ``rows`` (a slice) as a batch of their own (:meth:`select`)."""
+        return self.select(np.arange(len(self))[rows])
 
     def select(self, rows: np.ndarray) -> ClientBatch:
         """Clients ``rows`` (an index array) as a batch of their own (with only the starts they use)."""

@@ -409,14 +409,14 @@ class BatchedExecutor(Executor):
             # subtraction per tensor), folded on the stack or kept as the results' stack;
             # a rule whose final step only adds its state gives every state from the stack
             deltas = _stacked_deltas(batch, carry, self.device, low_rank)
-            states = (update.stacked_states(batch, carry, _rows(deltas), steps)
-                      if states else batch.states)
+            # each client's Δ contiguous (column-major stacks back to rows: one pass), for the
+            # results or a rule's states; a fold reads the stack as it lies
+            rows = (_rows({k: v.dense() if isinstance(v, LowRankDelta) else v
+                           for k, v in deltas.items()}) if fold is None or states else None)
+            states = update.stacked_states(batch, carry, rows, steps) if states else batch.states
             if fold is not None:
                 fold.add(positions, deltas)
-                deltas = None
-            else:  # each client's Δ contiguous (column-major stacks back to rows: one pass)
-                deltas = _rows({k: v.dense() if isinstance(v, LowRankDelta) else v
-                                for k, v in deltas.items()})
+            deltas = rows if fold is None else None
             return ClientResults(batch.clients, batch.num_samples, steps, losses, deltas,
                                  carry.buffers, states)
         results = self._own_final(update, batch, carry, contexts, steps, sums)

@@ -61,17 +61,17 @@ def nbytes(states: dict) -> int:
     return sum(v.numel() * v.element_size() for t in states.values() for v in t.values())
 
 
-def gathered(states: Sequence[Params | None] | None, like: Params,
-             device: torch.device) -> Params | None:
-    """The clients' stored trees stacked on ``device`` in ``like``'s dtypes.
+def gathered(states: Sequence[Params | None] | None, like: Params) -> Params | None:
+    """The clients' stored trees stacked, on the device and in the dtypes of ``like``.
 
-    None when no client has a state; a client without one gets zeros.
+    :func:`load` for a whole round at once: one stack per key. None when no client has a
+    state; a client without one gets zeros.
     """
     if states is None or all(s is None for s in states):
         return None
     proto = next(s for s in states if s is not None)  # the store's dtype and device
     zero = {k: torch.zeros_like(proto[k]) for k in like}
-    return {k: torch.stack([s[k] if s is not None else zero[k] for s in states]).to(device, v.dtype)
+    return {k: torch.stack([s[k] if s is not None else zero[k] for s in states]).to(v)
             for k, v in like.items()}
 
 
@@ -87,10 +87,10 @@ def client_trees(stack: Params, dtype: str = "float32") -> list[Params]:
     return [dict(zip(keys, (v[c].clone() for v in host.values()))) for c in range(n)]
 
 
-def repeated(tree: Params | None, n: int, like: Params, device: torch.device) -> Params:
-    """One tree (or zeros, for None) as ``n`` rows of a stack, in ``like``'s dtypes, on ``device``."""
+def repeated(tree: Params | None, n: int, like: Params) -> Params:
+    """One tree (or zeros, for None) as ``n`` rows of a stack, on ``like``'s device and dtypes."""
     out = {}
     for k, v in like.items():
-        rows = torch.empty((n, *v.shape), dtype=v.dtype, device=device)
-        out[k] = rows.zero_() if tree is None else rows.copy_(tree[k].detach().to(device, v.dtype))
+        rows = v.new_empty((n, *v.shape))
+        out[k] = rows.zero_() if tree is None else rows.copy_(tree[k].detach().to(v))
     return out

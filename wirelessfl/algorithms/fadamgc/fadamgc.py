@@ -219,12 +219,11 @@ class FAdamGC(FedAvg):
         if not mine.any():
             return None, 0
         new = results.states or [None] * len(results)
-        device = next(iter(zeros.values())).device
         now = client_store.gathered([None if s is None else s.y
-                                     for s, on in zip(new, mine.tolist()) if on], zeros, device)
+                                     for s, on in zip(new, mine.tolist()) if on], zeros)
         before = client_store.gathered(
             [None if s is None else s.y
-             for s in map(state.client_states.get, results.clients[mine].tolist())], zeros, device)
+             for s in map(state.client_states.get, results.clients[mine].tolist())], zeros)
         now = now if now is not None else {k: v.expand(int(mine.sum()), *v.shape)
                                            for k, v in zeros.items()}
         if before is not None:

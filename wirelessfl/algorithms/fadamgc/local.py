@@ -76,11 +76,11 @@ class TrackedAdam(LocalSGD):
         if sent is None:  # one broadcast per client: ask each client
             return None
         states, like = batch.states or [None] * n, batch.starts[0]
-        v = client_store.gathered([None if s is None else s.v for s in states], like, device)
-        ctx = {"v": v if v is not None else client_store.repeated(None, n, like, device)}
+        v = client_store.gathered([None if s is None else s.v for s in states], like)
+        ctx = {"v": v if v is not None else client_store.repeated(None, n, like)}
         if self.correction != "none":
-            y = client_store.repeated(sent.get("y"), n, like, device)
-            yi = client_store.gathered([None if s is None else s.y for s in states], like, device)
+            y = client_store.repeated(sent.get("y"), n, like)
+            yi = client_store.gathered([None if s is None else s.y for s in states], like)
             ctx["c"] = {k: y[k] - yi[k] if yi is not None else y[k] for k in like}
         return ctx
 
