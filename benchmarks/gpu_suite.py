@@ -17,6 +17,9 @@ failing part keeps its error and the suite goes on):
 - ``profile``: one batched FCNN and LeNet-5 HFedAvg round under ``torch.profiler`` (top
   operators on the host and the device, call counts, kernel launches and host syncs per
   round), run right after the engine part so that the time budget never skips it;
+- ``conv``: the stacked convolution's two rules (``grouped``, ``gemm``) on one LeNet-5 step
+  of 8 and 60 clients (``benchmarks/conv_rules.py``): milliseconds, aten operators, kernels
+  launched, and the gap between their gradients (a few seconds);
 - ``lockstep``: many runs as one computation (issue 55, ``benchmarks/lockstep.py``): a group
   of :data:`LOCKSTEP_RUNS` FCNN runs of 60 clients, with the engine's memory budget and with
   chunks of :data:`LOCKSTEP_CHUNK` stacked clients: peak GPU memory, seconds per group round
@@ -271,6 +274,11 @@ def profile(device: str, quick: bool) -> dict:
             "host_calls": [{k: h[k] for k in ("algorithm", "python", "aten")} for h in host]}
 
 
+def conv(device: str, quick: bool) -> dict:
+    """The stacked convolution's two rules on one LeNet-5 step (``benchmarks/conv_rules.py``)."""
+    return _module("conv_rules").measure(device, (4,) if quick else (8, 60), 1 if quick else 5)
+
+
 def placement(device: str, quick: bool) -> dict:
     if not device.startswith("cuda"):
         return {"skipped": "pinned host memory matters on a GPU only"}
@@ -350,7 +358,7 @@ def lowrank(device: str, quick: bool) -> dict:
 #: In order of what the issue's GPU targets need first: a run cut off by ``--budget-s``
 #: skips the last parts.
 PARTS = {"presets": presets, "cuda_tests": cuda_tests, "engine": engine, "profile": profile,
-         "lockstep": lockstep, "lowrank": lowrank, "figure": figure, "precision": precision,
+         "conv": conv, "lockstep": lockstep, "lowrank": lowrank, "figure": figure, "precision": precision,
          "resnet": resnet, "lora": lora, "rules": rules, "compile": compile_step,
          "placement": placement}
 DATA: dict = {}
@@ -414,6 +422,9 @@ def _markdown(report: dict) -> str:
             head += "".join(f"; {h['algorithm']}: {h['python']['per_client']:.0f} Python, "
                             f"{round(h['aten']['per_client'], 1) + 0.0:.1f} aten a client"
                             for h in res.get("host_calls", []))
+        elif name == "conv":
+            head = "; ".join(f"{r['clients']} clients {r['rule']} {1e3 * r['seconds']:.1f} ms, "
+                             f"{r['kernels']} kernels" for r in res.get("rows", []))
         elif name == "lockstep":
             head = "; ".join(f"{g['runs']} runs, chunk {g['max_batch']}: "
                              f"{g['seconds_per_group_round']:.2f} s a round, "

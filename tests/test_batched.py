@@ -273,10 +273,15 @@ def test_batchnorm_conv_models_batched_equal_the_loop(name):
             assert (v - rb.delta[k]).norm() <= 1e-3 * v.norm(), k
 
 
-@pytest.mark.parametrize("name, shape", [("fcnn", (1, 28, 28)), ("lenet5", (1, 28, 28))])
-def test_moon_steps_in_the_backward_pass_and_equals_the_loop(name, shape):
+@pytest.mark.parametrize("name, shape, conv", [("fcnn", (1, 28, 28), "grouped"),
+                                               ("lenet5", (1, 28, 28), "grouped"),
+                                               ("lenet5", (1, 28, 28), "gemm")])
+def test_moon_steps_in_the_backward_pass_and_equals_the_loop(name, shape, conv, monkeypatch):
     """MOON's objective calls the model only (its frozen anchors are one nested vmap): its
-    plain SGD steps are fused, on a wide linear layer and on a convolutional model."""
+    plain SGD steps are fused, on a wide linear layer and on a convolutional model, whichever
+    rule stacks the convolutions (``gemm``: CUDA's, here on the CPU)."""
+    from wirelessfl.models import layers
+    monkeypatch.setitem(layers.STACKED_CONV, "cpu", conv)
     from wirelessfl.algorithms.dynamic.continuous import DistillSGD
     from wirelessfl.algorithms.moon import ContrastiveSGD
 

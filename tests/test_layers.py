@@ -47,8 +47,15 @@ def test_same_output_and_gradients_as_torch(case):
         torch.testing.assert_close(a, b)
 
 
+@pytest.fixture(params=["grouped", "gemm"])
+def conv_rule(request, monkeypatch):
+    """Each stacked-convolution rule (:data:`layers.STACKED_CONV`) as the CPU's."""
+    monkeypatch.setitem(layers.STACKED_CONV, "cpu", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_vmap_over_stacked_clients_equals_each_client(case):
+def test_vmap_over_stacked_clients_equals_each_client(case, conv_rule):
     ours, ref, shape = _pair(case)
     clients = 4
     stacked = {k: torch.stack([v.detach() + 0.1 * torch.randn_like(v) for _ in range(clients)])
@@ -68,7 +75,7 @@ def test_vmap_over_stacked_clients_equals_each_client(case):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_vmap_over_clients_sharing_one_weight_equals_each_client(case):
+def test_vmap_over_clients_sharing_one_weight_equals_each_client(case, conv_rule):
     """An unbatched weight (every client's received model) under vmap: each client's output,
     and the shared weight's gradient summed over the clients."""
     ours, ref, shape = _pair(case)
@@ -82,6 +89,55 @@ def test_vmap_over_clients_sharing_one_weight_equals_each_client(case):
     expect = torch.autograd.grad(each.square().sum(), list(shared.values()))
     for g, e in zip(grads, expect):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stride, padding", [(1, 2), (2, 1), (1, 0)])
+def test_the_gemm_and_grouped_rules_are_the_same_convolution(stride, padding):
+    """In float64, against one F.conv2d per client: outputs and all three gradients."""
+    gen = torch.Generator().manual_seed(stride * 10 + padding)
+    x = torch.randn(5, 3, 4, 11, 11, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 6, 4, 3, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    each = torch.stack([F.conv2d(x[c], w[c], b[c], stride, padding) for c in range(5)])
+    pair = (stride, stride), (padding, padding)
+    for got in (layers.grouped_conv2d(x, w, b, *pair).transpose(0, 1),
+                layers.gemm_conv2d(x, w, b, *pair), layers.gemm_conv2d(x, w, None, *pair, False)
+                + b[:, None, :, None, None]):
+        torch.testing.assert_close(got, each, rtol=1e-12, atol=1e-12)
+        weight = torch.linspace(-1, 1, got.numel(), dtype=torch.float64).view_as(got)
+        for g, e in zip(torch.autograd.grad((got * weight).sum(), [x, w, b]),
+                        torch.autograd.grad((each * weight).sum(), [x, w, b],
+                                            retain_graph=True)):
+            torch.testing.assert_close(g, e, rtol=1e-11, atol=1e-11)
+
+
+def test_a_gemm_convolution_s_operators_do_not_grow_with_clients(monkeypatch):
+    """The aten operators of a stacked step, 2 against 9 clients (on CUDA each is a launch)."""
+    from torch.profiler import ProfilerActivity, profile
+    monkeypatch.setitem(layers.STACKED_CONV, "cpu", "gemm")
+    conv = layers.Conv2d(2, 3, 3, padding=1)
+    counts = []
+    for n in (2, 9):
+        w = conv.weight.detach().expand(n, -1, -1, -1, -1).clone().requires_grad_()
+        b = conv.bias.detach().expand(n, -1).clone().requires_grad_()
+        x = torch.randn(n, 4, 2, 8, 8)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            y = vmap(lambda w, b, x: functional_call(conv, {"weight": w, "bias": b}, (x,)))(w, b, x)
+            torch.autograd.grad(y.square().sum(), [w, b])
+        counts.append(sum(e.count for e in prof.key_averages() if e.key.startswith("aten::")))
+    assert counts[0] == counts[1]
+
+
+def test_a_gemm_rule_takes_the_grouped_one_past_its_patch_budget(monkeypatch):
+    monkeypatch.setitem(layers.STACKED_CONV, "cpu", "gemm")
+    monkeypatch.setattr(layers, "GEMM_MAX_PATCH_BYTES", 0)
+    called = []
+    monkeypatch.setattr(layers, "gemm_conv2d", lambda *a: called.append(a))
+    conv = layers.Conv2d(2, 3, 3)
+    w = conv.weight.detach().expand(3, -1, -1, -1, -1)
+    vmap(lambda w, x: functional_call(conv, {"weight": w, "bias": conv.bias}, (x,)))(
+        w, torch.randn(3, 1, 2, 5, 5))
+    assert not called
 
 
 def test_conv_refuses_what_it_does_not_stack():

@@ -280,16 +280,84 @@ class _Conv2dFn(_LayerFn):
              channels_last: bool) -> tuple[torch.Tensor, int]:
         n = info.batch_size
         x, w, b = _front(x, in_dims[0], n), _front(w, in_dims[1], n), _front(b, in_dims[2], n)
-        batch, c_in, height, width = x.shape[1:]
-        grouped = x.transpose(0, 1).reshape(batch, n * c_in, height, width)
-        try:
-            grouped = grouped.contiguous(memory_format=torch.channels_last if channels_last
-                                         else torch.contiguous_format)
-        except RuntimeError:  # inside an outer vmap (MOON's anchors): no layout to choose
-            grouped = grouped.contiguous()
-        y = F.conv2d(grouped, w.reshape(-1, *w.shape[2:]),
-                     None if b is None else b.reshape(-1), stride, padding, 1, n)
-        return y.reshape(batch, n, w.shape[1], *y.shape[2:]), 1
+        if STACKED_CONV.get(x.device.type, "grouped") == "gemm" \
+                and _patch_bytes(x, w, stride, padding) <= GEMM_MAX_PATCH_BYTES:
+            return gemm_conv2d(x, w, b, stride, padding, channels_last), 0
+        return grouped_conv2d(x, w, b, stride, padding, channels_last), 1
+
+
+#: How a stacked convolution (clients under ``vmap``) is computed, by device type:
+#: ``"grouped"``, the clients as the groups of one grouped convolution
+#: (:func:`grouped_conv2d`), or ``"gemm"``, patches and one batched matrix product
+#: (:func:`gemm_conv2d`). Both give the same function and gradients (tested); they differ in
+#: what the device launches. On the CPU oneDNN runs a grouped convolution as one operator, and
+#: it is the faster (60 LeNet-5 clients, batch 50, on 2 cores: a step of forward and
+#: backward 77 ms grouped, 348 ms as GEMMs). On CUDA a grouped
+#: convolution of n clients launched one cuDNN kernel per client and step (6,000 a LeNet-5
+#: round); the GEMM form launches the same few kernels for any number of clients (its time
+#: on a GPU is not yet measured: ``benchmarks/gpu_suite.py``'s ``conv`` part times both). A device
+#: type not listed takes ``"grouped"``, and so does a layer whose patches would take more than
+#: :data:`GEMM_MAX_PATCH_BYTES` (a ResNet's wide 3 × 3 layers: nine times their input, kept
+#: for the backward).
+STACKED_CONV: dict[str, str] = {"cpu": "grouped", "cuda": "gemm"}
+#: Largest patch matrix (bytes) a ``"gemm"`` stacked convolution builds (256 MiB).
+GEMM_MAX_PATCH_BYTES = 2**28
+
+
+def _patch_bytes(x: torch.Tensor, w: torch.Tensor, stride: tuple, padding: tuple) -> int:
+    """Bytes of :func:`gemm_conv2d`'s patch matrix for ``x`` ``(n, B, C, H, W)``."""
+    kh, kw = w.shape[-2:]
+    h_out = (x.shape[3] + 2 * padding[0] - kh) // stride[0] + 1
+    w_out = (x.shape[4] + 2 * padding[1] - kw) // stride[1] + 1
+    return x.shape[0] * x.shape[1] * x.shape[2] * kh * kw * h_out * w_out * x.element_size()
+
+
+def grouped_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple,
+                   padding: tuple, channels_last: bool = True) -> torch.Tensor:
+    """The convolutions of n clients as the groups of one (``x`` ``(n, B, C, H, W)``, ``w`` ``(n, O, C, k, k)``).
+
+    Returns ``(B, n, O, H', W')`` (clients second, where the grouped convolution leaves them;
+    channels-last when ``channels_last``).
+    """
+    n = x.shape[0]
+    batch, c_in, height, width = x.shape[1:]
+    grouped = x.transpose(0, 1).reshape(batch, n * c_in, height, width)
+    try:
+        grouped = grouped.contiguous(memory_format=torch.channels_last if channels_last
+                                     else torch.contiguous_format)
+    except RuntimeError:  # inside an outer vmap (MOON's anchors): no layout to choose
+        grouped = grouped.contiguous()
+    y = F.conv2d(grouped, w.reshape(-1, *w.shape[2:]),
+                 None if b is None else b.reshape(-1), stride, padding, 1, n)
+    return y.reshape(batch, n, w.shape[1], *y.shape[2:])
+
+
+def gemm_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple,
+                padding: tuple, channels_last: bool = True) -> torch.Tensor:
+    """The convolutions of n clients as one batched GEMM over their patches (im2col by views).
+
+    ``x`` ``(n, B, C, H, W)``, ``w`` ``(n, O, C, kh, kw)``; returns ``(n, B, O, H', W')``
+    (channels-last in memory; NCHW-contiguous when not ``channels_last``). The input is
+    zero-padded, its patches taken as a strided view (``Tensor.unfold``, no kernel) and laid
+    out once as ``(n, B·H'·W', C·kh·kw)``; then ``y_n = patches_n w_nᵀ + b_n`` is one
+    ``baddbmm`` for all clients. Forward and backward launch a fixed number of kernels
+    whatever n is (pad, one copy, one GEMM; two GEMMs, the unfold's and the pad's backward),
+    where the pad-free ``F.unfold`` would launch one im2col kernel per image on CUDA. It
+    holds the patches, ``kh·kw`` times the input, for the backward.
+    """
+    n, batch, c_in = x.shape[:3]
+    c_out, kh, kw = w.shape[1], w.shape[3], w.shape[4]
+    (sh, sw), (ph, pw) = stride, padding
+    flat = x.reshape(n * batch, c_in, *x.shape[3:])
+    if ph or pw:
+        flat = F.pad(flat, (pw, pw, ph, ph))
+    patches = flat.unfold(2, kh, sh).unfold(3, kw, sw)  # (nB, C, H', W', kh, kw), a view
+    h_out, w_out = patches.shape[2:4]
+    cols = patches.permute(0, 2, 3, 1, 4, 5).reshape(n, batch * h_out * w_out, c_in * kh * kw)
+    weight = w.reshape(n, c_out, -1).transpose(1, 2)
+    y = torch.bmm(cols, weight) if b is None else torch.baddbmm(b.unsqueeze(1), cols, weight)
+    y = y.view(n, batch, h_out, w_out, c_out).permute(0, 1, 4, 2, 3)
+    return y if channels_last else y.contiguous()
 
 
 class _MaxPool2dFn(torch.autograd.Function):
