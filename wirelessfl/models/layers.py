@@ -314,9 +314,9 @@ def _patch_bytes(x: torch.Tensor, w: torch.Tensor, stride: tuple, padding: tuple
 
 def grouped_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple,
                    padding: tuple, channels_last: bool = True) -> torch.Tensor:
-    """The convolutions of n clients as the groups of one (``x`` ``(n, B, C, H, W)``, ``w`` ``(n, O, C, k, k)``).
+    """The convolutions of n clients as the groups of one grouped convolution.
 
-    Returns ``(B, n, O, H', W')`` (clients second, where the grouped convolution leaves them;
+    ``x`` is ``(n, B, C, H, W)``, ``w`` ``(n, O, C, k, k)``. Returns ``(B, n, O, H', W')`` (clients second, where the grouped convolution leaves them;
     channels-last when ``channels_last``).
     """
     n = x.shape[0]
