@@ -316,8 +316,9 @@ def grouped_conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, str
                    padding: tuple, channels_last: bool = True) -> torch.Tensor:
     """The convolutions of n clients as the groups of one grouped convolution.
 
-    ``x`` is ``(n, B, C, H, W)``, ``w`` ``(n, O, C, k, k)``. Returns ``(B, n, O, H', W')`` (clients second, where the grouped convolution leaves them;
-    channels-last when ``channels_last``).
+    ``x`` is ``(n, B, C, H, W)``, ``w`` ``(n, O, C, k, k)``. Returns ``(B, n, O, H', W')``
+    (clients second, where the grouped convolution leaves them; channels-last when
+    ``channels_last``).
     """
     n = x.shape[0]
     batch, c_in, height, width = x.shape[1:]
