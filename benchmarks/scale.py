@@ -11,7 +11,7 @@ process's peak resident memory, and the stacked chunk size. Also a population of
 which 1,000 train per round: its cost should be that of 1,000 clients, not of 10,000.
 
 Linear scaling means the per-client cost at 10,000 is within 1.3x of that at 1,000. FedAvg
-averages the pseudo-gradients as each chunk finishes (:class:`wirelessfl.engine.client.DeltaFold`),
+averages the pseudo-gradients as each chunk finishes (:class:`wirelessfl.engine.fold.DeltaFold`),
 so the peak memory is set by the chunk, not by the population: on the 2-core machine 0.90 GB
 for 1,000 and 1.40 GB for 10,000 clients (10.5 GB at 10,000 before the fold), 0.27 ms per
 client at either size with chunks of 281 (256 MB of parameters; 2026-11-26).

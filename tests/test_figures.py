@@ -495,6 +495,21 @@ def test_the_frozen_key_schema_matches_the_classes_it_names():
             assert now == default or (now is REQUIRED and default is REQUIRED), (name, key)
 
 
+def test_a_class_that_moved_module_keeps_its_frozen_record():
+    """A moved class goes by its recorded name, so its fields still enter every run key."""
+    import importlib
+
+    from wirelessfl.run.configtypes import key_view, qualified_name
+    from wirelessfl.run.key_schema import FROZEN, MOVED
+
+    for new, old in MOVED.items():
+        module, _, qual = new.rpartition(".")
+        cls = getattr(importlib.import_module(module), qual)
+        assert old in FROZEN and new not in FROZEN and qualified_name(cls) == old
+    from wirelessfl.engine.hparams import LocalHParams
+    assert set(FROZEN[qualified_name(LocalHParams)]) <= set(key_view(LocalHParams()))
+
+
 def test_publish_copies_the_outputs_not_the_runs_and_never_a_foreign_folder(toy, tmp_path):
     from wirelessfl.report.figures import publish
 

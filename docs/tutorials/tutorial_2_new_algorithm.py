@@ -124,7 +124,7 @@ wirelessfl.registry.unregister("fedclip2")
 # A new server rule: a coordinate-wise median
 # -------------------------------------------
 # The server side is one method, :meth:`~wirelessfl.algorithms.fedavg.FedAvg.aggregate`:
-# it gets the round's :class:`~wirelessfl.engine.client.ClientResult` s, each with the
+# it gets the round's :class:`~wirelessfl.engine.task.ClientResult` s, each with the
 # client's pseudo-gradient ``delta`` (start − end), and returns the next state. FedMedian
 # takes the entrywise median of the Δ_i instead of their weighted mean (robust to a few
 # wild clients). FedAvg itself averages the Δ_i while clients train, chunk by chunk, to save

@@ -15,7 +15,7 @@ How each paper plugs in:
 - **FedAST**: several ``ServerState`` objects (one per task) driven by the
   :mod:`wirelessfl.algorithms.fedast.simtime` event queue instead of a round loop; clients
   run through the same executor, one task per request.
-- **FAdamGC**: a :class:`~wirelessfl.engine.client.LocalSGD` subclass whose step corrects
+- **FAdamGC**: a :class:`~wirelessfl.engine.local_sgd.LocalSGD` subclass whose step corrects
   the gradient before Adam's moments; correction terms live in ``ServerState.client_states``
   (per-client persistent state) and the server's in ``opt_state``.
 - **Dynamic clients**: a :class:`~wirelessfl.server.population.Population` with sessions;

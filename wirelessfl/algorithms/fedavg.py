@@ -173,7 +173,7 @@ class FedAvg(FederatedAlgorithm):
 
         With the exact mean (:class:`~wirelessfl.server.aggregation.Mean`, no digital link
         deciding who arrives) the server needs only Σ_i w_i Δ_i / Σ_i w_i, so a
-        :class:`~wirelessfl.engine.client.DeltaFold` sums it chunk by chunk and a round holds
+        :class:`~wirelessfl.engine.fold.DeltaFold` sums it chunk by chunk and a round holds
         one chunk's pseudo-gradients, not every client's.
         """
         if not (self.reads_deltas_through_combine() and self.env.link is None

@@ -6,7 +6,7 @@ minimises from the server model θ^{t−1} (Algorithm 1 of the paper)
     L_i(θ) − ⟨h_i, θ⟩ + (α/2) ‖θ − θ^{t−1}‖²,
 
 i.e. local SGD on the gradient g − h_i + α (θ − θ^{t−1}) (the rule's
-:meth:`~wirelessfl.engine.client.LocalSGD.correct`, elementwise, so both engines run it),
+:meth:`~wirelessfl.engine.local_sgd.LocalSGD.correct`, elementwise, so both engines run it),
 then sets h_i ← h_i − α (θ_i^t − θ^{t−1}) = h_i + α Δ_i (Δ_i = θ^{t−1} − θ_i^t, the
 pseudo-gradient it uploads). The server keeps h ← h − (α/m) Σ_{i∈P_t} (θ_i^t − θ^{t−1})
 = h + (α/m) Σ_{P_t} Δ_i over all m clients, and sets θ^t = mean_{P_t} θ_i^t − h/α: the

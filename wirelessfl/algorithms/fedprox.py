@@ -1,9 +1,9 @@
 """FedProx (Li et al., MLSys 2020): FedAvg whose clients minimise f_i(w) + μ/2 ‖w − w^t‖².
 
 The proximal term enters as its gradient μ (w − w_start), the local rule's
-:meth:`~wirelessfl.engine.client.LocalSGD.correct` (no extra autograd graph), so both engines run
+:meth:`~wirelessfl.engine.local_sgd.LocalSGD.correct` (no extra autograd graph), so both engines run
 it on the stacked clients; the batched engine takes it as the in-place pull
-w ← w − γμ (w − w_start) (:meth:`~wirelessfl.engine.client.LocalSGD.drift_step`) just before
+w ← w − γμ (w − w_start) (:meth:`~wirelessfl.engine.local_sgd.LocalSGD.drift_step`) just before
 the gradient step, which keeps its fused plain-SGD step (the same step, rounded
 differently). μ = 0 is FedAvg exactly; the reported training loss is the data loss.
 Defaults: μ = 1 (``docs/papers/dynamic_clients.md`` §2.7, ``prox_alpha``).

@@ -7,7 +7,7 @@ the server sent (the round's start) and z_prev those of the client's own previou
 model, kept in the client store (:mod:`wirelessfl.engine.client_store`, CPU) across rounds; a client
 without one uses the received model [default]. The server is FedAvg's. Defaults: μ = 1, τ = 1.
 
-The contrastive term is the local rule's :meth:`~wirelessfl.engine.client.LocalSGD.objective`, so
+The contrastive term is the local rule's :meth:`~wirelessfl.engine.local_sgd.LocalSGD.objective`, so
 both engines run it (the batched one vmaps it over the stacked clients and their stacked
 previous models). Departure, stated: the CIFAR setting's separate projection head
 (512 → 512 → 256) is not built; z is the backbone's pooled features.

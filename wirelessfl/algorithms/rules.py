@@ -1,6 +1,6 @@
 """A user's own local rule, registered as an algorithm: FedAvg with that rule on the clients.
 
-:func:`register_local_rule` turns a :class:`~wirelessfl.engine.client.LocalSGD` subclass
+:func:`register_local_rule` turns a :class:`~wirelessfl.engine.local_sgd.LocalSGD` subclass
 (and, optionally, a frozen dataclass of its hyperparameters) into a registered algorithm:
 FedAvg's sampling, weighting and server step, with clients running the rule. A config then
 names it as ``algorithm: {name: NAME, <the rule's options>, <FedAvg's options>}``.
@@ -46,9 +46,9 @@ def register_local_rule(name: str, rule: type[LocalSGD], options: type | None = 
     name : str
         The algorithm's name in configs (an identifier not registered yet).
     rule : type
-        A :class:`~wirelessfl.engine.client.LocalSGD` subclass built as
+        A :class:`~wirelessfl.engine.local_sgd.LocalSGD` subclass built as
         ``rule(model, local_hparams, **options)``. Declare ``elementwise`` on it (see
-        :class:`~wirelessfl.engine.client.LocalSGD`): an undeclared rule that overrides
+        :class:`~wirelessfl.engine.local_sgd.LocalSGD`): an undeclared rule that overrides
         ``correct``/``descend`` is checked against the loop engine on its first call.
     options : type, optional
         A frozen dataclass of the rule's hyperparameters (each with a default); they become

@@ -21,7 +21,7 @@ c + Σ_S p_i Δc_i with the round's aggregation weights (``weighted``, the dynam
 ``reference_quirks`` reproduces the dynamic-clients reference code: no (c − c_i) correction
 in the local loop, and the client learning rate as the server step.
 
-The correction is the local rule's :meth:`~wirelessfl.engine.client.LocalSGD.correct`, so both
+The correction is the local rule's :meth:`~wirelessfl.engine.local_sgd.LocalSGD.correct`, so both
 engines run it. With zero control variates and η_g = 1 a round is a FedAvg round.
 """
 

@@ -7,8 +7,8 @@ client's pseudo-gradient Δ_i, loss, steps and buffers as ``(C, …)`` stacks an
 that aggregation is a (segmented) reduction over the stack and nothing on the round's path
 builds an object per client.
 
-The per-client contract (:class:`~wirelessfl.engine.client.ClientTask`,
-:class:`~wirelessfl.engine.client.ClientResult`) stays for plug-ins: :meth:`ClientBatch.tasks`
+The per-client contract (:class:`~wirelessfl.engine.task.ClientTask`,
+:class:`~wirelessfl.engine.task.ClientResult`) stays for plug-ins: :meth:`ClientBatch.tasks`
 makes a batch's tasks, :class:`ClientResults` is a sequence of results (each built on
 access), and :meth:`ClientResults.from_list` wraps the results of a per-client engine.
 """
@@ -165,7 +165,7 @@ class ClientBatch:
                           broadcast=b, lr=self.lr, buffers=buf)
 
     def tasks(self) -> list[ClientTask]:
-        """Every client as a :class:`~wirelessfl.engine.client.ClientTask`, in order."""
+        """Every client as a :class:`~wirelessfl.engine.task.ClientTask`, in order."""
         return [self.task(c) for c in range(len(self))]
 
     def take(self, rows: slice) -> ClientBatch:
@@ -237,7 +237,7 @@ class ClientResults(Sequence[ClientResult]):
     """An engine call's results as arrays: Δ stacked ``(C, …)``, losses, steps, samples.
 
     A :class:`~collections.abc.Sequence` of
-    :class:`~wirelessfl.engine.client.ClientResult` for code written per client (each built
+    :class:`~wirelessfl.engine.task.ClientResult` for code written per client (each built
     when it is read); code on the round's path reads the arrays: :attr:`clients`,
     :attr:`num_samples`, :attr:`num_steps`, :attr:`losses` and :meth:`delta_stack`.
 

@@ -14,7 +14,7 @@ clients as groups of a channels-last convolution), one fused pass per optimiser 
 (:meth:`LocalSGD.descend`), :func:`retain_freed_memory` (no page faults on the large
 stacked tensors). ``benchmarks/engine.py``: FCNN HFedAvg 8.2 → 4.2 s per round, LeNet-5
 34.9 → 21.1 s (HIST N = 4: 5.5 → 1.5 s and 28.1 → 17.6 s) on 2 cores. Then, for rules whose
-step is plain SGD (:attr:`~wirelessfl.engine.client.LocalSGD.plain_sgd`: FedAvg, HIST, MOON,
+step is plain SGD (:attr:`~wirelessfl.engine.local_sgd.LocalSGD.plain_sgd`: FedAvg, HIST, MOON,
 ...), the group owns its parameters and steps them in place, the wide linear layers' step
 fused into their weight-gradient GEMM inside the backward pass
 (:func:`~wirelessfl.models.layers.sgd_in_backward`), and on an AVX-512 CPU wide linear
@@ -23,7 +23,7 @@ on AVX2, where that is faster): the peers' benchmark's FCNN FedAvg round (60 cli
 steps) 0.71 → 0.51 s. Clients that share
 their start (FedAvg's global model) get it once, unstacked, so rules that read the start
 (MOON's anchor features, FedProx's pull) do not hold a copy per client, and a
-:class:`~wirelessfl.engine.client.DeltaFold` takes each chunk's pseudo-gradients on the
+:class:`~wirelessfl.engine.fold.DeltaFold` takes each chunk's pseudo-gradients on the
 stack as the chunk finishes (``benchmarks/scale.py``: 10,000 FCNN clients in 1.4 GB
 instead of 10.5 GB; 1,000 clients one step each 0.75 → 0.27 s per round). A plain step
 (any rule whose step is plain SGD with a drift) that recurs is recorded once and replayed
@@ -42,12 +42,12 @@ sizes differ from the loop there. Dropout masks and augmentation draws come from
 client's own counter-based stream (:mod:`wirelessfl.models.noise`, the client's key a vmapped
 input), so they are the same as in the loop, draw by draw.
 
-Every :class:`~wirelessfl.engine.client.LocalSGD` rule runs here: the engine vmaps the rule's own
-loss (data loss plus :meth:`~wirelessfl.engine.client.LocalSGD.penalty`) over the stacked clients
-and their stacked :meth:`~wirelessfl.engine.client.LocalSGD.context`, applies its gradient
+Every :class:`~wirelessfl.engine.local_sgd.LocalSGD` rule runs here: the engine vmaps the rule's own
+loss (data loss plus :meth:`~wirelessfl.engine.local_sgd.LocalSGD.penalty`) over the stacked clients
+and their stacked :meth:`~wirelessfl.engine.local_sgd.LocalSGD.context`, applies its gradient
 correction and optimiser on the stacks, and ends each client with the rule's
-:meth:`~wirelessfl.engine.client.ClientUpdate.client_final`. Other
-:class:`~wirelessfl.engine.client.ClientUpdate` implementations run through the loop.
+:meth:`~wirelessfl.engine.local_sgd.ClientUpdate.client_final`. Other
+:class:`~wirelessfl.engine.local_sgd.ClientUpdate` implementations run through the loop.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class BatchedExecutor(Executor):
         computation (forward, backward, the rule's correction) is compiled in: ``default``,
         ``reduce-overhead`` (on a GPU, CUDA graphs: the static-shape step replayed without
         a kernel launch per operator) or ``max-autotune``. Compiled steps take the general
-        path (gradients, then the rule's :meth:`~wirelessfl.engine.client.LocalSGD.take_step`)
+        path (gradients, then the rule's :meth:`~wirelessfl.engine.local_sgd.LocalSGD.take_step`)
         rather than the fused in-place SGD step, and give the same numbers to float
         tolerance. Opt-in: the first step of each shape compiles (3-8 s for the FCNN on 2
         CPU cores), and on the CPU the compiled FCNN step (15.6 ms, 30 clients) was slower
@@ -206,7 +206,7 @@ class BatchedExecutor(Executor):
 
         The per-client contract: tasks with equal shapes and step size (:func:`_signature`)
         form a group, trained as :meth:`run_batch` trains a batch. A rule that is not
-        elementwise (:attr:`~wirelessfl.engine.client.LocalSGD.elementwise`) runs on the loop
+        elementwise (:attr:`~wirelessfl.engine.local_sgd.LocalSGD.elementwise`) runs on the loop
         engine instead. With a ``fold``, each chunk's pseudo-gradients go into it as the
         chunk finishes.
         """
@@ -572,8 +572,8 @@ def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Te
 
     Stacked linear weights step inside the backward pass
     (:func:`~wirelessfl.models.layers.sgd_in_backward`), the other parameters after it; the
-    rule's :meth:`~wirelessfl.engine.client.LocalSGD.drift_step`, if it :attr:`drifts
-    <wirelessfl.engine.client.LocalSGD.drifts>`, just before each gradient step. The weights
+    rule's :meth:`~wirelessfl.engine.local_sgd.LocalSGD.drift_step`, if it :attr:`drifts
+    <wirelessfl.engine.local_sgd.LocalSGD.drifts>`, just before each gradient step. The weights
     of ``low_rank`` (kept as a shared start and their steps' factors,
     :mod:`wirelessfl.models.lowrank`) record their step in the backward pass.
     """

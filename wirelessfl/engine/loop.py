@@ -1,6 +1,6 @@
 """The executor contract (:class:`Executor`) and the reference engine, the loop.
 
-An executor trains clients with a :class:`~wirelessfl.engine.client.ClientUpdate`.
+An executor trains clients with a :class:`~wirelessfl.engine.local_sgd.ClientUpdate`.
 :meth:`Executor.run` is the per-client contract (tasks in, one result per task out);
 :meth:`Executor.run_batch` the round's path (a :class:`~wirelessfl.engine.batch.ClientBatch`
 in, :class:`~wirelessfl.engine.batch.ClientResults` out). :class:`LoopExecutor` runs clients

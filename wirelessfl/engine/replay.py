@@ -16,7 +16,7 @@ copy of the parameters, and a recording that differs is dropped (the step stays 
 
 What it records: the fused plain-SGD step of any rule whose loss and drift read only the
 stacked parameters, the start, the rule's context
-(:meth:`~wirelessfl.engine.client.LocalSGD.context`) and the batch: FedAvg's default
+(:meth:`~wirelessfl.engine.local_sgd.LocalSGD.context`) and the batch: FedAvg's default
 objective, FedProx's and SCAFFOLD's drift steps, MOON's contrastive objective (no buffers,
 no optimiser state, float32). The start and the context are inputs of the graph; the model,
 the step size, the rule's settings (its scalar attributes, such as μ and τ) and the shapes,
@@ -183,7 +183,7 @@ class StepReplay:
     def group_key(self, update: LocalSGD, carry: Carry) -> tuple | None:
         """The part of a step's key fixed for a group, or None if its steps are not recorded.
 
-        Eligible: a :attr:`~wirelessfl.engine.client.LocalSGD.plain_sgd` rule on stacked
+        Eligible: a :attr:`~wirelessfl.engine.local_sgd.LocalSGD.plain_sgd` rule on stacked
         parameters with no buffers or optimiser state, in float32 (``auto``: a rule from
         ``wirelessfl`` and a model of library modules).
         """

@@ -23,7 +23,7 @@ from typing import Any
 
 from channels.validation import as_float, as_int
 from wirelessfl.errors import ConfigError, plugin_hint, short
-from wirelessfl.run.key_schema import FROZEN, REQUIRED
+from wirelessfl.run.key_schema import FROZEN, MOVED, REQUIRED
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -283,8 +283,13 @@ def plain(value: Any) -> Any:
 
 
 def qualified_name(cls: type) -> str:
-    """``module.QualName`` of a class, as :data:`wirelessfl.run.key_schema.FROZEN` names it."""
-    return f"{cls.__module__}.{cls.__qualname__}"
+    """``module.QualName`` of a class, as :data:`wirelessfl.run.key_schema.FROZEN` names it.
+
+    A class that moved module since the record goes by its recorded name
+    (:data:`wirelessfl.run.key_schema.MOVED`).
+    """
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    return MOVED.get(name, name)
 
 
 def has_default(f: dataclasses.Field, value: Any) -> bool:

@@ -499,3 +499,10 @@ def _expand(name: str) -> dict[str, Any]:
 
 #: ``module.QualName`` → {field: default (plain) or REQUIRED}: every field the class had then.
 FROZEN: dict[str, dict[str, Any]] = {name: _expand(name) for name in _RECORD}
+
+#: A class that moved to another module since the record keeps its record under its old name:
+#: new ``module.QualName`` → the name :data:`FROZEN` knows it by. Dated, with the reason.
+MOVED: dict[str, str] = {
+    # 2026-11-26: engine/client.py split by concept (issue 68); the class is unchanged.
+    "wirelessfl.engine.hparams.LocalHParams": "wirelessfl.engine.client.LocalHParams",
+}

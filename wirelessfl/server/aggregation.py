@@ -45,7 +45,7 @@ def _weights(weights: np.ndarray | Sequence[float], n: int) -> np.ndarray:
 
 #: Trees stacked at once by :func:`weighted_mean` (more are summed chunk by chunk, so that
 #: aggregating 10,000 clients does not hold a second copy of all their pseudo-gradients);
-#: the loop engine's :class:`~wirelessfl.engine.client.DeltaFold` groups are no larger.
+#: the loop engine's :class:`~wirelessfl.engine.fold.DeltaFold` groups are no larger.
 MEAN_CHUNK = FOLD_TREES
 
 

@@ -1,0 +1,152 @@
+"""Folding clients' Δ into a weighted sum as they finish training (:class:`DeltaFold`), and tree sizes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from channels.validation import as_float
+from wirelessfl.engine.task import ClientResult, ClientTask
+from wirelessfl.errors import short
+from wirelessfl.models.base import Params
+from wirelessfl.models.lowrank import LowRankDelta
+
+#: The loop engine folds its finished clients' pseudo-gradients in groups of at most this
+#: many (one stacked sum each, as :func:`~wirelessfl.server.aggregation.weighted_mean` sums
+#: its chunks) and at most :data:`FOLD_BYTES` of them.
+FOLD_TREES, FOLD_BYTES = 256, 64 << 20
+
+
+def tree_bytes(tree: Params) -> int:
+    """Bytes of a parameter tree's tensors."""
+    return sum(v.numel() * v.element_size() for v in tree.values())
+
+
+def weighted_sum(coef: torch.Tensor, stack: torch.Tensor | LowRankDelta) -> torch.Tensor:
+    """Σ_i coef_i stack_i over the first dimension, as one matrix-vector product.
+
+    The product runs on the stack's memory layout (its dimensions after the first taken in
+    the order of their strides, so a column-major stack of weights is read as it lies) and
+    reads the stack once: on 35 stacked FCNN clients on a CPU, 2.5 ms against 18 ms for
+    scaling the stack in place and summing it. The sum's order is the product's, fixed for a
+    given stack; the result has the layout of the stack's rows. A factored stack
+    (:class:`~wirelessfl.models.lowrank.LowRankDelta`) is summed as one GEMM of its factors.
+    """
+    if isinstance(stack, LowRankDelta):
+        return stack.weighted_sum(coef)
+    n = stack.shape[0]
+    if stack.dim() == 1:
+        return coef @ stack
+    order = sorted(range(1, stack.dim()), key=lambda i: -stack.stride(i))
+    lying = stack.permute(0, *order)
+    part = (coef.unsqueeze(0) @ lying.reshape(n, math.prod(lying.shape[1:]))).view(lying.shape[1:])
+    return part.permute(*[order.index(i) for i in range(1, stack.dim())])
+
+
+class DeltaFold:
+    """A round's weighted mean of pseudo-gradients, Σ_i w_i Δ_i / Σ_i w_i, summed as clients finish.
+
+    Handed to :meth:`~wirelessfl.engine.loop.Executor.run` (``fold=``), it takes each group
+    of finished clients' Δ_i as the executor produces them (a stacked chunk on the batched engine, up to
+    :data:`FOLD_TREES` clients or :data:`FOLD_BYTES` on the loop), and their results come
+    back with an empty ``delta``: a round holds one
+    group's pseudo-gradients at a time instead of every client's (10,000 FCNN clients:
+    9.5 GB of deltas otherwise). For a server that needs only this mean of the Δ_i (the
+    exact mean of FedAvg and of the rules that keep its server step).
+
+    A group's terms are summed in one stacked sum and the groups' sums added in the order
+    they finish (deterministic for a given executor and chunking); another chunking sums in
+    another order, equal to float tolerance.
+
+    Parameters
+    ----------
+    weights : array_like, shape (S,)
+        w_i of the round's tasks, in task order: finite, non-negative.
+    normaliser : float or None
+        Σ w_i of the whole round (None: the sum of ``weights``, which must be positive); a
+        :meth:`share` of the round keeps the round's.
+
+    Examples
+    --------
+    >>> fold = DeltaFold([1.0, 3.0])
+    >>> fold.add([0, 1], {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])})
+    >>> fold.mean()["w"]
+    tensor([2.5000, 5.0000])
+    """
+
+    def __init__(self, weights: Sequence[float] | np.ndarray,
+                 normaliser: float | None = None) -> None:
+        w = np.asarray(weights, dtype=np.float64)
+        if w.ndim != 1 or not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("weights must be a 1-D array of finite non-negative numbers, got "
+                             f"{short(w)}")
+        total = float(w.sum()) if normaliser is None else as_float("normaliser", normaliser)
+        if not total > 0:
+            raise ValueError("the weights of a fold must have a positive sum")
+        self.weights, self.normaliser = w, total
+        self.total: Params | None = None
+        self.folded = 0  # clients folded so far
+
+    def check(self, tasks: Sequence[ClientTask]) -> None:
+        """``ValueError`` unless this fold has one weight per task and nothing folded yet."""
+        if len(self.weights) != len(tasks) or self.folded:
+            raise ValueError(f"a fold of {len(self.weights)} weights ({self.folded} folded) "
+                             f"cannot take a round of {len(tasks)} tasks: make a new "
+                             "DeltaFold with one weight per task")
+
+    def share(self, lo: int, hi: int) -> DeltaFold:
+        """The fold of tasks ``lo:hi`` alone, normalised as the whole round (for a worker)."""
+        return DeltaFold(self.weights[lo:hi], self.normaliser)
+
+    def add(self, positions: Sequence[int], deltas: dict[str, torch.Tensor | LowRankDelta]
+            ) -> None:
+        """Fold a group: ``deltas[k]`` stacks the Δ of the tasks at ``positions`` (or factors them).
+
+        Their weighted sum (:func:`weighted_sum`) joins :attr:`total`.
+        """
+        positions = np.asarray(positions, dtype=np.int64)
+        scaled = self.weights[positions] / self.normaliser
+        coefs: dict[tuple, torch.Tensor] = {}  # one upload per dtype and device, not per tensor
+        for k, d in deltas.items():
+            if d.shape[:1] != (len(positions),):
+                raise ValueError(f"{k!r}: {tuple(d.shape)} does not stack {len(positions)} clients")
+            where = (d.dtype, d.device)
+            if where not in coefs:
+                coefs[where] = torch.as_tensor(scaled, dtype=d.dtype, device=d.device)
+            part = weighted_sum(coefs[where], d)
+            if self.total is None or k not in self.total:
+                self.total = {**(self.total or {}), k: part}
+            else:
+                self.total[k].add_(part)
+        self.folded += len(positions)
+
+    def add_results(self, positions: Sequence[int], results: Sequence[ClientResult]
+                    ) -> list[ClientResult]:
+        """Fold these results' deltas; the results without them (``delta`` empty)."""
+        if results and results[0].delta:
+            self.add(positions, {k: torch.stack([r.delta[k] for r in results])
+                                 for k in results[0].delta})
+        else:
+            self.folded += len(results)
+        return [replace(r, delta={}) for r in results]
+
+    def merge(self, other: DeltaFold) -> None:
+        """Add another share's sum (a worker's) to this one."""
+        if other.total is not None:
+            if self.total is None:
+                self.total = {k: v.clone() for k, v in other.total.items()}
+            else:
+                for k, v in other.total.items():
+                    self.total[k].add_(v.to(self.total[k].device))
+        self.folded += other.folded
+
+    def mean(self) -> Params:
+        """Σ_i w_i Δ_i / Σ_i w_i over every task (``RuntimeError`` if some were not folded)."""
+        if self.folded != len(self.weights) or self.total is None:
+            raise RuntimeError(f"{self.folded} of {len(self.weights)} clients were folded")
+        return {k: v.contiguous() for k, v in self.total.items()}
+
