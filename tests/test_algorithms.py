@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from wirelessfl.run.config import resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import open_run
 
 SYN = {"seed": 3, "rounds": 3,
        "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 60},
@@ -21,8 +21,8 @@ def _rounds(exp, n):
 
 
 def test_hfedavg_one_cell_one_edge_round_equals_fedavg():
-    f = prepare(resolve({**SYN, "algorithm": {"name": "fedavg", "weighting": "uniform"}}))
-    h = prepare(resolve({**SYN, "algorithm": {"name": "hfedavg", "cells": 1, "edge_rounds": 1}}))
+    f = open_run({**SYN, "algorithm": {"name": "fedavg", "weighting": "uniform"}}).exp
+    h = open_run({**SYN, "algorithm": {"name": "hfedavg", "cells": 1, "edge_rounds": 1}}).exp
     a, b = _rounds(f, 2), _rounds(h, 2)
     for k in a.params:
         torch.testing.assert_close(a.params[k], b.params[k])
@@ -30,7 +30,7 @@ def test_hfedavg_one_cell_one_edge_round_equals_fedavg():
 
 def test_hfedavg_matches_explicit_two_tier_average():
     """One global round of N = 2, E = 2 recomputed by hand from the executor."""
-    exp = prepare(resolve({**SYN, "algorithm": {"name": "hfedavg", "cells": 2, "edge_rounds": 2}}))
+    exp = open_run({**SYN, "algorithm": {"name": "hfedavg", "cells": 2, "edge_rounds": 2}}).exp
     algo, x0 = exp.algorithm, exp.initial_state()
     new, report = algo.apply(x0)
     edges = []
@@ -49,7 +49,7 @@ def test_hfedavg_matches_explicit_two_tier_average():
 def test_fedavg_samples_weighting_and_partial_participation():
     cfg = resolve({**SYN, "data": {**SYN["data"], "samples_per_client": None},
                    "algorithm": {"name": "fedavg", "clients_per_round": 3}})
-    exp = prepare(cfg)
+    exp = open_run(cfg).exp
     state, report = exp.algorithm.apply(exp.initial_state())
     assert len(report.clients) == 3
     res = exp.algorithm.train_clients([exp.initial_state().params] * 3, sorted(report.clients), 0)
@@ -64,12 +64,12 @@ def test_fedavg_fashion_mnist_beats_75_percent(fmnist):
     """FedAvg, 10 IID clients, FCNN on real Fashion-MNIST: > 75% test accuracy in 3 rounds."""
     from wirelessfl.engine.client import evaluate
 
-    exp = prepare(resolve({"seed": 0, "rounds": 3, "device": "cpu",
+    exp = open_run({"seed": 0, "rounds": 3, "device": "cpu",
                            "data": {"dataset": "fashion_mnist", "partition": "iid",
                                     "num_clients": 10},
                            "model": {"name": "fcnn"},
                            "local": {"lr": 0.05, "batch_size": 50, "steps": 50},
-                           "algorithm": {"name": "fedavg"}}))
+                           "algorithm": {"name": "fedavg"}}).exp
     state = _rounds(exp, 3)
     acc, _ = evaluate(exp.model, state.params, exp.splits.test)
     assert acc > 0.75

@@ -204,8 +204,7 @@ def test_batched_epochs_mode_and_subclassed_updates_fall_back_to_the_loop():
 
 
 def test_hist_round_with_the_batched_engine_equals_the_loop():
-    from wirelessfl.run.config import resolve
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.kinds import open_run
 
     raw = {"seed": 1, "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 50},
            "model": {"name": "fcnn", "options": {"hidden": 30, "dropout": 0.0}},
@@ -213,7 +212,7 @@ def test_hist_round_with_the_batched_engine_equals_the_loop():
            "algorithm": {"name": "hist", "cells": 4, "edge_rounds": 2, "mask_sizes": "optimised"}}
     states = []
     for engine in ("loop", "batched"):
-        exp = prepare(resolve({**raw, "engine": engine}))
+        exp = open_run({**raw, "engine": engine}).exp
         state = exp.initial_state()
         for _ in range(2):
             state, _ = exp.algorithm.apply(state)
@@ -226,8 +225,7 @@ def test_hist_round_with_the_batched_engine_equals_the_loop():
                                        {"name": "moon", "mu": 1.0}])
 def test_chunked_batched_groups_give_the_numbers_of_one_group(algorithm):
     """max_batch splits a round's stacked group into chunks (GPU memory): same results."""
-    from wirelessfl.run.config import resolve
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.kinds import open_run
 
     raw = {"seed": 2, "rounds": 2, "engine": "batched", "algorithm": algorithm,
            "data": {"dataset": "synthetic", "num_clients": 7, "samples_per_client": 30},
@@ -235,7 +233,7 @@ def test_chunked_batched_groups_give_the_numbers_of_one_group(algorithm):
            "local": {"lr": 0.05, "batch_size": 8, "steps": 3}}
     finals = []
     for max_batch in (None, 3, 1):
-        exp = prepare(resolve({**raw, "max_batch": max_batch}))
+        exp = open_run({**raw, "max_batch": max_batch}).exp
         state = exp.initial_state()
         for _ in range(2):
             state, _ = exp.algorithm.apply(state)

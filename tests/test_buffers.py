@@ -12,9 +12,7 @@ from wirelessfl.engine.client import ClientTask, LocalHParams, LocalSGD
 from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import MODELS, FLModel, build_model
 from wirelessfl.models import layers as L
-from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
-from wirelessfl.run.rounds import RoundsJob
+from wirelessfl.run.kinds import open_run, run_job
 
 
 class TinyBN(FLModel):
@@ -42,7 +40,7 @@ RAW = {"seed": 3, "rounds": 3,
 
 
 def _rounds(algorithm, engine, n=3):
-    exp = runner.prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm}))
+    exp = open_run({**RAW, "engine": engine, "algorithm": algorithm}).exp
     state = exp.initial_state()
     for _ in range(n):
         state, _ = exp.algorithm.apply(state)
@@ -69,7 +67,7 @@ def test_batchnorm_loop_equals_batched(algorithm):
 
 
 def test_buffers_are_the_plain_mean_of_the_clients():
-    exp = runner.prepare(resolve({**RAW, "algorithm": {"name": "fedavg"}}))
+    exp = open_run({**RAW, "algorithm": {"name": "fedavg"}}).exp
     x0 = exp.initial_state()
     assert torch.equal(x0.buffers["bn.running_var"], torch.ones(12))
     new, _ = exp.algorithm.apply(x0)
@@ -85,12 +83,12 @@ def test_buffers_are_the_plain_mean_of_the_clients():
 
 def test_evaluation_uses_the_averaged_statistics(tmp_path):
     raw = {**RAW, "name": "bn", "algorithm": {"name": "fedavg"}}
-    full = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "a", quiet=True)
+    full = run_job(open_run(raw), tmp_path / "a", quiet=True)
     from wirelessfl.run.records import RunRecord
 
     ckpt = RunRecord(tmp_path / "a").load_checkpoint()
     assert set(ckpt["buffers"]) == {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
-    exp = runner.prepare(resolve(raw))
+    exp = open_run(raw).exp
     from wirelessfl.engine.client import evaluate
 
     with_stats = evaluate(exp.model, ckpt["params"], exp.splits.test, buffers=ckpt["buffers"])

@@ -177,14 +177,13 @@ def test_aggregating_a_stack_equals_aggregating_its_rows(agg):
 
 def test_over_the_air_cells_aggregate_the_stack_as_their_rows_would():
     """HFedAvg over the air: each cell's rows of the stack, its own channel stream."""
-    from wirelessfl.run.config import resolve
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.kinds import open_run
 
     raw = {"seed": 1, "engine": "batched", "data": {"dataset": "synthetic", "num_clients": 8},
            "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
            "algorithm": {"name": "hist", "cells": 2, "split": False, "edge_rounds": 2,
                          "aggregation": "aircomp"}}
-    exp = prepare(resolve(raw))
+    exp = open_run(raw).exp
     algo = exp.algorithm
     state = exp.initial_state()
     out = algo.run_cells([state.params] * 2, 0)
@@ -219,12 +218,11 @@ def _calls(algo: str, clients: int) -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from host_calls import config
 
-    from wirelessfl.run.config import resolve
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.kinds import open_run
 
     raw = config(algo, clients, 1, dataset="synthetic")
     raw["model"] = {"name": "fcnn", "options": {"hidden": 8}}
-    exp = prepare(resolve(raw))
+    exp = open_run(raw).exp
     state, _ = exp.algorithm.apply(exp.initial_state())
     prof = cProfile.Profile()
     prof.enable()

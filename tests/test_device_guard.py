@@ -13,8 +13,7 @@ from wirelessfl.engine.client import ClientError, ClientTask, LocalHParams, Loca
 from wirelessfl.engine.device_guard import DeviceMismatch
 from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
-from wirelessfl.run.config import resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import open_run
 
 
 def _data(n=60):
@@ -129,11 +128,11 @@ def test_stateful_runs_keep_the_host_and_the_device_apart(algorithm):
     """Two rounds of every algorithm with a client store, the executor on the guarded device:
     a host tensor meeting the device anywhere (client_final, aggregation, the store) raises.
     RAM-Fed indexed its host memories with the device's submodel indices (a crash on CUDA)."""
-    plain = prepare(resolve({**SYN, "algorithm": algorithm}))
+    plain = open_run({**SYN, "algorithm": algorithm}).exp
     state = plain.initial_state()
     for _ in range(2):
         state, _ = plain.algorithm.apply(state)
-    exp = prepare(resolve({**SYN, "algorithm": algorithm}))  # model and data: the device's
+    exp = open_run({**SYN, "algorithm": algorithm}).exp  # model and data: the device's
     guarded = exp.initial_state()
     with device_guard.guarded() as dev:
         executor = exp.algorithm.env.executor

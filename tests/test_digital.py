@@ -14,9 +14,9 @@ from wirelessfl.cli import main
 from wirelessfl.errors import ConfigError
 from wirelessfl.net.links import NetworkConfig, RoundCost, make_link
 from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.rounds import RoundsJob, prepare
+from wirelessfl.run.rounds import RoundsJob
 
 RAW = {"seed": 4, "rounds": 4,
        "data": {"dataset": "synthetic", "num_clients": 10, "samples_per_client": 30},
@@ -136,8 +136,8 @@ def test_hostile_solver_inputs_are_one_line_errors(call, match):
 
 # ---------------------------------------------------------------- training over the link
 def test_a_deadline_everyone_meets_is_no_deadline_exactly(tmp_path):
-    run_job(RoundsJob(prepare(resolve(_raw(TDMA)))), tmp_path / "free", quiet=True)
-    run_job(RoundsJob(prepare(resolve(_raw({**TDMA, "deadline_s": 1e9})))), tmp_path / "late", quiet=True)
+    run_job(open_run(_raw(TDMA)), tmp_path / "free", quiet=True)
+    run_job(open_run(_raw({**TDMA, "deadline_s": 1e9})), tmp_path / "late", quiet=True)
     free, late = _rows(tmp_path / "free"), _rows(tmp_path / "late")
     assert [r["test_accuracy"] for r in free] == [r["test_accuracy"] for r in late]
     assert [r.get("sim_time_s") for r in free] == [r.get("sim_time_s") for r in late]
@@ -145,7 +145,7 @@ def test_a_deadline_everyone_meets_is_no_deadline_exactly(tmp_path):
 
 
 def test_dropped_clients_leave_the_aggregate_and_the_round_lasts_the_deadline():
-    exp = prepare(resolve(_raw({**TDMA, "deadline_s": 1.2})))
+    exp = open_run(_raw({**TDMA, "deadline_s": 1.2})).exp
     link, state = exp.algorithm.env.link, exp.initial_state()
     plan = exp.algorithm.configure(state)
     results = exp.algorithm.train(state, plan)
@@ -156,7 +156,7 @@ def test_dropped_clients_leave_the_aggregate_and_the_round_lasts_the_deadline():
     up = 10**6 * 32 / rates  # the rest arrive, shortest first, after 3 steps of 0.01 s
     ends = 0.03 + np.cumsum(np.sort(up))
     assert sorted(d.arrived) == sorted(plan.clients[np.argsort(up)[ends <= 1.2]].tolist())
-    only, _ = exp.algorithm.aggregate(state, plan, [r for r in results if r.client in d.arrived])
+    only, _ = exp.algorithm.server_update(state, plan, [r for r in results if r.client in d.arrived])
     for k in new.params:
         assert torch.equal(new.params[k], only.params[k])
 
@@ -164,7 +164,7 @@ def test_dropped_clients_leave_the_aggregate_and_the_round_lasts_the_deadline():
 def test_nobody_in_time_keeps_the_model_and_the_round_is_counted():
     """Computing fits the deadline (0.03 of 0.05 s), no 32 Mbit upload does at 0 dB: the
     model stays, the round counts as aggregating nothing, and the summary says so."""
-    exp = prepare(resolve(_raw({**TDMA, "deadline_s": 0.05})))
+    exp = open_run(_raw({**TDMA, "deadline_s": 0.05})).exp
     state = exp.initial_state()
     new, report = exp.algorithm.apply(state)
     assert new.round == 1 and not report.delivery.arrived and report.latency_s == 0.05
@@ -179,12 +179,12 @@ def test_nobody_in_time_keeps_the_model_and_the_round_is_counted():
 ])
 def test_a_link_no_upload_can_cross_is_refused_before_training(network, match):
     with pytest.raises(ConfigError, match=match):
-        prepare(resolve(_raw(network)))
+        open_run(_raw(network))
 
 
 def test_rounds_that_aggregate_nothing_are_said_in_the_summary(tmp_path, capsys):
     raw = {**_raw({**TDMA, "deadline_s": 0.05}), "rounds": 2}
-    summary = run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "r", quiet=True)
+    summary = run_job(open_run(raw), tmp_path / "r", quiet=True)
     assert summary["empty_rounds"] == 2
     assert _rows(tmp_path / "r")[-1]["empty_rounds"] == 2.0
     assert main(["run", str(_yaml(tmp_path, raw)), "--out", str(tmp_path / "c")]) == 0
@@ -192,7 +192,7 @@ def test_rounds_that_aggregate_nothing_are_said_in_the_summary(tmp_path, capsys)
 
 
 def test_late_uploads_join_the_next_round_and_their_clients_rest():
-    exp = prepare(resolve(_raw({**TDMA, "deadline_s": 1.2, "late": "next_round"})))
+    exp = open_run(_raw({**TDMA, "deadline_s": 1.2, "late": "next_round"})).exp
     algo, link = exp.algorithm, exp.algorithm.env.link
     state = exp.initial_state()
     plan = algo.configure(state)
@@ -211,7 +211,7 @@ def test_late_uploads_join_the_next_round_and_their_clients_rest():
     fresh = algo.train(s1, plan1)
     s2, report1 = algo.apply(s1)
     arrived = [r for r in fresh if r.client in report1.delivery.arrived]
-    want, _ = algo.aggregate(s1, plan1, [results[c] for c in d.late] + arrived)
+    want, _ = algo.server_update(s1, plan1, [results[c] for c in d.late] + arrived)
     for k in want.params:
         assert torch.equal(s2.params[k], want.params[k])
 
@@ -222,13 +222,13 @@ def test_late_arrivals_refuse_what_they_cannot_serve():
     with pytest.raises(ConfigError, match="scheduler uniform"):
         resolve(_raw({**TDMA, "deadline_s": 1.0, "late": "next_round", "scheduler": "age"}))
     with pytest.raises(ConfigError, match="late: drop"):
-        prepare(resolve(_raw({**TDMA, "deadline_s": 1.0, "late": "next_round"},
-                             {"name": "fadamgc", "clients_per_round": 5})))
+        open_run(_raw({**TDMA, "deadline_s": 1.0, "late": "next_round"},
+                             {"name": "fadamgc", "clients_per_round": 5}))
 
 
 @pytest.mark.parametrize("policy", ["best_channel", "proportional_fair", "age"])
 def test_schedulers_read_the_rounds_channels(policy):
-    exp = prepare(resolve(_raw({**TDMA, "scheduler": policy})))
+    exp = open_run(_raw({**TDMA, "scheduler": policy})).exp
     algo, link = exp.algorithm, exp.algorithm.env.link
     state, avg, age = exp.initial_state(), np.full(10, link.rates(0).mean()), np.zeros(10)
     for t in range(4):
@@ -245,8 +245,8 @@ def test_schedulers_read_the_rounds_channels(policy):
 
 
 def test_compression_fits_each_client_to_the_deadline_and_stays_unbiased():
-    exp = prepare(resolve(_raw({**TDMA, "model": "fdma", "deadline_s": 0.5,
-                                "compression": "quantize"})))
+    exp = open_run(_raw({**TDMA, "model": "fdma", "deadline_s": 0.5,
+                                "compression": "quantize"})).exp
     state = exp.initial_state()
     _, report = exp.algorithm.apply(state)
     bits = report.delivery.bits_per_param
@@ -257,9 +257,9 @@ def test_compression_fits_each_client_to_the_deadline_and_stays_unbiased():
 
 
 def test_scaffold_counts_its_control_variates_in_the_upload():
-    fed = prepare(resolve(_raw({**TDMA, "deadline_s": 1e9})))
-    sca = prepare(resolve(_raw({**TDMA, "deadline_s": 1e9},
-                               {"name": "scaffold", "clients_per_round": 5})))
+    fed = open_run(_raw({**TDMA, "deadline_s": 1e9})).exp
+    sca = open_run(_raw({**TDMA, "deadline_s": 1e9},
+                               {"name": "scaffold", "clients_per_round": 5})).exp
     t_fed = fed.algorithm.apply(fed.initial_state())[1].latency_s
     t_sca = sca.algorithm.apply(sca.initial_state())[1].latency_s
     assert t_sca - 0.03 == pytest.approx(2 * (t_fed - 0.03))
@@ -273,10 +273,10 @@ def test_scaffold_counts_its_control_variates_in_the_upload():
 def test_a_run_under_outage_and_scheduling_resumes_to_the_uninterrupted_rows(
         tmp_path, interrupt_after, network):
     raw = {**_raw(network), "checkpoint_every": 1}
-    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "full", quiet=True)
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
     with pytest.raises(KeyboardInterrupt):
-        run_job(RoundsJob(interrupt_after(prepare(resolve(raw)), 2)), tmp_path / "cut", quiet=True)
-    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
     assert "arrived" in _rows(tmp_path / "full")[-1]
     if network.get("late"):
@@ -313,9 +313,9 @@ def test_hostile_link_settings_are_config_errors(network, match):
 
 def test_link_settings_need_an_algorithm_that_can_use_them():
     with pytest.raises(ConfigError, match="clients_per_round"):
-        prepare(resolve(_raw({**TDMA, "scheduler": "age"}, {"name": "fedavg"})))
+        open_run(_raw({**TDMA, "scheduler": "age"}, {"name": "fedavg"}))
     with pytest.raises(ConfigError, match="its own uplink"):
-        prepare(resolve(_raw({**TDMA, "deadline_s": 1.0}, {"name": "hist", "cells": 2})))
+        open_run(_raw({**TDMA, "deadline_s": 1.0}, {"name": "hist", "cells": 2}))
 
 
 def test_cli_one_line_errors_and_retime_refuses_runs_the_link_shaped(tmp_path, capsys):
@@ -323,7 +323,7 @@ def test_cli_one_line_errors_and_retime_refuses_runs_the_link_shaped(tmp_path, c
                  "--set", "network.model=tdma", "--set", "network.deadline_s=-3"]) == 2
     err = capsys.readouterr().err.strip()
     assert "deadline_s" in err and len(err.splitlines()) == 1
-    run_job(RoundsJob(prepare(resolve({**_raw({**TDMA, "deadline_s": 1.0}), "rounds": 1}))), tmp_path / "r",
+    run_job(open_run({**_raw({**TDMA, "deadline_s": 1.0}), "rounds": 1}), tmp_path / "r",
         quiet=True)
     assert main(["retime", str(tmp_path / "r"), "--set", "network.model=fdma"]) == 2
     assert "link decided who" in capsys.readouterr().err
@@ -333,8 +333,8 @@ def test_the_uplink_counts_the_bits_sent_at_their_widths_and_those_delivered():
     """Issue 57: with quantisation and drops, uplink_params counts every transmitted upload
     at its fitted width (dropped ones used the channel too) and the delivered metric only
     the arrivals: fp32-parameter units, per client of the round."""
-    exp = prepare(resolve(_raw({**TDMA, "model": "fdma", "deadline_s": 0.5,
-                                "compression": "quantize"})))
+    exp = open_run(_raw({**TDMA, "model": "fdma", "deadline_s": 0.5,
+                                "compression": "quantize"})).exp
     state = exp.initial_state()
     d = sum(v.numel() for v in state.params.values())
     _, report = exp.algorithm.apply(state)
@@ -344,7 +344,7 @@ def test_the_uplink_counts_the_bits_sent_at_their_widths_and_those_delivered():
     arrived_bits = sum(dv.bits_per_param) * d / 32 / n           # the arrivals' payloads
     delivered = report.cumulative["uplink_delivered_params_per_client"]
     assert delivered == pytest.approx(arrived_bits, rel=1e-3) and delivered <= dv.sent_params
-    plain = prepare(resolve(_raw({**TDMA, "deadline_s": 1e9})))   # fp32, everyone arrives
+    plain = open_run(_raw({**TDMA, "deadline_s": 1e9})).exp   # fp32, everyone arrives
     _, r = plain.algorithm.apply(plain.initial_state())
     assert r.uplink_params == pytest.approx(d) and r.cumulative[
         "uplink_delivered_params_per_client"] == pytest.approx(d)
@@ -354,12 +354,12 @@ def test_a_link_whose_rates_round_to_zero_is_refused_not_clocked_as_null():
     """fdma at -200 dB: log2(1 + SNR |h|^2) underflows to 0 for any plausible channel, so
     sim_time_s would be null; refused in one line (a low but usable SNR still runs)."""
     with pytest.raises(ConfigError, match="rounds to 0 bit/s"):
-        prepare(resolve(_raw({**TDMA, "model": "fdma", "snr_db": -200.0})))
-    prepare(resolve(_raw({**TDMA, "model": "fdma", "snr_db": -60.0})))
+        open_run(_raw({**TDMA, "model": "fdma", "snr_db": -200.0}))
+    open_run(_raw({**TDMA, "model": "fdma", "snr_db": -60.0}))
 
 
 def test_a_user_aggregate_sees_the_delivery_of_its_round(tmp_path):
-    """``aggregate`` receives the round's Delivery (arrived, dropped, late), as Flower's
+    """``server_update`` receives the round's Delivery (arrived, dropped, late), as Flower's
     failures: a user override sees exactly the clients the deadline dropped, and its results
     are the arrived ones."""
     from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
@@ -368,9 +368,9 @@ def test_a_user_aggregate_sees_the_delivery_of_its_round(tmp_path):
     seen = []
 
     class Watching(FedAvg):
-        def aggregate(self, state, plan, results, delivery=None):
+        def server_update(self, state, plan, results, delivery=None):
             seen.append((delivery, sorted(r.client for r in results)))
-            return super().aggregate(state, plan, results, delivery)
+            return super().server_update(state, plan, results, delivery)
 
     register("watching", FedAvgHParams, Watching)
     try:
@@ -379,7 +379,7 @@ def test_a_user_aggregate_sees_the_delivery_of_its_round(tmp_path):
                "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
                "algorithm": {"name": "watching"},
                "network": {"model": "tdma", "snr_db": 0.0, "deadline_s": 2e-3}}
-        run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "w", quiet=True)
+        run_job(open_run(raw), tmp_path / "w", quiet=True)
     finally:
         unregister("watching")
     assert seen and all(d is not None for d, _ in seen)
@@ -395,7 +395,7 @@ def test_the_summary_counts_dropped_and_late_uploads(tmp_path):
            "algorithm": {"name": "fedavg", "clients_per_round": 5},
            "network": {"model": "tdma", "snr_db": -10.0, "deadline_s": 2e-3,
                        "late": "next_round"}}
-    job = RoundsJob(prepare(resolve(raw)))
+    job = open_run(raw)
     summary = run_job(job, tmp_path / "d", quiet=True)
     rows = RunRecord(tmp_path / "d").rows()
     dropped = sum(len(r.get("dropped", [])) for r in rows)  # a row each round: its delivery

@@ -81,8 +81,8 @@ def test_workers_are_checked():
 def test_engine_distributed_runs_as_batched(tmp_path):
     """A whole run with engine: distributed (two processes) has the batched run's metrics, and
     its workers stop with the run."""
-    from wirelessfl.run import rounds as runner
     from wirelessfl.run.config import ConfigError, resolve
+    from wirelessfl.run.kinds import open_run
     from wirelessfl.run.records import RunRecord
 
     raw = {"name": "dist", "seed": 4, "rounds": 2,
@@ -91,7 +91,7 @@ def test_engine_distributed_runs_as_batched(tmp_path):
            "local": {"lr": 0.05, "batch_size": 10, "steps": 2}}
     rows = []
     for engine in ("batched", "distributed"):
-        exp = runner.prepare(resolve({**raw, "engine": engine}))
+        exp = open_run({**raw, "engine": engine}).exp
         run_job(RoundsJob(exp), tmp_path / engine, quiet=True)
         rows.append([(r["round"], r["test_accuracy"]) for r in RunRecord(tmp_path / engine).rows()])
         if engine == "distributed":
@@ -129,10 +129,10 @@ def test_a_worker_killed_or_stopped_mid_run_is_one_line_within_a_bounded_time(ho
 
 
 def test_workers_are_capped_by_the_clients():
-    from wirelessfl.run.config import ConfigError, resolve
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.config import ConfigError
+    from wirelessfl.run.kinds import open_run
 
     raw = {"seed": 1, "rounds": 1, "engine": "distributed", "workers": 5,
            "data": {"dataset": "synthetic", "num_clients": 4}}
     with pytest.raises(ConfigError, match="more than the 4 clients"):
-        prepare(resolve(raw))
+        open_run(raw)

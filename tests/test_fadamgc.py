@@ -10,7 +10,7 @@ from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientTask, LocalHParams
 from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.run.config import resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import open_run
 
 RAW = {"seed": 2, "data": {"dataset": "synthetic", "num_clients": 10, "samples_per_client": 30},
        "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
@@ -18,7 +18,7 @@ RAW = {"seed": 2, "data": {"dataset": "synthetic", "num_clients": 10, "samples_p
 
 
 def _exp(algorithm, engine="batched"):
-    return prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm}))
+    return open_run({**RAW, "engine": engine, "algorithm": algorithm}).exp
 
 
 def _rounds(exp, n):
@@ -138,8 +138,8 @@ def test_beta2_zero_steps_are_bounded_by_the_local_rate():
 
 
 def test_vector_counts_and_round_time():
-    exp = prepare(resolve({**RAW, "algorithm": {"name": "fadamgc", "clients_per_round": 4},
-                           "network": {"model": "fixed", "rate_mbps": 100, "step_seconds": 0.02}}))
+    exp = open_run({**RAW, "algorithm": {"name": "fadamgc", "clients_per_round": 4},
+                           "network": {"model": "fixed", "rate_mbps": 100, "step_seconds": 0.02}}).exp
     state = exp.initial_state()
     _, report = exp.algorithm.apply(state)
     d = sum(v.numel() for v in state.params.values())
@@ -159,11 +159,11 @@ def test_loop_equals_batched(name, sizes):
     def exp(engine):
         if sizes == "equal":
             return _exp({"name": name, "clients_per_round": 4}, engine)
-        return prepare(resolve({**RAW, "engine": engine, "algorithm": {"name": name},
+        return open_run({**RAW, "engine": engine, "algorithm": {"name": name},
                                 "data": {**RAW["data"], "partition": "dirichlet_over_clients",
                                          "alpha": 0.5},
                                 "local": {**RAW["local"], "epochs": 1,
-                                          "batch_size": 8}}))
+                                          "batch_size": 8}}).exp
     loop, batched = _rounds(exp("loop"), 3)[-1], _rounds(exp("batched"), 3)[-1]
     for k in loop.params:
         # Adam's normalised steps carry float differences of the stacked GEMMs along
@@ -217,7 +217,7 @@ def test_library_local_adam_is_fedavg_with_a_bias_corrected_local_adam():
     lib = _rounds(_exp({"name": "local_adam", "adam": "library", "clients_per_round": 4}), 2)[-1]
     raw = {**RAW, "local": {**RAW["local"], "optimizer": "adam", "betas": [0.9, 0.99]},
            "algorithm": {"name": "fedavg", "clients_per_round": 4, "weighting": "uniform"}}
-    ref = _rounds(prepare(resolve({**raw, "engine": "batched"})), 2)[-1]
+    ref = _rounds(open_run({**raw, "engine": "batched"}).exp, 2)[-1]
     for k in lib.params:
         assert torch.equal(lib.params[k], ref.params[k])
     assert lib.client_states == {}

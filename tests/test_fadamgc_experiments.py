@@ -8,9 +8,9 @@ import torch
 
 from wirelessfl.report import load_figures
 from wirelessfl.run.config import apply_overrides, resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.rounds import RoundsJob, prepare
+from wirelessfl.run.rounds import RoundsJob
 
 RESNET18_D = 11_173_962   # the CIFAR ResNet-18's parameter count (docs/papers/fadamgc.md §5.4)
 
@@ -52,7 +52,7 @@ def test_cifar10_preset_smoke_run_on_a_hand_made_folder(tmp_path, engine):
                 if (r.panel, r.series, r.seed) == ("CIFAR-10", "FAdamGC", 0))
     raw = apply_overrides(spec.raw, [f"data.data_dir={tmp_path}", "rounds=1", "local.steps=1",
                                      "local.batch_size=8", f"engine={engine}"])
-    exp = prepare(resolve(raw))
+    exp = open_run(raw).exp
     assert sum(v.numel() for v in exp.initial_state().params.values()) == RESNET18_D
     run_job(RoundsJob(exp), tmp_path / "run", quiet=True)
     rows = RunRecord(tmp_path / "run").rows()
@@ -97,7 +97,7 @@ def test_dynamic_cifar10_run_loads_the_pretrained_backbone_from_the_data_dir(tmp
                                      "population.rounds_per_session=1", "local.schedule_rounds=1",
                                      "initial_model.fingerprint_steps=1",
                                      "initial_model.fingerprint_batch=8", "engine=loop"])
-    exp = prepare(resolve(raw))
+    exp = open_run(raw).exp
     start = exp.initial_state()
     torch.testing.assert_close(start.params["layer4.1.conv2.weight"],
                                donor.state_dict()["layer4.1.conv2.weight"])

@@ -6,7 +6,7 @@ import torch
 
 from wirelessfl.engine import client_store
 from wirelessfl.run.config import resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import open_run
 
 RAW = {"seed": 5, "rounds": 3,
        "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
@@ -15,7 +15,7 @@ RAW = {"seed": 5, "rounds": 3,
 
 
 def _rounds(algorithm, engine="batched", n=3):
-    exp = prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm}))
+    exp = open_run({**RAW, "engine": engine, "algorithm": algorithm}).exp
     state = exp.initial_state()
     for _ in range(n):
         state, _ = exp.algorithm.apply(state)

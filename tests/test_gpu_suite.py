@@ -51,8 +51,7 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
 @pytest.mark.parametrize("rule", [{"name": "fedprox", "mu": 0.1}, {"name": "scaffold"},
                                   {"name": "moon"}, {"name": "fadamgc"}])
 def test_classic_rules_batched_on_cuda_match_the_cpu(rule):
-    from wirelessfl.run.config import resolve
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.kinds import open_run
 
     raw = {"seed": 1, "rounds": 1, "engine": "batched", "algorithm": rule,
            "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 30},
@@ -60,7 +59,7 @@ def test_classic_rules_batched_on_cuda_match_the_cpu(rule):
            "local": {"lr": 0.05, "batch_size": 10, "steps": 2}}
     finals = []
     for device in ("cpu", "cuda"):
-        exp = prepare(resolve({**raw, "device": device}))
+        exp = open_run({**raw, "device": device}).exp
         state, _ = exp.algorithm.apply(exp.initial_state())
         finals.append({k: v.cpu() for k, v in state.params.items()})
     for k in finals[0]:

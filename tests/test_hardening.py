@@ -11,7 +11,6 @@ import pytest
 import torch
 import yaml
 
-import wirelessfl.run.rounds as runner
 from channels import aircomp, units
 from solvers import beamforming
 from wirelessfl.algorithms.fedast.snapshot import SnapshotError, decode
@@ -61,7 +60,7 @@ def _one_line(code, err, match=""):
 
 def _run(tmp_path, name="r", raw=RAW):
     out = tmp_path / name
-    run_job(RoundsJob(runner.prepare(resolve(raw))), out, quiet=True)
+    run_job(open_run(raw), out, quiet=True)
     return out
 
 
@@ -92,7 +91,7 @@ def test_checkpoint_saved_on_a_gpu_loads_on_the_cpu(tmp_path, monkeypatch):
     loaded = RunRecord(out).load_checkpoint()
     assert all(v.device.type == "cpu" for v in loaded["params"].values())
     (out / "summary.json").unlink()
-    summary = run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)
+    summary = run_job(open_run(RAW), out, resume=True, quiet=True)
     assert summary["rounds"] == RAW["rounds"]  # the runner resumed from it
 
 
@@ -434,7 +433,7 @@ def test_new_run_never_overwrites_foreign_files(tmp_path, capsys):
 
 
 def test_failure_in_round_one_leaves_nothing(tmp_path, monkeypatch):
-    exp = runner.prepare(resolve(RAW))
+    exp = open_run(RAW).exp
 
     def broken(state):
         raise ValueError("boom in round 1")
@@ -481,7 +480,7 @@ def test_resume_refuses_damaged_folders(tmp_path, how):
     _damage(out, how)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     with pytest.raises(RunFolderError):
-        run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)
+        run_job(open_run(RAW), out, resume=True, quiet=True)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert before == after  # refused without touching anything
 
@@ -503,10 +502,10 @@ def test_a_run_folder_is_locked_while_written(tmp_path):
     holder.open(yaml.safe_load((out / "config.yaml").read_text()), 5, "cpu", resume=True)
     try:
         with pytest.raises(RunFolderError, match="being written by another run"):
-            run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)
+            run_job(open_run(RAW), out, resume=True, quiet=True)
     finally:
         holder.close()
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), out, resume=True, quiet=True)  # free again
+    run_job(open_run(RAW), out, resume=True, quiet=True)  # free again
 
 
 def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
@@ -602,7 +601,7 @@ def test_lazy_chunks_give_the_same_numbers():
 
 def test_config_errors_are_short():
     with pytest.raises(ValueError) as exc:
-        runner.prepare(resolve({**RAW, "model": {"name": "fcnn", "options": {"hidden": "x" * 10_000}}}))
+        open_run({**RAW, "model": {"name": "fcnn", "options": {"hidden": "x" * 10_000}}})
     assert len(str(exc.value)) < 300
     with pytest.raises(ConfigError) as exc:
         resolve({**RAW, "rounds": "y" * 10_000})
@@ -617,7 +616,7 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_its_rows(tmp_path, capsys
 
     from wirelessfl.cli import main
 
-    exp = runner.prepare(resolve({**RAW, "rounds": 8, "local": {**RAW["local"], "lr": 1e6}}))
+    exp = open_run({**RAW, "rounds": 8, "local": {**RAW["local"], "lr": 1e6}}).exp
     with pytest.raises(TrainingDiverged, match="became NaN/Inf") as exc:
         run_job(RoundsJob(exp), tmp_path / "r", quiet=True)
     bad = int(re.search(r"round (\d+)", str(exc.value)).group(1))

@@ -4,7 +4,7 @@ import torch
 
 from wirelessfl.engine.client import evaluate
 from wirelessfl.run.config import ConfigError, resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import open_run
 from wirelessfl.server.submodel import Submodel
 
 SYN = {"seed": 3, "rounds": 2,
@@ -18,7 +18,7 @@ def _exp_raw(**algorithm):
 
 
 def _exp(**algorithm):
-    return prepare(resolve(_exp_raw(**algorithm)))
+    return open_run(_exp_raw(**algorithm)).exp
 
 
 def _rounds(exp, n):
@@ -35,12 +35,12 @@ def _close(a, b):
 
 
 def test_one_cell_hist_equals_hfedavg():
-    hfedavg = prepare(resolve({**SYN, "algorithm": {"name": "hfedavg", "cells": 1, "edge_rounds": 2}}))
+    hfedavg = open_run({**SYN, "algorithm": {"name": "hfedavg", "cells": 1, "edge_rounds": 2}}).exp
     _close(_rounds(_exp(cells=1, edge_rounds=2), 2)[0], _rounds(hfedavg, 2)[0])
 
 
 def test_unsplit_hist_equals_hfedavg_with_latency_and_full_uplink():
-    hfedavg = prepare(resolve({**SYN, "algorithm": {"name": "hfedavg", "cells": 2, "edge_rounds": 2}}))
+    hfedavg = open_run({**SYN, "algorithm": {"name": "hfedavg", "cells": 2, "edge_rounds": 2}}).exp
     state, reports = _rounds(_exp(cells=2, edge_rounds=2, split=False), 2)
     _close(state, _rounds(hfedavg, 2)[0])
     d = sum(v.numel() for v in state.params.values())
@@ -118,7 +118,7 @@ def test_hist_learns_fashion_mnist(fmnist):
                    "model": {"name": "fcnn"},
                    "local": {"lr": 0.05, "batch_size": 32, "steps": 20},
                    "algorithm": {"name": "hist", "cells": 2, "edge_rounds": 2}})
-    exp = prepare(cfg)
+    exp = open_run(cfg).exp
     state, _ = _rounds(exp, 3)
     acc, _ = evaluate(exp.model, state.params, exp.splits.test)
     assert acc > 0.6  # chance is 0.1
@@ -183,7 +183,7 @@ def test_optimised_sizes_minimise_the_logged_latency(fmnist):
                    "model": {"name": "lenet5"}, "local": {"batch_size": 10, "steps": 1},
                    "algorithm": {"name": "hist", "cells": 3, "edge_rounds": 1,
                                  "mask_sizes": "optimised"}})
-    exp = prepare(cfg)
+    exp = open_run(cfg).exp
     algo, x0 = exp.algorithm, exp.initial_state()
     num = sum(v.numel() for v in x0.params.values())
     full = algo._full_latency(0, num)
@@ -211,7 +211,7 @@ def test_hist_latency_uses_real_local_steps_and_real_cells(monkeypatch):
     raw = {**_exp_raw(cells=3, edge_rounds=1)}
     raw["local"] = {**raw["local"], "epochs": 2, "batch_size": 7}
     raw["data"] = {**raw["data"], "num_clients": 7}
-    exp = prepare(resolve(raw))
+    exp = open_run(raw).exp
     a = exp.algorithm
     sizes = [len(c) for c in a.topology.cells]
     assert len(set(sizes)) > 1 and a.client_mask.sum() == 7
@@ -257,5 +257,5 @@ def test_lenet_round_reports_table_one_megabytes(fmnist, cells, split, expected)
                             "partition": "iid"},
                    "model": {"name": "lenet5"}, "local": {"batch_size": 10, "steps": 1},
                    "algorithm": {"name": "hist", "cells": cells, "edge_rounds": 5, "split": split}})
-    _, (report,) = _rounds(prepare(cfg), 1)
+    _, (report,) = _rounds(open_run(cfg).exp, 1)
     assert report.cumulative["uplink_mb_paper_per_client"] == pytest.approx(expected, abs=1e-4)

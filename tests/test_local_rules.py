@@ -11,9 +11,8 @@ from wirelessfl.algorithms.scaffold import ControlledSGD
 from wirelessfl.engine.batched import BatchedExecutor
 from wirelessfl.engine.client import ClientTask, LocalHParams
 from wirelessfl.engine.loop import LoopExecutor
-from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
-from wirelessfl.run.rounds import RoundsJob, prepare
+from wirelessfl.run.kinds import open_run, run_job
+from wirelessfl.run.rounds import RoundsJob
 
 RAW = {"seed": 4, "rounds": 2,
        "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 30},
@@ -22,7 +21,7 @@ RAW = {"seed": 4, "rounds": 2,
 
 
 def _exp(algorithm, engine="batched", **extra):
-    return prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm, **extra}))
+    return open_run({**RAW, "engine": engine, "algorithm": algorithm, **extra}).exp
 
 
 def _rounds(exp, n=2):
@@ -112,17 +111,16 @@ def test_scaffold_correction_is_applied_in_both_engines():
 
 
 def test_scaffold_resumes_with_its_control_variates(tmp_path, monkeypatch, interrupt_after):
-    import wirelessfl.run.rounds as runner
     from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "rounds": 4, "name": "sc", "algorithm": {"name": "scaffold", "clients_per_round": 4}}
-    full = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
-    exp = runner.prepare(resolve(raw))
+    full = run_job(open_run(raw), tmp_path / "full", quiet=True)
+    exp = open_run(raw).exp
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     assert RunRecord(tmp_path / "cut").load_checkpoint()["client_states"]
-    cut = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    cut = run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
     assert cut["final_accuracy"] == full["final_accuracy"]
     assert np.isfinite(cut["final_loss"])
 
@@ -185,7 +183,7 @@ def test_poly_schedule_restarts_and_reaches_zero():
     exp = _exp({"name": "fedavg"})
     raw = {**RAW, "local": {**RAW["local"], "schedule": "poly", "schedule_power": 1.0,
                             "schedule_rounds": 4}, "algorithm": {"name": "fedavg"}}
-    algo = prepare(resolve(raw)).algorithm
+    algo = open_run(raw).exp.algorithm
     assert [algo.client_lr(t) for t in (0, 2, 4, 6)] == pytest.approx([0.05, 0.025, 0.0, 0.0])
     assert algo.client_lr(5, origin=5) == pytest.approx(0.05)
     assert exp.algorithm.client_lr(3) is None
@@ -197,16 +195,15 @@ def test_poly_schedule_restarts_and_reaches_zero():
 
 
 def test_single_task_run_stops_at_its_target(tmp_path):
-    import wirelessfl.run.rounds as runner
     from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "name": "stop", "rounds": 30, "target_accuracy": 0.3, "stop_at_target": True,
            "algorithm": {"name": "fedavg"}}
-    summary = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "r", quiet=True)
+    summary = run_job(open_run(raw), tmp_path / "r", quiet=True)
     rows = RunRecord(tmp_path / "r").rows()
     assert summary["target_reached"] and rows[-1]["test_accuracy"] >= 0.3
     assert summary["rounds"] < 30 and all(r["test_accuracy"] < 0.3 for r in rows[:-1])
-    again = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "r", resume=True, quiet=True)
+    again = run_job(open_run(raw), tmp_path / "r", resume=True, quiet=True)
     assert again["rounds"] == summary["rounds"]  # a resumed finished run trains no further
 
 
@@ -220,16 +217,15 @@ ALL_RULES = [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.2}, {"name": "scaff
 def test_loop_equals_batched_with_dropout(algorithm):
     """The same client draws the same dropout masks in both engines."""
     raw = {**RAW, "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.5}}}
-    loop = prepare(resolve({**raw, "engine": "loop", "algorithm": algorithm}))
-    batched = prepare(resolve({**raw, "engine": "batched", "algorithm": algorithm}))
+    loop = open_run({**raw, "engine": "loop", "algorithm": algorithm}).exp
+    batched = open_run({**raw, "engine": "batched", "algorithm": algorithm}).exp
     _close(_rounds(loop, 2), _rounds(batched, 2), rtol=1e-4, atol=1e-5)
-    no_dropout = prepare(resolve({**RAW, "engine": "loop", "algorithm": algorithm}))
+    no_dropout = open_run({**RAW, "engine": "loop", "algorithm": algorithm}).exp
     with pytest.raises(AssertionError):  # and the masks do matter
         _close(_rounds(loop, 2), _rounds(no_dropout, 2), rtol=1e-4, atol=1e-5)
 
 
 def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, monkeypatch, interrupt_after):
-    import wirelessfl.run.rounds as runner
     from wirelessfl.run.records import RunRecord
 
     raw = {**RAW, "rounds": 7, "name": "ck", "checkpoint_every": 3,
@@ -242,17 +238,17 @@ def test_checkpoints_only_at_the_interval_and_resume_from_the_last(tmp_path, mon
         return real(self, payload)
 
     monkeypatch.setattr(RunRecord, "save_checkpoint", counting)
-    full = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
+    full = run_job(open_run(raw), tmp_path / "full", quiet=True)
     assert saved == [3, 6, 7]
     ckpt = RunRecord(tmp_path / "full").load_checkpoint()
     assert all(v.dtype == torch.float16 and v.device.type == "cpu"
                for ci in ckpt["client_states"].values() for v in ci.values())
-    exp = runner.prepare(resolve(raw))
+    exp = open_run(raw).exp
     interrupt_after(exp, 5)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     assert RunRecord(tmp_path / "cut").load_checkpoint()["round"] == 3
-    cut = run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    cut = run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
     assert cut["final_accuracy"] == full["final_accuracy"]
     rows = [r["round"] for r in RunRecord(tmp_path / "cut").rows()]
     assert rows == list(range(8))
@@ -300,12 +296,12 @@ def test_a_restarted_schedule_survives_a_resume(tmp_path):
 
     raw = {**RAW, "rounds": 3, "name": "sched", "algorithm": {"name": "fedavg"},
            "local": {**RAW["local"], "schedule": "poly", "schedule_rounds": 10}}
-    exp = runner.prepare(resolve(raw))
+    exp = open_run(raw).exp
     first = RoundsJob(exp)
     first.state = dataclasses.replace(first.state, schedule_origin=2)  # as a session start sets it
     run_job(first, tmp_path / "r", quiet=True)
     assert RunRecord(tmp_path / "r").load_checkpoint()["schedule_origin"] == 2
-    again = runner.prepare(resolve(raw))
+    again = open_run(raw).exp
     job = runner.RoundsJob(again)
     job.restore(RunRecord(tmp_path / "r").load_checkpoint())
     assert job.state.schedule_origin == 2

@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 
-import wirelessfl.run.rounds as runner
 from wirelessfl.algorithms.base import RoundReport
 from wirelessfl.net.links import NetworkConfig, make_link
 from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import RoundsJob
 
@@ -18,7 +17,7 @@ RAW = {"seed": 1, "rounds": 2,
 
 def _time(tmp_path, name, algorithm, network):
     raw = {**RAW, "name": name, "algorithm": algorithm, "network": network}
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / name, quiet=True)
+    run_job(open_run(raw), tmp_path / name, quiet=True)
     return [r.get("sim_time_s") for r in RunRecord(tmp_path / name).rows()]
 
 
@@ -52,8 +51,8 @@ def test_hist_keeps_its_own_latency_under_any_network(tmp_path):
     times = []
     for net in ({"model": "none"}, {"model": "fixed", "step_seconds": 5.0}):
         out = tmp_path / net["model"]
-        run_job(RoundsJob(runner.prepare(resolve({**raw, "name": "h", "algorithm": algorithm,
-                                           "network": net}))), out, quiet=True)
+        run_job(open_run({**raw, "name": "h", "algorithm": algorithm,
+                                           "network": net}), out, quiet=True)
         times.append([r.get("sim_time_s") for r in RunRecord(out).rows()])
     assert times[0] == times[1]
 
@@ -92,9 +91,9 @@ def test_a_run_retimed_under_a_link_is_the_run_trained_under_it(tmp_path, link):
     gives exactly the times of a run trained under that link (rows every 2 rounds)."""
     base = {**RAW, "rounds": 5, "eval_every": 2, "algorithm": {"name": "scaffold"}}
     net = {"model": "fixed", "params_per_vector": 12345}
-    run_job(RoundsJob(runner.prepare(resolve({**base, "name": "f", "network": net}))), tmp_path / "f",
+    run_job(open_run({**base, "name": "f", "network": net}), tmp_path / "f",
                quiet=True)
-    run_job(RoundsJob(runner.prepare(resolve({**base, "name": "l", "network": {**net, **link}}))),
+    run_job(open_run({**base, "name": "l", "network": {**net, **link}}),
                tmp_path / "l", quiet=True)
     trained = RunRecord(tmp_path / "l").rows()
     assert [r["round"] for r in trained] == [0, 2, 4, 5]
@@ -110,7 +109,7 @@ def test_retime_cli_refuses_training_keys_and_existing_files(tmp_path, capsys):
     from wirelessfl.cli import main
 
     run = tmp_path / "r"
-    run_job(RoundsJob(runner.prepare(resolve({**RAW, "name": "r", "algorithm": {"name": "fedavg"}}))),
+    run_job(open_run({**RAW, "name": "r", "algorithm": {"name": "fedavg"}}),
                run, quiet=True)
     assert main(["retime", str(run), "--set", "network.model=aircomp",
                  "--out", str(tmp_path / "t.csv")]) == 0
@@ -131,11 +130,11 @@ def test_round_costs_between_rows_survive_a_resume(tmp_path, interrupt_after):
     row, so a resumed run logs the same round_costs as an uninterrupted one."""
     raw = {**RAW, "name": "c", "rounds": 5, "eval_every": 3, "checkpoint_every": 1,
            "algorithm": {"name": "fedavg"}, "network": {"model": "fixed"}}
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
-    exp = interrupt_after(runner.prepare(resolve(raw)), 4)   # checkpoint at round 4, row at 3
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    exp = interrupt_after(open_run(raw).exp, 4)   # checkpoint at round 4, row at 3
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
     full, cut = (RunRecord(tmp_path / f).rows() for f in ("full", "cut"))
     assert [len(r.get("round_costs", [])) for r in full] == [0, 3, 2]
     assert [r["round_costs"] for r in cut[1:]] == [r["round_costs"] for r in full[1:]]
@@ -227,7 +226,7 @@ def test_a_run_folder_written_before_the_link_seam_resumes(tmp_path):
 
     raw = {**RAW, "name": "old", "algorithm": {"name": "fedavg"},
            "network": {"model": "tdma", "snr_db": 12.0}}
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "old", quiet=True)
+    run_job(open_run(raw), tmp_path / "old", quiet=True)
     path = tmp_path / "old" / "config.yaml"
     stored = yaml.safe_load(path.read_text())
     stored["network"] = {"model": "tdma", "rate_mbps": 100.0, "step_seconds": 0.0,
@@ -238,9 +237,9 @@ def test_a_run_folder_written_before_the_link_seam_resumes(tmp_path):
                          "max_bits": 16, "late": "drop"}
     path.write_text(yaml.safe_dump(stored))
     before = RunRecord(tmp_path / "old").rows()
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "old", resume=True, quiet=True)
+    run_job(open_run(raw), tmp_path / "old", resume=True, quiet=True)
     assert RunRecord(tmp_path / "old").rows() == before
     assert RunSpec("", "", None, 0, stored).key == RunSpec("", "", None, 0, raw).key
     with pytest.raises(Exception, match="different config"):
-        run_job(RoundsJob(runner.prepare(resolve({**raw, "network": {"model": "tdma"}}))),
+        run_job(open_run({**raw, "network": {"model": "tdma"}}),
                 tmp_path / "old", resume=True, quiet=True)

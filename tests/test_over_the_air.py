@@ -11,9 +11,9 @@ from channels.aircomp import AirCompCell
 from channels.rayleigh import simo_rayleigh
 from wirelessfl.errors import ConfigError
 from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
-from wirelessfl.run.rounds import RoundsJob, prepare
+from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.server.aggregation import AirComp, Mean
 
 RAW = {"seed": 2, "rounds": 3,
@@ -29,8 +29,8 @@ def _trees(rng, n=6, d=400):
 
 
 def _exp(algorithm, network=None, engine="batched", **extra):
-    return prepare(resolve({**RAW, "engine": engine, "algorithm": algorithm,
-                            **({"network": network} if network else {}), **extra}))
+    return open_run({**RAW, "engine": engine, "algorithm": algorithm,
+                            **({"network": network} if network else {}), **extra}).exp
 
 
 def _rounds(exp, n=3):
@@ -132,10 +132,10 @@ def test_noisy_runs_loop_equals_batched_and_log_the_mse():
 def test_an_over_the_air_run_resumes_to_the_uninterrupted_rows(tmp_path, interrupt_after):
     raw = {**RAW, "rounds": 4, "checkpoint_every": 1, "network": {**OTA, "truncation_db": -2.0},
            "algorithm": {"name": "scaffold", "clients_per_round": 6}}
-    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "full", quiet=True)
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
     with pytest.raises(KeyboardInterrupt):
-        run_job(RoundsJob(interrupt_after(prepare(resolve(raw)), 2)), tmp_path / "cut", quiet=True)
-    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
 
     def rows(f):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
@@ -180,7 +180,7 @@ def test_aircomp_refuses_unusable_settings():
 def test_retime_refuses_settings_that_change_learning(tmp_path):
     from wirelessfl.run.retime import retime_run
 
-    run_job(RoundsJob(prepare(resolve({**RAW, "rounds": 1, "algorithm": {"name": "fedavg"}}))),
+    run_job(open_run({**RAW, "rounds": 1, "algorithm": {"name": "fedavg"}}),
             tmp_path / "r", quiet=True)
     with pytest.raises(ConfigError, match="what the run learned"):
         retime_run(tmp_path / "r", ["network.model=aircomp", "network.aggregation=over_the_air"])
@@ -291,7 +291,7 @@ def test_the_links_over_the_air_settings_reach_the_aggregator_and_rekey_only_air
     from wirelessfl.run.config import key_view
 
     link = resolve({**RAW, "network": OTA}).network
-    agg = prepare(resolve({**RAW, "algorithm": {"name": "scaffold"}, "network": OTA})).algorithm.aggregator
+    agg = open_run({**RAW, "algorithm": {"name": "scaffold"}, "network": OTA}).exp.algorithm.aggregator
     assert agg.real_part and agg.round_channel
     old = resolve({**RAW, "network": {**OTA, "real_part": False, "vector_channel": "fresh"}})
     assert key_view(old)["network"] != key_view(resolve({**RAW, "network": OTA}))["network"]

@@ -12,7 +12,7 @@ from wirelessfl.data import ArrayDataset, DatasetSplits
 from wirelessfl.engine.batched import BatchedExecutor
 from wirelessfl.engine.client import LocalSGD
 from wirelessfl.models import MODELS, FLModel
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import open_run
 
 BASE = {"seed": 4, "rounds": 2,
         "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 40},
@@ -68,7 +68,7 @@ def rules():
 
 
 def _final(raw):
-    exp = prepare(wirelessfl.resolve_config(raw))
+    exp = open_run(wirelessfl.resolve_config(raw)).exp
     state = exp.initial_state()
     for _ in range(raw["rounds"]):
         state, _ = exp.algorithm.apply(state)
@@ -177,19 +177,21 @@ def test_bad_registrations_are_refused():
 
 
 def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_number():
-    """No hidden fold: a FedAvg subclass that overrides ``aggregate`` (a median) sees each
-    client's whole Δ_i; FedAvg's own fold and an unfolded mean give the same model."""
+    """No hidden fold: a FedAvg subclass that overrides its server phase (a median) sees each
+    client's whole Δ_i; FedAvg's own fold and an unfolded mean give the same model. Written
+    against the phase's earlier name, ``aggregate``, it still runs (with a FutureWarning)."""
     from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 
     seen = []
 
-    class FedMedian(FedAvg):
-        def aggregate(self, state, plan, results, delivery=None):
-            seen.append([{k: tuple(v.shape) for k, v in r.delta.items()} for r in results])
-            median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
-                      for k in state.params}
-            params, opt = self.server_opt.step(state.params, median, state.opt_state)
-            return self.finish_round(state, params, opt, results)
+    with pytest.warns(FutureWarning, match="server_update"):
+        class FedMedian(FedAvg):
+            def aggregate(self, state, plan, results, delivery=None):
+                seen.append([{k: tuple(v.shape) for k, v in r.delta.items()} for r in results])
+                median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
+                          for k in state.params}
+                params, opt = self.server_opt.step(state.params, median, state.opt_state)
+                return self.finish_round(state, params, opt, results)
 
     class Unfolded(FedAvg):
         folds_deltas = False
@@ -210,7 +212,7 @@ def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_
 
 
 def build_params():
-    return prepare(wirelessfl.resolve_config({**BASE, "algorithm": {"name": "fedavg"}})).model.params()
+    return open_run(wirelessfl.resolve_config({**BASE, "algorithm": {"name": "fedavg"}})).exp.model.params()
 
 
 @pytest.mark.parametrize("damage, match", [
@@ -266,7 +268,7 @@ def test_a_plugin_model_is_checked_at_the_door(model, match):
                                                 "partition": "iid"},
                "model": {"name": "door_net"}}
         with pytest.raises(ConfigError, match=match):
-            prepare(wirelessfl.resolve_config(raw))
+            open_run(wirelessfl.resolve_config(raw))
     finally:
         del MODELS["door_net"]
         del USER_DATASETS["door_blobs"]
@@ -325,3 +327,34 @@ def test_a_rule_whose_correction_has_the_wrong_shape_is_refused_in_one_line(rule
         _final({**BASE, "engine": engine, "algorithm": {"name": "shrunk"}})
     with pytest.raises(ClientError, match=r"local rule Emptied: correct\(\) returned \[\]"):
         _final({**BASE, "engine": engine, "algorithm": {"name": "emptied"}})
+
+
+def test_an_algorithm_written_with_the_earlier_phase_name_gives_fedavg_s_numbers():
+    """``aggregate`` calling ``super().aggregate`` (the earlier name of ``server_update``):
+    the adapter runs it as the server phase, and it reaches FedAvg's own, the same rows."""
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+
+    calls = []
+    with pytest.warns(FutureWarning, match="rename it `server_update`"):
+        class Old(FedAvg):
+            def aggregate(self, state, plan, results, delivery=None):
+                calls.append(len(results))
+                return super().aggregate(state, plan, results, delivery)
+
+    raw = {"seed": 1, "rounds": 2, "eval_every": 1, "device": "cpu",
+           "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 20},
+           "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 10, "steps": 2}}
+    registry.register("old_phase_t", FedAvgHParams, Old)
+    try:
+        rows = {}
+        for name in ("fedavg", "old_phase_t"):
+            exp = open_run({**raw, "algorithm": {"name": name}}).exp
+            state = exp.initial_state()
+            for _ in range(2):
+                state, _ = exp.algorithm.apply(state)
+            rows[name] = state.params
+    finally:
+        registry.unregister("old_phase_t")
+    assert calls == [6, 6]
+    for k, v in rows["fedavg"].items():
+        assert torch.equal(v, rows["old_phase_t"][k])

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from wirelessfl.data import ArrayDataset
-from wirelessfl.engine import client as client_mod
+from wirelessfl.engine import local_sgd as client_mod
 from wirelessfl.engine.batched import BatchedExecutor
 from wirelessfl.engine.client import Carry, ClientTask, LocalHParams, LocalSGD
 from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.models import build_model
 from wirelessfl.run.config import ConfigError, resolve
-from wirelessfl.run.rounds import prepare
+from wirelessfl.run.kinds import open_run
 
 
 def _round(name, precision, engine, seed=0, device="cpu"):
@@ -134,11 +134,11 @@ def test_bf16_learns_as_fp32_on_fashion_mnist(fmnist):
     """A short real run: bf16 reaches float32's accuracy within a point and a half."""
     acc = {}
     for precision in ("fp32", "bf16"):
-        exp = prepare(resolve({
+        exp = open_run({
             "seed": 2, "engine": "batched", "data": {"dataset": "fashion_mnist",
                                                      "partition": "iid", "num_clients": 10},
             "model": {"name": "fcnn"}, "algorithm": {"name": "fedavg"},
-            "local": {"lr": 0.05, "batch_size": 50, "steps": 20, "precision": precision}}))
+            "local": {"lr": 0.05, "batch_size": 50, "steps": 20, "precision": precision}}).exp
         state = exp.initial_state()
         for _ in range(3):
             state, _ = exp.algorithm.apply(state)

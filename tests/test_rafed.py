@@ -9,8 +9,8 @@ from wirelessfl.algorithms.rafed.masks import draw, kept_units, parameter_fracti
 from wirelessfl.models import build_model
 from wirelessfl.net.compression import compress, quantize_bound, relative_error
 from wirelessfl.run.config import ConfigError, resolve
-from wirelessfl.run.kinds import run_job
-from wirelessfl.run.rounds import RoundsJob, prepare
+from wirelessfl.run.kinds import open_run, run_job
+from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.server.submodel import Submodel
 
 SYN = {"seed": 5, "rounds": 2,
@@ -23,7 +23,7 @@ def _exp(name="rafed", engine=None, **algorithm):
     raw = {**SYN, "algorithm": {"name": name, **algorithm}}
     if engine:
         raw["engine"] = engine
-    return prepare(resolve(raw))
+    return open_run(raw).exp
 
 
 def _rounds(exp, n=2):
@@ -259,12 +259,12 @@ def test_resume_equals_uninterrupted(tmp_path, interrupt_after, algorithm):
     from wirelessfl.run.records import RunRecord
 
     raw = {**SYN, "name": "r", "rounds": 4, "checkpoint_every": 1, "algorithm": algorithm}
-    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "full", quiet=True)
-    exp = prepare(resolve(raw))
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    exp = open_run(raw).exp
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
-    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
 
     def rows(f):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
@@ -305,7 +305,7 @@ def test_the_heterofl_preset_learns_fashion_mnist(fmnist):
 
     raw = load_raw("heterofl_fmnist")
     assert raw["algorithm"]["scaler"] is False
-    exp = prepare(resolve({**raw, "rounds": 2}))
+    exp = open_run({**raw, "rounds": 2}).exp
     state, reports = _rounds(exp, 2)
     acc, loss = evaluate(exp.model, state.params, exp.splits.test)
     assert acc > 0.4 and np.isfinite(loss)  # chance is 0.1

@@ -203,12 +203,12 @@ def test_rules_with_start_and_context_replay_the_eager_numbers(algorithm):
     """FedProx (the start, its drift), SCAFFOLD (c − c_i in the context), MOON (the start's and
     the previous models' frozen features): three rounds recorded and replayed equal the eager
     rounds bit for bit (parameters and client states), with the start and context as inputs."""
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.kinds import open_run
 
     states = {}
     for mode in ("on", "off"):
-        exp = prepare(resolve({**RULES_RAW, "algorithm": algorithm, "engine": "batched",
-                               "replay": mode}))
+        exp = open_run({**RULES_RAW, "algorithm": algorithm, "engine": "batched",
+                               "replay": mode}).exp
         state = exp.initial_state()
         for _ in range(3):
             state, _ = exp.algorithm.apply(state)

@@ -2,11 +2,10 @@ import json
 
 import pytest
 
-import wirelessfl.run.rounds as runner
 from wirelessfl.cli import main
 from wirelessfl.errors import RunFolderError
 from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import RoundsJob
 
@@ -22,10 +21,10 @@ def _metrics(folder):
 
 
 def test_same_seed_same_metrics(tmp_path):
-    a = run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "a", quiet=True)
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "b", quiet=True)
+    a = run_job(open_run(RAW), tmp_path / "a", quiet=True)
+    run_job(open_run(RAW), tmp_path / "b", quiet=True)
     c = resolve({**RAW, "seed": 6})
-    run_job(RoundsJob(runner.prepare(c)), tmp_path / "c", quiet=True)
+    run_job(open_run(c), tmp_path / "c", quiet=True)
     assert _metrics(tmp_path / "a") == _metrics(tmp_path / "b")
     assert _metrics(tmp_path / "a") != _metrics(tmp_path / "c")
     assert [r["round"] for r in _metrics(tmp_path / "a")] == [0, 1, 2, 3, 4]
@@ -33,13 +32,13 @@ def test_same_seed_same_metrics(tmp_path):
 
 
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch, interrupt_after):
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
-    exp = runner.prepare(resolve(RAW))
+    run_job(open_run(RAW), tmp_path / "full", quiet=True)
+    exp = open_run(RAW).exp
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     assert [r["round"] for r in RunRecord(tmp_path / "cut").rows()] == [0, 1, 2]
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(open_run(RAW), tmp_path / "cut", resume=True, quiet=True)
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
     full = json.loads((tmp_path / "full" / "summary.json").read_text())
     cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
@@ -51,8 +50,8 @@ def test_a_run_made_before_an_option_existed_still_resumes(tmp_path, interrupt_a
     with the numbers of an uninterrupted run; a real config change is still refused."""
     import yaml
 
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
-    exp = runner.prepare(resolve(RAW))
+    run_job(open_run(RAW), tmp_path / "full", quiet=True)
+    exp = open_run(RAW).exp
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
@@ -62,9 +61,9 @@ def test_a_run_made_before_an_option_existed_still_resumes(tmp_path, interrupt_a
         del stored["data"][key]
     path.write_text(yaml.safe_dump(stored))
     with pytest.raises(RunFolderError, match="different config"):
-        run_job(RoundsJob(runner.prepare(resolve({**RAW, "seed": 6}))), tmp_path / "cut", resume=True,
+        run_job(open_run({**RAW, "seed": 6}), tmp_path / "cut", resume=True,
                    quiet=True)
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(open_run(RAW), tmp_path / "cut", resume=True, quiet=True)
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
 
 
@@ -166,10 +165,10 @@ def test_cuda_run_matches_cpu(tmp_path, engine, algorithm):
 
     states = []
     for device in ("cpu", "cuda"):
-        exp = runner.prepare(resolve({**RAW, "device": device, "engine": engine,
+        exp = open_run({**RAW, "device": device, "engine": engine,
                                       "algorithm": algorithm,
                                       "model": {"name": "fcnn", "options": {"hidden": 160,
-                                                                            "dropout": 0.5}}}))
+                                                                            "dropout": 0.5}}}).exp
         state = exp.initial_state()
         for _ in range(2):
             state, _ = exp.algorithm.apply(state)
@@ -218,7 +217,7 @@ def test_cuda_data_pinned_on_the_host_gives_the_numbers_of_data_on_the_device(en
     for placement in ("device", "host"):
         raw = {**RAW, "device": "cuda", "engine": engine,
                "data": {**RAW["data"], "placement": placement}}
-        exp = runner.prepare(resolve(raw))
+        exp = open_run(raw).exp
         assert exp.algorithm.env.train.x.is_pinned() == (placement == "host")
         assert exp.splits.test.x.is_cuda == (placement == "device")
         state = exp.initial_state()
@@ -234,14 +233,14 @@ def test_typed_client_states_resume_exactly_and_checkpoint_as_plain_mappings(
     """FAdamGC's client states are typed (AdamClientState: v_i, y_i); the checkpoint holds
     them as the plain mappings run folders always had, and a resumed run is exact."""
     raw = {**RAW, "algorithm": {"name": "fadamgc", "clients_per_round": 4}}
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
-    exp = runner.prepare(resolve(raw))
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    exp = open_run(raw).exp
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     stored = RunRecord(tmp_path / "cut").load_checkpoint()["client_states"]
     assert stored and all(isinstance(s, dict) and set(s) <= {"v", "y"} for s in stored.values())
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
 
 
@@ -250,11 +249,11 @@ def test_a_quiet_run_says_its_time_left_once_after_its_first_round(tmp_path, mon
     from wirelessfl.run.shell import Output
 
     monkeypatch.setattr(Output, "ESTIMATE_FROM_S", 0.0)  # every run counts as long here
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "q", quiet=True)
+    run_job(open_run(RAW), tmp_path / "q", quiet=True)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "left" in ln]
     assert len(lines) == 1 and "s a round, 1 of 4" in lines[0]
     monkeypatch.setattr(Output, "ESTIMATE_FROM_S", 1e9)  # a short run stays silent
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "s", quiet=True)
+    run_job(open_run(RAW), tmp_path / "s", quiet=True)
     assert "left" not in capsys.readouterr().err
 
 

@@ -10,7 +10,7 @@ from wirelessfl.cli import main
 from wirelessfl.errors import RunFolderError
 from wirelessfl.run import rounds as runner
 from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.run.safe_io import atomic_write, open_append, open_new
@@ -125,7 +125,7 @@ def test_rows_hold_standard_json_only(tmp_path):
 def test_an_infinite_test_loss_stops_the_run(tmp_path, monkeypatch):
     from wirelessfl.errors import TrainingDiverged
 
-    exp = runner.prepare(resolve(RAW))
+    exp = open_run(RAW).exp
     real = runner.evaluate
     calls = []
 
@@ -273,11 +273,11 @@ def test_settings_that_cannot_take_effect_are_refused(patch, match):
 
 def test_runs_nobody_can_take_part_in_are_refused_before_training():
     with pytest.raises(ValueError, match="more than the 6 clients"):
-        runner.prepare(resolve({**RAW, "algorithm": {"name": "fedavg", "clients_per_round": 7}}))
+        open_run({**RAW, "algorithm": {"name": "fedavg", "clients_per_round": 7}})
     with pytest.raises(ValueError, match="no client meets it"):
-        runner.prepare(resolve({**RAW, "algorithm": {"name": "rafed", "ratios": [1.0, 0.5],
+        open_run({**RAW, "algorithm": {"name": "rafed", "ratios": [1.0, 0.5],
                                                      "resources": "deadline",
-                                                     "deadline_s": 1e-9}}))
+                                                     "deadline_s": 1e-9}})
 
 
 def test_an_unreachable_ray_address_is_refused_at_once():
@@ -297,8 +297,8 @@ def test_sizes_that_drive_work_are_checked_first(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--grid", "rounds=1,1.0", "--out", str(tmp_path / "s")]) == 2
     assert "give the same run" in capsys.readouterr().err
     with pytest.raises(ValueError, match="more than the 60000 training samples"):
-        runner.prepare(resolve({**RAW, "data": {"dataset": "fashion_mnist", "partition": "iid",
-                                                "num_clients": 100_000}}))
+        open_run({**RAW, "data": {"dataset": "fashion_mnist", "partition": "iid",
+                                                "num_clients": 100_000}})
     out = tmp_path / "run"
     assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
     rows = [json.loads(s) for s in (out / "metrics.jsonl").read_text().splitlines()]

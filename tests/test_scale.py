@@ -142,14 +142,13 @@ def test_fedavg_folds_its_mean_over_an_exact_uplink_and_keeps_the_numbers():
     the mean of the deltas would; FedDyn, which reads the deltas, does not fold."""
     from wirelessfl.algorithms.fedavg import FedAvg
     from wirelessfl.engine.batch import FoldedResults
-    from wirelessfl.run.config import resolve
-    from wirelessfl.run.rounds import prepare
+    from wirelessfl.run.kinds import open_run
 
     raw = {"seed": 1, "data": {"dataset": "synthetic", "num_clients": 7,
                                "samples_per_client": None},
            "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.5}},
            "local": {"lr": 0.05, "batch_size": 10, "steps": 3}, "max_batch": 3}
-    exp = prepare(resolve({**raw, "algorithm": {"name": "fedavg"}}))
+    exp = open_run({**raw, "algorithm": {"name": "fedavg"}}).exp
     state = exp.initial_state()
     plan = exp.algorithm.configure(state)
     results = exp.algorithm.train(state, plan)
@@ -161,7 +160,7 @@ def test_fedavg_folds_its_mean_over_an_exact_uplink_and_keeps_the_numbers():
     for k in new.params:
         torch.testing.assert_close(new.params[k], state.params[k] - sum(
             w * r.delta[k] for w, r in zip(n / n.sum(), unfolded)), rtol=1e-5, atol=1e-7)
-    dyn = prepare(resolve({**raw, "algorithm": {"name": "feddyn"}}))
+    dyn = open_run({**raw, "algorithm": {"name": "feddyn"}}).exp
     s = dyn.initial_state()
     assert not isinstance(dyn.algorithm.train(s, dyn.algorithm.configure(s)), FoldedResults)
     assert FedAvg.folds_deltas and not type(dyn.algorithm).folds_deltas

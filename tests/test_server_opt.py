@@ -5,9 +5,8 @@ import math
 import pytest
 import torch
 
-import wirelessfl.run.rounds as runner
 from wirelessfl.run.config import ConfigError, resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.server.optimizers import ServerOptimizer
@@ -76,14 +75,14 @@ RAW = {"name": "adam", "seed": 2, "rounds": 4,
 
 
 def test_fedams_learns_and_resumes_with_its_moments(tmp_path, monkeypatch, interrupt_after):
-    full = run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
+    full = run_job(open_run(RAW), tmp_path / "full", quiet=True)
     rows = RunRecord(tmp_path / "full").rows()
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
-    exp = runner.prepare(resolve(RAW))
+    exp = open_run(RAW).exp
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     ckpt = RunRecord(tmp_path / "cut").load_checkpoint()
     assert set(ckpt["opt_state"]) == {"m", "v", "vhat"}
-    cut = run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "cut", resume=True, quiet=True)
+    cut = run_job(open_run(RAW), tmp_path / "cut", resume=True, quiet=True)
     assert cut["final_accuracy"] == full["final_accuracy"]

@@ -3,10 +3,9 @@
 import pytest
 import torch
 
-import wirelessfl.run.rounds as runner
 from wirelessfl.algorithms.dynamic.sessions import SessionStarts, session_store_bytes
 from wirelessfl.run.config import resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord, load_plain
 from wirelessfl.run.rounds import RoundsJob
 
@@ -20,7 +19,7 @@ RAW = {"name": "a1", "seed": 4, "rounds": 8,
 
 def _run(tmp_path, name, **initial):
     raw = {**RAW, "name": name, "initial_model": {"fingerprint_batch": 16, **initial}}
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / name, quiet=True)
+    run_job(open_run(raw), tmp_path / name, quiet=True)
     return [{k: v for k, v in r.items() if k not in ("wall_s", "init_weights")}
             for r in RunRecord(tmp_path / name).rows()]
 
@@ -44,7 +43,7 @@ def test_pilot_model_fingerprints_and_resets_at_the_session_starts():
     raw = {**RAW, "initial_model": {"rule": "proposed", "pilot_sessions": 2,
                                     "fingerprint_batch": 16}}
     cfg = resolve(raw)
-    exp = runner.prepare(cfg)
+    exp = open_run(cfg).exp
     s0 = exp.initial_state()
     starts = SessionStarts(cfg.initial_model, exp.algorithm, cfg.algorithm, s0)
     s1, _ = exp.algorithm.apply(s0)
@@ -66,11 +65,11 @@ def test_pilot_model_fingerprints_and_resets_at_the_session_starts():
 def test_resume_with_a_session_store_gives_the_uninterrupted_numbers(tmp_path,
                                                                      interrupt_after):
     raw = {**RAW, "initial_model": {"rule": "proposed", "fingerprint_batch": 16}}
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
-    exp = interrupt_after(runner.prepare(resolve(raw)), 7)   # inside session 3, Q1 of two
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    exp = interrupt_after(open_run(raw).exp, 7)   # inside session 3, Q1 of two
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
 
     def rows(f):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
@@ -83,7 +82,7 @@ def test_resume_with_a_session_store_gives_the_uninterrupted_numbers(tmp_path,
 def test_store_memory_is_sessions_times_model_size():
     raw = {**RAW, "initial_model": {"rule": "proposed", "fingerprint_batch": 16}}
     cfg = resolve(raw)
-    exp = runner.prepare(cfg)
+    exp = open_run(cfg).exp
     state = exp.initial_state()
     starts = SessionStarts(cfg.initial_model, exp.algorithm, cfg.algorithm, state)
     for s in range(1, 5):

@@ -5,10 +5,9 @@ import json
 import numpy as np
 import pytest
 
-import wirelessfl.run.rounds as runner
 from wirelessfl.cli import main
 from wirelessfl.run.config import resolve, to_dict
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.server.population import EventSessions
@@ -27,19 +26,19 @@ def run_rows(folder):
 
 
 def test_only_the_sessions_clients_train_and_rows_carry_the_session(tmp_path):
-    exp = runner.prepare(resolve(RAW))
+    exp = open_run(RAW).exp
     state = exp.initial_state()
     for t in range(4):
         if t == 2:
             state = exp.algorithm.start_session(state, t)
         state, report = exp.algorithm.apply(state)
         assert sorted(report.clients) == ([0, 1, 2] if t < 2 else [3, 4, 5])  # full participation
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "r", quiet=True)
+    run_job(open_run(RAW), tmp_path / "r", quiet=True)
     assert [r["session"] for r in RunRecord(tmp_path / "r").rows()] == [0, 0, 0, 1, 1, 2, 2]
 
 
 def test_a_session_start_resets_the_algorithm_state_and_restarts_the_schedule():
-    exp = runner.prepare(resolve(RAW))
+    exp = open_run(RAW).exp
     state = exp.initial_state()
     for _ in range(2):
         state, _ = exp.algorithm.apply(state)
@@ -52,7 +51,7 @@ def test_a_session_start_resets_the_algorithm_state_and_restarts_the_schedule():
     assert exp.algorithm.client_lr(2, fresh.schedule_origin) == RAW["local"]["lr"]  # poly restarted (§4.3)
     after, _ = exp.algorithm.apply(fresh)
     assert after.schedule_origin == 2                              # carried round to round
-    moon = runner.prepare(resolve({**RAW, "algorithm": {"name": "moon"}}))
+    moon = open_run({**RAW, "algorithm": {"name": "moon"}}).exp
     s = moon.initial_state()
     s, _ = moon.algorithm.apply(s)
     assert set(moon.algorithm.start_session(s, 2).client_states) == {0, 1, 2}  # z_prev persists
@@ -62,8 +61,8 @@ def test_one_event_session_is_the_static_run_exactly(tmp_path):
     static = {**RAW, "population": {"kind": "static"}}
     events = {**RAW, "population": {"kind": "events",
                                     "events": [{"round": 0, "join": list(range(6))}]}}
-    run_job(RoundsJob(runner.prepare(resolve(static))), tmp_path / "a", quiet=True)
-    run_job(RoundsJob(runner.prepare(resolve(events))), tmp_path / "b", quiet=True)
+    run_job(open_run(static), tmp_path / "a", quiet=True)
+    run_job(open_run(events), tmp_path / "b", quiet=True)
     a, b = run_rows(tmp_path / "a"), run_rows(tmp_path / "b")
     assert [{k: v for k, v in r.items() if k not in ("session", "active_accuracy")}
             for r in b] == a
@@ -82,7 +81,7 @@ def test_active_accuracy_is_measured_on_the_active_groups_labels(fmnist, tmp_pat
            "data": {"dataset": "fashion_mnist", "partition": "two_group", "num_clients": 4},
            "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 32, "steps": 5},
            "population": {"kind": "alternating", "rounds_per_session": 2}}
-    exp = runner.prepare(resolve(raw))
+    exp = open_run(raw).exp
     run_job(RoundsJob(exp), tmp_path / "r", quiet=True)
     rows = RunRecord(tmp_path / "r").rows()
     assert [r["session"] for r in rows] == [0, 0, 0, 1]
@@ -101,11 +100,11 @@ def test_resume_mid_session_gives_the_uninterrupted_numbers(tmp_path, interrupt_
     raw = {**RAW, "population": {"kind": "events", "events": [
         {"round": 0, "join": [0, 1, 2]}, {"round": 2, "join": [3]},
         {"round": 4, "leave": [0, 1], "join": [4, 5]}]}}
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "full", quiet=True)
-    exp = interrupt_after(runner.prepare(resolve(raw)), after)
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    exp = interrupt_after(open_run(raw).exp, after)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
-    run_job(RoundsJob(runner.prepare(resolve(raw))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
     assert run_rows(tmp_path / "cut") == run_rows(tmp_path / "full")
     assert [r["session"] for r in run_rows(tmp_path / "full")] == [0, 0, 0, 1, 1, 2, 2]
 
@@ -147,7 +146,7 @@ def test_event_sessions_follow_the_joins_and_leaves():
 ])
 def test_bad_populations_are_one_line_errors(tmp_path, capsys, population):
     with pytest.raises(ValueError) as exc:
-        runner.prepare(resolve({**RAW, "population": population}))
+        open_run({**RAW, "population": population})
     assert "\n" not in str(exc.value)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(json.dumps({**RAW, "population": population}))
@@ -161,7 +160,7 @@ def test_population_config_round_trips():
         {"round": 0, "join": [0, 1]}, {"round": 2, "leave": [1]}]}})
     assert resolve(to_dict(cfg)) == cfg
     assert isinstance(cfg.population.events, tuple)
-    assert np.array_equal(runner.prepare(cfg).algorithm.env.population.active(3), [0])
+    assert np.array_equal(open_run(cfg).exp.algorithm.env.population.active(3), [0])
 
 
 @pytest.mark.parametrize("data,population,match", [

@@ -13,9 +13,7 @@ pytest.importorskip("peft")
 from wirelessfl.data.arrays import DataFileError, DataNotFoundError  # noqa: E402
 from wirelessfl.data.text import load_text, read_split  # noqa: E402
 from wirelessfl.models import build_model  # noqa: E402
-from wirelessfl.run.config import resolve  # noqa: E402
-from wirelessfl.run.kinds import run_job
-from wirelessfl.run.rounds import prepare  # noqa: E402
+from wirelessfl.run.kinds import open_run, run_job
 
 WORDS = ["<eos>", "<unk>", "good", "bad", "great", "awful", "movie", "the", "was", "a", "plot",
          "and", "it", "really", "film", "story", "is"]
@@ -195,7 +193,7 @@ def _text_run(text_dir, algorithm, rounds=4, **over):
            "model": {"name": "gpt2_lora", "options": {"config": TINY, "r": 4, "lora_dropout": 0.0}},
            "local": {"lr": 0.003, "batch_size": 32, "epochs": 1, "optimizer": "adam"},
            "algorithm": algorithm, **over}
-    return prepare(resolve(raw))
+    return open_run(raw).exp
 
 
 def test_frozen_weights_never_change_nor_enter_deltas_y_or_v(text_dir):
@@ -271,7 +269,7 @@ def test_fadamgc_table2_text_smoke_run_on_a_hand_made_folder(text_dir):
                                      f"model.options={json.dumps({'config': TINY, 'r': 4})}",
                                      "data.max_length=12", "rounds=1", "data.num_clients=10",
                                      "data.alpha=1.0", "data.min_size=2"])
-    exp = prepare(resolve(raw))
+    exp = open_run(raw).exp
     run_job(RoundsJob(exp), text_dir / "run", quiet=True)
     rows = RunRecord(text_dir / "run").rows()
     assert [r["round"] for r in rows] == [0, 1] and rows[-1]["sim_time_s"] > 0
@@ -284,7 +282,6 @@ def test_dynamic_table2_ag_news_smoke_run(tmp_path):
     from wirelessfl.report import load_figures
     from wirelessfl.run.config import apply_overrides
     from wirelessfl.run.records import RunRecord
-    from wirelessfl.run.rounds import RoundsJob
 
     bert = tmp_path / "bert-base-uncased"
     bert.mkdir()
@@ -309,7 +306,7 @@ def test_dynamic_table2_ag_news_smoke_run(tmp_path):
     raw = apply_overrides(spec.raw, [f"data.data_dir={tmp_path}", "rounds=6",
                                      "population.rounds_per_session=2", "local.schedule_rounds=2",
                                      "model.options={vocab: 13}"])
-    run_job(RoundsJob(prepare(resolve(raw))), tmp_path / "run", quiet=True)
+    run_job(open_run(raw), tmp_path / "run", quiet=True)
     rows = RunRecord(tmp_path / "run").rows()
     assert rows[-1]["round"] == 6 and {r["session"] for r in rows if r["round"]} == {0, 1, 2}
 

@@ -9,9 +9,8 @@ import time
 import pytest
 import torch
 
-from wirelessfl.run import rounds as runner
 from wirelessfl.run.config import ConfigError, resolve
-from wirelessfl.run.kinds import run_job
+from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.rounds import RoundsJob
 from wirelessfl.run.threads import (
@@ -73,17 +72,17 @@ def test_a_run_records_its_count_and_resume_reuses_it(tmp_path, monkeypatch, int
         return exp
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    run_job(RoundsJob(runner.prepare(resolve(RAW))), tmp_path / "full", quiet=True)
+    run_job(open_run(RAW), tmp_path / "full", quiet=True)
     assert json.loads((tmp_path / "full" / "meta.json").read_text())["threads"] == 1
     assert RunRecord(tmp_path / "full").load_checkpoint()["threads"] == 1
     assert resolve(RAW).threads == "auto"
     assert torch.get_num_threads() == 2                     # the caller's count is back
 
-    exp = interrupt_after(runner.prepare(resolve(RAW)), 1)
+    exp = interrupt_after(open_run(RAW).exp, 1)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")              # auto would now choose 2
-    run_job(RoundsJob(spy(runner.prepare(resolve(RAW)))), tmp_path / "cut", resume=True, quiet=True)
+    run_job(RoundsJob(spy(open_run(RAW).exp)), tmp_path / "cut", resume=True, quiet=True)
     assert seen and set(seen) == {1}
     rows = [[{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
             for f in (tmp_path / "full", tmp_path / "cut")]
@@ -92,7 +91,7 @@ def test_a_run_records_its_count_and_resume_reuses_it(tmp_path, monkeypatch, int
 
 def test_an_explicit_count_beats_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    exp = runner.prepare(resolve({**RAW, "threads": 1}))
+    exp = open_run({**RAW, "threads": 1}).exp
     seen, real = [], exp.algorithm.apply
     monkeypatch.setattr(exp.algorithm, "apply",
                         lambda state: (seen.append(torch.get_num_threads()), real(state))[1])
@@ -219,16 +218,16 @@ def test_auto_is_decided_again_between_rounds_and_resume_keeps_the_numbers(tmp_p
         return exp
 
     full, cut = [], []
-    run_job(RoundsJob(spy(runner.prepare(resolve(raw)), full)), tmp_path / "full", quiet=True)
+    run_job(RoundsJob(spy(open_run(raw).exp, full)), tmp_path / "full", quiet=True)
     assert full == [1, 1, 1, 2, 2, 2]                     # decided after rounds 1, 2, 3, ...
     ckpt = RunRecord(tmp_path / "full").load_checkpoint()
     assert ckpt["threads"] == 2 and ckpt["thread_changes"] == [[3, 2]]
 
     done[0] = 0
-    exp = interrupt_after(spy(runner.prepare(resolve(raw)), cut), 3)
+    exp = interrupt_after(spy(open_run(raw).exp, cut), 3)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
-    run_job(RoundsJob(spy(runner.prepare(resolve(raw)), cut)), tmp_path / "cut", resume=True,
+    run_job(RoundsJob(spy(open_run(raw).exp, cut)), tmp_path / "cut", resume=True,
             quiet=True)
     assert cut == full
     assert RunRecord(tmp_path / "cut").load_checkpoint()["thread_changes"] == [[3, 2]]

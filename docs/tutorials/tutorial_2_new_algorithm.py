@@ -123,12 +123,12 @@ wirelessfl.registry.unregister("fedclip2")
 # %%
 # A new server rule: a coordinate-wise median
 # -------------------------------------------
-# The server side is one method, :meth:`~wirelessfl.algorithms.fedavg.FedAvg.aggregate`:
+# The server side is one method, :meth:`~wirelessfl.algorithms.fedavg.FedAvg.server_update`:
 # it gets the round's :class:`~wirelessfl.engine.task.ClientResult` s, each with the
 # client's pseudo-gradient ``delta`` (start − end), and returns the next state. FedMedian
 # takes the entrywise median of the Δ_i instead of their weighted mean (robust to a few
 # wild clients). FedAvg itself averages the Δ_i while clients train, chunk by chunk, to save
-# memory; a class that overrides ``aggregate`` gets every client's full Δ_i unless it says
+# memory; a class that overrides ``server_update`` gets every client's full Δ_i unless it says
 # ``folds_deltas = True`` beside it (only right when it reads them through ``combine``).
 # Over a digital link with a deadline, ``delivery`` (a
 # :class:`~wirelessfl.net.digital.Delivery`) says who arrived and who was dropped; the
@@ -139,7 +139,7 @@ import torch
 class FedMedian(FedAvg):
     """FedAvg whose server steps along the coordinate-wise median of the Δ_i."""
 
-    def aggregate(self, state, plan, results, delivery=None):
+    def server_update(self, state, plan, results, delivery=None):
         median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
                   for k in state.params}
         params, opt = self.server_opt.step(state.params, median, state.opt_state)
@@ -179,7 +179,7 @@ from wirelessfl.cli import main
     class FedTrimmed(FedAvg):
         \"\"\"The coordinate-wise mean of the Δ_i without each entry's largest and smallest.\"\"\"
 
-        def aggregate(self, state, plan, results, delivery=None):
+        def server_update(self, state, plan, results, delivery=None):
             trimmed = {}
             for k in state.params:
                 ordered = torch.stack([r.delta[k] for r in results]).sort(0).values

@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import itertools
 import operator
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,9 +111,14 @@ class FederatedAlgorithm(ABC):
 
     :meth:`apply` runs round ``state.round`` as :meth:`configure` (who is sampled and what
     each client starts from and is sent: a :class:`RoundPlan`), :meth:`train` (local
-    training on the client engine) and :meth:`aggregate` (the new :class:`ServerState` and
-    the :class:`RoundReport`), the phases Flower's strategies name configure_fit, fit and
-    aggregate_fit. An algorithm's own server state is a frozen :class:`AlgorithmState` of
+    training on the client engine) and :meth:`server_update` (the new :class:`ServerState`
+    and the :class:`RoundReport`), the phases Flower's strategies name configure_fit, fit and
+    aggregate_fit. (``aggregate`` names one thing: a server
+    :class:`~wirelessfl.server.aggregation.Aggregator`'s reduction of the clients' updates. An
+    algorithm written against the earlier name of this phase, ``aggregate``, still runs: a
+    subclass that defines ``aggregate`` and not ``server_update`` has it called as its
+    :meth:`server_update`, with a ``FutureWarning``, and ``super().aggregate(...)`` reaches the
+    parent's :meth:`server_update`.) An algorithm's own server state is a frozen :class:`AlgorithmState` of
     type :attr:`state_type` in ``ServerState.opt_state``.
 
     Parameters
@@ -180,7 +186,7 @@ class FederatedAlgorithm(ABC):
                            buffers={k: v.to(device) for k, v in self.env.model.buffers_state().items()})
 
     def apply(self, state: ServerState) -> tuple[ServerState, RoundReport]:
-        """Run round ``state.round`` (configure, train, aggregate); the next state and its report.
+        """Run round ``state.round`` (configure, train, server_update); the next state and its report.
 
         Over a digital uplink that shapes learning (``env.link``) only the results that
         arrive by the deadline are aggregated (compressed as the link fits them) and the
@@ -191,13 +197,13 @@ class FederatedAlgorithm(ABC):
         results = self.train(state, plan)
         link = self.env.link
         if link is None:
-            return self.aggregate(state, plan, results)
+            return self.server_update(state, plan, results)
         vectors = [self.upload_vectors(plan, r) for r in results]
         kept, delivery, later = link.deliver(state.round, results, vectors,
                                              num_params(state.params))
         kept = [*state.late, *kept]  # last round's late uploads arrive first
         if kept:
-            new, report = self.aggregate(state, plan, kept, delivery)
+            new, report = self.server_update(state, plan, kept, delivery)
         else:  # nobody arrived: the model stays, the round passes
             loss, diag = client_diagnostics(results)
             new = dataclasses.replace(state, round=state.round + 1)
@@ -231,10 +237,22 @@ class FederatedAlgorithm(ABC):
         """A fold averaging the round's Δ_i as clients finish; None (the default): keep them."""
         return None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """The earlier name of :meth:`server_update`, ``aggregate``, kept for plug-ins (class doc)."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "aggregate" in own and "server_update" not in own:
+            warnings.warn(f"{cls.__qualname__} defines `aggregate`, the earlier name of an "
+                          "algorithm's server phase: rename it `server_update` (it runs as "
+                          "that for now)", FutureWarning, stacklevel=2)
+            cls.server_update = own["aggregate"]
+        elif "server_update" in own:
+            cls.aggregate = own["server_update"]  # super().aggregate(...) of a subclass
+
     @abstractmethod
-    def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: Any,
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: RoundPlan,
+                      results: Any,
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         """The next server state and the round's report from the clients' results.
 
         ``results`` are the uploads that reached the server (over a digital link that

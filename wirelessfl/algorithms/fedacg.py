@@ -66,12 +66,12 @@ class FedACG(FedAvg):
         m = self._momentum(state)
         return {k: state.params[k] + self.hp.lam * m[k] for k in m}
 
-    folds_deltas = True  # aggregate reads the Δ_i only through combine
+    folds_deltas = True  # server_update reads the Δ_i only through combine
 
     @override
-    def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult],
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: RoundPlan,
+                      results: list[ClientResult],
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)  # update = mean(start − w_k)
         m = self._momentum(state)
         m = {k: self.hp.lam * m[k] - update[k] for k in m}

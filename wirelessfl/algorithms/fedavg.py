@@ -127,7 +127,7 @@ class FedAvg(FederatedAlgorithm):
     """Federated averaging on the shared interfaces, in the three phases of a round.
 
     :meth:`configure` samples the round's clients (:meth:`sample`) and sends each the
-    :meth:`start` model and the :meth:`broadcast`; :meth:`aggregate` combines the
+    :meth:`start` model and the :meth:`broadcast`; :meth:`server_update` combines the
     pseudo-gradients (:meth:`combine`) and takes the server optimiser's step. The family
     (FedProx, SCAFFOLD, FAdamGC, FedACG, MOON, FedDyn, ...) overrides only what differs.
     """
@@ -135,11 +135,11 @@ class FedAvg(FederatedAlgorithm):
     state_type = ServerOptState
     uses_uplink = True
     uses_digital_link = True
-    #: Whether :meth:`aggregate` reads the clients' pseudo-gradients only through
+    #: Whether :meth:`server_update` reads the clients' pseudo-gradients only through
     #: :meth:`combine`: then, over an exact uplink, they are averaged while the clients train
-    #: (:meth:`delta_fold`), and the results reach :meth:`aggregate` with that mean instead of
-    #: their Δ_i. The class that defines :meth:`aggregate` declares it beside it (FedDyn,
-    #: which sums the Δ_i itself, says False): a subclass that overrides :meth:`aggregate`
+    #: (:meth:`delta_fold`), and the results reach :meth:`server_update` with that mean instead of
+    #: their Δ_i. The class that defines :meth:`server_update` declares it beside it (FedDyn,
+    #: which sums the Δ_i itself, says False): a subclass that overrides :meth:`server_update`
     #: without declaring it gets every client's full Δ_i (a median, a trimmed mean), and
     #: nothing is folded. Folded and unfolded rounds agree to float rounding (tested).
     folds_deltas = True
@@ -185,15 +185,15 @@ class FedAvg(FederatedAlgorithm):
 
     @classmethod
     def reads_deltas_through_combine(cls) -> bool:
-        """:attr:`folds_deltas` as declared by the class that defines :meth:`aggregate`."""
-        owner = next(c for c in cls.__mro__ if "aggregate" in vars(c))
+        """:attr:`folds_deltas` as declared by the class that defines :meth:`server_update`."""
+        owner = next(c for c in cls.__mro__ if "server_update" in vars(c))
         return bool(cls.folds_deltas and vars(owner).get("folds_deltas", False))
 
-    # ------------------------------------------------------------------ aggregate
+    # ------------------------------------------------------------------ server_update
     @override
-    def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult],
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: RoundPlan,
+                      results: list[ClientResult],
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         params, opt_state = self.server_opt.step(state.params, update, state.opt_state)
         return self.finish_round(state, params, opt_state, results, infos=(info,))

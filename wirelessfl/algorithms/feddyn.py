@@ -109,9 +109,9 @@ class FedDyn(FedAvg):
         self.update = DynamicSGD(env.model, env.local, hp.alpha)
 
     @override
-    def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult],
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: RoundPlan,
+                      results: list[ClientResult],
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         mean, _ = self.server_opt.step(state.params, update, None)  # mean_{P_t} θ_i^t (η_s = 1)
         alpha, m = self.hp.alpha, self.env.num_clients

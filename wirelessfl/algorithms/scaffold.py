@@ -256,7 +256,7 @@ class SCAFFOLD(FedAvg):
         """Δ_i and, with control variates, Δc_i."""
         return 2.0 if self.hp.control_variates else 1.0
 
-    folds_deltas = True  # aggregate reads the Δ_i only through combine
+    folds_deltas = True  # server_update reads the Δ_i only through combine
 
     def _state_changes(self, state: ServerState, results: ClientResults
                        ) -> tuple[Params | None, np.ndarray]:
@@ -276,9 +276,9 @@ class SCAFFOLD(FedAvg):
         return ({k: now[k] - before[k] for k in zero} if before is not None else now), sent
 
     @override
-    def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult],
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: RoundPlan,
+                      results: list[ClientResult],
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         t, hp = state.round, self.hp
         c, _ = self._c_u(state)
         update, w, info = self.combine(state, results)

@@ -23,7 +23,9 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from wirelessfl.engine.client import ClientResult, ClientTask, DeltaFold, mover
+from wirelessfl.engine.client_store import concat_rows, take_rows
+from wirelessfl.engine.fold import DeltaFold
+from wirelessfl.engine.task import ClientResult, ClientTask, mover
 from wirelessfl.models.base import Params
 
 
@@ -127,9 +129,7 @@ class ClientBatch:
                 return vals[0]
             return [x for v, n in zip(vals, per) for x in (v if isinstance(v, list) else [v] * n)]
 
-        states = (None if all(b.states is None for b in batches) else
-                  [s for b in batches for s in (b.states if b.states is not None
-                                                else [None] * len(b))])
+        states = concat_rows([b.states for b in batches], per)
         return cls(np.concatenate([b.clients for b in batches]),
                    tuple(s for b in batches for s in b.starts),
                    np.concatenate([b.start_index + k for b, k in zip(batches, shift)]),
@@ -179,7 +179,7 @@ class ClientBatch:
         starts, index = self._used_starts(self.start_index[rows])
         return replace(self, clients=self.clients[rows], starts=starts, start_index=index,
                        indices=tuple(self.indices[i] for i in pick), seeds=self.seeds[rows],
-                       states=None if self.states is None else [self.states[i] for i in pick],
+                       states=take_rows(self.states, rows),
                        broadcast=[self.broadcast[i] for i in pick]
                        if isinstance(self.broadcast, list) else self.broadcast,
                        buffers=[self.buffers[i] for i in pick]
@@ -302,8 +302,7 @@ class ClientResults(Sequence[ClientResult]):
         arrays = all(p.stacked for p in parts)  # the engine's own: no per-client rows
         deltas = (all(p.deltas is not None for p in parts)
                   and _same_shapes([p.deltas for p in parts]))
-        states = (None if all(p.states is None for p in parts) else
-                  [s for p in parts for s in (p.states or [None] * len(p))])
+        states = concat_rows([p.states for p in parts], [len(p) for p in parts])
         out = cls(cat([p.clients for p in parts]), cat([p.num_samples for p in parts]),
                   cat([p.num_steps for p in parts]), cat([p.losses for p in parts]),
                   deltas={k: torch.cat([p.deltas[k] for p in parts]) for k in parts[0].deltas}
@@ -326,7 +325,7 @@ class ClientResults(Sequence[ClientResult]):
             deltas=None if self.deltas is None else
             {k: v.index_select(0, t.to(v.device)) for k, v in self.deltas.items()},
             buffers={k: v.index_select(0, t.to(v.device)) for k, v in self.buffers.items()},
-            states=None if self.states is None else [self.states[i] for i in inv],
+            states=take_rows(self.states, inv),
             rows=None if self._rows is None else [self._rows[i] for i in inv])
 
     def __len__(self) -> int:

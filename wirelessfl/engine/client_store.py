@@ -9,8 +9,11 @@ round, not with the population; checkpoints save the store as it is, at the run'
 
 Examples
 --------
->>> from collections.abc import Sequence
+>>> import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 >>> kept = store({"w": torch.ones(2)}, "float16")
 >>> kept["w"].dtype, kept["w"].device.type
@@ -21,8 +24,11 @@ torch.float32
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
 from wirelessfl.engine import device_guard
@@ -61,13 +67,19 @@ def nbytes(states: dict) -> int:
     return sum(v.numel() * v.element_size() for t in states.values() for v in t.values())
 
 
-def gathered(states: Sequence[Params | None] | None, like: Params) -> Params | None:
-    """The clients' stored trees stacked, on the device and in the dtypes of ``like``.
+def gathered(states: Sequence[Any] | None, like: Params, field: str = "") -> Params | None:
+    """Field ``field`` of the clients' states stacked, on the device and in the dtypes of ``like``.
 
-    :func:`load` for a whole round at once: one stack per key. None when no client has a
-    state; a client without one gets zeros.
+    :func:`load` for a whole round at once: one stack per key (states read from a
+    :class:`ClientStore` or a :class:`StateStack`: one gather per key). ``field`` ``""``: a
+    state that is one tree. None when no client has the field; a client without it gets zeros.
     """
-    if states is None or all(s is None for s in states):
+    if states is None:
+        return None
+    if isinstance(states, (StoreRows, StateStack)):
+        return states.gather(field, like)
+    states = [field_of(s, field) for s in states]
+    if all(s is None for s in states):
         return None
     proto = next(s for s in states if s is not None)  # the store's dtype and device
     zero = {k: torch.zeros_like(proto[k]) for k in like}
@@ -94,3 +106,396 @@ def repeated(tree: Params | None, n: int, like: Params) -> Params:
         rows = v.new_empty((n, *v.shape))
         out[k] = rows.zero_() if tree is None else rows.copy_(tree[k].detach().to(v))
     return out
+
+
+# ---------------------------------------------------------------------- the stacked store
+def field_of(state: Any, name: str) -> Params | None:
+    """Field ``name`` of one client's state: the tree itself for ``""`` (a plain tree state)."""
+    if state is None:
+        return None
+    return state if name == "" else getattr(state, name)
+
+
+def fields_of(kind: type | None) -> tuple[str, ...]:
+    """The tree fields of a state type (``("",)``: the state is one tree)."""
+    return ("",) if kind is None else tuple(f.name for f in dataclasses.fields(kind))
+
+
+def _build(kind: type | None, parts: dict[str, Params | None]) -> Any:
+    """One client's state from its fields (None when it has none)."""
+    if all(v is None for v in parts.values()):
+        return None
+    return parts[""] if kind is None else kind(**parts)
+
+
+class StaleStore(RuntimeError):
+    """A :class:`ClientStore` read after a later round updated it."""
+
+
+class _Rows:
+    """A store's memory: per field, one host tensor per key with a row per client."""
+
+    def __init__(self, kind: type | None, dtype: str) -> None:
+        self.kind, self.dtype, self.fields = kind, dtype, fields_of(kind)
+        self.slot = np.full(0, -1, np.int64)           # client id → row (-1: none)
+        self.ids = np.zeros(0, np.int64)               # row → client id
+        self.rows: dict[str, dict[str, torch.Tensor]] = {f: {} for f in self.fields}
+        self.present = {f: np.zeros(0, bool) for f in self.fields}
+        self.version = 0
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``ids`` (-1 for a client without one)."""
+        ids = np.asarray(ids, np.int64)
+        out = np.full(len(ids), -1, np.int64)
+        known = ids < len(self.slot)
+        out[known] = self.slot[ids[known]]
+        return out
+
+    def add(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``ids``, new rows made for clients without one."""
+        ids = np.asarray(ids, np.int64)
+        if len(ids) and ids.min() < 0:
+            raise ValueError("client ids must be >= 0")
+        if len(ids) and ids.max() >= len(self.slot):
+            grown = np.full(max(int(ids.max()) + 1, 2 * len(self.slot)), -1, np.int64)
+            grown[:len(self.slot)] = self.slot
+            self.slot = grown
+        new = np.unique(ids[self.slot[ids] < 0])
+        if len(new):
+            start = len(self.ids)
+            self.slot[new] = np.arange(start, start + len(new))
+            self.ids = np.concatenate([self.ids, new])
+            for f in self.fields:
+                self.present[f] = np.concatenate([self.present[f], np.zeros(len(new), bool)])
+                for k, v in self.rows[f].items():
+                    self.rows[f][k] = torch.cat([v, v.new_zeros((len(new), *v.shape[1:]))])
+        return self.slot[ids]
+
+    def write(self, field: str, ids: np.ndarray, stack: Params) -> None:
+        """Rows of ``ids`` of ``field`` set to ``stack`` ``(len(ids), …)`` (one copy per key)."""
+        if not len(ids):
+            return
+        at = self.add(ids)
+        table = self.rows[field]
+        if table and table.keys() != stack.keys():
+            raise ValueError(f"a client state's keys changed: {sorted(table)} against "
+                             f"{sorted(stack)}")
+        dtype = STORE_DTYPES[self.dtype]
+        index = torch.from_numpy(at)
+        for k, v in stack.items():
+            if k not in table:
+                table[k] = device_guard.host(torch.zeros((len(self.ids), *v.shape[1:]), dtype=dtype))
+            table[k].index_copy_(0, index, v.detach().to("cpu", dtype))
+        self.present[field][at] = True
+
+
+class ClientStore(Mapping):
+    """Every client's persistent state as one stacked host tensor per field and key.
+
+    A mapping of client id → state (a tree, or ``kind`` of trees, as the per-client contract
+    has it: each read builds the client's own copy), and for a round's clients at once
+    :meth:`gather` (one ``index_select`` per key onto the compute device) and
+    :meth:`updated` (one ``index_copy_`` per key), so a round costs no operator per client.
+    A field a client has not set reads as zeros in :meth:`gather`, None in its own state.
+
+    A store is updated in place: :meth:`updated` returns the next round's store, and the one
+    it was called on is stale (reading it raises :class:`StaleStore`; :meth:`copy` first to
+    keep one). Checkpoints hold :meth:`to_plain`; an older checkpoint's mapping of id →
+    state loads through :meth:`from_states`.
+
+    Parameters
+    ----------
+    kind : type or None
+        The state's type (a dataclass of trees, e.g. FAdamGC's ``AdamClientState``); None: a
+        state is one tree (SCAFFOLD's c_i).
+    dtype : str
+        ``float32`` or ``float16`` (:data:`STORE_DTYPES`).
+    """
+
+    PLAIN_MARK = "__client_store__"
+
+    def __init__(self, kind: type | None = None, dtype: str = "float32") -> None:
+        if dtype not in STORE_DTYPES:
+            raise ValueError(f"`state_dtype` must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")
+        self._data = _Rows(kind, dtype)
+        self._version = 0
+
+    @property
+    def kind(self) -> type | None:
+        """The state's type (None: one tree)."""
+        return self._data.kind
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the store keeps (``float32``/``float16``)."""
+        return self._data.dtype
+
+    def _live(self) -> _Rows:
+        if self._version != self._data.version:
+            raise StaleStore("this client store was updated by a later round: a round's state "
+                             "can be applied once (copy() the store to keep it)")
+        return self._data
+
+    def _next(self) -> ClientStore:
+        data = self._data
+        data.version += 1
+        out = object.__new__(ClientStore)
+        out._data, out._version = data, data.version
+        return out
+
+    # -- the per-client view (Mapping)
+    def __getitem__(self, client: int) -> Any:
+        data = self._live()
+        row = int(data.slots(np.array([client]))[0]) if isinstance(client, (int, np.integer)) \
+            and client >= 0 else -1
+        if row < 0 or not any(data.present[f][row] for f in data.fields):
+            raise KeyError(client)
+        return _build(data.kind, {f: {k: v[row].clone() for k, v in data.rows[f].items()}
+                                  if data.present[f][row] else None for f in data.fields})
+
+    def __iter__(self):
+        data = self._live()
+        held = np.zeros(len(data.ids), bool)
+        for f in data.fields:
+            held |= data.present[f]
+        return iter(data.ids[held].tolist())
+
+    def __len__(self) -> int:
+        data = self._live()
+        held = np.zeros(len(data.ids), bool)
+        for f in data.fields:
+            held |= data.present[f]
+        return int(held.sum())
+
+    def __repr__(self) -> str:
+        return f"ClientStore({len(self)} clients, fields {self._data.fields}, {self.dtype})"
+
+    # -- a round's clients at once
+    def rows(self, clients: np.ndarray) -> StoreRows:
+        """The states of ``clients`` (in order) as a batch's sequence."""
+        self._live()
+        return StoreRows(self, np.asarray(clients, np.int64))
+
+    def gather(self, field: str, clients: np.ndarray, like: Params) -> Params | None:
+        """Field ``field`` of ``clients`` stacked ``(C, …)`` on ``like``'s device and dtypes.
+
+        A client without it reads zeros; None when no client has it.
+        """
+        data = self._live()
+        at = data.slots(clients)
+        held = at >= 0
+        held[held] = data.present[field][at[held]]
+        if not held.any():
+            return None
+        index = torch.from_numpy(np.where(held, at, 0))
+        gone = None if held.all() else torch.from_numpy(~held)
+        out = {}
+        for k, v in like.items():
+            rows = data.rows[field][k].index_select(0, index)
+            if gone is not None:
+                rows.masked_fill_(gone.view(-1, *[1] * (rows.dim() - 1)), 0)
+            out[k] = rows.to(v)
+        return out
+
+    def updated(self, clients: np.ndarray, states: Sequence[Any] | None) -> ClientStore:
+        """The store with ``clients``' new states written (this store becomes stale).
+
+        ``states`` is a :class:`StateStack` (the engine's stacks: one copy per field and key)
+        or a sequence of per-client states (None: unchanged), written client by client.
+        """
+        data = self._live()
+        clients = np.asarray(clients, np.int64)
+        if isinstance(states, StateStack):
+            for f in data.fields:
+                rows = states.written.get(f)
+                if rows is not None and rows.any():
+                    pick = torch.from_numpy(np.flatnonzero(rows))
+                    data.write(f, clients[rows], {k: v.index_select(0, pick.to(v.device))
+                                                  for k, v in states.stacks[f].items()})
+        elif states is not None:
+            for u, s in zip(clients.tolist(), states):
+                if s is None:
+                    continue
+                for f in data.fields:
+                    tree = field_of(s, f)
+                    if tree is not None:
+                        data.write(f, np.array([u]), {k: v.unsqueeze(0) for k, v in tree.items()})
+        return self._next()
+
+    @classmethod
+    def from_states(cls, states: Mapping[int, Any], kind: type | None = None,
+                    dtype: str = "float32") -> ClientStore:
+        """A store holding a mapping of id → state (a checkpoint of the per-client format)."""
+        if isinstance(states, ClientStore):
+            return states
+        ids = np.array(list(states), np.int64)
+        return cls(kind, dtype).updated(ids, [states[u] for u in ids.tolist()])
+
+    def copy(self) -> ClientStore:
+        """An independent store with the same states."""
+        data = self._live()
+        out = ClientStore(data.kind, data.dtype)
+        new = out._data
+        new.slot, new.ids = data.slot.copy(), data.ids.copy()
+        new.present = {f: p.copy() for f, p in data.present.items()}
+        new.rows = {f: {k: v.clone() for k, v in t.items()} for f, t in data.rows.items()}
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the store's tensors hold."""
+        data = self._live()
+        return sum(v.numel() * v.element_size() for t in data.rows.values() for v in t.values())
+
+    def to_plain(self) -> dict[str, Any]:
+        """The store as a checkpoint holds it: its ids and, per field, which hold it and the rows."""
+        data = self._live()
+        return {self.PLAIN_MARK: 1, "dtype": data.dtype, "ids": torch.from_numpy(data.ids.copy()),
+                "fields": {f: {"present": torch.from_numpy(data.present[f].copy()),
+                               "rows": dict(data.rows[f])} for f in data.fields}}
+
+    @classmethod
+    def is_plain(cls, plain: Any) -> bool:
+        """Whether a checkpoint's client states are a store's :meth:`to_plain`."""
+        return isinstance(plain, Mapping) and cls.PLAIN_MARK in plain
+
+    @classmethod
+    def from_plain(cls, plain: Mapping[str, Any], kind: type | None = None) -> ClientStore:
+        """The store of a checkpoint's :meth:`to_plain` (ValueError when it does not fit)."""
+        try:
+            out = cls(kind, str(plain["dtype"]))
+            data = out._data
+            ids = np.asarray(plain["ids"], np.int64).reshape(-1)
+            if set(plain["fields"]) != set(data.fields):
+                raise ValueError(f"fields {sorted(plain['fields'])}, not {list(data.fields)}")
+            data.add(ids)
+            for f, part in plain["fields"].items():
+                present = np.asarray(part["present"], bool).reshape(-1)
+                rows = {k: device_guard.host(torch.as_tensor(v).to("cpu", STORE_DTYPES[data.dtype]))
+                        for k, v in part["rows"].items()}
+                if len(present) != len(ids) or any(v.shape[0] != len(ids) for v in rows.values()):
+                    raise ValueError("rows and ids of different lengths")
+                data.present[f], data.rows[f] = present, rows
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"a damaged client store ({type(exc).__name__}: {exc})") from None
+        return out
+
+
+class StoreRows(Sequence):
+    """A batch's clients' states read from a :class:`ClientStore` (each client's on access)."""
+
+    def __init__(self, store: ClientStore, clients: np.ndarray) -> None:
+        self.store, self.clients = store, clients
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        return self.store.get(int(self.clients[i]))
+
+    def take(self, index: np.ndarray) -> StoreRows:
+        """Rows ``index`` (an index array), reading the same store."""
+        return StoreRows(self.store, self.clients[np.asarray(index, np.int64)])
+
+    def gather(self, field: str, like: Params) -> Params | None:
+        """:meth:`ClientStore.gather` of these clients."""
+        return self.store.gather(field, self.clients, like)
+
+
+class StateStack(Sequence):
+    """A batch's new client states as stacks, from a rule's stacked hooks.
+
+    Row i of field f is ``stacks[f]`` row i where ``written[f][i]``; elsewhere the client's
+    field is what it was (``old``, the batch's states). A sequence of per-client states for
+    code written per client (each built on access); :meth:`ClientStore.updated` writes the
+    stacks as they are.
+    """
+
+    def __init__(self, stacks: dict[str, Params], written: dict[str, np.ndarray],
+                 old: Sequence[Any] | None, kind: type | None = None,
+                 dtype: str = "float32") -> None:
+        self.stacks, self.written, self.old = stacks, written, old
+        self.kind, self.dtype = kind, dtype
+        self._n = len(next(iter(written.values())))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        i = range(self._n)[i]
+        before = None if self.old is None else self.old[i]
+        parts = {}
+        for f in fields_of(self.kind):
+            if f in self.written and self.written[f][i]:
+                parts[f] = {k: to_host(v[i], self.dtype).clone() for k, v in self.stacks[f].items()}
+            else:
+                parts[f] = field_of(before, f)
+        return _build(self.kind, parts)
+
+    def take(self, index: np.ndarray) -> StateStack:
+        """Rows ``index`` (an index array) as a stack of their own."""
+        index = np.asarray(index, np.int64)
+        t = torch.from_numpy(index)
+        return StateStack({f: {k: v.index_select(0, t.to(v.device)) for k, v in s.items()}
+                           for f, s in self.stacks.items()},
+                          {f: w[index] for f, w in self.written.items()},
+                          None if self.old is None else take_rows(self.old, index),
+                          self.kind, self.dtype)
+
+    def gather(self, field: str, like: Params) -> Params | None:
+        """Field ``field`` of every row stacked: the new where written, else the old (zeros)."""
+        written = self.written.get(field, np.zeros(self._n, bool))
+        before = gathered(self.old, like, field) if self.old is not None else None
+        if not written.any():
+            return before
+        mask = torch.from_numpy(written)
+        out = {}
+        for k, v in like.items():
+            new = self.stacks[field][k].to(v)
+            m = mask.to(new.device).view(-1, *[1] * (new.dim() - 1))
+            out[k] = torch.where(m, new, before[k] if before is not None else 0.0)
+        return out
+
+
+def take_rows(states: Sequence[Any] | None, index: np.ndarray) -> Sequence[Any] | None:
+    """Rows ``index`` of a batch's or a result's states (a view where the states are stacked)."""
+    if states is None:
+        return None
+    if isinstance(states, (StoreRows, StateStack)):
+        return states.take(index)
+    return [states[i] for i in np.asarray(index).tolist()]
+
+
+def concat_rows(parts: Sequence[Sequence[Any] | None], sizes: Sequence[int]) -> Sequence[Any] | None:
+    """Batches' or results' states one after another.
+
+    Stacked where they all read one store or are stacks of one shape; otherwise one per-client
+    list.
+    """
+    if all(p is None for p in parts):
+        return None
+    if all(isinstance(p, StoreRows) for p in parts) and len({id(p.store) for p in parts}) == 1:
+        return StoreRows(parts[0].store, np.concatenate([p.clients for p in parts]))
+    if all(isinstance(p, StateStack) for p in parts) and _same_stacks(parts):
+        first = parts[0]
+        olds = [p.old for p in parts]
+        return StateStack({f: {k: torch.cat([p.stacks[f][k] for p in parts]) for k in s}
+                           for f, s in first.stacks.items()},
+                          {f: np.concatenate([p.written[f] for p in parts]) for f in first.written},
+                          concat_rows(olds, sizes) if any(o is not None for o in olds) else None,
+                          first.kind, first.dtype)
+    return [s for p, n in zip(parts, sizes) for s in (p if p is not None else [None] * n)]
+
+
+def _same_stacks(parts: Sequence[StateStack]) -> bool:
+    first = parts[0]
+    return all(p.kind is first.kind and p.dtype == first.dtype and p.written.keys() == first.written.keys()
+               and p.stacks.keys() == first.stacks.keys()
+               and all(p.stacks[f].keys() == s.keys() and all(
+                   p.stacks[f][k].shape[1:] == v.shape[1:] and p.stacks[f][k].device == v.device
+                   for k, v in s.items()) for f, s in first.stacks.items())
+               for p in parts[1:])

@@ -161,7 +161,6 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
     from wirelessfl.engine.executors import make_executor, resolve_device
     from wirelessfl.engine.lockstep import Lockstep
     from wirelessfl.run.config import resolve
-    from wirelessfl.run.rounds import RoundsJob, prepare
 
     cfg = resolve({**runs[0].raw, "name": "group"})
     group = Lockstep(make_executor("batched", resolve_device(cfg.device), cfg.max_batch,
@@ -175,8 +174,7 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
         folder = run_folder(root, run)
         try:
             with group.building:  # one run at a time: model init uses the global generator
-                job = RoundsJob(prepare(resolve({**run.raw, "name": run_name(run)}),
-                                        lockstep=group))
+                job = open_run({**run.raw, "name": run_name(run)}, lockstep=group)
             execute(RunRecord(folder), job, resume=RunRecord(folder).exists(), quiet=True,
                     estimate=False, govern=False)
         except (ValueError, TrainingDiverged) as exc:

@@ -63,8 +63,12 @@ class RunKind(ABC):
         """The typed config as a plain mapping (round-trips through :meth:`resolve`)."""
 
     @abstractmethod
-    def open(self, cfg: Any, *, checkpoint_every_s: float) -> Job:
-        """The run, built and validated (data, model, algorithm), before anything is written."""
+    def open(self, cfg: Any, *, checkpoint_every_s: float, lockstep: Any = None) -> Job:
+        """The run, built and validated (data, model, algorithm), before anything is written.
+
+        ``lockstep``: a :class:`~wirelessfl.engine.lockstep.Lockstep` group the run trains in
+        (a kind whose runs cannot join one refuses it).
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -90,10 +94,11 @@ class Rounds(RunKind):
         return single.to_dict(cfg)
 
     @override
-    def open(self, cfg: single.RunConfig, *, checkpoint_every_s: float) -> Job:
+    def open(self, cfg: single.RunConfig, *, checkpoint_every_s: float,
+             lockstep: Any = None) -> Job:
         from wirelessfl.run.rounds import RoundsJob, prepare
 
-        return RoundsJob(prepare(cfg))
+        return RoundsJob(prepare(cfg, lockstep=lockstep))
 
 
 class MultiTask(RunKind):
@@ -114,7 +119,11 @@ class MultiTask(RunKind):
         return multitask.multitask_to_dict(cfg)
 
     @override
-    def open(self, cfg: multitask.MultiTaskConfig, *, checkpoint_every_s: float) -> Job:
+    def open(self, cfg: multitask.MultiTaskConfig, *, checkpoint_every_s: float,
+             lockstep: Any = None) -> Job:
+        if lockstep is not None:
+            raise single.ConfigError("a multi-task run cannot train in a lockstep group; "
+                                     "run it alone (--batch-runs 1)")
         return multitask.SimulationJob(cfg, checkpoint_every_s)
 
 
@@ -145,7 +154,7 @@ def canonical(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConfig, *,
-             checkpoint_every_s: float = 60.0) -> Job:
+             checkpoint_every_s: float = 60.0, lockstep: Any = None) -> Job:
     """The run a config describes, built and checked, ready for :func:`run_job`.
 
     Parameters
@@ -155,6 +164,9 @@ def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConf
     checkpoint_every_s : float
         Multi-task runs: write a snapshot after a round once this many wall seconds have
         passed (0: every round). Round-based runs checkpoint every ``checkpoint_every`` rounds.
+    lockstep : Lockstep, optional
+        A group of runs trained as one computation
+        (:class:`~wirelessfl.engine.lockstep.Lockstep`); this run joins it.
 
     Raises
     ------
@@ -164,7 +176,7 @@ def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConf
     """
     kind = kind_of(config)
     cfg = config if not isinstance(config, dict) else kind.resolve(config)
-    return kind.open(cfg, checkpoint_every_s=checkpoint_every_s)
+    return kind.open(cfg, checkpoint_every_s=checkpoint_every_s, lockstep=lockstep)
 
 
 def run_job(job: Job, out: str | Path, *, resume: bool = False, quiet: bool = False,

@@ -95,12 +95,12 @@ class Continuous(FedAvg):
         return {"teacher": teacher if teacher is not None else
                 {k: v.detach().clone() for k, v in state.params.items()}}
 
-    folds_deltas = True  # aggregate reads the Δ_i only through combine
+    folds_deltas = True  # server_update reads the Δ_i only through combine
 
     @override
-    def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult],
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: RoundPlan,
+                      results: list[ClientResult],
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         return self.finish_round(state, params, ContinuousState(plan.broadcast["teacher"], server),

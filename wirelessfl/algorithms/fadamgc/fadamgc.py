@@ -206,7 +206,7 @@ class FAdamGC(FedAvg):
         """Δ_i, and Δy_i for a client of S̃."""
         return 2.0 if result.client in plan.broadcast["tracked"] else 1.0
 
-    folds_deltas = True  # aggregate reads the Δ_i only through combine
+    folds_deltas = True  # server_update reads the Δ_i only through combine
 
     def _tracked_changes(self, state: ServerState, results: ClientResults,
                          tracked: frozenset[int], zeros: Params) -> tuple[Params | None, int]:
@@ -231,9 +231,9 @@ class FAdamGC(FedAvg):
         return now, int(mine.sum())
 
     @override
-    def aggregate(self, state: ServerState, plan: RoundPlan,
-                  results: list[ClientResult],
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: RoundPlan,
+                      results: list[ClientResult],
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         update, _, info = self.combine(state, results)
         params, server = self.server_opt.step(state.params, update, self.opt_state(state).server)
         y, tracked = plan.broadcast["y"], plan.broadcast["tracked"]

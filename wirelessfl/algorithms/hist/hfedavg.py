@@ -154,9 +154,9 @@ class HFedAvg(FederatedAlgorithm):
         return self.run_cells(plan.cell_starts, state.round)
 
     @override
-    def aggregate(self, state: ServerState, plan: CellsPlan,
-                  outcome: CellsOutcome,
-                  delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
+    def server_update(self, state: ServerState, plan: CellsPlan,
+                      outcome: CellsOutcome,
+                      delivery: Delivery | None = None) -> tuple[ServerState, RoundReport]:
         t = state.round
         params = weighted_mean(outcome.edge_params, np.ones(self.topology.num_cells))
         loss, diag = client_diagnostics(outcome.results)

@@ -177,9 +177,9 @@ class HIST(HFedAvg):
         return self.cells_plan(starts, subs=subs, sizes=sizes, full_latency=full)
 
     @override
-    def aggregate(self, state: ServerState, plan: HISTPlan,
-                  outcome: CellsOutcome,
-                  delivery: Delivery | None = None) -> tuple[ServerState, HISTReport]:
+    def server_update(self, state: ServerState, plan: HISTPlan,
+                      outcome: CellsOutcome,
+                      delivery: Delivery | None = None) -> tuple[ServerState, HISTReport]:
         t, params, hp = state.round, state.params, self.hp
         num = num_params(params)
         full, subs, starts, sizes = plan.full_latency, plan.subs, plan.cell_starts, plan.sizes

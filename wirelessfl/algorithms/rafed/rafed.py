@@ -183,9 +183,9 @@ class RAFed(FederatedAlgorithm):
         return results
 
     @override
-    def aggregate(self, state: ServerState, plan: SubmodelPlan,
-                  results: list[ClientResult],
-                  delivery: Delivery | None = None) -> tuple[ServerState, SubmodelReport]:
+    def server_update(self, state: ServerState, plan: SubmodelPlan,
+                      results: list[ClientResult],
+                      delivery: Delivery | None = None) -> tuple[ServerState, SubmodelReport]:
         hp, params, d = self.hp, state.params, num_params(state.params)
         opt = self.opt_state(state)
         weights = (np.array([r.num_samples for r in results], float)
