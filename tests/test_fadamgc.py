@@ -1,5 +1,7 @@
 """FAdamGC, FA-NT and LocalAdam: the sanity tests of docs/papers/fadamgc.md §2.9."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from wirelessfl.algorithms.fadamgc.local import AdamClientState, TrackedAdam
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine import client_store
 from wirelessfl.engine.client import ClientTask, LocalHParams
+from wirelessfl.engine.client_store import ClientStore, StaleStore
 from wirelessfl.engine.loop import LoopExecutor
 from wirelessfl.run.config import resolve
 from wirelessfl.run.kinds import open_run
@@ -22,10 +25,19 @@ def _exp(algorithm, engine="batched"):
 
 
 def _rounds(exp, n):
-    states = [exp.initial_state()]
+    """The initial state and the states after each of n rounds, each with a copy of the client
+    store as that round left it (the store itself is updated in place by the next round)."""
+    states, live = [exp.initial_state()], exp.initial_state()
     for _ in range(n):
-        states.append(exp.algorithm.apply(states[-1])[0])
+        live = exp.algorithm.apply(live)[0]
+        states.append(_kept(live))
     return states
+
+
+def _kept(state):
+    held = state.client_states
+    return dataclasses.replace(state, client_states=held.copy() if isinstance(held, ClientStore)
+                               else held)
 
 
 @pytest.mark.parametrize("engine", ["loop", "batched"])
@@ -52,28 +64,36 @@ def test_y_is_the_mean_of_every_client_correction_after_every_round():
 def test_v_persists_only_for_sampled_clients():
     exp = _exp({"name": "fadamgc", "clients_per_round": 3})
     s1, r1 = exp.algorithm.apply(exp.initial_state())
+    before = s1.client_states.copy()
     s2, r2 = exp.algorithm.apply(s1)
-    assert set(s1.client_states) == set(r1.clients) and len(r1.clients) == 3
-    for u, st in s1.client_states.items():
+    assert set(before) == set(r1.clients) and len(r1.clients) == 3
+    for u, st in before.items():
         if u in r2.clients:  # sampled again: its v_i moved on
             assert not torch.equal(s2.client_states[u].v["fc1.weight"], st.v["fc1.weight"])
         else:  # not sampled: kept as it was
-            assert s2.client_states[u].v is st.v
+            for k, v in st.v.items():
+                assert torch.equal(s2.client_states[u].v[k], v)
 
 
 @pytest.mark.parametrize("engine", ["loop", "batched"])
 def test_local_steps_leave_the_stored_v_and_the_received_model_as_they_were(engine):
     """The moments are updated in place: on copies, never on the store's v_i or the start."""
-    exp = _exp({"name": "fadamgc"}, engine=engine)
+    exp = _exp({"name": "fadamgc", "clients_per_round": 4}, engine=engine)
     s1, _ = exp.algorithm.apply(exp.initial_state())
     stored = {u: {k: v.clone() for k, v in st.v.items()} for u, st in s1.client_states.items()}
+    held = s1.client_states[next(iter(s1.client_states))].v  # a client's copy, read before
+    kept = {k: v.clone() for k, v in held.items()}
     params = {k: v.clone() for k, v in s1.params.items()}
-    exp.algorithm.apply(s1)
-    for u, st in s1.client_states.items():
-        for k, v in st.v.items():
+    s2, r2 = exp.algorithm.apply(s1)
+    for k, v in held.items():  # what a client read is its own copy
+        assert torch.equal(v, kept[k])
+    for u in set(stored) - set(r2.clients):  # not sampled again: its v_i as stored
+        for k, v in s2.client_states[u].v.items():
             assert torch.equal(v, stored[u][k])
     for k, v in s1.params.items():
         assert torch.equal(v, params[k])
+    with pytest.raises(StaleStore, match="updated by a later round"):
+        s1.client_states[next(iter(stored))]  # the store moved on with the round
 
 
 class Quadratic(TrackedAdam):

@@ -258,3 +258,19 @@ def test_the_groups_progress_reads_each_runs_last_complete_row(tmp_path):
     assert _rounds_done([a, b, missing, folder]) == 40
     (tmp_path / "c.jsonl").write_text('{"round": 7, "clients": [' + "1, " * 20000)  # one cut row
     assert _rounds_done([tmp_path / "c.jsonl"]) == 0
+
+
+@pytest.mark.parametrize("algorithm, lr", [("scaffold", 0.05), ("fadamgc", 0.01)])
+def test_runs_with_stacked_client_stores_keep_their_solo_rows(toy_data, tmp_path, algorithm, lr):
+    """SCAFFOLD's or FAdamGC's runs (each its own stacked store of c_i, or v_i and y_i) in one
+    group: the merged batch reads each run's store and writes each run's new states to it."""
+    runs = [_run(f"{algorithm}{i}", i, **{"algorithm.name": algorithm, "local.lr": lr * (1 + i),
+                                         "algorithm.clients_per_round": 4}) for i in range(2)]
+    assert len(lockstep_groups(runs, 64)) == 1
+    run_group(runs, tmp_path / "group", quiet=True, log=lambda _: None)
+    execute_local(runs, tmp_path / "solo", quiet=True, log=lambda _: None, batch_runs=1)
+    for r in runs:
+        together, alone = _rows(tmp_path / "group", r), _rows(tmp_path / "solo", r)
+        assert len(together) == len(alone) == 6
+        for x, y in zip(together, alone):
+            assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)

@@ -1,6 +1,8 @@
 import json
+import shutil
 
 import pytest
+import torch
 
 from wirelessfl.cli import main
 from wirelessfl.errors import RunFolderError
@@ -230,18 +232,32 @@ def test_cuda_data_pinned_on_the_host_gives_the_numbers_of_data_on_the_device(en
 
 def test_typed_client_states_resume_exactly_and_checkpoint_as_plain_mappings(
         tmp_path, interrupt_after):
-    """FAdamGC's client states are typed (AdamClientState: v_i, y_i); the checkpoint holds
-    them as the plain mappings run folders always had, and a resumed run is exact."""
+    """FAdamGC's client states are typed (AdamClientState: v_i, y_i) and kept as a stacked
+    store; the checkpoint holds it as plain data (ids, per field which clients hold it and
+    one tensor a key), and a resumed run is exact. A checkpoint of the per-client format
+    (id → {"v", "y"} mappings, what run folders held before the store) resumes exactly too."""
+    from wirelessfl.engine.client_store import ClientStore
+
     raw = {**RAW, "algorithm": {"name": "fadamgc", "clients_per_round": 4}}
     run_job(open_run(raw), tmp_path / "full", quiet=True)
     exp = open_run(raw).exp
     interrupt_after(exp, 2)
     with pytest.raises(KeyboardInterrupt):
         run_job(RoundsJob(exp), tmp_path / "cut", quiet=True)
-    stored = RunRecord(tmp_path / "cut").load_checkpoint()["client_states"]
-    assert stored and all(isinstance(s, dict) and set(s) <= {"v", "y"} for s in stored.values())
-    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
-    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "full")
+    record = RunRecord(tmp_path / "cut")
+    ckpt = record.load_checkpoint()
+    stored = ckpt["client_states"]
+    assert ClientStore.is_plain(stored) and set(stored["fields"]) == {"v", "y"}
+    assert all(isinstance(v, torch.Tensor) for f in stored["fields"].values()
+               for v in (f["present"], *f["rows"].values()))
+    store = exp.algorithm.load_client_states(stored)
+    old_format = {u: {f: getattr(s, f) for f in ("v", "y") if getattr(s, f) is not None}
+                  for u, s in store.items()}  # the per-client mappings of older run folders
+    shutil.copytree(tmp_path / "cut", tmp_path / "old")
+    RunRecord(tmp_path / "old").save_checkpoint({**ckpt, "client_states": old_format})
+    for folder in ("cut", "old"):
+        run_job(open_run(raw), tmp_path / folder, resume=True, quiet=True)
+        assert _metrics(tmp_path / folder) == _metrics(tmp_path / "full")
 
 
 def test_a_quiet_run_says_its_time_left_once_after_its_first_round(tmp_path, monkeypatch, capsys):

@@ -44,6 +44,7 @@ import torch
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine.batch import ClientBatch, ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, ClientUpdate, DeltaFold, LocalHParams, scheduled_lr
+from wirelessfl.engine.client_store import ClientStore
 from wirelessfl.engine.loop import Executor
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.net.digital import Delivery, DigitalUplink
@@ -132,6 +133,12 @@ class FederatedAlgorithm(ABC):
     #: The type of each client's stored state in ``ServerState.client_states`` (FAdamGC's
     #: v_i and y_i); None: a parameter tree (SCAFFOLD's c_i, FedDyn's h_i, ...) or none.
     client_state_type: type[AlgorithmState] | None = None
+    #: Whether ``ServerState.client_states`` is a
+    #: :class:`~wirelessfl.engine.client_store.ClientStore` (a stacked tensor per key: a
+    #: round's states read and written without an operator per client), not a mapping of
+    #: id → state. Its rules give their new states as a
+    #: :class:`~wirelessfl.engine.client_store.StateStack` (SCAFFOLD, FAdamGC).
+    stacked_client_store: bool = False
     #: Whether every upload goes through ``env.uplink`` (over-the-air runs need it).
     uses_uplink: bool = False
     #: Whether its rounds run over a digital link that shapes learning (``env.link``).
@@ -283,12 +290,26 @@ class FederatedAlgorithm(ABC):
             return state.opt_state
         return self.state_type()
 
-    def load_client_states(self, plain: Any) -> dict[int, Any]:
-        """The typed client states of a checkpoint's plain mapping (trees stay trees)."""
+    def load_client_states(self, plain: Any) -> Mapping[int, Any]:
+        """The typed client states of a checkpoint's plain mapping (trees stay trees).
+
+        A :class:`~wirelessfl.engine.client_store.ClientStore`'s checkpoint loads as a store;
+        a mapping of id → state (the per-client format, and older checkpoints) loads as one
+        for an algorithm that keeps a store (:attr:`stacked_client_store`).
+        """
+        if ClientStore.is_plain(plain):
+            return ClientStore.from_plain(plain, self.client_state_type)
         states = dict(plain or {})
-        if self.client_state_type is None:
+        if self.client_state_type is not None:
+            states = {u: self.client_state_type.from_plain(s) for u, s in states.items()}
+        return self.client_store(states) if self.stacked_client_store and states else states
+
+    def client_store(self, states: Mapping[int, Any]) -> ClientStore:
+        """``states`` as this algorithm's :class:`~wirelessfl.engine.client_store.ClientStore`."""
+        if isinstance(states, ClientStore):
             return states
-        return {u: self.client_state_type.from_plain(s) for u, s in states.items()}
+        dtype = getattr(getattr(self, "update", None), "state_dtype", None) or "float32"
+        return ClientStore.from_states(states, self.client_state_type, dtype)
 
     def load_state(self, plain: Any) -> AlgorithmState | None:
         """The typed state of a checkpoint's plain mapping (None or empty: no state)."""
@@ -325,7 +346,9 @@ class FederatedAlgorithm(ABC):
         if start_index is None:
             starts, start_index = _distinct(starts)
         per_client = None
-        if states:  # a rule's client states, by id
+        if isinstance(states, ClientStore):  # the stacked store: read as one gather per key
+            per_client = states.rows(ids) if len(states) else None
+        elif states:  # a rule's client states, by id
             per_client = [states.get(u) for u in ids.tolist()]
             if all(s is None for s in per_client):
                 per_client = None

@@ -227,7 +227,11 @@ class FedAvg(FederatedAlgorithm):
         """
         states = state.client_states  # a rule's client states, the new ones stored
         if not isinstance(results, ClientResults) or results.states is not None:
-            states = {**states, **{r.client: r.state for r in results if r.state is not None}}
+            if self.stacked_client_store:  # the stacks written as they are (one copy a key)
+                got = ClientResults.from_list(results)
+                states = self.client_store(states).updated(got.clients, got.states)
+            else:
+                states = {**states, **{r.client: r.state for r in results if r.state is not None}}
         new = ServerState(params, state.round + 1, opt_state, states,
                           mean_buffers(results, state.buffers),
                           schedule_origin=state.schedule_origin)

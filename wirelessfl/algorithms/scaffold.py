@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +51,7 @@ from wirelessfl.engine.client import (
     LocalSGD,
     weighted_sum,
 )
-from wirelessfl.engine.client_store import client_trees, gathered
+from wirelessfl.engine.client_store import StateStack, gather_ids, gathered, holds, take_rows
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.optimizers import ServerOptState
@@ -154,14 +153,15 @@ class ControlledSGD(LocalSGD):
 
     @override
     def stacked_states(self, batch: ClientBatch, carry: Carry, deltas: Params,
-                       steps: np.ndarray) -> list[Any] | None:
+                       steps: np.ndarray) -> StateStack | None:
         """c_i⁺ of every client from the stacked Δ (:meth:`client_final`'s, row by row)."""
         if not self.control_variates:
             return None
         lr, ctx = carry.lr, carry.ctx
         stepped = (steps > 0) & (lr != 0)
-        if not stepped.any():
-            return list(batch.states) if batch.states is not None else None
+        if not stepped.any():  # no step taken: the states stay
+            return (StateStack({}, {"": stepped}, batch.states, None, self.state_dtype)
+                    if batch.states is not None else None)
         first = next(iter(deltas.values()))
         scale = torch.as_tensor(np.where(stepped, 1.0 / np.maximum(steps, 1) / (lr or 1.0), 0.0),
                                 dtype=first.dtype, device=first.device)
@@ -169,9 +169,7 @@ class ControlledSGD(LocalSGD):
         new = {k: ((per_row(scale, d) * d - (1 - self.beta) * u[k] if u is not None
                     else per_row(scale, d) * d) / self.beta - ctx["c_diff"][k]).contiguous()
                for k, d in deltas.items()}
-        rows = client_trees(new, self.state_dtype)
-        kept = batch.states or [None] * len(batch)
-        return [tree if on else old for tree, on, old in zip(rows, stepped.tolist(), kept)]
+        return StateStack({"": new}, {"": stepped}, batch.states, None, self.state_dtype)
 
     @override
     def correct(self, grads: Params, params: Params, start: Params,
@@ -231,6 +229,7 @@ class SCAFFOLD(FedAvg):
     """SCAFFOLD over FedAvg's sampling, weighting and server optimiser."""
 
     state_type = SCAFFOLDState
+    stacked_client_store = True  # c_i: one stacked tensor per parameter
 
     def __init__(self, env: Environment, hp: SCAFFOLDHParams = SCAFFOLDHParams()) -> None:
         super().__init__(env, hp)
@@ -265,14 +264,12 @@ class SCAFFOLD(FedAvg):
         A client new to the store had c_i = 0. One gather of the stored and the new states
         per parameter, not a tree per client.
         """
-        new = results.states or [None] * len(results)
-        sent = np.array([s is not None for s in new], dtype=bool)
+        sent = holds(results.states, len(results))
         if not sent.any():
             return None, sent
         zero = {k: torch.zeros_like(v) for k, v in state.params.items()}
-        ids = results.clients[sent].tolist()
-        now = gathered([s for s, on in zip(new, sent.tolist()) if on], zero)
-        before = gathered(list(map(state.client_states.get, ids)), zero)
+        now = gathered(take_rows(results.states, np.flatnonzero(sent)), zero)
+        before = gather_ids(state.client_states, results.clients[sent], zero)
         return ({k: now[k] - before[k] for k in zero} if before is not None else now), sent
 
     @override

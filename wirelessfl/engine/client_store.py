@@ -1,25 +1,36 @@
 """Per-client state kept off the compute device.
 
 Algorithms with persistent client state (SCAFFOLD's c_i, FAdamGC's y_i and v_i, MOON's
-previous local model) keep it in ``ServerState.client_states`` as trees on the CPU, in the
-store's dtype (float32, or float16 to halve it). A round moves to the compute device only
-the states of its own clients (:func:`load`), so device memory grows with the clients of a
-round, not with the population; checkpoints save the store as it is, at the run's
-``checkpoint_every`` interval, and load it onto the CPU.
+previous local model) keep it in ``ServerState.client_states`` on the CPU, in the store's
+dtype (float32, or float16 to halve it). A round moves to the compute device only the
+states of its own clients, so device memory grows with the clients of a round, not with the
+population; checkpoints save the store as it is, at the run's ``checkpoint_every`` interval,
+and load it onto the CPU.
+
+Two forms:
+
+- :class:`ClientStore` (SCAFFOLD, FAdamGC: an algorithm's ``stacked_client_store``): one
+  stacked host tensor per field and key, a row per client. A round's clients are gathered
+  with one ``index_select`` per key (:meth:`ClientStore.gather`, :class:`StoreRows`) and
+  their new states, which the rule gives as stacks (:class:`StateStack`), written with one
+  ``index_copy_`` per key (:meth:`ClientStore.updated`): no operator per client. It is a
+  mapping of id → state too, for code written per client.
+- a mapping of id → tree (:func:`store`, :func:`load`) for the rules that go client by
+  client (FedDyn, MOON, RA-Fed's memories).
 
 Examples
 --------
->>> import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-import numpy as np
-import torch
+>>> import numpy as np
+>>> import torch
 >>> kept = store({"w": torch.ones(2)}, "float16")
 >>> kept["w"].dtype, kept["w"].device.type
 (torch.float16, 'cpu')
 >>> load(kept, {"w": torch.zeros(2)})["w"].dtype
 torch.float32
+>>> stacked = ClientStore.from_states({4: {"w": torch.ones(2)}})
+>>> stacked.gather("", np.array([4, 7]), {"w": torch.zeros(2)})["w"]  # 7 holds none: zeros
+tensor([[1., 1.],
+        [0., 0.]])
 """
 
 from __future__ import annotations
@@ -87,18 +98,6 @@ def gathered(states: Sequence[Any] | None, like: Params, field: str = "") -> Par
             for k, v in like.items()}
 
 
-def client_trees(stack: Params, dtype: str = "float32") -> list[Params]:
-    """A stack ``(C, …)`` as ``C`` trees the store keeps, each a copy of its own.
-
-    One move to the host per key, then each client's row copied (a row that viewed the
-    round's stack would keep the whole stack alive as long as the client's state lives).
-    """
-    host = {k: to_host(v.contiguous(), dtype) for k, v in stack.items()}
-    keys = list(host)
-    n = next(iter(host.values())).shape[0] if host else 0
-    return [dict(zip(keys, (v[c].clone() for v in host.values()))) for c in range(n)]
-
-
 def repeated(tree: Params | None, n: int, like: Params) -> Params:
     """One tree (or zeros, for None) as ``n`` rows of a stack, on ``like``'s device and dtypes."""
     out = {}
@@ -140,8 +139,16 @@ class _Rows:
         self.slot = np.full(0, -1, np.int64)           # client id → row (-1: none)
         self.ids = np.zeros(0, np.int64)               # row → client id
         self.rows: dict[str, dict[str, torch.Tensor]] = {f: {} for f in self.fields}
-        self.present = {f: np.zeros(0, bool) for f in self.fields}
+        self.present = {f: np.zeros(0, bool) for f in self.fields}  # (capacity,) each
+        self.capacity = 0  # rows allocated (≥ the rows used, len(ids))
         self.version = 0
+
+    def held(self) -> np.ndarray:
+        """Which used rows hold some field."""
+        out = np.zeros(len(self.ids), bool)
+        for f in self.fields:
+            out |= self.present[f][:len(self.ids)]
+        return out
 
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``ids`` (-1 for a client without one)."""
@@ -165,10 +172,14 @@ class _Rows:
             start = len(self.ids)
             self.slot[new] = np.arange(start, start + len(new))
             self.ids = np.concatenate([self.ids, new])
-            for f in self.fields:
-                self.present[f] = np.concatenate([self.present[f], np.zeros(len(new), bool)])
-                for k, v in self.rows[f].items():
-                    self.rows[f][k] = torch.cat([v, v.new_zeros((len(new), *v.shape[1:]))])
+            if len(self.ids) > self.capacity:  # grow by doubling: amortised one copy a row
+                self.capacity = max(len(self.ids), 2 * self.capacity)
+                for f in self.fields:
+                    more = self.capacity - len(self.present[f])
+                    self.present[f] = np.concatenate([self.present[f], np.zeros(more, bool)])
+                    for k, v in self.rows[f].items():
+                        self.rows[f][k] = device_guard.host(
+                            torch.cat([v, v.new_zeros((more, *v.shape[1:]))]))
         return self.slot[ids]
 
     def write(self, field: str, ids: np.ndarray, stack: Params) -> None:
@@ -181,11 +192,11 @@ class _Rows:
             raise ValueError(f"a client state's keys changed: {sorted(table)} against "
                              f"{sorted(stack)}")
         dtype = STORE_DTYPES[self.dtype]
-        index = torch.from_numpy(at)
+        index = device_guard.host(torch.from_numpy(at))
         for k, v in stack.items():
             if k not in table:
-                table[k] = device_guard.host(torch.zeros((len(self.ids), *v.shape[1:]), dtype=dtype))
-            table[k].index_copy_(0, index, v.detach().to("cpu", dtype))
+                table[k] = device_guard.host(torch.zeros((self.capacity, *v.shape[1:]), dtype=dtype))
+            table[k].index_copy_(0, index, to_host(v, self.dtype))
         self.present[field][at] = True
 
 
@@ -255,17 +266,11 @@ class ClientStore(Mapping):
 
     def __iter__(self):
         data = self._live()
-        held = np.zeros(len(data.ids), bool)
-        for f in data.fields:
-            held |= data.present[f]
-        return iter(data.ids[held].tolist())
+        return iter(data.ids[data.held()].tolist())
 
     def __len__(self) -> int:
         data = self._live()
-        held = np.zeros(len(data.ids), bool)
-        for f in data.fields:
-            held |= data.present[f]
-        return int(held.sum())
+        return int(data.held().sum())
 
     def __repr__(self) -> str:
         return f"ClientStore({len(self)} clients, fields {self._data.fields}, {self.dtype})"
@@ -275,6 +280,16 @@ class ClientStore(Mapping):
         """The states of ``clients`` (in order) as a batch's sequence."""
         self._live()
         return StoreRows(self, np.asarray(clients, np.int64))
+
+    def holds(self, clients: np.ndarray, field: str | None = None) -> np.ndarray:
+        """Which of ``clients`` have a state here (``field``: that field of it)."""
+        data = self._live()
+        at = data.slots(clients)
+        out = np.zeros(len(at), bool)
+        known = at >= 0
+        for f in data.fields if field is None else (field,):
+            out[known] |= data.present[f][at[known]]
+        return out
 
     def gather(self, field: str, clients: np.ndarray, like: Params) -> Params | None:
         """Field ``field`` of ``clients`` stacked ``(C, …)`` on ``like``'s device and dtypes.
@@ -287,8 +302,8 @@ class ClientStore(Mapping):
         held[held] = data.present[field][at[held]]
         if not held.any():
             return None
-        index = torch.from_numpy(np.where(held, at, 0))
-        gone = None if held.all() else torch.from_numpy(~held)
+        index = device_guard.host(torch.from_numpy(np.where(held, at, 0)))
+        gone = None if held.all() else device_guard.host(torch.from_numpy(~held))
         out = {}
         for k, v in like.items():
             rows = data.rows[field][k].index_select(0, index)
@@ -308,10 +323,15 @@ class ClientStore(Mapping):
         if isinstance(states, StateStack):
             for f in data.fields:
                 rows = states.written.get(f)
-                if rows is not None and rows.any():
-                    pick = torch.from_numpy(np.flatnonzero(rows))
-                    data.write(f, clients[rows], {k: v.index_select(0, pick.to(v.device))
-                                                  for k, v in states.stacks[f].items()})
+                if rows is None or not rows.any():
+                    continue
+                if f not in states.stacks:  # written without a stack: the field cleared
+                    at = data.slots(clients[rows])
+                    data.present[f][at[at >= 0]] = False
+                    continue
+                pick = torch.from_numpy(np.flatnonzero(rows))
+                data.write(f, clients[rows], {k: v.index_select(0, pick.to(v.device))
+                                              for k, v in states.stacks[f].items()})
         elif states is not None:
             for u, s in zip(clients.tolist(), states):
                 if s is None:
@@ -336,7 +356,7 @@ class ClientStore(Mapping):
         data = self._live()
         out = ClientStore(data.kind, data.dtype)
         new = out._data
-        new.slot, new.ids = data.slot.copy(), data.ids.copy()
+        new.slot, new.ids, new.capacity = data.slot.copy(), data.ids.copy(), data.capacity
         new.present = {f: p.copy() for f, p in data.present.items()}
         new.rows = {f: {k: v.clone() for k, v in t.items()} for f, t in data.rows.items()}
         return out
@@ -350,9 +370,11 @@ class ClientStore(Mapping):
     def to_plain(self) -> dict[str, Any]:
         """The store as a checkpoint holds it: its ids and, per field, which hold it and the rows."""
         data = self._live()
-        return {self.PLAIN_MARK: 1, "dtype": data.dtype, "ids": torch.from_numpy(data.ids.copy()),
-                "fields": {f: {"present": torch.from_numpy(data.present[f].copy()),
-                               "rows": dict(data.rows[f])} for f in data.fields}}
+        host, n = device_guard.host, len(data.ids)
+        return {self.PLAIN_MARK: 1, "dtype": data.dtype, "ids": host(torch.from_numpy(data.ids.copy())),
+                "fields": {f: {"present": host(torch.from_numpy(data.present[f][:n].copy())),
+                               "rows": {k: host(v[:n].clone()) for k, v in data.rows[f].items()}}
+                           for f in data.fields}}
 
     @classmethod
     def is_plain(cls, plain: Any) -> bool:
@@ -368,7 +390,11 @@ class ClientStore(Mapping):
             ids = np.asarray(plain["ids"], np.int64).reshape(-1)
             if set(plain["fields"]) != set(data.fields):
                 raise ValueError(f"fields {sorted(plain['fields'])}, not {list(data.fields)}")
-            data.add(ids)
+            if len(ids) and (ids.min() < 0 or len(np.unique(ids)) != len(ids)):
+                raise ValueError("client ids repeat or are negative")
+            data.slot = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, np.int64)
+            data.slot[ids] = np.arange(len(ids))  # row i is client ids[i]
+            data.ids, data.capacity = ids.copy(), len(ids)
             for f, part in plain["fields"].items():
                 present = np.asarray(part["present"], bool).reshape(-1)
                 rows = {k: device_guard.host(torch.as_tensor(v).to("cpu", STORE_DTYPES[data.dtype]))
@@ -403,12 +429,17 @@ class StoreRows(Sequence):
         """:meth:`ClientStore.gather` of these clients."""
         return self.store.gather(field, self.clients, like)
 
+    def holds(self, field: str | None = None) -> np.ndarray:
+        """Which of these clients have a state (``field``: that field of it)."""
+        return self.store.holds(self.clients, field)
+
 
 class StateStack(Sequence):
     """A batch's new client states as stacks, from a rule's stacked hooks.
 
-    Row i of field f is ``stacks[f]`` row i where ``written[f][i]``; elsewhere the client's
-    field is what it was (``old``, the batch's states). A sequence of per-client states for
+    Row i of field f is ``stacks[f]`` row i where ``written[f][i]`` (a field written without
+    a stack is cleared: None); elsewhere the client's field is what it was (``old``, the
+    batch's states). A sequence of per-client states for
     code written per client (each built on access); :meth:`ClientStore.updated` writes the
     stacks as they are.
     """
@@ -428,10 +459,13 @@ class StateStack(Sequence):
             return self.take(np.arange(len(self))[i])
         i = range(self._n)[i]
         before = None if self.old is None else self.old[i]
+        if not any(w[i] for w in self.written.values()):
+            return before  # kept as it was
         parts = {}
         for f in fields_of(self.kind):
             if f in self.written and self.written[f][i]:
-                parts[f] = {k: to_host(v[i], self.dtype).clone() for k, v in self.stacks[f].items()}
+                parts[f] = ({k: to_host(v[i], self.dtype).clone() for k, v in self.stacks[f].items()}
+                            if f in self.stacks else None)  # written without a stack: cleared
             else:
                 parts[f] = field_of(before, f)
         return _build(self.kind, parts)
@@ -446,19 +480,51 @@ class StateStack(Sequence):
                           None if self.old is None else take_rows(self.old, index),
                           self.kind, self.dtype)
 
+    def holds(self, field: str | None = None) -> np.ndarray:
+        """Which rows have a state (``field``: that field of it), new or kept."""
+        out = np.zeros(self._n, bool)
+        for f in fields_of(self.kind) if field is None else (field,):
+            had = holds(self.old, self._n, f)
+            w = self.written.get(f, np.zeros(self._n, bool))
+            out |= (had & ~w) | (w if f in self.stacks else np.zeros(self._n, bool))
+        return out
+
     def gather(self, field: str, like: Params) -> Params | None:
         """Field ``field`` of every row stacked: the new where written, else the old (zeros)."""
         written = self.written.get(field, np.zeros(self._n, bool))
         before = gathered(self.old, like, field) if self.old is not None else None
         if not written.any():
             return before
+        if field not in self.stacks and before is None:  # cleared, and nothing before
+            return None
+        if not self.holds(field).any():
+            return None
         mask = torch.from_numpy(written)
         out = {}
         for k, v in like.items():
-            new = self.stacks[field][k].to(v)
+            new = (self.stacks[field][k].to(v) if field in self.stacks
+                   else v.new_zeros((self._n, *v.shape)))
             m = mask.to(new.device).view(-1, *[1] * (new.dim() - 1))
             out[k] = torch.where(m, new, before[k] if before is not None else 0.0)
         return out
+
+
+def holds(states: Sequence[Any] | None, n: int, field: str | None = None) -> np.ndarray:
+    """Which of ``n`` rows of a batch's or a result's states hold a state (``field``: that field)."""
+    if states is None:
+        return np.zeros(n, bool)
+    if isinstance(states, (StoreRows, StateStack)):
+        return states.holds(field)
+    return np.array([s is not None if field is None else field_of(s, field) is not None
+                     for s in states], bool)
+
+
+def gather_ids(states: Mapping[int, Any], clients: np.ndarray, like: Params,
+               field: str = "") -> Params | None:
+    """:func:`gathered` of ``clients``' states kept in ``states`` (a store, or id → state)."""
+    if isinstance(states, ClientStore):
+        return states.gather(field, clients, like)
+    return gathered([states.get(u) for u in np.asarray(clients).tolist()], like, field)
 
 
 def take_rows(states: Sequence[Any] | None, index: np.ndarray) -> Sequence[Any] | None:

@@ -29,6 +29,7 @@ from wirelessfl.data import (
 )
 from wirelessfl.data.arrays import inside
 from wirelessfl.engine.client import ClientResult, LocalSGD, evaluate
+from wirelessfl.engine.client_store import ClientStore
 from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.engine.lockstep import Lockstep
 from wirelessfl.errors import RunFolderError, TrainingDiverged
@@ -223,7 +224,9 @@ def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
     return {"params": {k: v.cpu() for k, v in state.params.items()}, "round": state.round,
             "opt_state": _to_device(to_plain(state.opt_state), torch.device("cpu")),
             # already on the CPU (client_store); typed states as their plain mappings
-            "client_states": {u: to_plain(s) for u, s in state.client_states.items()},
+            "client_states": (state.client_states.to_plain()
+                              if isinstance(state.client_states, ClientStore)
+                              else {u: to_plain(s) for u, s in state.client_states.items()}),
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time,
             "totals": dict(totals), "schedule_origin": state.schedule_origin,

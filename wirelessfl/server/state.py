@@ -99,7 +99,10 @@ class ServerState:
         The algorithm's typed state (its server optimiser's moments, control variates,
         ...); None when it has none.
     client_states : mapping of int to Any
-        Per-client persistent state (Adam moments, correction terms), by client id.
+        Per-client persistent state (Adam moments, correction terms), by client id: a
+        :class:`~wirelessfl.engine.client_store.ClientStore` for SCAFFOLD and FAdamGC (one
+        stacked tensor per key, updated in place by the next round: a state is applied
+        once, or its store copied first), a plain mapping otherwise.
     buffers : Params
         The global model's buffers (BatchNorm running statistics; empty without them).
     late : tuple of ClientResult

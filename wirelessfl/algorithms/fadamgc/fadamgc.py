@@ -173,10 +173,13 @@ class FAdamGC(FedAvg):
                                      broadcast={"tracked": set(clients.tolist())},
                                      buffers=state.buffers, update=rule)
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
-        states = {r.client: AdamClientState(y=r.state.y) for r in results if r.state}
-        ys = [client_store.load(s.y, zeros) for s in states.values()]
-        y = {k: sum(t[k] for t in ys) / self.env.num_clients for k in zeros}
-        return dataclasses.replace(state, client_states={**state.client_states, **states},
+        got = client_store.gathered(results.states, zeros, "y")  # y_i of every client, or zeros
+        y = {k: (got[k].sum(0) if got is not None else zeros[k]) / self.env.num_clients
+             for k in zeros}
+        kept = [AdamClientState(y=s.y) if s is not None and s.y is not None else None
+                for s in (results.states or [])]  # the tracked quantity only, not the moments
+        store = self.client_store(state.client_states).updated(results.clients, kept)
+        return dataclasses.replace(state, client_states=store,
                                    opt_state=dataclasses.replace(self.opt_state(state), y=y))
 
     def _tracked(self, clients: np.ndarray, t: int) -> set[int]:
@@ -201,6 +204,7 @@ class FAdamGC(FedAvg):
     #: y ← y + Σ_{S̃} Δy_i counts the round's S̃ only; a late Δy_i would leave y behind.
     takes_late_uploads = False
     client_state_type = AdamClientState
+    stacked_client_store = True  # v_i and y_i: one stacked tensor per parameter each
 
     def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
         """Δ_i, and Δy_i for a client of S̃."""
@@ -218,12 +222,9 @@ class FAdamGC(FedAvg):
         mine = np.isin(results.clients, list(tracked))
         if not mine.any():
             return None, 0
-        new = results.states or [None] * len(results)
-        now = client_store.gathered([None if s is None else s.y
-                                     for s, on in zip(new, mine.tolist()) if on], zeros)
-        before = client_store.gathered(
-            [None if s is None else s.y
-             for s in map(state.client_states.get, results.clients[mine].tolist())], zeros)
+        rows = np.flatnonzero(mine)
+        now = client_store.gathered(client_store.take_rows(results.states, rows), zeros, "y")
+        before = client_store.gather_ids(state.client_states, results.clients[rows], zeros, "y")
         now = now if now is not None else {k: v.expand(int(mine.sum()), *v.shape)
                                            for k, v in zeros.items()}
         if before is not None:

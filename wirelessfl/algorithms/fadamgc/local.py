@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -75,42 +74,39 @@ class TrackedAdam(LocalSGD):
         sent, n = batch.shared_broadcast, len(batch)
         if sent is None:  # one broadcast per client: ask each client
             return None
-        states, like = batch.states or [None] * n, batch.starts[0]
-        v = client_store.gathered([None if s is None else s.v for s in states], like)
+        states, like = batch.states, batch.starts[0]
+        v = client_store.gathered(states, like, "v")
         ctx = {"v": v if v is not None else client_store.repeated(None, n, like)}
         if self.correction != "none":
             y = client_store.repeated(sent.get("y"), n, like)
-            yi = client_store.gathered([None if s is None else s.y for s in states], like)
+            yi = client_store.gathered(states, like, "y")
             ctx["c"] = {k: y[k] - yi[k] if yi is not None else y[k] for k in like}
         return ctx
 
     @override
     def stacked_states(self, batch: ClientBatch, carry: Carry, deltas: Params,
-                       steps: np.ndarray) -> list[Any] | None:
-        """Every client's v_i and, for S̃, y_i (:meth:`client_final`'s, row by row)."""
-        n, kept = len(batch), batch.states or [None] * len(batch)
-        stepped = steps > 0
+                       steps: np.ndarray) -> client_store.StateStack | None:
+        """Every client's v_i and, for S̃, y_i (:meth:`client_final`'s, row by row).
+
+        As stacks (:class:`~wirelessfl.engine.client_store.StateStack`): v_i written for the
+        clients that stepped, y_i for those of S̃ that stepped; the rest keep theirs.
+        """
+        n, stepped = len(batch), steps > 0
         if "v" not in carry.opt or not stepped.any():  # no step taken: the states stay
-            return list(kept) if batch.states is not None else None
-        v = client_store.client_trees(carry.opt["v"], self.state_dtype)
+            return (client_store.StateStack({}, {"v": np.zeros(n, bool)}, batch.states,
+                                            AdamClientState, self.state_dtype)
+                    if batch.states is not None else None)
         sent = batch.broadcast or {}
         fresh = (np.isin(batch.clients, list(sent.get("tracked", ()))) & stepped
                  if self.correction != "none" else np.zeros(n, bool))
-        y: list[Params | None] = [None] * n
+        stacks = {"v": carry.opt["v"]}
         if fresh.any():
             count = torch.as_tensor(np.maximum(steps, 1), dtype=torch.float32)
-            y = client_store.client_trees(
-                {k: s / per_row(count.to(s.device, s.dtype), s) for k, s in carry.opt["sum"].items()},
-                self.state_dtype)
-        out = []
-        for c, (on, new, old) in enumerate(zip(stepped.tolist(), fresh.tolist(), kept)):
-            if not on:
-                out.append(old)
-                continue
-            keep = None if old is None else old.y
-            out.append(AdamClientState(v=v[c], y=(y[c] if new else keep)
-                                       if self.correction != "none" else None))
-        return out
+            stacks["y"] = {k: s / per_row(count.to(s.device, s.dtype), s)
+                           for k, s in carry.opt["sum"].items()}
+        written = {"v": stepped, "y": fresh if self.correction != "none" else stepped}
+        return client_store.StateStack(stacks, written, batch.states, AdamClientState,
+                                       self.state_dtype)  # no correction: y_i none
 
     def descend(self, carry: Carry, grads: Params, loss: float) -> Carry:
         """One step of Algorithm 1 (elementwise, so it also runs on stacked clients).
