@@ -122,7 +122,7 @@ def test_a_batch_and_its_tasks_describe_the_same_clients():
     res = ClientResults(np.arange(3), [5, 6, 7], [2, 0, 2], [0.5, np.nan, 1.5],
                         deltas={"w": torch.arange(6.0).reshape(3, 2)})
     loss, diag = res.diagnostics()
-    assert loss == 1.0 and diag[1] == {"loss": diag[1]["loss"], "steps": 0}
+    assert loss == 1.0 and diag[1]["steps"] == 0 and np.isnan(diag[1]["loss"])
     assert res.take(slice(1, 3)).clients.tolist() == [1, 2]
     assert torch.equal(res[2].delta["w"], torch.tensor([4.0, 5.0]))
     assert res.reordered(np.array([2, 0, 1])).clients.tolist() == [1, 2, 0]
@@ -223,7 +223,7 @@ def _calls(algo: str, clients: int) -> int:
     raw = config(algo, clients, 1, dataset="synthetic")
     raw["model"] = {"name": "fcnn", "options": {"hidden": 8}}
     exp = open_run(raw).exp
-    state, _ = exp.algorithm.apply(exp.initial_state())
+    state, _ = exp.algorithm.apply(exp.initial_state())  # the clients' states stored
     prof = cProfile.Profile()
     prof.enable()
     exp.algorithm.apply(state)
@@ -232,10 +232,12 @@ def _calls(algo: str, clients: int) -> int:
 
 
 @pytest.mark.parametrize("algo,calls", [("FedAvg", 1), ("HFedAvg N=4", 5), ("HIST N=4", 5),
-                                        ("FedAvg over the air", 1)])
+                                        ("FedAvg over the air", 1), ("SCAFFOLD", 1),
+                                        ("FAdamGC", 1)])
 def test_a_round_s_python_grows_by_a_few_calls_a_client(algo, calls):
     """Counted, not timed: a round of 40 clients makes at most PER_CLIENT_CALLS Python calls
-    per client and engine call more than one of 8 (before: 73 for FedAvg, 400 for HIST)."""
+    per client and engine call more than one of 8 (before: 73 for FedAvg, 400 for HIST, 253
+    for SCAFFOLD and 245 for FAdamGC, whose client states now move as stacks)."""
     small, large = _calls(algo, 8), _calls(algo, 40)
     per_client = (large - small) / 32 / calls
     assert per_client <= PER_CLIENT_CALLS, (algo, small, large, per_client)
@@ -344,3 +346,22 @@ def test_chunks_and_shapes_of_a_batch_keep_each_client_on_its_own_start(max_batc
     for c, r in enumerate(want):
         for k, v in r.delta.items():
             torch.testing.assert_close(got[c].delta[k], v, rtol=1e-4, atol=1e-6)
+
+
+def test_a_round_s_diagnostics_are_arrays_and_read_as_the_per_client_mapping():
+    """RoundReport.clients from the engine: arrays, the same mapping of id → loss and steps, and
+    the same round cost for the links' timing as the per-client dicts gave."""
+    from wirelessfl.engine.batch import ClientDiagnostics
+    from wirelessfl.net.links import RoundCost
+    from wirelessfl.server.state import RoundReport
+
+    ids, loss, steps = np.array([7, 2, 9]), np.array([0.5, np.nan, 0.25]), np.array([3, 0, 5])
+    diag = ClientDiagnostics(ids, loss, steps)
+    as_dicts = {7: {"loss": 0.5, "steps": 3}, 2: {"loss": float("nan"), "steps": 0},
+                9: {"loss": 0.25, "steps": 5}}
+    assert list(diag) == [7, 2, 9] and diag[9] == as_dicts[9] and diag.get(4) is None
+    a = RoundCost.from_report(RoundReport(10.0, 0.3, clients=diag), 2.0, population=12)
+    b = RoundCost.from_report(RoundReport(10.0, 0.3, clients=as_dicts), 2.0, population=12)
+    assert a == b and a.ids == (2, 7, 9) and a.max_steps == 5
+    with pytest.raises(ValueError, match="one entry per client"):
+        ClientDiagnostics(ids, loss[:2], steps)

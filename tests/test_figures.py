@@ -81,47 +81,40 @@ def test_runs_are_shared_reused_and_rendered(toy):
 
 
 def test_a_figure_section_gives_the_finding_ours_and_a_verdict_from_the_rows(toy):
-    """The README's verdict per setting follows the runs' own final accuracies."""
+    """The README's verdict per setting is the paired t-test over the runs' own final
+    accuracies (both series ran seeds 0-2): scipy's p decides at 5%, and its interval shows."""
     import numpy as np
+    from scipy import stats
 
     from wirelessfl.report.metrics import final_accuracy
 
-    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None)
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None,
+               seeds=[0, 1, 2])
     section = (toy / "README.md").read_text().split("## curves\n")[1]
     assert "- **The paper:** HIST ends more accurate" in section and "**Verdict:**" in section
-    fig = load_figures("toy", "quick", only=["curves"])[0]
+    assert "decided by a two-sided test at the 5% level" in section
+    fig = load_figures("toy", "quick", only=["curves"], seeds=[0, 1, 2])[0]
     for n in (2, 4):
         acc = {s: np.array([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
-                            for r in fig.runs if r.series == s and r.value == n])
+                            for r in sorted(fig.runs, key=lambda r: r.seed)
+                            if r.series == s and r.value == n])
                for s in ("HIST", "HFedAvg")}
         line = next(x for x in section.splitlines() if f"N={n}: HIST" in x)
         assert f"HIST {acc['HIST'].mean():.4g} ± " in line, line
-        gap = acc["HIST"].mean() - acc["HFedAvg"].mean()
-        se = np.sqrt(acc["HIST"].var(ddof=1) / 2 + acc["HFedAvg"].var(ddof=1) / 2)
-        want = ("undecided" if abs(gap) < 2 * se else "holds" if gap > 0 else "does not hold")
-        assert line.split("→ ")[1].startswith(want), line
+        gap = acc["HIST"] - acc["HFedAvg"]
+        if np.ptp(gap) == 0:
+            continue  # no spread: scipy's p is undefined, ours is exact (tested apart)
+        p = stats.ttest_rel(acc["HIST"], acc["HFedAvg"]).pvalue
+        want = ("undecided" if p >= 0.05 else "holds" if gap.mean() > 0 else "does not hold")
+        assert line.split("→ ")[1].startswith(f"{want} (paired t, 2 df"), line
 
 
-def test_a_verdict_counts_seeds_that_reached_and_never_decides_on_one_seed():
-    import numpy as np
-
-    from wirelessfl.report.claims import _overall, _verdict
-
-    nan = float("nan")
-    assert _verdict(np.array([1.0, 1.2]), np.array([3.0, 3.1]), lower=True) == "holds"
-    assert _verdict(np.array([1.0, 1.2]), np.array([3.0, 3.1]), lower=False) == "does not hold"
-    # a gap inside the seeds' spread decides nothing
-    assert "within the seed spread" in _verdict(np.array([1.0, 5.0]), np.array([2.0, 6.0]), lower=True)
-    assert _verdict(np.array([1.0, 2.0]), np.array([nan, nan]), lower=True) == "holds"
-    assert _verdict(np.array([1.0, 2.0]), np.array([3.0, nan]), lower=True) == "holds"
-    assert _verdict(np.array([5.0, nan]), np.array([3.0, 4.0]), lower=True) == "does not hold"
-    # fewer seeds reached but cheaper where reached: the evidence disagrees
-    assert _verdict(np.array([1.0, nan]), np.array([9.0, 9.0]), lower=True).startswith("undecided")
-    assert _verdict(np.array([nan, nan]), np.array([nan, nan]), lower=True).startswith("undecided")
-    assert _overall(["holds", "holds"], seeds=3) == "holds in all 2 settings"
-    assert _overall(["holds", "does not hold"], seeds=3) == ("mixed: holds in 1, does not hold "
-                                                            "in 1 of 2 settings")
-    assert "not decided" in _overall(["holds"], seeds=1)
+def test_two_seeds_never_decide_a_figure(toy):
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None)
+    section = (toy / "README.md").read_text().split("## curves\n")[1]
+    assert "a verdict needs at least 3 per series" in section
+    verdict = next(x for x in section.splitlines() if x.startswith("- **Verdict:**"))
+    assert "undecided in all 2 settings" in verdict and "2 seeds" in verdict, verdict
 
 
 def test_a_claim_naming_a_series_the_figure_lacks_is_refused(toy):

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from wirelessfl.data.arrays import ArrayDataset
-from wirelessfl.engine.batch import ClientBatch, ClientResults, FoldedResults
+from wirelessfl.engine.batch import ClientBatch, ClientDiagnostics, ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, ClientUpdate, DeltaFold, LocalHParams, scheduled_lr
 from wirelessfl.engine.client_store import ClientStore
 from wirelessfl.engine.loop import Executor
@@ -380,13 +380,9 @@ def _distinct(starts: Sequence[Params]) -> tuple[list[Params], np.ndarray]:
     return distinct, index
 
 
-def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, dict[int, dict]]:
-    """Mean training loss and per-client diagnostics of a list of results."""
-    if isinstance(results, ClientResults):
-        return results.diagnostics()
-    losses = [r.loss for r in results if r.num_steps]
-    diag = {r.client: {"loss": r.loss, "steps": r.num_steps} for r in results}
-    return (float(np.mean(losses)) if losses else float("nan")), diag
+def client_diagnostics(results: Sequence[ClientResult]) -> tuple[float, ClientDiagnostics]:
+    """Mean training loss and per-client diagnostics (arrays) of a round's results."""
+    return ClientResults.from_list(results).diagnostics()
 
 
 def mean_buffers(results: Sequence[ClientResult], current: Params) -> Params:

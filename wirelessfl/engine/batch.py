@@ -16,7 +16,7 @@ access), and :meth:`ClientResults.from_list` wraps the results of a per-client e
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
@@ -373,12 +373,11 @@ class ClientResults(Sequence[ClientResult]):
             raise ValueError("these results carry no pseudo-gradients (folded while training)")
         return {k: torch.stack([r.delta[k] for r in got]) for k in got[0].delta}
 
-    def diagnostics(self) -> tuple[float, dict[int, dict]]:
+    def diagnostics(self) -> tuple[float, ClientDiagnostics]:
         """The mean training loss of clients that stepped, and each client's loss and steps."""
         stepped = self.num_steps > 0
         loss = float(self.losses[stepped].mean()) if stepped.any() else float("nan")
-        return loss, {u: {"loss": x, "steps": n} for u, x, n in
-                      zip(self.clients.tolist(), self.losses.tolist(), self.num_steps.tolist())}
+        return loss, ClientDiagnostics(self.clients, self.losses, self.num_steps)
 
     def without_deltas(self) -> ClientResults:
         """These results without their Δ (what a round keeps once it has aggregated them)."""
@@ -386,6 +385,37 @@ class ClientResults(Sequence[ClientResult]):
                              self.buffers, self.states,
                              None if self._rows is None else
                              [replace(r, delta={}) for r in self._rows])
+
+
+class ClientDiagnostics(Mapping):
+    """A round's per-client diagnostics as arrays: ``ids``, ``loss`` and ``steps``, shape (S,).
+
+    Read whole (``diag.steps.max()``), or as a mapping of id → ``{"loss", "steps"}`` for code
+    written per client (each entry built when read).
+    """
+
+    def __init__(self, ids: np.ndarray, loss: np.ndarray, steps: np.ndarray) -> None:
+        self.ids = np.asarray(ids, np.int64)
+        self.loss = np.asarray(loss, np.float64)
+        self.steps = np.asarray(steps, np.int64)
+        if not len(self.ids) == len(self.loss) == len(self.steps):
+            raise ValueError("ids, loss and steps must have one entry per client")
+        self._at: dict[int, int] | None = None
+
+    def __getitem__(self, client: int) -> dict[str, float]:
+        if self._at is None:
+            self._at = {u: i for i, u in enumerate(self.ids.tolist())}
+        i = self._at[client]
+        return {"loss": float(self.loss[i]), "steps": int(self.steps[i])}
+
+    def __iter__(self):
+        return iter(self.ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return f"ClientDiagnostics({len(self)} clients)"
 
 
 def per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

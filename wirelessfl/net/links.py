@@ -270,10 +270,15 @@ class RoundCost:
     def from_report(cls, report: Any, scale: float = 1.0,
                     population: int | None = None) -> RoundCost:
         """The cost of a :class:`~wirelessfl.algorithms.base.RoundReport` (payloads × scale)."""
-        steps = [float(c.get("steps", 0)) for c in report.clients.values()] or [0.0]
+        diag = report.clients
+        if hasattr(diag, "steps") and hasattr(diag, "ids"):  # ClientDiagnostics: arrays
+            steps = diag.steps.astype(float).tolist() or [0.0]
+            ids = tuple(np.sort(diag.ids).tolist())
+        else:
+            steps = [float(c.get("steps", 0)) for c in diag.values()] or [0.0]
+            ids = tuple(sorted(int(c) for c in diag))
         up = report.uplink_params
         down = up if report.downlink_params is None else report.downlink_params
-        ids = tuple(sorted(int(c) for c in report.clients))
         known = population is not None and ids and ids[-1] < population
         return cls(float(up) * scale, float(down) * scale, max(steps), len(steps),
                    population if known else None, ids if known else None)

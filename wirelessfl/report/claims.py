@@ -21,11 +21,12 @@ it is not checked (``why``).
 
 The comparison is made in every panel and sweep value that has both series, over seeds: each
 side's mean ± sample standard deviation and how many seeds reached the target. A setting's
-verdict is *holds* when ``better`` is better on the mean, by more than twice the standard
-error of the difference of the means (the seeds' 95% interval), with every seed of both sides
-counted (or reached the target in more seeds and is not worse); *does not hold* when it is
-worse by that much (or reached it in fewer seeds and is not better); otherwise *undecided*,
-with the reason. One seed never decides: with a single seed the verdict says so.
+verdict comes from a two-sided test at the 5% level (:mod:`wirelessfl.report.verdict`): a
+paired t-test over seeds when both series ran the same seeds (they share each seed's data
+partition and initial model), else Welch's t-test; Fisher's exact test on the counts when
+some seeds did not reach the target. Beside it: the gap, its 95% interval and p. A series
+needs at least 3 seeds for its setting to be decided; the figure's verdict says how many
+settings were decided at that level.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from wirelessfl.report.metrics import (
 )
 from wirelessfl.report.spec import Figure, RunSpec, show_value, sweep_label
 from wirelessfl.report.tables import LABELS
+from wirelessfl.report.verdict import compare, overall
 from wirelessfl.run.config import ConfigError
 from wirelessfl.run.kinds import canonical
 
@@ -87,13 +89,13 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
         if not rivals:
             continue
         mine, theirs = (_values(fig, claim, on, r, root) for r in (runs, rivals))
-        verdict = _verdict(mine, theirs, lower)
+        got = compare(mine, theirs, lower, ([r.seed for r in runs], [r.seed for r in rivals]))
         where = " ".join(x for x in (panel, _at(fig, value)) if x)
         ours.append(f"{where + ': ' if where else ''}{better} {_show(mine)} vs {than} "
-                    f"{_show(theirs)} → {verdict}")
-        verdicts.append(verdict)
-    return Verdict(finding, tuple(ours), _overall(verdicts, len({r.seed for r in fig.runs})),
-                   _measured(fig, claim, on, lower))
+                    f"{_show(theirs)} → {got.text()}")
+        verdicts.append(got)
+    seeds = min((len(r) for r in groups.values()), default=0)
+    return Verdict(finding, tuple(ours), overall(verdicts, seeds), _measured(fig, claim, on, lower))
 
 
 def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool) -> str:
@@ -112,7 +114,8 @@ def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool) -> str:
         at = (f"{100 * float(next(iter(targets))):g}%" if len(targets) == 1 and None not in targets
               else "the run's target")
         what = f"{LABELS.get(on, on)} at the first evaluation reaching {at}"
-    return f"{what}; mean ± sample std over the seeds that have it; {better} is better"
+    return (f"{what}; mean ± sample std over the seeds that have it; {better} is better; the gap "
+            "is the first series minus the second")
 
 
 def _at(fig: Figure, value: Any) -> str:
@@ -164,56 +167,3 @@ def _show(values: np.ndarray) -> str:
         return f"not reached ({count})"
     spread = f" ± {np.std(done, ddof=1):.3g}" if done.size > 1 else ""
     return f"{np.mean(done):.4g}{spread} ({count})"
-
-
-def _verdict(mine: np.ndarray, theirs: np.ndarray, lower: bool) -> str:
-    """One setting's verdict (see the module docstring)."""
-    m, t = np.isfinite(mine), np.isfinite(theirs)
-    if not m.any() and not t.any():
-        return "undecided (neither side reached the target)"
-    if not m.any() or not t.any():  # one side never reached it
-        return "holds" if m.any() else "does not hold"
-    better = (float(np.mean(mine[m])) < float(np.mean(theirs[t]))) == lower
-    if float(np.mean(mine[m])) == float(np.mean(theirs[t])):
-        return "undecided (equal means)"
-    if m.sum() == t.sum() == m.size:
-        gap, se = abs(float(np.mean(mine) - np.mean(theirs))), _se(mine, theirs)
-        if se is not None and gap < 2 * se:  # inside the seeds' 95% interval of the gap
-            return f"undecided (the gap, {gap:.3g}, is within the seed spread, 2 se = {2 * se:.3g})"
-        return "holds" if better else "does not hold"
-    if (m.sum() >= t.sum()) == better:  # the counts and the means agree
-        return "holds" if better else "does not hold"
-    return (f"undecided (better on the mean of the seeds that reached the target, "
-            f"{int(m.sum())}/{m.size} against {int(t.sum())}/{t.size})" if better else
-            f"undecided (reached the target in more seeds, {int(m.sum())}/{m.size} against "
-            f"{int(t.sum())}/{t.size}, worse on their mean)")
-
-
-def _se(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Standard error of the difference of two means (None with fewer than two seeds a side)."""
-    if a.size < 2 or b.size < 2:
-        return None
-    return float(np.sqrt(np.var(a, ddof=1) / a.size + np.var(b, ddof=1) / b.size))
-
-
-def _overall(verdicts: list[str], seeds: int) -> str:
-    """The figure's verdict over its settings; one seed is never decided."""
-    if not verdicts:
-        return "undecided (no setting has both series)"
-    n = len(verdicts)
-    held = sum(v == "holds" for v in verdicts)
-    failed = sum(v == "does not hold" for v in verdicts)
-    if held == n:
-        out = "holds" if n == 1 else f"holds in all {n} settings"
-    elif failed == n:
-        out = "does not hold" if n == 1 else f"does not hold in any of the {n} settings"
-    elif held == failed == 0:
-        out = "undecided" if n == 1 else f"undecided in all {n} settings"
-    else:
-        parts = [f"holds in {held}" if held else "", f"does not hold in {failed}" if failed else "",
-                 f"undecided in {n - held - failed}" if n - held - failed else ""]
-        out = ("mixed: " if held and failed else "") + ", ".join(
-            p for p in parts if p) + f" of {n} settings"
-    if seeds == 1:
-        out += " (one seed: indicative only, not decided)"
-    return out

@@ -155,7 +155,8 @@ class RoundReport:
     latency_s : float or None
         Simulated duration of the round [s], if the algorithm models time.
     clients : mapping of int to mapping
-        Diagnostics keyed by client id (``loss``, ``steps``).
+        Diagnostics keyed by client id (``loss``, ``steps``): a
+        :class:`~wirelessfl.engine.batch.ClientDiagnostics` (arrays) from the engine's results.
     cumulative : mapping of str to float
         Per-round amounts the runner sums over rounds and logs as running totals under the
         same names (e.g. HIST's ``uplink_mb_paper_per_client``).

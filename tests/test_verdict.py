@@ -1,0 +1,86 @@
+"""Verdicts are two-sided tests at a stated level: scipy's answers, paired where the seeds match."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from wirelessfl.report.verdict import ALPHA, Comparison, compare, overall
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_welch_is_scipy_s_unequal_variance_t_test(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(10, 1 + seed % 3, size=3 + seed % 4)
+    b = rng.normal(10.5, 1, size=4 + seed % 3)
+    got = compare(a, b, lower=True)  # no seeds given: unpaired
+    want = stats.ttest_ind(a, b, equal_var=False)
+    assert got.test == "Welch t" and got.p == pytest.approx(want.pvalue, rel=1e-9)
+    assert got.df == pytest.approx(want.df, rel=1e-9)
+    ci = want.confidence_interval(0.95)
+    assert (got.low, got.high) == (pytest.approx(ci.low, rel=1e-9), pytest.approx(ci.high, rel=1e-9))
+    ahead = a.mean() < b.mean()
+    assert got.verdict == ("undecided" if want.pvalue >= ALPHA else "holds" if ahead
+                           else "does not hold")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_paired_is_scipy_s_related_t_test_seed_by_seed(seed):
+    rng = np.random.default_rng(100 + seed)
+    n = 3 + seed
+    base = rng.normal(70, 5, size=n)
+    a, b = base + rng.normal(0.4, 0.5, size=n), base
+    order = rng.permutation(n)  # the better series' runs listed in another order
+    got = compare(a[order], b, lower=False, seeds=(order.tolist(), list(range(n))))
+    want = stats.ttest_rel(a, b)
+    assert got.test == "paired t" and got.df == n - 1
+    assert got.p == pytest.approx(want.pvalue, rel=1e-9)
+    ci = want.confidence_interval(0.95)
+    assert (got.low, got.high) == (pytest.approx(ci.low, rel=1e-9), pytest.approx(ci.high, rel=1e-9))
+
+
+def test_pairing_decides_what_the_seeds_spread_hides():
+    """The textbook case: a small, consistent gain on seeds that differ a lot. Paired, the
+    seed's own effect cancels (p ≈ 1e-4); unpaired, the spread between seeds swamps it."""
+    base = np.array([60.0, 70.0, 80.0, 65.0, 75.0])
+    a = base + np.array([1.0, 1.2, 0.9, 1.1, 1.05])
+    seeds = ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4])
+    paired, welch = compare(a, base, lower=False, seeds=seeds), compare(a, base, lower=False)
+    assert paired.verdict == "holds" and paired.p < 1e-3
+    assert welch.verdict == "undecided" and welch.p > 0.5
+    assert paired.gap == pytest.approx(1.05) and paired.low > 0
+    assert "paired t, 4 df" in paired.text() and "95% CI" in paired.text()
+
+
+def test_two_seeds_never_decide():
+    for lower in (True, False):
+        got = compare(np.array([1.0, 1.0001]), np.array([50.0, 50.0001]), lower=lower,
+                      seeds=([0, 1], [0, 1]))
+        assert got.verdict == "undecided" and "at least 3" in got.reason
+    assert compare(np.array([1.0]), np.array([2.0, 3.0, 4.0]), lower=True).verdict == "undecided"
+
+
+def test_seeds_that_missed_the_target_go_to_fisher_s_exact_test():
+    five, none = np.array([3.0, 4.0, 5.0, 3.0, 4.0]), np.full(5, NAN)
+    got = compare(five, none, lower=True)
+    assert got.verdict == "holds" and got.test == "Fisher exact"
+    assert got.p == pytest.approx(stats.fisher_exact([[5, 0], [0, 5]])[1])  # 0.0079
+    assert compare(none, five, lower=True).verdict == "does not hold"
+    three = compare(np.array([1.0, 2.0, 3.0]), np.full(3, NAN), lower=True)
+    assert three.verdict == "undecided" and three.p == pytest.approx(0.1)
+    assert compare(np.full(3, NAN), np.full(3, NAN), lower=True).reason.startswith("neither")
+
+
+def test_no_spread_is_an_exact_gap_and_equal_values_decide_nothing():
+    a, b = np.array([2.0, 2.0, 2.0]), np.array([3.0, 3.0, 3.0])
+    assert compare(a, b, lower=True, seeds=([0, 1, 2], [0, 1, 2])).verdict == "holds"
+    assert compare(a, a.copy(), lower=True).verdict == "undecided"
+
+
+def test_a_figure_says_how_many_settings_were_decided():
+    held, open_ = Comparison("holds", "paired t"), Comparison("undecided", "paired t")
+    assert overall([held, held], seeds=3).startswith("holds in all 2 settings; 2 of 2 decided")
+    assert overall([held, open_], seeds=5) == ("holds in 1, undecided in 1 of 2 settings; 1 of 2 "
+                                               "decided by a two-sided test at the 5% level")
+    assert "needs at least 3" in overall([open_], seeds=2)

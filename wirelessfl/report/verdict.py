@@ -1,0 +1,175 @@
+"""Whether one series beats another over seeds: a two-sided test at a stated level, and its interval.
+
+A figure's claim (:mod:`wirelessfl.report.claims`) compares two series in each setting, one
+value per seed. The runs of two series share their seed, and with it their data partition
+and initial model, so when both sides ran the same seeds the comparison is **paired**: a
+paired t-test on the per-seed differences (n − 1 degrees of freedom), which removes the
+seed's own effect and is usually sharper. Otherwise it is **Welch's t-test** (unequal
+variances, Welch–Satterthwaite degrees of freedom). Either way the decision is two-sided at
+level :data:`ALPHA` (5%): *holds* when p < α and the better series is ahead, *does not hold*
+when p < α and it is behind, *undecided* otherwise. Beside it go the gap (mean of the
+better series minus the other's, or the mean paired difference), its 95% interval
+``gap ± t_{0.975, df}·se`` and p.
+
+A setting needs at least :data:`MIN_SEEDS` seeds a series to be decided: with 2 seeds a
+t-test has 1 degree of freedom (t_{0.975} = 12.7) and its interval says little, so 2 seeds
+never decide. When some seeds did not reach the target (no value), the t-tests cannot be
+used: the counts of seeds that reached it are compared with Fisher's exact test (two-sided),
+the same level; it decides only with enough seeds (5 against 0 of 5: p = 0.008; 3 against
+0 of 3: p = 0.1, undecided).
+
+Examples
+--------
+>>> import numpy as np
+>>> c = compare(np.array([10.2, 12.1, 14.3, 16.1]), np.array([10.0, 12.0, 14.0, 16.0]),
+...             lower=False, seeds=([0, 1, 2, 3], [0, 1, 2, 3]))
+>>> c.verdict, c.test, c.df
+('holds', 'paired t', 3.0)
+>>> compare(np.array([1.0, 2.0]), np.array([5.0, 6.0]), lower=True).verdict
+'undecided'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+#: Two-sided level of every verdict.
+ALPHA = 0.05
+#: Fewest seeds a series needs for its setting to be decided.
+MIN_SEEDS = 3
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One setting's verdict and the test behind it.
+
+    Attributes
+    ----------
+    verdict : str
+        ``holds``, ``does not hold`` or ``undecided``.
+    test : str
+        ``paired t``, ``Welch t``, ``Fisher exact`` or ``""`` (no test: why is in ``reason``).
+    df : float or None
+        The t-test's degrees of freedom.
+    gap, low, high : float or None
+        Mean difference (better minus other; the mean paired difference) and its 95%
+        interval.
+    p : float or None
+        Two-sided p-value.
+    reason : str
+        Why a setting is undecided without a test (too few seeds, equal values).
+    """
+
+    verdict: str
+    test: str = ""
+    df: float | None = None
+    gap: float | None = None
+    low: float | None = None
+    high: float | None = None
+    p: float | None = None
+    reason: str = ""
+
+    @property
+    def decided(self) -> bool:
+        """Whether the setting was decided (holds or does not hold)."""
+        return self.verdict != "undecided"
+
+    def text(self) -> str:
+        """``holds (paired t, 3 df: gap 0.175, 95% CI [0.03, 0.32], p = 0.03)``."""
+        if not self.test:
+            return f"{self.verdict} ({self.reason})" if self.reason else self.verdict
+        if self.test == "Fisher exact":
+            return f"{self.verdict} ({self.reason}; Fisher's exact test, p = {_p(self.p)})"
+        df = f"{self.df:.3g}" if self.df is not None else "?"
+        return (f"{self.verdict} ({self.test}, {df} df: gap {self.gap:.3g}, 95% CI "
+                f"[{self.low:.3g}, {self.high:.3g}], p = {_p(self.p)})")
+
+
+def _p(p: float | None) -> str:
+    return "?" if p is None else f"{p:.2g}" if p >= 1e-4 else "< 1e-4"
+
+
+def compare(better: np.ndarray, other: np.ndarray, lower: bool,
+            seeds: tuple[Sequence[int], Sequence[int]] | None = None,
+            alpha: float = ALPHA) -> Comparison:
+    """Whether ``better`` beats ``other`` (one value per seed; NaN: not reached).
+
+    ``lower``: lower values are better. ``seeds`` (each side's seeds, in the order of its
+    values): when both sides ran the same seeds the test is paired, seed with seed.
+    """
+    a, b = np.asarray(better, float), np.asarray(other, float)
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    if not fa.any() and not fb.any():
+        return Comparison("undecided", reason="neither side reached the target")
+    if not fa.all() or not fb.all():
+        return _reached(int(fa.sum()), a.size, int(fb.sum()), b.size, alpha)
+    if min(a.size, b.size) < MIN_SEEDS:
+        n = min(a.size, b.size)
+        return Comparison("undecided", gap=float(a.mean() - b.mean()),
+                          reason=f"{n} seed{'s' * (n != 1)} a side: a verdict needs at least "
+                                 f"{MIN_SEEDS} per series")
+    paired = seeds is not None and len(seeds[0]) == a.size and len(seeds[1]) == b.size \
+        and sorted(seeds[0]) == sorted(seeds[1]) and len(set(seeds[0])) == a.size
+    if paired:
+        order_a, order_b = np.argsort(list(seeds[0])), np.argsort(list(seeds[1]))
+        d = a[order_a] - b[order_b]
+        n = d.size
+        gap, se, df, test = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n)), n - 1.0, "paired t"
+    else:
+        va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+        gap, se, test = float(a.mean() - b.mean()), float(math.sqrt(va + vb)), "Welch t"
+        df = float((va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))) \
+            if va + vb > 0 else float(a.size + b.size - 2)
+    if se == 0:  # no spread at all: the gap is exact
+        if gap == 0:
+            return Comparison("undecided", test, df, 0.0, 0.0, 0.0, 1.0, "equal values")
+        p = 0.0
+    else:
+        p = float(2 * stats.t.sf(abs(gap) / se, df))
+    half = float(stats.t.ppf(0.975, df)) * se
+    ahead = (gap < 0) == lower
+    verdict = ("holds" if ahead else "does not hold") if p < alpha else "undecided"
+    return Comparison(verdict, test, df, gap, gap - half, gap + half, p)
+
+
+def _reached(got_a: int, n_a: int, got_b: int, n_b: int, alpha: float) -> Comparison:
+    """Seeds that reached the target, compared by Fisher's exact test (two-sided)."""
+    counts = f"reached the target in {got_a}/{n_a} against {got_b}/{n_b} seeds"
+    p = float(stats.fisher_exact([[got_a, n_a - got_a], [got_b, n_b - got_b]])[1])
+    if p < alpha and got_a / n_a != got_b / n_b:
+        return Comparison("holds" if got_a / n_a > got_b / n_b else "does not hold",
+                          "Fisher exact", p=p, reason=counts)
+    return Comparison("undecided", "Fisher exact", p=p, reason=counts)
+
+
+def overall(comparisons: Sequence[Comparison], seeds: int) -> str:
+    """A figure's verdict over its settings, with how many were decided at the stated level."""
+    n = len(comparisons)
+    if not n:
+        return "undecided (no setting has both series)"
+    held = sum(c.verdict == "holds" for c in comparisons)
+    failed = sum(c.verdict == "does not hold" for c in comparisons)
+    open_ = n - held - failed
+    if held == n:
+        out = "holds" if n == 1 else f"holds in all {n} settings"
+    elif failed == n:
+        out = "does not hold" if n == 1 else f"does not hold in any of the {n} settings"
+    elif open_ == n:
+        out = "undecided" if n == 1 else f"undecided in all {n} settings"
+    else:
+        parts = [f"holds in {held}" if held else "", f"does not hold in {failed}" if failed else "",
+                 f"undecided in {open_}" if open_ else ""]
+        out = ("mixed: " if held and failed else "") + ", ".join(p for p in parts if p) \
+            + f" of {n} settings"
+    level = f"{100 * ALPHA:g}%"
+    out += (f"; {held + failed} of {n} decided by a two-sided test at the {level} level"
+            if n > 1 else f"; two-sided test at the {level} level")
+    if seeds < MIN_SEEDS:
+        out += (f" ({seeds} seed{'s' * (seeds != 1)}: a verdict needs at least {MIN_SEEDS} "
+                "a series)")
+    return out
