@@ -594,3 +594,31 @@ def test_a_stand_in_has_the_datasets_shapes_and_classes(monkeypatch):
     assert splits.train.x.shape == (300, 3, 32, 32) and splits.test.x.shape == (40, 3, 32, 32)
     assert splits.train.num_classes == 100 and set(splits.train.y.tolist()) == set(range(100))
     assert estimate.stand_in("ag_news") is None
+
+
+def test_estimate_times_a_dynamic_population_s_sessions_inside_its_sample(toy, monkeypatch):
+    """Sessions of 20 rounds in a 40-round run: the 3-round timed sample would be refused
+    (no session would end); it gets sessions short enough to hold the initial model's pilot
+    session and one after it, and the estimate ends with its table."""
+    from wirelessfl.report import estimate
+    from wirelessfl.report.estimate import estimate_table
+
+    dyn = {"rounds": 40, "population": {"kind": "alternating", "groups": 2, "rounds_per_session": 20},
+           "initial_model": {"rule": "proposed", "pilot_sessions": 1},
+           "model": {"name": "linear"}, "algorithm": {"name": "fedavg"}}
+    spec = {**TOY, "figures": {"dyn": {"kind": "curves", "x": ["round"], "series": {"FedAvg": {}}}}}
+    spec = {**spec, "base": {**TOY["base"], **dyn}}
+    (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec))
+    timed = []
+    real = estimate._timed_job
+
+    def timed_job(raw, folder, until):
+        timed.append((raw["rounds"], raw["population"]["rounds_per_session"]))
+        return real(raw, folder, until)
+
+    monkeypatch.setattr(estimate, "_timed_job", timed_job)
+    figs = load_figures("toy", "quick")
+    rows = estimate.estimate(figs, toy, log=lambda _: None)
+    assert rows[0].runs == 2 and rows[0].rounds == 80 and rows[0].seconds > 0 and not rows[0].note
+    assert timed == [(3, 1)]  # 3 sessions of 1 round: the pilot session and two after it
+    assert estimate_table(rows, "CPU").splitlines()[-1].startswith("total")

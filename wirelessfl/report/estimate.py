@@ -136,7 +136,8 @@ def _time_setting(run: RunSpec, sample_rounds: int,
         if name is None:
             return f"{data['dataset']}: no stand-in (text datasets are not estimated)"
         data.update(dataset=name, data_dir=None, normalization="auto")
-    base = {**run.raw, "data": data, "stop_at_target": False, "name": "estimate"}
+    base = _sessions_inside({**run.raw, "data": data, "stop_at_target": False,
+                             "name": "estimate"}, 1 + sample_rounds)
     with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
         sample = _Sample()
         total = _timed_job({**base, "rounds": 1 + sample_rounds}, Path(tmp) / "0", sample)
@@ -154,6 +155,31 @@ def _time_setting(run: RunSpec, sample_rounds: int,
             start = max(0.0, first - per_round)
     log(f"  timed {run.label}: {per_round:.3g} s a round, {start:.3g} s to start")
     return start, per_round
+
+
+def _sessions_inside(raw: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """``raw`` with its dynamic population's sessions and events inside the ``rounds`` timed.
+
+    A run of alternating client groups whose sessions last longer than the timed rounds would
+    be refused (no session would end); its timed sample gets sessions of L rounds, L small
+    enough that the sample holds more sessions than the initial-model rule's pilot sessions,
+    so session starts (and the rule acting at them) are inside the timing: an upper bound for
+    the real sessions, which start less often. Events after the timed rounds are dropped.
+    """
+    cfg = canonical(raw)
+    pop = cfg.get("population") or {}
+    if pop.get("kind") == "alternating":
+        pilot = int((cfg.get("initial_model") or {}).get("pilot_sessions") or 0) \
+            if (cfg.get("initial_model") or {}).get("rule", "none") != "none" else 0
+        length = max(1, min(int(pop["rounds_per_session"]), (rounds - 1) // (pilot + 1)))
+        return {**raw, "population": {**(raw.get("population") or {}),
+                                      "rounds_per_session": length}}
+    if pop.get("kind") == "events":
+        events = [e for e in (raw.get("population") or {}).get("events", [])
+                  if not (isinstance(e, dict) and isinstance(e.get("round"), int)
+                          and e["round"] >= rounds)]
+        return {**raw, "population": {**(raw.get("population") or {}), "events": events}}
+    return raw
 
 
 class _Sample:
