@@ -511,9 +511,12 @@ def test_publish_copies_the_outputs_not_the_runs_and_never_a_foreign_folder(toy,
     names = {p.name for p in publish(toy, dest)}
     assert {"README.md", "tab.md", "tab.csv"} <= names and not (dest / "runs").exists()
     assert (dest / "README.md").read_text() == (toy / "README.md").read_text()
+    (dest / "NOTES.md").write_text("my notes")  # a user's own file beside the outputs
+    (dest / "plot.png").write_bytes(b"mine")
     (toy / "tab.csv").unlink()
     publish(toy, dest)  # a second publish replaces the first: no stale outputs
     assert not (dest / "tab.csv").exists()
+    assert (dest / "NOTES.md").read_text() == "my notes" and (dest / "plot.png").read_bytes() == b"mine"
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.md").write_text("mine")
@@ -622,3 +625,14 @@ def test_estimate_times_a_dynamic_population_s_sessions_inside_its_sample(toy, m
     assert rows[0].runs == 2 and rows[0].rounds == 80 and rows[0].seconds > 0 and not rows[0].note
     assert timed == [(3, 1)]  # 3 sessions of 1 round: the pilot session and two after it
     assert estimate_table(rows, "CPU").splitlines()[-1].startswith("total")
+
+
+def test_a_planted_runs_link_in_a_report_folder_is_never_written_through(toy, tmp_path):
+    regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lambda _: None)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    import shutil
+    shutil.rmtree(toy / "runs")
+    (toy / "runs").symlink_to(target, target_is_directory=True)
+    assert main(["figures", "toy", "--only", "tab", "--out", str(toy), "--quiet"]) == 2
+    assert list(target.iterdir()) == []

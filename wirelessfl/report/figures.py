@@ -9,6 +9,7 @@ folder with a ``README.md`` listing every output.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -147,24 +148,41 @@ def publish(root: Path, dest: Path) -> list[Path]:
 
     For the docs (``docs/papers/results/<paper>-<scale>``): the paper pages include the
     copied README, so their results are the report's, generated, never typed. ``dest`` must
-    be new, empty, or a folder published here before (its old outputs are replaced); no
-    link is written through.
+    be new, empty, or a folder published here before (the outputs of the earlier publish are
+    replaced, its mark lists them; any other file there stays); no link is written through.
     """
     check_publish_folder(dest)
     if not (root / "README.md").is_file():
         raise ConfigError(f"--publish: {root} has no README.md to publish; render it first")
     dest.mkdir(parents=True, exist_ok=True)
     _mark(dest, PUBLISH_MARK)
-    for old in dest.iterdir():  # outputs of an earlier publish that this one lacks go
-        if old.suffix in PUBLISHED and old.is_file() and not old.is_symlink():
+    names = [src.name for src in sorted(root.iterdir())
+             if src.suffix in PUBLISHED and src.is_file() and not src.is_symlink()]
+    for name in set(_published_before(dest)) - set(names):  # an earlier publish's, not ours
+        old = dest / name
+        if old.is_file() and not old.is_symlink():
             old.unlink()
     out = []
-    for src in sorted(root.iterdir()):
-        if src.suffix in PUBLISHED and src.is_file() and not src.is_symlink():
-            data = src.read_bytes()
-            atomic_write(dest / src.name, lambda fh, data=data: fh.write(data))
-            out.append(dest / src.name)
+    for name in names:
+        data = (root / name).read_bytes()
+        atomic_write(dest / name, lambda fh, data=data: fh.write(data))
+        out.append(dest / name)
+    manifest = json.dumps({"files": names}, indent=1)
+    atomic_write(dest / PUBLISH_MARK, lambda fh: fh.write(manifest.encode()))
     return out
+
+
+def _published_before(dest: Path) -> list[str]:
+    """The files the last publish into ``dest`` wrote (its mark's list; none in an old mark).
+
+    Only these are removed by the next publish: a user's own files beside them stay.
+    """
+    try:
+        names = json.loads((dest / PUBLISH_MARK).read_text() or "{}").get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in names if isinstance(n, str) and n == Path(n).name
+            and Path(n).suffix in PUBLISHED]
 
 
 def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
@@ -199,6 +217,11 @@ def _claim_report_folder(root: Path) -> None:
                           "new or empty folder with --out (nothing is overwritten)")
     root.mkdir(parents=True, exist_ok=True)
     _mark(root, REPORT_MARK)
+    runs = root / "runs"  # where every run folder goes: never through a planted link
+    refuse_link(runs)
+    if runs.exists() and not runs.is_dir():
+        raise ConfigError(f"report folder {root}: its runs/ is a file; remove it or give "
+                          "another --out")
 
 
 def _mark(folder: Path, name: str) -> None:
