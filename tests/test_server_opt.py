@@ -86,3 +86,16 @@ def test_fedams_learns_and_resumes_with_its_moments(tmp_path, monkeypatch, inter
     assert set(ckpt["opt_state"]) == {"m", "v", "vhat"}
     cut = run_job(open_run(RAW), tmp_path / "cut", resume=True, quiet=True)
     assert cut["final_accuracy"] == full["final_accuracy"]
+
+
+def test_fedadagrad_s_default_server_rate_is_its_preset_s_and_old_runs_keep_their_key():
+    """The class default agrees with the preset and the reason given there (1e-2); the frozen
+    key record keeps 1e-3 for runs made before, so they are not taken for new ones."""
+    from wirelessfl.algorithms.fedavg import FedAdagradHParams
+    from wirelessfl.run.config import load_raw
+    from wirelessfl.run.configtypes import qualified_name
+    from wirelessfl.run.key_schema import CHANGED_DEFAULTS, FROZEN
+
+    assert FedAdagradHParams().server_lr == load_raw("fedadagrad_fmnist")["algorithm"]["server_lr"]
+    name = qualified_name(FedAdagradHParams)
+    assert FROZEN[name]["server_lr"] == 1e-3 and (name, "server_lr") in CHANGED_DEFAULTS

@@ -5,7 +5,8 @@ shadowing of the link budget around a median rate R, the standard large-scale fa
 model), drawn for all N clients of the population at once from the round's ``("network",
 t)`` stream, so a client's rate does not depend on who else takes part and a re-timed run
 reports the times a live one would. A client takes (down + up)/R_i + steps·``step_seconds``;
-the round lasts as long as its slowest client. σ = 0 is ``fixed`` exactly. The clock only:
+the round lasts as long as its slowest client. σ = 0 gives ``fixed``'s times to within 1
+ulp (R · 10⁰ = R exactly, but the times are summed in another order). The clock only:
 who is aggregated does not change.
 """
 

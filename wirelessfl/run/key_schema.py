@@ -487,6 +487,10 @@ _RECORD: dict[str, tuple[str | None, dict[str, Any], tuple[str, ...]]] = {
 CHANGED_DEFAULTS: frozenset[tuple[str, str]] = frozenset({
     ('wirelessfl.net.aircomp.AirCompSettings', 'real_part'),
     ('wirelessfl.net.aircomp.AirCompSettings', 'vector_channel'),
+    # 2026-11-26 (issue 71): FedAdagrad's server rate 1e-3 -> 1e-2, its preset's and the reason
+    # given there (Adagrad's accumulated v makes its steps ~10x Adam's smaller at one rate);
+    # runs made before keep 1e-3 in their keys.
+    ('wirelessfl.algorithms.fedavg.FedAdagradHParams', 'server_lr'),
 })
 
 
