@@ -197,3 +197,35 @@ def test_published_reports_match_the_figures_that_made_them():
         page = {"dynamic": "papers/dynamic_clients", "codesign": "guide/codesign"}.get(
             paper, f"papers/{paper}")
         assert f"results/{folder.name}/README.md" in (ROOT / "docs" / f"{page}.md").read_text()
+
+
+def test_the_paper_scale_page_names_figures_that_exist_at_scales_that_parse():
+    """Every `wirelessfl figures` command of docs/papers/paper-scale.md (the GPU queue and the
+    CPU list) names a paper and figures of its figures.yaml at a scale it has, and its
+    seeds parse; the queue is numbered in order and every paper's figures are in the table."""
+    import shlex
+
+    from wirelessfl.report.spec import load_figures, parse_seeds
+
+    text = (ROOT / "docs" / "papers" / "paper-scale.md").read_text()
+    commands = [c for c in re.findall(r"`(wirelessfl figures [^`]+)`", text)
+                if "PAPER" not in c]  # the page's own placeholder in its how-to
+    assert len(commands) >= 10
+    for cmd in commands:
+        args = shlex.split(cmd)[2:]
+        paper, scale = args[0], args[args.index("--scale") + 1] if "--scale" in args else "quick"
+        only = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
+        figures = {f.name for f in load_figures(paper, scale)}
+        assert set(only) <= figures, cmd
+        if "--seeds" in args:
+            assert parse_seeds(args[args.index("--seeds") + 1]), cmd
+    queue = re.findall(r"^(\d+)\. HIST", text, re.M)
+    assert [int(q) for q in queue] == list(range(1, len(queue) + 1))
+    table = re.findall(r"^\| (HIST|co-design|dynamic clients|RA-Fed|FAdamGC|FedAST) \| ([^|]+) \|",
+                       text, re.M)
+    papers = {"HIST": "hist", "co-design": "codesign", "dynamic clients": "dynamic",
+              "RA-Fed": "rafed", "FAdamGC": "fadamgc", "FedAST": "fedast"}
+    listed = {(papers[p], n.strip()) for p, names in table for n in names.split(",")}
+    for paper in papers.values():
+        for f in load_figures(paper, "paper"):
+            assert (paper, f.name) in listed, (paper, f.name)
