@@ -114,3 +114,43 @@ def test_a_config_file_never_imports_code(box, capsys):
     (box / "evil.yaml").write_text(CONFIG.format(name="evil"))
     assert main(["run", "evil.yaml", "--out", "x", "--quiet"]) == 2
     assert not (box / "PWNED").exists()
+
+
+def _installed(site, name="entryavg"):
+    """A package installed in ``site`` whose entry point registers algorithm ``name``."""
+    module = PLUGIN.format(cls="EntryAvg", name=name)
+    module = module.replace("\nwirelessfl.register_algorithm", "\ndef register():\n    "
+                            "wirelessfl.register_algorithm")  # registers when called
+    (site / f"{name}_pkg.py").write_text(module)
+    info = site / f"{name}_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_GROUP}]\n{name} = {name}_pkg:register\n")
+
+
+def test_an_installed_plugin_is_loaded_in_every_worker_process(box, monkeypatch):
+    """A sweep with --jobs 2 of an entry-point plug-in's algorithm, no --plugin: each spawned
+    worker loads the installed packages' plug-ins as the command did (a real dist-info)."""
+    site = box / "site"
+    site.mkdir()
+    _installed(site)
+    monkeypatch.syspath_prepend(str(site))  # spawned workers get the parent's sys.path
+    (box / "e.yaml").write_text(CONFIG.format(name="entryavg"))
+    try:
+        assert main(["sweep", "e.yaml", "--grid", "local.lr=0.05,0.1", "--out", "se", "--quiet",
+                     "--jobs", "2"]) == 0
+    finally:
+        if "entryavg" in registry.names():
+            registry.unregister("entryavg")
+    assert len(list((box / "se").rglob("summary.json"))) == 2
+
+
+def test_a_plugin_variable_left_in_the_environment_is_not_loaded_by_workers(box, monkeypatch):
+    """WIRELESSFL_PLUGINS is how a command hands its plug-ins to its workers: one left in the
+    shell is not loaded by them (nor by the command), so the workers do what the command does."""
+    (box / "boom.py").write_text("raise RuntimeError('loaded behind the command')\n")
+    monkeypatch.setenv(plugins.ENV, str(box / "boom.py"))
+    (box / "f.yaml").write_text(CONFIG.format(name="fedavg"))
+    assert main(["sweep", "f.yaml", "--grid", "local.lr=0.05,0.1", "--out", "sf", "--quiet",
+                 "--jobs", "2"]) == 0
+    assert len(list((box / "sf").rglob("summary.json"))) == 2

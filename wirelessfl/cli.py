@@ -561,6 +561,7 @@ def _load_plugins(args: argparse.Namespace) -> None:
     """Installed plug-ins (entry points), then the command's ``--plugin`` ones."""
     from wirelessfl.run import plugins
 
+    os.environ.pop(plugins.ENV, None)  # workers load what this command loads, nothing else
     plugins.load_entry_points()
     if getattr(args, "plugin", None):
         plugins.load_plugins(args.plugin)

@@ -11,6 +11,7 @@ rounding in a group; the Ray executor, :mod:`wirelessfl.report.ray_executor`, ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -251,47 +252,140 @@ def run_in_process(run: RunSpec, root: Path, threads: int, index: str) -> str:
 
     ``OMP_NUM_THREADS`` is set too, so a run's ``threads: auto`` keeps the worker's share.
     """
+    _worker_setup(threads)
+    lines: list[str] = []
+    run_one(run, root, index=index, quiet=True, log=lines.append)
+    return "\n".join(lines)
+
+
+def _worker_setup(threads: int) -> None:
+    """A worker's first step: its share of threads, and the plug-ins its parent loaded.
+
+    The installed packages' plug-ins (entry points) and the command's ``--plugin`` ones, as
+    the parent command loaded them (:mod:`wirelessfl.run.plugins`).
+    """
     import torch
 
     from wirelessfl.run import plugins
 
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
-    plugins.load_from_env()  # the command's --plugin modules, in this worker too
-    lines: list[str] = []
-    run_one(run, root, index=index, quiet=True, log=lines.append)
-    return "\n".join(lines)
+    plugins.load_entry_points()
+    plugins.load_from_env()
 
 
 def group_in_process(runs: list[RunSpec], root: Path, threads: int, index: str) -> str:
     """A lockstep group (or one run) in a worker process; returns its log lines."""
     if len(runs) == 1:
         return run_in_process(runs[0], root, threads, index)
-    import torch
-
-    from wirelessfl.run import plugins
-
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    torch.set_num_threads(threads)
-    plugins.load_from_env()
+    _worker_setup(threads)
     lines: list[str] = []
     run_group(runs, root, index=index, quiet=True, log=lines.append)
     return "\n".join(lines)
 
 
+def _ignore_interrupts() -> None:
+    """A worker's signals: Ctrl-C ignored (its parent stops it), SIGTERM ends it cleanly.
+
+    The parent stops its workers with SIGTERM (:func:`_stop_pool`): it raises ``SystemExit``
+    wherever the worker is, so a run in progress ends as after a kill (its last checkpoint
+    kept, its lock released) and an idle worker exits, with no traceback and its own
+    resources (semaphores) released; a worker that does not end is killed after 10 s.
+    """
+    import signal
+    import sys
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough (the group's and the
+        sys.exit(128 + signum)                         # parent's may both come)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, stop)
+
+
+@contextlib.contextmanager
+def _interrupts_ignored():
+    """Ctrl-C ignored while worker processes start, so they start with it ignored too.
+
+    A spawned worker inherits an ignored SIGINT, not a handler: without this, a Ctrl-C
+    while it imports would print its traceback. Off the main thread, nothing changes.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _stop_pool(pool: Any) -> None:
+    """Stop a process pool now: no queued task starts, its workers terminated, its queues closed.
+
+    (``ProcessPoolExecutor.shutdown`` alone waits for the running tasks.)
+    """
+    import gc
+
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # started so far
+    manager = getattr(pool, "_executor_manager_thread", None)
+    queues = [getattr(pool, q, None) for q in ("_call_queue", "_result_queue")]
+    pool.shutdown(wait=False, cancel_futures=True)  # no queued group starts
+    for w in workers:
+        w.terminate()  # SIGTERM: the worker ends cleanly (_ignore_interrupts)
+    for w in workers:
+        w.join(10)
+        if w.is_alive():  # a run that does not stop: killed
+            w.kill()
+            w.join(5)
+    if manager is not None:  # it sees the workers gone and closes its side
+        manager.join(10)
+    for q in queues:
+        if q is not None:
+            q.close()
+    del queues, workers, manager
+    gc.collect()  # their locks' finalizers release the named semaphores
+
+
 def _execute_parallel(groups: list[list[RunSpec]], root: Path, jobs: int,
                       log: Callable[[str], None]) -> None:
+    """The groups in ``jobs`` worker processes; Ctrl-C or SIGTERM stops them all at once.
+
+    On an interrupt the queued groups are cancelled and the workers terminated (no run goes
+    on); the runs keep their last checkpoints and the same command resumes the rest. A
+    worker that dies ends the command (a broken pool), as a group's error does once the
+    others have finished.
+    """
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     jobs = min(jobs, len(groups))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     total, done = sum(len(g) for g in groups), 0
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = []
-        for g in groups:
-            index = f"[{done + 1}/{total}]" if len(g) == 1 else f"[{done + 1}-{done + len(g)}/{total}]"
-            futures.append(pool.submit(group_in_process, g, root, threads, index))
-            done += len(g)
-        for fut in as_completed(futures):
-            log(fut.result())
+    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"),
+                               initializer=_ignore_interrupts)
+    errors, pending = [], {}
+    try:
+        with _interrupts_ignored():  # the workers start at the first submit
+            for g in groups:
+                index = (f"[{done + 1}/{total}]" if len(g) == 1
+                         else f"[{done + 1}-{done + len(g)}/{total}]")
+                pending[pool.submit(group_in_process, g, root, threads, index)] = len(g)
+                done += len(g)
+        while pending:
+            ready, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for fut in ready:
+                pending.pop(fut)
+                try:
+                    log(fut.result())
+                except Exception as exc:  # raised once the others have finished
+                    errors.append(exc)
+    except BaseException:  # the command says what is kept and how to resume
+        _stop_pool(pool)
+        raise
+    pool.shutdown()
+    if errors:
+        raise errors[0]
