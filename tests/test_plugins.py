@@ -358,3 +358,41 @@ def test_an_algorithm_written_with_the_earlier_phase_name_gives_fedavg_s_numbers
     assert calls == [6, 6]
     for k, v in rows["fedavg"].items():
         assert torch.equal(v, rows["old_phase_t"][k])
+
+
+def test_a_user_server_phase_over_the_air_is_refused_not_run_without_the_channel():
+    """Tutorial 2's kind of rule (a median of the clients' Δ_i) never sees the channel: over the
+    air the server receives only the noisy sum, so the run is refused with the ways out. A
+    rule that aggregates through combine and says so runs, with the channel's noise."""
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+
+    class FedMedian(FedAvg):
+        def server_update(self, state, plan, results, delivery=None):
+            median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
+                      for k in state.params}
+            params, opt = self.server_opt.step(state.params, median, state.opt_state)
+            return self.finish_round(state, params, opt, results)
+
+    class Through(FedAvg):
+        uses_uplink = True
+
+        def server_update(self, state, plan, results, delivery=None):
+            return super().server_update(state, plan, results, delivery)
+
+    assert not FedMedian.uses_uplink and Through.uses_uplink and FedAvg.uses_uplink
+    raw = {"seed": 1, "rounds": 1, "device": "cpu",
+           "data": {"dataset": "synthetic", "num_clients": 6, "samples_per_client": 20},
+           "model": {"name": "linear"}, "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
+           "network": {"model": "aircomp", "aggregation": "over_the_air"}}
+    registry.register("median_air_t", FedAvgHParams, FedMedian)
+    registry.register("through_air_t", FedAvgHParams, Through)
+    try:
+        with pytest.raises(ValueError, match="receives only their noisy sum"):
+            open_run({**raw, "algorithm": {"name": "median_air_t"}})
+        exp = open_run({**raw, "algorithm": {"name": "through_air_t"}}).exp
+        _, report = exp.algorithm.apply(exp.initial_state())
+        assert report.aircomp_mse > 0
+        open_run({**raw, "network": {"model": "tdma"}, "algorithm": {"name": "median_air_t"}})
+    finally:
+        registry.unregister("median_air_t")
+        registry.unregister("through_air_t")

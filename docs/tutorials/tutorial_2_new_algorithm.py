@@ -132,7 +132,11 @@ wirelessfl.registry.unregister("fedclip2")
 # ``folds_deltas = True`` beside it (only right when it reads them through ``combine``).
 # Over a digital link with a deadline, ``delivery`` (a
 # :class:`~wirelessfl.net.digital.Delivery`) says who arrived and who was dropped; the
-# ``results`` are the arrived ones.
+# ``results`` are the arrived ones. Over the air (``network.aggregation: over_the_air``) the
+# server never receives a client's Δ_i, only their noisy sum, so a median cannot run there:
+# a class that defines its own ``server_update`` is refused over the air unless it
+# aggregates through ``self.combine(...)`` (the received sum) and says so with
+# ``uses_uplink = True``.
 import torch
 
 

@@ -139,7 +139,10 @@ class FederatedAlgorithm(ABC):
     #: id → state. Its rules give their new states as a
     #: :class:`~wirelessfl.engine.client_store.StateStack` (SCAFFOLD, FAdamGC).
     stacked_client_store: bool = False
-    #: Whether every upload goes through ``env.uplink`` (over-the-air runs need it).
+    #: Whether every upload goes through ``env.uplink`` (over-the-air runs need it). A class
+    #: that defines its own :meth:`server_update` declares it anew (else False): a server
+    #: phase that reads each client's Δ_i, which over the air the server never receives (only
+    #: their noisy sum), must not run over the air.
     uses_uplink: bool = False
     #: Whether its rounds run over a digital link that shapes learning (``env.link``).
     uses_digital_link: bool = False
@@ -255,6 +258,10 @@ class FederatedAlgorithm(ABC):
             cls.server_update = own["aggregate"]
         elif "server_update" in own:
             cls.aggregate = own["server_update"]  # super().aggregate(...) of a subclass
+        if "server_update" in vars(cls) and "uses_uplink" not in own:
+            # a new server phase may read each client's update itself, which over the air
+            # the server never receives: it says so by declaring uses_uplink = True
+            cls.uses_uplink = False
 
     @abstractmethod
     def server_update(self, state: ServerState, plan: RoundPlan,

@@ -51,6 +51,8 @@ class FedACGState(AlgorithmState):
 class FedACG(FedAvg):
     """FedACG: lookahead start w_g + λ m, proximal local steps, momentum server."""
 
+    uses_uplink = True  # its server phase aggregates through the uplink (combine)
+
     state_type = FedACGState
 
     def __init__(self, env: Environment, hp: FedACGHParams = FedACGHParams()) -> None:

@@ -100,6 +100,8 @@ class FedDynState(AlgorithmState):
 class FedDyn(FedAvg):
     """FedDyn over FedAvg's sampling and aggregation."""
 
+    uses_uplink = True  # its server phase aggregates through the uplink (combine)
+
     state_type = FedDynState
     folds_deltas = False  # its h sums the Δ_i itself
 

@@ -228,6 +228,8 @@ class SCAFFOLDState(AlgorithmState):
 class SCAFFOLD(FedAvg):
     """SCAFFOLD over FedAvg's sampling, weighting and server optimiser."""
 
+    uses_uplink = True  # its server phase aggregates through the uplink (combine)
+
     state_type = SCAFFOLDState
     stacked_client_store = True  # c_i: one stacked tensor per parameter
 

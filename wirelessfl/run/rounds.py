@@ -145,6 +145,14 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
                       link=digital)
     algo_cls = registry.get(cfg.algorithm.name)[1]
     if uplink is not None and not algo_cls.uses_uplink:
+        from wirelessfl.algorithms.fedavg import FedAvg
+
+        if issubclass(algo_cls, FedAvg):  # a server phase of its own (a user's rule)
+            raise ConfigError(f"network.aggregation over_the_air: {cfg.algorithm.name} has its "
+                              "own server_update, which reads each client's update; over the air "
+                              "the server receives only their noisy sum. Aggregate with "
+                              "self.combine(...) (the received sum) and set uses_uplink = True "
+                              "in the class, or use network.aggregation: digital")
         raise ConfigError(f"network.aggregation over_the_air: {cfg.algorithm.name} aggregates its "
                           "own way (HIST: algorithm.aggregation aircomp); use it with the FedAvg "
                           "family (fedavg, fedprox, scaffold, fadamgc, moon, fedacg, feddyn, ...) "

@@ -83,6 +83,8 @@ class ContinuousState(AlgorithmState):
 class Continuous(FedAvg):
     """FedAvg with :class:`DistillSGD` clients and the session's initial model as teacher."""
 
+    uses_uplink = True  # its server phase aggregates through the uplink (combine)
+
     state_type = ContinuousState
 
     def __init__(self, env: Environment, hp: ContinuousHParams = ContinuousHParams()) -> None:

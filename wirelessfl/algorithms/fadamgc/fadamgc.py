@@ -143,6 +143,8 @@ class FAdamGCState(AlgorithmState):
 class FAdamGC(FedAvg):
     """FAdamGC, FA-NT or LocalAdam (``correction``) over FedAvg's sampling and server step."""
 
+    uses_uplink = True  # its server phase aggregates through the uplink (combine)
+
     state_type = FAdamGCState
 
     def __init__(self, env: Environment, hp: FAdamGCHParams = FAdamGCHParams()) -> None:
