@@ -176,6 +176,13 @@ def test_bad_registrations_are_refused():
     assert "mine" not in wirelessfl.algorithm_names()
 
 
+def _median_step(algo, state, results):
+    """Tutorial 2's FedMedian server step: along the coordinate-wise median of the Δ_i."""
+    median = {k: torch.stack([r.delta[k] for r in results]).median(0).values for k in state.params}
+    params, opt = algo.server_opt.step(state.params, median, state.opt_state)
+    return algo.finish_round(state, params, opt, results)
+
+
 def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_number():
     """No hidden fold: a FedAvg subclass that overrides its server phase (a median) sees each
     client's whole Δ_i; FedAvg's own fold and an unfolded mean give the same model. Written
@@ -188,10 +195,7 @@ def test_a_user_aggregate_override_gets_every_full_delta_and_folding_changes_no_
         class FedMedian(FedAvg):
             def aggregate(self, state, plan, results, delivery=None):
                 seen.append([{k: tuple(v.shape) for k, v in r.delta.items()} for r in results])
-                median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
-                          for k in state.params}
-                params, opt = self.server_opt.step(state.params, median, state.opt_state)
-                return self.finish_round(state, params, opt, results)
+                return _median_step(self, state, results)
 
     class Unfolded(FedAvg):
         folds_deltas = False
@@ -368,10 +372,7 @@ def test_a_user_server_phase_over_the_air_is_refused_not_run_without_the_channel
 
     class FedMedian(FedAvg):
         def server_update(self, state, plan, results, delivery=None):
-            median = {k: torch.stack([r.delta[k] for r in results]).median(0).values
-                      for k in state.params}
-            params, opt = self.server_opt.step(state.params, median, state.opt_state)
-            return self.finish_round(state, params, opt, results)
+            return _median_step(self, state, results)
 
     class Through(FedAvg):
         uses_uplink = True
