@@ -135,3 +135,11 @@ def test_a_multi_task_configs_data_dir_reaches_every_task(tmp_path):
         resolve_multitask(apply_overrides(load_raw("centralized_fmnist_quick"), ["data.seed=3"]))
     assert main(["figures", "fedast", "--scale", "quick", "--only", "e1", "--dry-run", "--quiet",
                  "--data-dir", str(tmp_path), "--out", str(tmp_path / "r")]) == 0
+
+
+@pytest.mark.parametrize("setting", [{"replay": "on"}, {"low_rank": "on"}, {"max_batch": 4}])
+def test_a_batched_engine_setting_with_the_loop_engine_is_refused_not_ignored(setting):
+    with pytest.raises(ConfigError, match="the loop engine trains one client at a time"):
+        resolve({"engine": "loop", **setting})
+    resolve({"engine": "batched", **setting})  # where it acts
+    resolve({"engine": "loop", "replay": "off", "low_rank": "off"})  # saying "off" is fine

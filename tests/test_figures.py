@@ -636,3 +636,37 @@ def test_a_planted_runs_link_in_a_report_folder_is_never_written_through(toy, tm
     (toy / "runs").symlink_to(target, target_is_directory=True)
     assert main(["figures", "toy", "--only", "tab", "--out", str(toy), "--quiet"]) == 2
     assert list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", [["--dry-run"], ["--estimate"], []])
+def test_only_a_figure_outside_the_scale_is_one_line_not_an_empty_report(toy, capsys, mode):
+    """A paper-only figure asked for at quick scale: before, --estimate gave a traceback,
+    --dry-run printed nothing and a run wrote an empty report with exit 0."""
+    spec = {**TOY, "figures": {**TOY["figures"], "big": {**TOY["figures"]["tab"],
+                                                         "scales": ["paper"]}}}
+    (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["figures", "toy", "--only", "big", "--out", str(toy), "--quiet", *mode]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a figure of the quick scale" in err and "--scale paper" in err
+    assert not toy.exists() or not (toy / "README.md").exists()
+
+
+@pytest.mark.parametrize("mode", [["--dry-run"], ["--estimate"], []])
+def test_an_unknown_dataset_is_refused_before_anything_runs(toy, capsys, mode):
+    """Before, --dry-run and --estimate passed it and a run trained nothing with exit 0."""
+    spec = {**TOY, "base": {**TOY["base"], "data": {**TOY["base"]["data"], "dataset": "nosuch"}}}
+    (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["figures", "toy", "--out", str(toy), "--quiet", *mode]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown dataset 'nosuch'" in err and "--plugin" in err
+
+
+@pytest.mark.parametrize("flags, match", [(["--batch-runs", "10001"], "at most 10000"),
+                                          (["--executor", "ray", "--batch-runs", "2"],
+                                           "drop --batch-runs")])
+def test_bad_grouping_flags_are_refused_before_a_report_folder_is_claimed(toy, capsys, flags,
+                                                                          match):
+    assert main(["figures", "toy", "--out", str(toy), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err
+    assert not toy.exists()

@@ -286,3 +286,30 @@ def test_the_model_check_feeds_the_model_on_its_own_device():
     data = ArrayDataset(torch.rand(4, 1, 28, 28), torch.arange(4) % 10, 10)
     model = build_model("fcnn", (1, 28, 28), 10, seed=0, hidden=8).to("meta")
     _check_model(model, "fcnn", data, "meta")
+
+
+@pytest.mark.parametrize("flags, match", [(["--checkpoint-every", "5"], "for multi-task runs"),
+                                          (["--workers", "2"], "--engine distributed")])
+def test_a_run_flag_that_would_do_nothing_is_refused(tmp_path, capsys, flags, match):
+    """--checkpoint-every (seconds) only acts on multi-task runs, --workers only with the
+    distributed engine: given to a round-based batched run, they are refused, not ignored."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("rounds: 1\ndata: {dataset: synthetic, num_clients: 4, samples_per_client: 20}\n"
+                   "model: {name: linear}\n")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err and not (tmp_path / "r").exists()
+
+
+def test_a_run_cut_short_by_until_writes_no_summary_and_resumes_to_the_end(tmp_path):
+    """The estimate's timed samples end early through ``until``: such a folder must not look
+    finished (no summary.json); resuming it trains the rest."""
+    from wirelessfl.run.shell import execute
+
+    raw = {"rounds": 4, "data": {"dataset": "synthetic", "num_clients": 4, "samples_per_client": 20},
+           "model": {"name": "linear"}}
+    record = RunRecord(tmp_path / "r")
+    execute(record, open_run(raw), quiet=True, until=lambda row: row["round"] >= 2)
+    assert record.summary() is None and [r["round"] for r in record.rows()] == [0, 1, 2]
+    run_job(open_run(raw), tmp_path / "r", resume=True, quiet=True)
+    assert record.summary() is not None and record.rows()[-1]["round"] == 4

@@ -53,7 +53,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not kind_of(raw).deterministic:
             raise ConfigError("--deterministic is for round-based runs, not multi-task ones")
         overrides.append("deterministic=true")
-    job = open_run(apply_overrides(raw, overrides), checkpoint_every_s=args.checkpoint_every)
+    raw = apply_overrides(raw, overrides)
+    if args.checkpoint_every is not None and kind_of(raw).name == "rounds":
+        raise ConfigError("--checkpoint-every (seconds) is for multi-task runs; a round-based run "
+                          "checkpoints every `checkpoint_every` rounds: --set checkpoint_every=N")
+    job = open_run(raw, checkpoint_every_s=60.0 if args.checkpoint_every is None
+                   else args.checkpoint_every)
+    if args.workers is not None and getattr(getattr(job, "cfg", None), "engine", None) \
+            != "distributed":
+        raise ConfigError("--workers is the process count of the distributed engine: add "
+                          "--engine distributed, or remove --workers")
     make_trackers(args.tracker)  # a missing library is refused before the run folder is made
     out = Path(args.out) if args.out else Path("runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
@@ -361,12 +370,22 @@ def _report(out: Path, command: str, produce: Callable[[], list[Path]]) -> int:
     return 0
 
 
+#: Most runs one lockstep group may hold (``--batch-runs``).
+MAX_BATCH_RUNS = 10_000
+
+
 def _ray_options(args: argparse.Namespace):
     """The Ray options of ``--executor ray`` (None for the local executor); checks the flags."""
     from wirelessfl.report.ray_executor import RayOptions
 
     ray_flags = [f for f in ("address", "gpus_per_run", "cpus_per_run", "retries")
                  if getattr(args, f) is not None]
+    if args.batch_runs is not None and args.batch_runs > MAX_BATCH_RUNS:  # before any folder
+        raise ConfigError(f"--batch-runs {args.batch_runs}: at most {MAX_BATCH_RUNS} runs share "
+                          "one computation; lower it")
+    if args.executor == "ray" and args.batch_runs is not None:
+        raise ConfigError("--batch-runs groups runs in local processes; with --executor ray "
+                          "each run is its own task: drop --batch-runs")
     if args.executor != "ray":
         if ray_flags:
             raise ConfigError(f"--{ray_flags[0].replace('_', '-')} is a Ray option: add "
@@ -464,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tracker", action="append", choices=["tensorboard", "mlflow", "wandb"],
                    help="also send the rows to this run tracker (repeatable; the run folder "
                         "stays the record)")
-    r.add_argument("--checkpoint-every", type=_finite(0.0), default=60.0, metavar="SECONDS",
+    r.add_argument("--checkpoint-every", type=_finite(0.0), default=None, metavar="SECONDS",
                    help="multi-task runs: snapshot after a round once this many wall seconds "
                         "have passed (0: every round; default 60)")
     _add_plugin_arg(r)

@@ -153,6 +153,12 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
     unknown = sorted(set(only or ()) - set(figures))
     if unknown:
         raise ConfigError(f"--only {', '.join(unknown)}: unknown; {paper} has {', '.join(figures)}")
+    outside = sorted(n for n in set(only or ()) if scale not in figures[n].get("scales", SCALES))
+    if outside:
+        at = [n for n, f in figures.items() if scale in f.get("scales", SCALES)]
+        raise ConfigError(f"--only {', '.join(outside)}: not a figure of the {scale} scale of "
+                          f"{paper} (it has {', '.join(at) or 'none'}); use --scale "
+                          f"{'paper' if scale == 'quick' else 'quick'} or another --only")
     scale_doc = doc["scales"][scale]
     out = []
     for name, fig in figures.items():

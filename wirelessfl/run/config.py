@@ -28,12 +28,12 @@ from typing import Any
 
 from wirelessfl.algorithms.dynamic.initial_model import InitialModelConfig
 from wirelessfl.data.arrays import PLACEMENTS
-from wirelessfl.data.datasets import NORMALIZATIONS
+from wirelessfl.data.datasets import DATASETS, NORMALIZATIONS, USER_DATASETS
 from wirelessfl.data.text import TEXT_DATASETS
 from wirelessfl.engine.batched import COMPILE_MODES, LOW_RANK_MODES
 from wirelessfl.engine.client import LocalHParams
 from wirelessfl.engine.replay import REPLAY_MODES
-from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, short
+from wirelessfl.errors import ConfigError, check_config_size, parse_yaml, plugin_hint, short
 from wirelessfl.net.links import NetworkConfig
 from wirelessfl.run.configtypes import (
     AlgorithmConfig,
@@ -124,6 +124,10 @@ class DataConfig:
     placement: str = "auto"
 
     def __post_init__(self) -> None:
+        known = (*DATASETS, *TEXT_DATASETS, *USER_DATASETS)
+        if not isinstance(self.dataset, str) or self.dataset not in known:
+            raise ConfigError(f"data.dataset: unknown dataset {short(self.dataset)}"
+                              f"{plugin_hint('dataset')}; choose one of {', '.join(known)}")
         if self.tokenizer is not None and self.dataset not in TEXT_DATASETS:
             raise ConfigError(f"data.tokenizer is for text datasets ({', '.join(TEXT_DATASETS)}); "
                               f"{short(self.dataset)} does not use one: remove it")
@@ -282,6 +286,14 @@ class RunConfig:
         if self.low_rank not in LOW_RANK_MODES:
             raise ConfigError(f"low_rank must be one of {', '.join(LOW_RANK_MODES)}, got "
                               f"{short(self.low_rank)}")
+        inert = [f"{k}: {v}" for k, v, off in (("replay", self.replay, "on"),
+                                                ("low_rank", self.low_rank, "on"),
+                                                ("max_batch", self.max_batch, None))
+                 if self.engine == "loop" and (v == off if off else v is not None)]
+        if inert:
+            raise ConfigError(f"{inert[0]} sets the batched engine's stacked steps; the loop "
+                              "engine trains one client at a time and would ignore it: set "
+                              "engine: batched (or auto), or remove it")
         if self.compile != "off" and self.engine == "loop":
             raise ConfigError(f"compile: {self.compile} compiles the batched engine's steps; the "
                               "loop engine does not compile: set engine: batched (or auto) or "

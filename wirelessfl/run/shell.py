@@ -175,7 +175,8 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
     checkpoint holds the count and its changes, and a resumed run starts from them.
     ``until`` is called with every row as it is appended (``wall_s`` included); once it
     returns True a round-based job ends after that round, short of its config's rounds (a
-    sample: :mod:`wirelessfl.report.estimate` times rounds this way).
+    sample: :mod:`wirelessfl.report.estimate` times rounds this way), and no ``summary.json``
+    is written (the folder does not look like a finished run: a resume goes on).
     """
     governor = ThreadGovernor(job.resolved.get("threads", "auto"),
                               job.resolved.get("engine", "auto"), fixed=not govern)
@@ -213,7 +214,8 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
                     print(f"wirelessfl: note: tracker {t.name} did not close cleanly "
                           f"({type(exc).__name__}: {str(exc)[:100]})", file=sys.stderr)
         summary = job.summary(record.rows(), out.wall())
-        record.write_summary(summary)
+        if not out.stopped:  # a sample cut short by ``until`` is not a finished run
+            record.write_summary(summary)
         return summary
 
 
