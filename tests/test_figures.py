@@ -670,3 +670,20 @@ def test_bad_grouping_flags_are_refused_before_a_report_folder_is_claimed(toy, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and match in err
     assert not toy.exists()
+
+
+def test_estimate_skips_a_diverging_series_and_times_the_others(toy, monkeypatch):
+    from wirelessfl.errors import TrainingDiverged
+    from wirelessfl.report import estimate
+
+    real = estimate._timed_job
+
+    def timed_job(raw, folder, until):
+        if raw["algorithm"].get("split") is False:  # the HFedAvg series diverges
+            raise TrainingDiverged("round 1: the training loss is nan")
+        return real(raw, folder, until)
+
+    monkeypatch.setattr(estimate, "_timed_job", timed_job)
+    (est,) = estimate.estimate(load_figures("toy", "quick", only=["curves"]), toy,
+                               log=lambda _: None)
+    assert est.seconds > 0 and "diverged" in est.note and "HFedAvg" in est.note

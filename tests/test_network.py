@@ -243,3 +243,40 @@ def test_a_run_folder_written_before_the_link_seam_resumes(tmp_path):
     with pytest.raises(Exception, match="different config"):
         run_job(open_run({**raw, "network": {"model": "tdma"}}),
                 tmp_path / "old", resume=True, quiet=True)
+
+
+@pytest.mark.parametrize("bad, match", [(float("nan"), "gave nan"), (float("inf"), "gave inf"),
+                                        (1e308, "gave 1e"), (-5.0, "gave -5"),
+                                        (True, "gave True"), ("3 s", "gave '3 s'"),
+                                        (np.ones(2), "gave"), (ZeroDivisionError("x"), "failed")])
+def test_a_user_link_model_s_seconds_are_checked_wherever_a_clock_reads_them(tmp_path, bad,
+                                                                             match):
+    """NaN, inf, 1e308, a negative, True, a string, an array or an exception from a plug-in's
+    seconds(): one line naming the model, in a run and in re-timing, not a clock gone null,
+    negative or a traceback. shadowed with no clients gives its compute time."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from wirelessfl.net.links import LinkModel, RoundCost, make_link, register_link, unregister_link
+
+    @dataclass(frozen=True)
+    class BadSettings:
+        pass
+
+    class Bad(LinkModel):
+        Settings: ClassVar[type] = BadSettings
+
+        def seconds(self, cost, rng):
+            if isinstance(bad, Exception):
+                raise bad
+            return bad
+
+    register_link("my_bad", Bad)
+    try:
+        with pytest.raises(ValueError, match=f"network.model 'my_bad': its seconds\\(\\) {match}"):
+            _time(tmp_path, "bad", {"name": "fedavg"}, {"model": "my_bad"})
+    finally:
+        unregister_link("my_bad")
+    link = make_link(resolve({**RAW, "network": {"model": "shadowed"}}).network)
+    cost = RoundCost(1.0, 1.0, 3, 0, 10, ())
+    assert link.timed(cost, np.random.default_rng(0)) == pytest.approx(3 * link.cfg.step_seconds)

@@ -140,7 +140,7 @@ class LinkLatency(LatencyModel):
     def sample(self, client: int, task: int, rng: np.random.Generator) -> float:
         compute = self.compute.sample(client, task, rng)
         d = float(self.params[task])
-        extra = self.link.seconds(RoundCost(uplink=d, downlink=d, max_steps=0, clients=1), rng)
+        extra = self.link.timed(RoundCost(uplink=d, downlink=d, max_steps=0, clients=1), rng)
         return compute + (extra or 0.0)
 
 

@@ -50,6 +50,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -91,8 +93,11 @@ def register_link(name: str, cls: type[LinkModel]) -> None:
     """Add a link model from a user's own code: ``network.model: <name>`` then runs it.
 
     ``cls`` subclasses :class:`LinkModel` (its ``Settings`` a frozen dataclass). A
-    registered name is refused. Runs in worker processes import the project's own models
-    only: register there too, or run with one job.
+    registered name is refused. Put the class and this line in a plug-in (``--plugin``, or
+    an installed package's ``wirelessfl.plugins`` entry point): ``--jobs`` worker processes
+    load the same plug-ins as their command, so the name is registered there too. Every
+    clock reads the model's :meth:`LinkModel.seconds` through :meth:`LinkModel.timed`, which
+    refuses a value that is not a finite number of seconds ≥ 0.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"`name` must be an identifier such as 'my_link', got {short(name)}")
@@ -309,6 +314,10 @@ class RoundCost:
         return cls(up, down, steps, clients, n, tuple(ids))
 
 
+#: Longest round a link may report [s] (about 30,000 years: past it, a clock is broken).
+MAX_ROUND_SECONDS = 1e12
+
+
 class LinkModel(ABC):
     """A link: how long a round takes and, for some, who arrives and what the server receives.
 
@@ -348,7 +357,30 @@ class LinkModel(ABC):
 
     def round_seconds(self, report: Any, rng: np.random.Generator) -> float | None:
         """Seconds of the round ``report`` describes (None: the link keeps no clock)."""
-        return self.seconds(self.cost(report), rng)
+        return self.timed(self.cost(report), rng)
+
+    def timed(self, cost: RoundCost, rng: np.random.Generator) -> float | None:
+        """:meth:`seconds`, checked: what every clock reads (runs, re-timing, FedAST, groups).
+
+        A link model of one's own may return anything; a value that is not a finite number
+        of seconds ≥ 0 (NaN, inf, a negative, ``True``, a string, an array) or an exception
+        stops the run with one line naming the model, rather than a clock gone null or
+        negative without a word.
+        """
+        name = getattr(self.cfg, "model", type(self).__name__)
+        try:
+            got = self.seconds(cost, rng)
+        except Exception as exc:  # noqa: BLE001 - a plug-in's failure, named and reported
+            raise ValueError(f"network.model {short(name)}: its seconds() failed: "
+                             f"{type(exc).__name__}: {str(exc)[:120]}") from None
+        if got is None:
+            return None
+        if isinstance(got, bool) or not isinstance(got, numbers.Real) \
+                or not math.isfinite(float(got)) or not 0 <= float(got) <= MAX_ROUND_SECONDS:
+            raise ValueError(f"network.model {short(name)}: its seconds() gave {short(got)}; a "
+                             f"round's time must be a finite number of seconds in [0, "
+                             f"{MAX_ROUND_SECONDS:g}] (None: a link without a clock)")
+        return float(got)
 
     @abstractmethod
     def seconds(self, cost: RoundCost, rng: np.random.Generator) -> float | None:
@@ -429,8 +461,8 @@ def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[floa
                              "damaged")
         total_rounds = row["round"]
         for i, values in enumerate(costs or []):
-            seconds = link.seconds(RoundCost.from_list(values),
-                                   seeds.generator("network", first + i + 1))
+            seconds = link.timed(RoundCost.from_list(values),
+                                 seeds.generator("network", first + i + 1))
             if seconds is None:  # a link without a clock
                 return [None] * len(rows)
             total += seconds

@@ -58,4 +58,5 @@ class Shadowed(LinkModel):
         rates = (self.rates(cost.clients, rng) if cost.ids is None
                  else self.rates(cost.population, rng)[list(cost.ids)])
         bits = (cost.downlink + cost.uplink) * self.cfg.bits_per_param
-        return float(cost.max_steps * self.cfg.step_seconds + bits / rates.min())
+        compute = cost.max_steps * self.cfg.step_seconds
+        return float(compute + bits / rates.min()) if rates.size else float(compute)  # nobody sends

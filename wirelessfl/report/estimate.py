@@ -28,6 +28,7 @@ import torch
 
 from wirelessfl.data import datasets
 from wirelessfl.data.arrays import ArrayDataset, DatasetSplits
+from wirelessfl.errors import TrainingDiverged
 from wirelessfl.report.metrics import group_runs
 from wirelessfl.report.spec import Figure, RunSpec, missing_runs
 from wirelessfl.run.kinds import canonical, open_run
@@ -140,7 +141,10 @@ def _time_setting(run: RunSpec, sample_rounds: int,
                              "name": "estimate"}, 1 + sample_rounds)
     with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
         sample = _Sample()
-        total = _timed_job({**base, "rounds": 1 + sample_rounds}, Path(tmp) / "0", sample)
+        try:
+            total = _timed_job({**base, "rounds": 1 + sample_rounds}, Path(tmp) / "0", sample)
+        except TrainingDiverged as exc:  # one setting's sample: the others are still timed
+            return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
         walls = sample.walls
         last = max(walls, default=0)
         if 0 in walls and 1 in walls and last == 1:  # a long first round, timed alone
@@ -150,7 +154,10 @@ def _time_setting(run: RunSpec, sample_rounds: int,
             per_round = max(0.0, (walls[last] - walls[1]) / (last - 1))
             start = max(0.0, total - last * per_round)
         else:  # rows not every round (eval_every > 1): a 1-round run beside it
-            first = _timed_job({**base, "rounds": 1}, Path(tmp) / "1", None)
+            try:
+                first = _timed_job({**base, "rounds": 1}, Path(tmp) / "1", None)
+            except TrainingDiverged as exc:
+                return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
             per_round = max(0.0, (total - first) / sample_rounds)
             start = max(0.0, first - per_round)
     log(f"  timed {run.label}: {per_round:.3g} s a round, {start:.3g} s to start")

@@ -469,7 +469,7 @@ class RoundsJob(Job):
             self.costs.append(cost.as_list())  # what re-timing the run needs
             latency = report.latency_s
             if latency is None and exp.link is not None:
-                latency = exp.link.seconds(cost, exp.seeds.generator("network", t))
+                latency = exp.link.timed(cost, exp.seeds.generator("network", t))
             if latency is not None:
                 self.sim_time = (self.sim_time or 0.0) + latency
             for k, v in report.cumulative.items():
