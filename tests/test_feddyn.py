@@ -63,3 +63,23 @@ def test_feddyn_refuses_a_server_step_it_does_not_have():
 
     with pytest.raises(ConfigError, match="server_optimizer sgd with server_lr 1"):
         resolve({**RAW, "algorithm": {"name": "feddyn", "server_lr": 0.5}})
+
+
+def test_feddyn_over_the_air_builds_h_from_what_the_server_received():
+    """Over the air the server has only the received (noisy) mean of the Δ_i: h grows by
+    α/m · |P_t| × that mean, so after one round from h = 0 (params₁ = params₀ − mean − h/α)
+    h/α · (1 + n/m) = (n/m)(params₀ − params₁) holds exactly; with the exact Σ Δ_i (the
+    channel ignored) it would not. Sample weighting, which the mean cannot undo, is refused."""
+    air = {"network": {"model": "aircomp", "aggregation": "over_the_air", "snr_db": 0.0}}
+    exp = open_run({**RAW, **air, "algorithm": {"name": "feddyn", "alpha": 0.1,
+                                                "clients_per_round": 4}}).exp
+    s0 = exp.initial_state()
+    s1, report = exp.algorithm.apply(s0)
+    assert report.aircomp_mse > 0
+    n, m, alpha = 4, 8, 0.1
+    for k, h in s1.opt_state.h.items():
+        lhs = h / alpha * (1 + n / m)
+        rhs = (n / m) * (s0.params[k] - s1.params[k])
+        torch.testing.assert_close(lhs, rhs, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="weighting: uniform"):
+        open_run({**RAW, **air, "algorithm": {"name": "feddyn", "weighting": "samples"}})

@@ -109,6 +109,10 @@ class FedDyn(FedAvg):
         super().__init__(env, hp)
         self.hp: FedDynHParams = hp
         self.update = DynamicSGD(env.model, env.local, hp.alpha)
+        if env.uplink is not None and hp.weighting != "uniform":
+            raise ValueError("FedDyn over the air needs weighting: uniform: its h sums the "
+                             "clients' updates, which the server knows only as the received "
+                             "(uniform) mean times their count")
 
     @override
     def server_update(self, state: ServerState, plan: RoundPlan,
@@ -119,7 +123,10 @@ class FedDyn(FedAvg):
         alpha, m = self.hp.alpha, self.env.num_clients
         h = self.opt_state(state).h
         if alpha:
-            h = {k: (0 if h is None else h[k]) + alpha / m * sum(r.delta[k] for r in results)
-                 for k in update}
+            if self.aggregator.exact:
+                total = {k: sum(r.delta[k] for r in results) for k in update}
+            else:  # over the air the server has only the received mean: Σ_i Δ_i = |P_t| × it
+                total = {k: len(results) * v for k, v in update.items()}
+            h = {k: (0 if h is None else h[k]) + alpha / m * total[k] for k in update}
             mean = {k: v - h[k] / alpha for k, v in mean.items()}
         return self.finish_round(state, mean, FedDynState(h), results, infos=(info,))
