@@ -314,3 +314,45 @@ def test_the_codesign_docs_state_the_model_the_runs_use():
         text = (root / path).read_text()
         assert "784-300-10" in text and "238,510" in text and "7.63 Mbit" in text, path
         assert "200-200" not in text and "6.4 Mbit" not in text, path
+
+
+def test_a_subset_s_second_vector_goes_over_its_members_own_channels():
+    """D4: a second vector sent by a subset of the round's clients (RoundChannel rows) sees
+    exactly those clients' rows of the round's channel, not a smaller fresh draw."""
+    from wirelessfl.server.aggregation import RoundChannel
+
+    agg = AirComp(0.0, 0.1, antennas=4, round_channel=True)
+    stream = lambda: np.random.default_rng([9, 2])  # noqa: E731 (the round's stream)
+    full, _ = agg.round_channel_of(stream(), 6)
+    rows = np.array([4, 1, 5])
+    sub, _ = agg.round_channel_of(RoundChannel(stream(), 6, rows), 3)
+    np.testing.assert_array_equal(sub, full[rows])
+    with pytest.raises(ValueError, match="rows of the round's clients"):
+        agg.round_channel_of(RoundChannel(stream(), 6, rows), 2)
+
+
+def test_fadamgc_s_tracked_clients_send_their_dy_over_their_own_round_channels(monkeypatch):
+    """In training (S̃ = half the round's clients, ``vector_channel: round``): the Δy_i
+    aggregation's channel is the round's channel of all its clients, restricted to S̃'s rows."""
+    import copy
+
+    from wirelessfl.server import aggregation
+
+    checked, real = [], aggregation.AirComp.round_channel_of
+
+    def spy(self, channel, n):
+        if isinstance(channel, aggregation.RoundChannel):
+            full, _ = real(self, copy.deepcopy(channel.stream), channel.clients)
+            h, stream = real(self, channel, n)
+            np.testing.assert_array_equal(h, full[channel.rows])
+            checked.append((channel.clients, len(channel.rows)))
+            return h, stream
+        return real(self, channel, n)
+
+    monkeypatch.setattr(aggregation.AirComp, "round_channel_of", spy)
+    exp = open_run({**RAW, "algorithm": {"name": "fadamgc", "clients_per_round": 6},
+                    "network": OTA}).exp
+    state = exp.initial_state()
+    for _ in range(2):
+        state, _ = exp.algorithm.apply(state)
+    assert checked and all(c == (6, 3) for c in checked)  # S̃ = S/2 of the round's 6

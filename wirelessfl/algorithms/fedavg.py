@@ -34,7 +34,7 @@ from wirelessfl.engine.batch import ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, DeltaFold
 from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
-from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean
+from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
@@ -254,19 +254,25 @@ class FedAvg(FederatedAlgorithm):
                                  cumulative={"empty_rounds": float(nothing)})
 
     def uplink_sum(self, state: ServerState, trees: list[Params] | Params,
-                   coefs: np.ndarray) -> tuple[Params, AggregateInfo]:
+                   coefs: np.ndarray, rows: np.ndarray | None = None,
+                   clients: int | None = None) -> tuple[Params, AggregateInfo]:
         """Σ_i coef_i tree_i of a second uploaded vector, as received over the air, and its info.
 
         For control variates and tracking terms (gradient units, one symbol = 1); only for a
         non-exact uplink: exact algorithms keep their own arithmetic. Over the air it goes
-        over the channel of the round's model update (``network.vector_channel: round``).
-        ``trees`` is a list of per-client trees, or their stack ``(C, …)`` (a dict).
+        over the channel of the round's model update (``network.vector_channel: round``):
+        sent by a subset of the round's ``clients``, at positions ``rows`` among them, each
+        sender keeps its own channel of the round
+        (:class:`~wirelessfl.server.aggregation.RoundChannel`). ``trees`` is a list of
+        per-client trees, or their stack ``(C, …)`` (a dict).
         """
         total = float(np.sum(coefs))
         how = self.aggregator.aggregate_stack if isinstance(trees, dict) else self.aggregator.aggregate
-        got, info = how(
-            trees, np.asarray(coefs, float), self.env.seeds.generator("noise", state.round, 1),
-            unit=1.0, channel=self.env.seeds.generator("noise", state.round))  # the round's
+        stream = self.env.seeds.generator("noise", state.round)  # the round's first aggregation's
+        channel = stream if rows is None else RoundChannel(stream, int(clients), np.asarray(rows))
+        got, info = how(trees, np.asarray(coefs, float),
+                        self.env.seeds.generator("noise", state.round, 1), unit=1.0,
+                        channel=channel)
         return {k: total * v for k, v in got.items()}, info
 
 

@@ -235,6 +235,21 @@ def apply_update(params: Params, update: Params, lr: float = 1.0) -> Params:
     return {k: params[k] - lr * update[k] for k in params}
 
 
+@dataclass(frozen=True)
+class RoundChannel:
+    """The round's channel stream for a later vector, and which of the round's clients send it.
+
+    ``stream`` is the generator the round's first aggregation drew its channel from (its first
+    child), ``clients`` how many clients that aggregation had, ``rows`` (None: all) the
+    positions among them of the clients that send this vector: FAdamGC's S̃ sends its Δy_i
+    over its members' own channels of the round (:meth:`AirComp.round_channel_of`).
+    """
+
+    stream: np.random.Generator
+    clients: int
+    rows: np.ndarray | None = None
+
+
 class AirComp(Aggregator):
     """Over-the-air aggregation of one cell or one round's clients (HIST §5.9, eqs. (21)–(28)).
 
@@ -329,10 +344,11 @@ class AirComp(Aggregator):
         read from the device once.
         """
         channel_rng, noise_rng = rng.spawn(2)
-        if self.round_channel and channel is not None:
-            channel_rng = channel.spawn(2)[0]
         n = _rows_of(stack)
-        h = simo_rayleigh((), n, self.antennas, channel_rng)
+        if self.round_channel and channel is not None:
+            h, channel_rng = self.round_channel_of(channel, n)
+        else:
+            h = simo_rayleigh((), n, self.antennas, channel_rng)
         w = _weights(weights, n)
         talk = np.ones(n, bool)
         if self.truncation_db is not None:
@@ -357,6 +373,27 @@ class AirComp(Aggregator):
         std = scale * mse ** 0.5
         return ({k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
                  for k, v in mean.items()}, AggregateInfo(float(cell.mse), silent))
+
+    def round_channel_of(self, channel: np.random.Generator | RoundChannel,
+                         n: int) -> tuple[np.ndarray, np.random.Generator]:
+        """The round's channel of these ``n`` rows, and the stream the beam solve goes on with.
+
+        The round's first aggregation drew h for its clients from the stream's first child; a
+        later vector (SCAFFOLD's Δc_i, FAdamGC's Δy_i) draws the same h and, sent by a subset
+        of the round's clients (:class:`RoundChannel` ``rows``), keeps its members' own rows.
+        The beam is then solved again for the clients that transmit this vector.
+        """
+        if isinstance(channel, RoundChannel):
+            stream, clients, rows = channel.stream.spawn(2)[0], channel.clients, channel.rows
+        else:
+            stream, clients, rows = channel.spawn(2)[0], n, None
+        h = simo_rayleigh((), clients, self.antennas, stream)
+        if rows is not None:
+            h = h[np.asarray(rows, np.int64)]
+        if h.shape[0] != n:
+            raise ValueError(f"the round's channel has {h.shape[0]} rows for {n} transmitting "
+                             "clients: give RoundChannel the rows of the round's clients")
+        return h, stream
 
     def __repr__(self) -> str:
         return (f"AirComp(snr_db={self.snr_db}, M={self.antennas}, method={self.method!r}, "

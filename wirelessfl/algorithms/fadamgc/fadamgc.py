@@ -215,15 +215,19 @@ class FAdamGC(FedAvg):
     folds_deltas = True  # server_update reads the Δ_i only through combine
 
     def _tracked_changes(self, state: ServerState, results: ClientResults,
-                         tracked: frozenset[int], zeros: Params) -> tuple[Params | None, int]:
-        """Δy_i = y_i⁺ − y_i of the round's S̃ clients, stacked (None: none), and their count.
+                         tracked: frozenset[int], zeros: Params
+                         ) -> tuple[Params | None, np.ndarray]:
+        """Δy_i = y_i⁺ − y_i of the round's S̃ clients, stacked (None: none), and their rows.
+
+        The rows are S̃'s positions among the round's results (over the air, each sends its
+        Δy_i over its own channel of the round).
 
         A client without a stored y_i had y_i = 0. One gather per parameter of the new and
         of the stored y_i, not a tree per client.
         """
         mine = np.isin(results.clients, list(tracked))
         if not mine.any():
-            return None, 0
+            return None, np.zeros(0, np.int64)
         rows = np.flatnonzero(mine)
         now = client_store.gathered(client_store.take_rows(results.states, rows), zeros, "y")
         before = client_store.gather_ids(state.client_states, results.clients[rows], zeros, "y")
@@ -231,7 +235,7 @@ class FAdamGC(FedAvg):
                                            for k, v in zeros.items()}
         if before is not None:
             now = {k: now[k] - before[k] for k in zeros}
-        return now, int(mine.sum())
+        return now, rows
 
     @override
     def server_update(self, state: ServerState, plan: RoundPlan,
@@ -243,14 +247,15 @@ class FAdamGC(FedAvg):
         zeros = {k: torch.zeros_like(v) for k, v in state.params.items()}
         infos = [info]
         if tracked:  # y ← y + (1/n) Σ_{S̃} (y_i⁺ − y_i)
-            dy, count = self._tracked_changes(state, ClientResults.from_list(results), tracked,
-                                              zeros)
+            dy, rows = self._tracked_changes(state, ClientResults.from_list(results), tracked,
+                                             zeros)
             if dy is None:
                 pass
             elif self.aggregator.exact:
                 y = {k: y[k] + dy[k].sum(0) / self.env.num_clients for k in y}
-            else:  # the y_i changes go up over the air too
-                got, more = self.uplink_sum(state, dy, np.full(count, 1.0 / self.env.num_clients))
+            else:  # the y_i changes go up over the air too, over S̃'s own channels
+                got, more = self.uplink_sum(state, dy, np.full(len(rows), 1.0 / self.env.num_clients),
+                                            rows=rows, clients=len(results))
                 infos.append(more)
                 y = {k: y[k] + got[k] for k in y}
         new = FAdamGCState(y if self.hp.correction != "none" else None, server)
