@@ -329,6 +329,14 @@ def test_a_subset_s_second_vector_goes_over_its_members_own_channels():
     np.testing.assert_array_equal(sub, full[rows])
     with pytest.raises(ValueError, match="rows of the round's clients"):
         agg.round_channel_of(RoundChannel(stream(), 6, rows), 2)
+    # runs made before (subset_rows: false, recorded in the key schema) keep their own draw
+    old_way = AirComp(0.0, 0.1, antennas=4, round_channel=True, subset_rows=False)
+    before, _ = old_way.round_channel_of(RoundChannel(stream(), 6, rows), 3)
+    np.testing.assert_array_equal(before, agg.round_channel_of(stream(), 3)[0])
+    assert not np.array_equal(before, sub)
+    from wirelessfl.run.config import key_view
+    keyed = key_view(resolve({**RAW, "network": OTA}))["network"]
+    assert keyed["subset_rows"] is True  # new runs are keyed apart from those made before
 
 
 def test_fadamgc_s_tracked_clients_send_their_dy_over_their_own_round_channels(monkeypatch):

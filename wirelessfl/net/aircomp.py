@@ -57,6 +57,12 @@ class AirCompSettings(ChannelSettings):
         FAdamGC's Δy): ``round`` [default] sends it over the round's channel, the one the
         model update used (the same h, beam and silent clients; its own noise); ``fresh``
         draws a new channel for it.
+    subset_rows : bool
+        ``vector_channel: round``, a second vector sent by a subset of the round's clients
+        (FAdamGC's S̃): true [default] gives each sender its own h of the round and solves
+        the beam for the senders; false is how runs made before 2026-11-26 drew it (a smaller
+        draw from the round's stream, not the senders' own channels: issue 71's D4), kept so
+        that they resume with their own numbers.
     """
 
     aggregation: str = field(default="exact", metadata=SHAPES_LEARNING)
@@ -65,6 +71,7 @@ class AirCompSettings(ChannelSettings):
     normalise: bool = field(default=True, metadata=SHAPES_LEARNING)
     real_part: bool = field(default=True, metadata=SHAPES_LEARNING)
     vector_channel: str = field(default="round", metadata=SHAPES_LEARNING)
+    subset_rows: bool = field(default=True, metadata=SHAPES_LEARNING)
 
     def __post_init__(self) -> None:
         from solvers.beamforming import METHODS
@@ -83,11 +90,14 @@ class AirCompSettings(ChannelSettings):
                              f"got {self.vector_channel!r}")
         if not isinstance(self.real_part, bool):
             raise ValueError(f"`real_part` must be true or false, got {self.real_part!r}")
+        if not isinstance(self.subset_rows, bool):
+            raise ValueError(f"`subset_rows` must be true or false, got {self.subset_rows!r}")
         inert = [k for k, v, d in (("beamforming", self.beamforming, "fast"),
                                    ("truncation_db", self.truncation_db, None),
                                    ("normalise", self.normalise, True),
                                    ("real_part", self.real_part, True),
-                                   ("vector_channel", self.vector_channel, "round")) if v != d]
+                                   ("vector_channel", self.vector_channel, "round"),
+                                   ("subset_rows", self.subset_rows, True)) if v != d]
         if inert and self.aggregation != "over_the_air":
             raise ValueError(f"`{inert[0]}` is a setting of over-the-air aggregation: add "
                              "aggregation: over_the_air (with model: aircomp) or remove it")
@@ -110,7 +120,8 @@ class AirCompLink(ChannelLink):
             return None
         return AirComp(s.snr_db, lr, antennas=s.antennas, method=s.beamforming,
                        truncation_db=s.truncation_db, normalise=s.normalise,
-                       real_part=s.real_part, round_channel=s.vector_channel == "round")
+                       real_part=s.real_part, round_channel=s.vector_channel == "round",
+                       subset_rows=s.subset_rows)
 
     @override
     def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:

@@ -469,6 +469,7 @@ _RECORD: dict[str, tuple[str | None, dict[str, Any], tuple[str, ...]]] = {
         {
             'real_part': False,
             'vector_channel': 'fresh',
+            'subset_rows': False,
         },
         (),
     ),
@@ -491,6 +492,9 @@ CHANGED_DEFAULTS: frozenset[tuple[str, str]] = frozenset({
     # given there (Adagrad's accumulated v makes its steps ~10x Adam's smaller at one rate);
     # runs made before keep 1e-3 in their keys.
     ('wirelessfl.algorithms.fedavg.FedAdagradHParams', 'server_lr'),
+    # 2026-11-26 (issue 71, D4): a second vector sent by a subset of the round's clients goes
+    # over its senders' own channels of the round; runs made before drew a smaller channel.
+    ('wirelessfl.net.aircomp.AirCompSettings', 'subset_rows'),
 })
 
 

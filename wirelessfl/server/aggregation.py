@@ -298,6 +298,10 @@ class AirComp(Aggregator):
     round_channel : bool
         A call given the round's ``channel`` stream draws the channel from it (a second
         vector over the round's channel); otherwise from its own ``rng``.
+    subset_rows : bool
+        With ``round_channel``, a vector sent by a subset of the round's clients
+        (:class:`RoundChannel` ``rows``) keeps its senders' own rows of the round's channel
+        (false: the earlier, smaller draw; :meth:`round_channel_of`).
     """
 
     exact = False
@@ -305,7 +309,7 @@ class AirComp(Aggregator):
     def __init__(self, snr_db: float, lr: float, *, antennas: int = 10, method: str = "fast",
                  noise_power: float = 1.0, real_part: bool = False, tight_power: bool = False,
                  truncation_db: float | None = None, normalise: bool = False,
-                 round_channel: bool = False) -> None:
+                 round_channel: bool = False, subset_rows: bool = True) -> None:
         if not np.isfinite(snr_db):
             raise ValueError(f"AirComp SNR must be a finite number of dB, got {snr_db}")
         as_float("snr_db", snr_db, lo=-200, hi=200)
@@ -319,7 +323,7 @@ class AirComp(Aggregator):
         self.snr_db, self.lr, self.antennas, self.method = snr_db, lr, int(antennas), method
         self.noise_power, self.real_part, self.tight_power = noise_power, real_part, tight_power
         self.truncation_db, self.normalise = truncation_db, bool(normalise)
-        self.round_channel = bool(round_channel)
+        self.round_channel, self.subset_rows = bool(round_channel), bool(subset_rows)
 
     @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
@@ -383,10 +387,11 @@ class AirComp(Aggregator):
         of the round's clients (:class:`RoundChannel` ``rows``), keeps its members' own rows.
         The beam is then solved again for the clients that transmit this vector.
         """
-        if isinstance(channel, RoundChannel):
+        if isinstance(channel, RoundChannel) and self.subset_rows:
             stream, clients, rows = channel.stream.spawn(2)[0], channel.clients, channel.rows
-        else:
-            stream, clients, rows = channel.spawn(2)[0], n, None
+        else:  # (subset_rows false: runs made before 2026-11-26 drew n rows afresh)
+            base = channel.stream if isinstance(channel, RoundChannel) else channel
+            stream, clients, rows = base.spawn(2)[0], n, None
         h = simo_rayleigh((), clients, self.antennas, stream)
         if rows is not None:
             h = h[np.asarray(rows, np.int64)]
@@ -398,4 +403,5 @@ class AirComp(Aggregator):
     def __repr__(self) -> str:
         return (f"AirComp(snr_db={self.snr_db}, M={self.antennas}, method={self.method!r}, "
                 f"truncation_db={self.truncation_db}, normalise={self.normalise}, "
-                f"real_part={self.real_part}, round_channel={self.round_channel})")
+                f"real_part={self.real_part}, round_channel={self.round_channel}, "
+                f"subset_rows={self.subset_rows})")
