@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from wirelessfl.algorithms.dynamic.initial_model import InitialModelConfig
+from wirelessfl.data import datasets as _datasets
 from wirelessfl.data.arrays import PLACEMENTS
-from wirelessfl.data.datasets import DATASETS, NORMALIZATIONS, USER_DATASETS
+from wirelessfl.data.datasets import DATASETS, NORMALIZATIONS
 from wirelessfl.data.text import TEXT_DATASETS
 from wirelessfl.engine.batched import COMPILE_MODES, LOW_RANK_MODES
 from wirelessfl.engine.client import LocalHParams
@@ -124,7 +125,7 @@ class DataConfig:
     placement: str = "auto"
 
     def __post_init__(self) -> None:
-        known = (*DATASETS, *TEXT_DATASETS, *USER_DATASETS)
+        known = (*DATASETS, *TEXT_DATASETS, *_datasets.USER_DATASETS)  # read now: registered
         if not isinstance(self.dataset, str) or self.dataset not in known:
             raise ConfigError(f"data.dataset: unknown dataset {short(self.dataset)}"
                               f"{plugin_hint('dataset')}; choose one of {', '.join(known)}")
