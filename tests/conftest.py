@@ -63,3 +63,27 @@ def interrupt_after(monkeypatch):
         return exp
 
     return arm
+
+
+@pytest.fixture
+def order_before():
+    """A raw config as the runs made before 2026-11-26 ran it: ``batch_order: pcg64`` in its
+    ``local`` (each task's, for a multi-task run), the one dated re-key of every run since."""
+    from wirelessfl.run.tasks import TASKS
+
+    def before(section):
+        return {**(section or {}), "batch_order": "pcg64"}
+
+    def task(t):
+        t = {"task": t} if isinstance(t, str) else dict(t)
+        known = TASKS.get(t.get("task"), t)
+        extra = {"sync_local": before(t.get("sync_local"))} if (
+            isinstance(t.get("sync_local"), dict) or isinstance(known.get("sync_local"), dict)) else {}
+        return {**t, "local": before(t.get("local")), **extra}
+
+    def order_before(raw):
+        if isinstance(raw.get("tasks"), list):
+            return {**raw, "tasks": [task(t) for t in raw["tasks"]]}
+        return {**raw, "local": before(raw.get("local"))}
+
+    return order_before

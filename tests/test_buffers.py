@@ -76,7 +76,8 @@ def test_buffers_are_the_plain_mean_of_the_clients():
                         buffers=x0.buffers) for u in range(6)]
     results = LoopExecutor().run(env.update, env.train, tasks, env.local)
     mean = torch.stack([r.buffers["bn.running_mean"] for r in results]).mean(0)
-    torch.testing.assert_close(new.buffers["bn.running_mean"], mean)
+    # the round ran on the batched engine: its float order of summation, as in the test above
+    torch.testing.assert_close(new.buffers["bn.running_mean"], mean, rtol=1e-4, atol=1e-5)
     assert not torch.equal(results[0].buffers["bn.running_mean"], results[1].buffers["bn.running_mean"])
     assert torch.equal(x0.buffers["bn.running_var"], torch.ones(12))  # clients trained copies
 

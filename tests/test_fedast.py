@@ -308,7 +308,7 @@ def test_centralized_is_plain_sgd_through_the_pooled_samples():
     pooled = np.unique(np.concatenate(task.client_indices))
     hp = task.local
     order = batch_schedule(len(pooled), dataclasses.replace(hp, epochs=1, drop_last=False),
-                           np.random.default_rng(Seeds(3).int_seed("local", 0, 0)))
+                           Seeds(3).int_seed("local", 0, 0))
     assert sum(map(len, order)) == len(pooled) > 0
     params = {k: v.clone().requires_grad_(True) for k, v in task.init_params.items()}
     opt = torch.optim.SGD(params.values(), lr=hp.lr, weight_decay=hp.weight_decay)

@@ -345,14 +345,16 @@ def test_each_scale_has_the_figures_its_yaml_gives_it_each_with_runs(paper, scal
         n for n in doc["figures"] if n in first]
 
 
-def test_run_keys_are_stable_when_options_are_added():
+def test_run_keys_are_stable_when_options_are_added(order_before):
     """A run's key is the hash of its resolved config; options added later (text datasets'
     tokenizer and max_length) stay out of it at their defaults, so earlier runs are found."""
     from wirelessfl.report import RunSpec
 
     raw = {"seed": 1, "rounds": 3, "data": {"dataset": "synthetic", "num_clients": 4},
            "algorithm": {"name": "fedavg"}}
-    assert RunSpec("", "", None, 0, raw).key == "f30d95eda09b"
+    assert RunSpec("", "", None, 0, {**raw, "local": {"batch_order": "pcg64"}}).key == "f30d95eda09b"
+    assert RunSpec("", "", None, 0, raw).key != "f30d95eda09b"  # the dated re-key (batch order)
+    raw = {**raw, "local": {"batch_order": "pcg64"}}
     text = {**raw, "data": {**raw["data"], "max_length": 64}}
     assert RunSpec("", "", None, 0, text).key != "f30d95eda09b"
     placed = {**raw, "data": {**raw["data"], "placement": "auto"}}
@@ -361,7 +363,8 @@ def test_run_keys_are_stable_when_options_are_added():
     # the one the code gave before the text options were added)
     multi = {"tasks": ["synthetic_linear", "synthetic_linear"], "seed": 1,
              "pool": {"clients": 20}, "max_rounds": 3}
-    assert RunSpec("", "", None, 0, multi).key == "c900ed0f7bde"
+    assert RunSpec("", "", None, 0, order_before(multi)).key == "c900ed0f7bde"
+    assert RunSpec("", "", None, 0, multi).key != "c900ed0f7bde"
 
 
 def test_multitask_data_seeds_are_stable_when_options_are_added():

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from channels.validation import as_float, as_int
+from wirelessfl.engine.schedule import BATCH_ORDERS
 
 #: Most local steps one call may run (the batch schedule of a call is held in memory).
 MAX_LOCAL_STEPS = 100_000
@@ -62,6 +63,11 @@ class LocalHParams:
         (master weights). ``fp16`` scales the loss per client (:data:`SCALE_INIT`, halved and
         the step skipped on an overflow, doubled after :data:`SCALE_GROWTH_INTERVAL` clean
         steps; a skipped step still uses up its mini-batch).
+    batch_order : str
+        Where each epoch's permutation comes from (:mod:`wirelessfl.engine.schedule`):
+        ``counter`` (default: a keyed hash of the client's seed, epoch and position, computed
+        for all clients at once) or ``pcg64`` (a NumPy generator per client; the runs made
+        before 2026-11-26, which keep it in their run keys).
     """
 
     lr: float = 0.01
@@ -79,6 +85,7 @@ class LocalHParams:
     schedule_rounds: int | None = None
     schedule_floor: float = 0.0
     precision: str = "fp32"
+    batch_order: str = "counter"
 
     def __post_init__(self) -> None:
         as_float("lr", self.lr, lo=0, hi=1e6, lo_open=True)
@@ -104,6 +111,9 @@ class LocalHParams:
         as_float("schedule_floor", self.schedule_floor, lo=0, hi=1)
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"`optimizer` must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if self.batch_order not in BATCH_ORDERS:
+            raise ValueError(f"`batch_order` must be {' or '.join(BATCH_ORDERS)}, "
+                             f"got {self.batch_order!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"`precision` must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}, "
                              f"got {self.precision!r}")

@@ -74,8 +74,7 @@ class LoopExecutor(Executor):
 
     def _run_one(self, update: ClientUpdate, data: ArrayDataset, task: ClientTask,
                  hp: LocalHParams) -> ClientResult:
-        rng = np.random.default_rng(task.seed)
-        schedule = batch_schedule(len(task.indices), hp, rng)
+        schedule = batch_schedule(len(task.indices), hp, task.seed)
         # every step's sample indices in one upload; each step takes a view (no copy, no wait)
         ends = np.cumsum([len(pos) for pos in schedule], dtype=np.int64)
         order = torch.as_tensor(np.asarray(task.indices, dtype=np.int64)[

@@ -3,13 +3,21 @@
 Mini-batch order [code, ``docs/papers/hist.md`` §2.4]: the client reshuffles its local data
 every epoch and cycles through it; ``steps`` counts SGD steps, not epochs. With ``epochs``
 set, a call runs that many epochs instead (FedAST §4.6: 3 epochs, last partial batch
-dropped). Each epoch is one ``rng.permutation`` of the client's ``n_i`` samples, cut into
+dropped). Each epoch is one permutation of the client's ``n_i`` samples, cut into
 batches of ``B = min(batch_size, n_i)``.
+
+Where the permutations come from is the setting ``local.batch_order`` (:data:`BATCH_ORDERS`):
+
+- ``counter`` (the default since 2026-11-26): epoch ``e`` of the client with seed ``s``
+  orders its positions ``j`` by the top 40 bits of ``mix(s ⊕ mix(e·2³² + j + φ))``
+  (``mix``: SplitMix64's finaliser, φ its increment), ties by ``j``. Every client's every epoch is one
+  array expression and one sort (:func:`epoch_orders`): no Python per client.
+- ``pcg64``: ``np.random.default_rng(s).permutation(n_i)`` per epoch, the runs made before
+  (a generator and a shuffle per client).
 
 :func:`batch_schedule` is one client's schedule as a list of batches (the loop engine's);
 :func:`stacked_schedule` is a whole group's as one padded array, built from the same
-permutations with array operations: the only Python per client is its generator and its
-permutations, so the batched engine's schedule costs no loop over batches or steps.
+permutations with array operations, so the loop and batched engines draw the same batches.
 """
 
 from __future__ import annotations
@@ -19,12 +27,64 @@ from typing import Protocol
 
 import numpy as np
 
+#: The mini-batch order streams (``local.batch_order``): ``counter`` is the default.
+BATCH_ORDERS = ("counter", "pcg64")
+
+_PHI = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment (2^64 / golden ratio)
+_KEY_BITS = 40  # the sort key's bits: the hash's top 40 (ties, ~n²/2^41 an epoch, by position)
+
 
 class _Local(Protocol):  # the fields of LocalHParams a schedule reads
     batch_size: int
     steps: int
     epochs: int | None
     drop_last: bool
+    batch_order: str
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on a uint64 array (a bijection; wraps modulo 2^64)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def epoch_orders(seeds: np.ndarray, epochs: np.ndarray, sizes: np.ndarray,
+                 order: str = "counter") -> np.ndarray:
+    """Every client's epoch permutations, one after another in one pool (client-major).
+
+    Client ``c`` (seed ``seeds[c]``, ``sizes[c]`` samples) draws ``epochs[c]``
+    permutations of ``range(sizes[c])``; the pool holds them in that order. ``counter``
+    computes all of them at once (module docstring); ``pcg64`` runs one NumPy generator per
+    client. Returns int64 of length ``Σ sizes·epochs``.
+    """
+    sizes, epochs = np.asarray(sizes, np.int64), np.asarray(epochs, np.int64)
+    draws = np.repeat(sizes, epochs)  # one entry per (client, epoch)
+    total = int(draws.sum())
+    seg_at = np.cumsum(draws) - draws
+    pool = np.arange(total, dtype=np.int64) - np.repeat(seg_at, draws)  # j within its epoch
+    if order == "pcg64":
+        at = 0
+        for rng, e, n in zip(map(np.random.default_rng, np.asarray(seeds).tolist()),
+                             epochs.tolist(), sizes.tolist()):
+            for _ in range(e):  # the client's generator and its shuffles
+                rng.shuffle(pool[at:at + n])
+                at += n
+        return pool
+    if order != "counter":
+        raise ValueError(f"`batch_order` must be one of {', '.join(BATCH_ORDERS)}, got {order!r}")
+    if not total:
+        return pool
+    seg = np.repeat(np.arange(len(draws), dtype=np.int64), draws)
+    owner = np.repeat(np.arange(len(sizes), dtype=np.int64), epochs)  # the client of each epoch
+    epoch = np.arange(len(draws), dtype=np.int64) - np.repeat(np.cumsum(epochs) - epochs, epochs)
+    with np.errstate(over="ignore"):
+        count = (epoch[seg].astype(np.uint64) << np.uint64(32)) + pool.astype(np.uint64) + _PHI
+        key = _mix64(np.asarray(seeds, np.int64).astype(np.uint64)[owner][seg] ^ _mix64(count))
+        key >>= np.uint64(64 - _KEY_BITS)
+    if len(draws) < 2 ** (64 - _KEY_BITS):  # epoch and key in one word: one stable sort
+        return pool[np.argsort((seg.astype(np.uint64) << np.uint64(_KEY_BITS)) | key, kind="stable")]
+    return pool[np.lexsort((pool, key, seg))]  # the same order, for very many epochs
 
 
 def _epoch_cuts(n: np.ndarray, hp: _Local) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -52,19 +112,28 @@ def _epochs(cuts: np.ndarray, hp: _Local) -> np.ndarray:
     return np.where(cuts > 0, -(-hp.steps // np.maximum(cuts, 1)), 0)
 
 
-def batch_schedule(num_samples: int, hp: _Local, rng: np.random.Generator) -> list[np.ndarray]:
+def batch_schedule(num_samples: int, hp: _Local, seed: int | np.random.Generator
+                   ) -> list[np.ndarray]:
     """Positions (into the client's local data) of each mini-batch of one call.
 
     Each epoch is a fresh permutation cut into batches; epochs are drawn until ``steps``
     batches exist (or ``epochs`` epochs are done). A client with no data gets none.
+    ``seed`` is the client's seed, whose stream ``hp.batch_order`` names; a NumPy
+    generator instead is drawn from directly (the ``pcg64`` way, whatever ``hp`` says).
     """
     n = np.array([num_samples])
     bs, full, rem, cuts = (int(a[0]) for a in _epoch_cuts(n, hp))
     if not cuts:
         return []
+    epochs = int(_epochs(np.array([cuts]), hp)[0])
+    if isinstance(seed, np.random.Generator):
+        perms = [seed.permutation(num_samples) for _ in range(epochs)]
+    else:
+        pool = epoch_orders(np.array([seed], np.int64), np.array([epochs]), n,
+                            hp.batch_order)
+        perms = np.split(pool, epochs)
     batches: list[np.ndarray] = []
-    for _ in range(int(_epochs(np.array([cuts]), hp)[0])):
-        perm = rng.permutation(num_samples)
+    for perm in perms:
         batches.extend(np.split(perm[:full * bs], full) if full else [])
         if rem:
             batches.append(perm[full * bs:])
@@ -75,8 +144,8 @@ def stacked_schedule(indices: Sequence[np.ndarray], seeds: np.ndarray, hp: _Loca
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A group's batches as one padded ``(clients, Σ widths)`` array of sample indices and weights.
 
-    Client ``c`` owns the samples ``indices[c]`` and draws its order from
-    ``np.random.default_rng(seeds[c])`` exactly as :func:`batch_schedule` does. Step ``s``
+    Client ``c`` owns the samples ``indices[c]`` and draws its order from its seed
+    ``seeds[c]`` exactly as :func:`batch_schedule` does (:func:`epoch_orders`). Step ``s``
     takes columns ``offsets[s]:offsets[s + 1]``, as wide as its largest batch; client ``c``'s
     batch ``s`` fills the first of them with its samples and weight ``1 / len(batch)`` each,
     the rest stays 0 (no sample, no weight). Returns ``(index, weight, offsets, steps)``,
@@ -86,16 +155,8 @@ def stacked_schedule(indices: Sequence[np.ndarray], seeds: np.ndarray, hp: _Loca
     bs, full, rem, cuts = _epoch_cuts(size, hp)
     epochs = _epochs(cuts, hp)
     steps = cuts * epochs if hp.epochs is not None else np.where(cuts > 0, hp.steps, 0)
-    # every client's permutations, one after another in one pool: rng.permutation(n) is
-    # rng.shuffle(np.arange(n)), here shuffled in place on the pool's views
-    draws = np.repeat(size, epochs)
     pool_at = np.concatenate([[0], np.cumsum(size * epochs)[:-1]]).astype(np.int64)
-    pool = np.arange(int(draws.sum())) - np.repeat(np.cumsum(draws) - draws, draws)
-    at = 0
-    for rng, e, n in zip(map(np.random.default_rng, seeds.tolist()), epochs.tolist(), size.tolist()):
-        for _ in range(e):  # the client's generator and its shuffles: no other Python per client
-            rng.shuffle(pool[at:at + n])
-            at += n
+    pool = epoch_orders(seeds, epochs, size, hp.batch_order)
     owner_at = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
     owned = np.concatenate(indices).astype(np.int64) if len(indices) else np.zeros(0, np.int64)
     n_steps = int(steps.max(initial=0))

@@ -14,7 +14,7 @@ Examples
 >>> resolve({"local": {"lrr": 1}})
 Traceback (most recent call last):
 ...
-wirelessfl.errors.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, precision, schedule, schedule_floor, schedule_power, schedule_rounds, steps, weight_decay
+wirelessfl.errors.ConfigError: unknown config key 'local.lrr'; valid keys under 'local': batch_order, batch_size, betas, drop_last, epochs, eps, lr, momentum, optimizer, precision, schedule, schedule_floor, schedule_power, schedule_rounds, steps, weight_decay
 """
 
 from __future__ import annotations

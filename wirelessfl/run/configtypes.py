@@ -23,7 +23,7 @@ from typing import Any
 
 from channels.validation import as_float, as_int
 from wirelessfl.errors import ConfigError, plugin_hint, short
-from wirelessfl.run.key_schema import FROZEN, MOVED, REQUIRED
+from wirelessfl.run.key_schema import BEFORE, FROZEN, MOVED, REQUIRED
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -249,7 +249,9 @@ def key_view(value: Any, keep: frozenset[str] | dict[str, Any] = frozenset()) ->
     the runs that set it. A frozen field no longer on its class (a setting that moved, such as
     a link model's own settings) enters with its frozen default, so moving a field re-keys
     nothing either. ``keep`` names fields that enter at any value (those a "flat" section
-    writes at its parent's level, which the parent's frozen record has).
+    writes at its parent's level, which the parent's frozen record has). A field whose
+    default changed on purpose (:data:`~wirelessfl.run.key_schema.BEFORE`) enters unless it
+    has the value runs made before it had.
 
     >>> from wirelessfl.run.config import resolve
     >>> key_view(resolve({"algorithm": {"name": "fedavg"}}))["network"]["model"]
@@ -259,11 +261,15 @@ def key_view(value: Any, keep: frozenset[str] | dict[str, Any] = frozenset()) ->
         return {"name": value.name, **key_view(value.hparams)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         frozen = FROZEN.get(qualified_name(type(value)), {})
+        before = BEFORE.get(qualified_name(type(value)), {})
         out: dict[str, Any] = {}
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
             if f.metadata.get("flat"):  # a section written at its parent's level
                 out.update(key_view(v, keep=frozen))
+            elif f.name in before:  # a changed default: in the key unless as runs made before
+                if _plain(v) != before[f.name]:
+                    out[f.name] = key_view(v)
             elif f.name in frozen or f.name in keep or not has_default(f, v):
                 out[f.name] = key_view(v)
         for name, default in frozen.items():

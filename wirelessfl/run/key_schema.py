@@ -497,6 +497,47 @@ CHANGED_DEFAULTS: frozenset[tuple[str, str]] = frozenset({
     ('wirelessfl.net.aircomp.AirCompSettings', 'subset_rows'),
 })
 
+#: Fields added later whose default changes what new runs compute, keyed apart from the runs
+#: made before without re-keying those: ``module.QualName`` → {field: the value the runs made
+#: before computed with}. Such a field enters a run key only when it differs from that value,
+#: so an old run keeps its key (and is found again when asked for with the old value), and a
+#: run at the new default gets a new one. Dated, with the reason.
+BEFORE: dict[str, dict[str, Any]] = {
+    # 2026-11-26 (issue 68): each epoch's mini-batch order from a counter-based hash of the
+    # client's seed, computed for every client at once (engine/schedule.py); runs made before
+    # drew it from a NumPy PCG64 generator per client.
+    'wirelessfl.engine.client.LocalHParams': {'batch_order': 'pcg64'},
+}
+
+
+#: What a run folder's stored config (``config.yaml``, which lists every field) lacks when it
+#: was written before a field of :data:`BEFORE` existed: section name → {field:
+#: the value such runs were made with}. :func:`as_made` fills them in, so an old folder
+#: resumes, re-times and plots as it ran. Dated as above.
+STORED_BEFORE: dict[str, dict[str, Any]] = {
+    # 2026-11-26 (issue 68): mini-batch orders; also each task's ``local``/``sync_local``
+    "local": {"batch_order": "pcg64"},
+    "sync_local": {"batch_order": "pcg64"},
+}
+
+
+def as_made(stored: dict[str, Any]) -> dict[str, Any]:
+    """A run folder's stored config with :data:`STORED_BEFORE`'s missing fields filled in.
+
+    >>> as_made({"local": {"lr": 0.1}})["local"]
+    {'lr': 0.1, 'batch_order': 'pcg64'}
+    >>> as_made({"local": {"lr": 0.1, "batch_order": "counter"}})["local"]["batch_order"]
+    'counter'
+    """
+    tasks = stored.get("tasks")
+    for where in (stored, *(t for t in tasks if isinstance(t, dict))) if isinstance(tasks, list) \
+            else (stored,):
+        for section, fields in STORED_BEFORE.items():
+            if isinstance(where.get(section), dict):
+                where[section] = {**where[section],
+                                  **{k: v for k, v in fields.items() if k not in where[section]}}
+    return stored
+
 
 def _expand(name: str) -> dict[str, Any]:
     """The full record of ``name``: its base's fields, changed, less the dropped ones."""

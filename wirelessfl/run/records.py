@@ -46,6 +46,7 @@ import yaml
 import wirelessfl
 from wirelessfl.errors import ConfigError, RunFolderError, parse_json, parse_yaml
 from wirelessfl.run import plugins
+from wirelessfl.run.key_schema import as_made
 from wirelessfl.run.safe_io import atomic_write, open_append, open_new, refuse_link
 
 __all__ = ["RunRecord", "atomic_write", "load_plain", "params_to_mb", "write_csv"]
@@ -352,7 +353,7 @@ class RunRecord:
             raise RunFolderError(f"{exc} (the run folder is damaged)") from None
         if not isinstance(raw, dict):
             raise RunFolderError(f"{path} is damaged (not a mapping)")
-        return raw
+        return as_made(raw)  # a folder written before a changed default: the value it ran with
 
     def rows(self) -> list[dict[str, Any]]:
         """All metric rows; a damaged line is a :class:`~wirelessfl.errors.RunFolderError`."""
