@@ -54,13 +54,14 @@ LATE = ("drop", "next_round")
 
 
 @dataclass(frozen=True)
-class DigitalSettings(ChannelSettings):
-    """Settings of a digital uplink (``tdma``, ``fdma``): its channels and how it shapes learning.
+class ShapingSettings:
+    """How a digital uplink shapes learning: deadline, scheduler, compression, late uploads.
+
+    The settings every digital link has beside its radio's (``tdma`` and ``fdma``:
+    :class:`DigitalSettings`; ``nr``: :class:`~wirelessfl.net.nr.NRSettings`).
 
     Attributes
     ----------
-    snr_db, antennas, bandwidth_hz
-        The channels (:class:`~wirelessfl.net.links.ChannelSettings`).
     deadline_s : float or None
         The round deadline T [s] from the round's start (computation included); a client
         whose upload ends later is dropped from the round's aggregate (None: no deadline)
@@ -91,7 +92,9 @@ class DigitalSettings(ChannelSettings):
     late: str = field(default="drop", metadata=SHAPES_LEARNING)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        radio = getattr(super(), "__post_init__", None)
+        if radio is not None:  # the radio's own checks first (its settings' class)
+            radio()
         if self.deadline_s is not None:
             as_float("deadline_s", self.deadline_s, lo=0, hi=1e12, lo_open=True)
         if self.scheduler not in POLICIES:
@@ -115,6 +118,19 @@ class DigitalSettings(ChannelSettings):
         if self.max_bits != 16 and self.compression != "quantize":
             raise ValueError("`max_bits` is the most bits of quantize compression: set "
                              "compression: quantize with it, or remove it")
+
+
+@dataclass(frozen=True)
+class DigitalSettings(ShapingSettings, ChannelSettings):
+    """Settings of a digital uplink (``tdma``, ``fdma``): its channels and how it shapes learning.
+
+    Attributes
+    ----------
+    snr_db, antennas, bandwidth_hz
+        The channels (:class:`~wirelessfl.net.links.ChannelSettings`).
+    deadline_s, scheduler, compression, max_bits, late
+        How it shapes learning (:class:`ShapingSettings`).
+    """
 
 
 class DigitalLink(ChannelLink):
@@ -148,6 +164,20 @@ class DigitalLink(ChannelLink):
         The deadline is missed by computing alone, or leaves less than one symbol to upload;
         at such an SNR no upload would ever end.
         """
+        self.check_deadline(steps)
+        s = self.settings
+        from scipy.stats import gamma
+
+        strong = gamma.isf(NEVER, a=s.antennas)  # ‖h‖² of Rayleigh over M antennas, its tail
+        with np.errstate(over="ignore"):
+            best = s.bandwidth_hz * np.log2(1.0 + db_to_lin(s.snr_db) * strong)
+        if not best > 0:
+            raise ValueError(f"network.snr_db = {s.snr_db:g} dB is so low that every "
+                             f"{self.access} rate rounds to 0 bit/s (log2(1 + SNR |h|^2) "
+                             "underflows): no upload would ever end; raise snr_db")
+
+    def check_deadline(self, steps: int) -> None:
+        """Refuse a deadline that computing alone misses or that leaves no symbol to upload."""
         s, step_s = self.settings, self.cfg.step_seconds
         if s.deadline_s is not None:
             compute = steps * step_s
@@ -160,15 +190,6 @@ class DigitalLink(ChannelLink):
                 raise ValueError(f"network.deadline_s = {s.deadline_s:g} s leaves less than one "
                                  f"symbol ({SYMBOL_S:.3g} s) to upload after computing: no "
                                  "upload can arrive; raise deadline_s")
-        from scipy.stats import gamma
-
-        strong = gamma.isf(NEVER, a=s.antennas)  # ‖h‖² of Rayleigh over M antennas, its tail
-        with np.errstate(over="ignore"):
-            best = s.bandwidth_hz * np.log2(1.0 + db_to_lin(s.snr_db) * strong)
-        if not best > 0:
-            raise ValueError(f"network.snr_db = {s.snr_db:g} dB is so low that every "
-                             f"{self.access} rate rounds to 0 bit/s (log2(1 + SNR |h|^2) "
-                             "underflows): no upload would ever end; raise snr_db")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ The models (``network.model``):
 - ``aircomp`` (:mod:`~wirelessfl.net.aircomp`): HIST's over-the-air uplink, eq. (34), and
   with ``aggregation: over_the_air`` its noisy aggregate (eqs. (21)–(28));
 - ``shadowed`` (:mod:`~wirelessfl.net.shadowed`): ``fixed`` links whose rates carry
-  log-normal shadowing, drawn per client and round.
+  log-normal shadowing, drawn per client and round;
+- ``nr`` (:mod:`~wirelessfl.net.nr`): a 5G NR uplink with Sionna's radio: TR 38.901 cells,
+  TS 38.213 power control, link adaptation and PUSCH BLER tables (the ``[nr]`` extra).
 
 Digital links (``tdma``, ``fdma``: :mod:`wirelessfl.net.digital`) draw every client of the
 population a channel each round, from the ``("network", t)`` stream for all N clients at
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -73,6 +76,7 @@ LINK_MODELS: dict[str, str] = {
     "fdma": _N + "fdma:FDMA",
     "aircomp": _N + "aircomp:AirCompLink",
     "shadowed": _N + "shadowed:Shadowed",
+    "nr": _N + "nr:NRLink",
 }
 _LOADED: dict[str, type[LinkModel]] = {}
 
@@ -335,6 +339,9 @@ class LinkModel(ABC):
         d, the model's parameters (``params_per_vector`` scales payloads by its ratio to d).
     num_clients : int or None
         N, the clients of the population (channels are drawn for all N each round).
+    seeds : wirelessfl.rng.Seeds or None
+        The run's streams, for a link with draws fixed for the run (``nr``'s deployment);
+        the others read only each round's generator.
     """
 
     Settings: ClassVar[type] = NoSettings
@@ -342,14 +349,14 @@ class LinkModel(ABC):
     clocked: ClassVar[bool] = True
 
     def __init__(self, cfg: NetworkConfig, num_params: int | None = None,
-                 num_clients: int | None = None) -> None:
+                 num_clients: int | None = None, seeds: Any = None) -> None:
         if type(cfg.settings) is not self.Settings:
             raise ValueError(f"{type(self).__name__} takes {self.Settings.__name__} settings, got "
                              f"{type(cfg.settings).__name__} (network.model {cfg.model})")
         self.cfg, self.settings = cfg, cfg.settings
         self.scale = (1.0 if cfg.params_per_vector is None or not num_params
                       else cfg.params_per_vector / num_params)
-        self.num_clients = num_clients
+        self.num_clients, self.seeds = num_clients, seeds
 
     def cost(self, report: Any) -> RoundCost:
         """The round's :class:`RoundCost` with this model's ``params_per_vector`` scaling."""
@@ -431,9 +438,13 @@ class ChannelLink(LinkModel):
 
 
 def make_link(cfg: NetworkConfig, num_params: int | None = None,
-              num_clients: int | None = None) -> LinkModel:
-    """The :class:`LinkModel` of a run's network (its registered class)."""
-    return link_class(cfg.model)(cfg, num_params, num_clients)
+              num_clients: int | None = None, seeds: Any = None) -> LinkModel:
+    """The :class:`LinkModel` of a run's network (its registered class; ``seeds`` the run's)."""
+    cls = link_class(cfg.model)
+    params = inspect.signature(cls.__init__).parameters
+    if "seeds" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return cls(cfg, num_params, num_clients)  # a plug-in's __init__ from before the seeds
+    return cls(cfg, num_params, num_clients, seeds=seeds)
 
 
 def retime(rows: list[dict[str, Any]], link: LinkModel, seeds: Any) -> list[float | None]:

@@ -252,7 +252,7 @@ def build_simulator(cfg: MultiTaskConfig) -> tuple[Any, list[TaskEnv]]:
                           p.speed_multipliers)
     latency = ShiftedExponential(task_constants=[t.config.latency_constant for t in tasks],
                                  speed=speed, steps=[t.steps for t in tasks], kappa=p.kappa)
-    link = make_link(cfg.network)
+    link = make_link(cfg.network, seeds=seeds)
     if link.clocked:  # each request also crosses the link (the round-based runs' seam)
         per = cfg.network.params_per_vector
         latency = LinkLatency(latency, link, [per or sum(int(v.numel()) for v in

@@ -62,7 +62,7 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     if bad is not None:
         raise RunFolderError(f"{folder}: a metrics row lacks its round or test_accuracy (the "
                              "folder is damaged or not a round-based run's); train it again")
-    link = make_link(cfg.network)
+    link = make_link(cfg.network, seeds=Seeds(cfg.seed))
     try:  # a link whose rates round to 0 would clock every round as infinite
         link.check_reachable(0, 1, 1)
     except ValueError as exc:

@@ -131,7 +131,7 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
     _check_model(model, cfg.model.name, train, device)
     net = cfg.network
     d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
-    link = make_link(net, d, len(client_indices))
+    link = make_link(net, d, len(client_indices), seeds)
     uplink = link.aggregator(cfg.local.lr)
     shaping = link.shaping() if uplink is None else []
     digital = link.digital_uplink(len(client_indices), seeds)

@@ -1,0 +1,239 @@
+"""``network.model: nr`` (issue 69): a 5G NR uplink with Sionna's radio, checked against the
+standards' closed forms, our own channels, and the digital links' deadline, resume and
+re-timing contracts. Sionna's import and PHY tables are built once per test session."""
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("sionna.sys", reason="network.model nr needs the [nr] extra (sionna-no-rt)")
+
+from channels.rayleigh import simo_rayleigh  # noqa: E402
+from solvers.uplink import deadline_outage  # noqa: E402
+from wirelessfl.cli import main  # noqa: E402
+from wirelessfl.net.links import NetworkConfig, RoundCost, make_link  # noqa: E402
+from wirelessfl.net.nr import NRSettings, sionna  # noqa: E402
+from wirelessfl.rng import Seeds  # noqa: E402
+from wirelessfl.run.kinds import open_run, run_job  # noqa: E402
+from wirelessfl.run.records import RunRecord  # noqa: E402
+from wirelessfl.run.rounds import RoundsJob  # noqa: E402
+
+RAW = {"seed": 4, "rounds": 4,
+       "data": {"dataset": "synthetic", "num_clients": 12, "samples_per_client": 30},
+       "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 3},
+       "algorithm": {"name": "fedavg", "clients_per_round": 6}}
+NR = {"model": "nr", "params_per_vector": 10**6, "step_seconds": 0.01}
+
+
+def _link(n=60, seed=0, **settings):
+    return make_link(NetworkConfig.of("nr", **settings), 1000, n, Seeds(seed))
+
+
+def _rows(folder):
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(folder).rows()]
+
+
+def _umi_pathloss(d3d, d2d, h_bs, h_ut, fc, los):
+    """TR 38.901 Table 7.4.1-1, UMi street canyon, written out from the table."""
+    fc_ghz, c = fc / 1e9, 3e8
+    d_bp = 4 * (h_bs - 1.0) * (h_ut - 1.0) * fc / c
+    pl1 = 32.4 + 21 * np.log10(d3d) + 20 * np.log10(fc_ghz)
+    pl2 = (32.4 + 40 * np.log10(d3d) + 20 * np.log10(fc_ghz)
+           - 9.5 * np.log10(d_bp**2 + (h_bs - h_ut) ** 2))
+    pl_los = np.where(d2d <= d_bp, pl1, pl2)
+    pl_nlos = 35.3 * np.log10(d3d) + 22.4 + 21.3 * np.log10(fc_ghz) - 0.3 * (h_ut - 1.5)
+    return np.where(los, pl_los, np.maximum(pl_los, pl_nlos))
+
+
+@pytest.mark.parametrize("los", [True, False])
+def test_path_loss_at_three_distances_is_tr38901_s_formula(los):
+    """Sionna's UMi scenario, the one the link drops its clients in, at 30, 150 and 600 m
+    (both sides of the LoS breakpoint of 3.5 GHz, 10 m / 1.5 m heights: 163 m) equals the
+    table's formula to 0.01 dB."""
+    sn = sionna()
+    tr = sn.phy.channel.tr38901
+    fc, h_bs, h_ut = 3.5e9, 10.0, 1.5
+    d2d = np.array([30.0, 150.0, 600.0])
+    ut = torch.tensor([[[x, 0.0, h_ut] for x in d2d]], dtype=torch.float64)
+    bs = torch.tensor([[[0.0, 0.0, h_bs]]], dtype=torch.float64)
+    arr = [tr.PanelArray(num_rows_per_panel=1, num_cols_per_panel=1, polarization="single",
+                         polarization_type="V", antenna_pattern="omni", carrier_frequency=fc,
+                         precision="double", device="cpu") for _ in range(2)]
+    sc = tr.UMiScenario(carrier_frequency=fc, o2i_model="low", ut_array=arr[0], bs_array=arr[1],
+                        direction="uplink", precision="double", device="cpu")
+    zeros = torch.zeros(1, 3, 3, dtype=torch.float64)
+    sc.set_topology(ut, bs, zeros, torch.zeros(1, 1, 3, dtype=torch.float64), zeros,
+                    torch.zeros(1, 3, dtype=torch.bool), los)
+    got = sc.basic_pathloss[0, 0].numpy()
+    d3d = np.sqrt(d2d**2 + (h_bs - h_ut) ** 2)
+    np.testing.assert_allclose(got, _umi_pathloss(d3d, d2d, h_bs, h_ut, fc, los), atol=0.01)
+
+
+def test_power_control_is_ts38213_s_open_loop_capped_at_the_maximum():
+    """P_u = min(P_max, P0 + α PL_u + 10 log10 M_u) [dBm] for every client of a drop, with
+    both sides of the cap present; M_u the most PRBs the power reaches, at least one."""
+    link = _link(60, alpha=0.8, p0_dbm=-85.0)
+    s, pl = link.settings, link.deployment(60).pathloss_db
+    prbs, power, _ = link.budget(60)
+    want = np.minimum(s.ut_max_power_dbm, s.p0_dbm + s.alpha * pl + 10 * np.log10(prbs))
+    np.testing.assert_allclose(10 * np.log10(power) + 30, want, atol=1e-9)
+    assert ((prbs >= 1) & (prbs <= s.prbs)).all()
+    capped = want >= s.ut_max_power_dbm - 1e-9
+    assert capped.any() and (~capped).any()
+    assert (prbs[~capped & (prbs < s.prbs)] == np.floor(
+        10 ** ((s.ut_max_power_dbm - s.p0_dbm - s.alpha * pl[~capped & (prbs < s.prbs)]) / 10))).all()
+
+
+def test_link_adaptation_meets_the_bler_target_and_harq_attains_it_over_2000_slots():
+    """The MCS chosen is the highest of PUSCH table 1 whose TBLER meets the target (every
+    higher one misses it); a client no MCS serves (a power-limited one on 1 PRB) gets its
+    lowest valid one. 2,000 slots of Sionna's own ACK/NACK draws at the chosen MCS fail
+    with its TBLER (±0.02)."""
+    from wirelessfl.net.nr import _seeded, radio
+
+    link = _link(60, bler_target=0.1)
+    sinr, prbs = link.sinr(60, np.random.default_rng(3))
+    mcs, _, tbler = link.transport(sinr, prbs)
+    phy, _ = radio()
+    n = len(sinr)
+    s = torch.as_tensor(sinr, dtype=torch.float64)
+    re = torch.as_tensor(12 * 12 * prbs, dtype=torch.int32)
+    every = torch.arange(28, dtype=torch.int32)[:, None].expand(28, n)
+    table = phy(every, sinr_eff=s.expand(28, n), num_allocated_re=re.expand(28, n),
+                check_mcs_index_validity=False)[3].numpy()  # (MCS, client); inf: invalid
+    meets = table <= 0.1
+    served = meets.any(0)
+    assert served.mean() > 0.8
+    highest = 27 - np.argmax(meets[::-1], axis=0)
+    assert (mcs[served] == highest[served]).all()
+    assert (mcs[~served] == np.argmax(np.isfinite(table), axis=0)[~served]).all()
+    np.testing.assert_allclose(tbler, table[mcs, np.arange(n)])
+    u = int(np.flatnonzero(served & (tbler > 0.01))[0])
+    slots = 2000
+    with _seeded(11):
+        out = phy(torch.full((slots, 1), int(mcs[u]), dtype=torch.int32),
+                  sinr_eff=s[u].expand(slots, 1), num_allocated_re=re[u].expand(slots, 1),
+                  check_mcs_index_validity=False)
+    nack = float((out[1] == 0).double().mean())
+    assert abs(nack - tbler[u]) <= 0.02 and nack <= 0.1 + 0.02
+
+
+def test_an_nr_upload_takes_longer_than_shannon_s_time_at_the_same_sinr():
+    """R_u ≤ 12·M_u·Δf·log2(1 + SINR_u) for every client: the ratio is reported."""
+    link = _link(60)
+    rng = lambda: np.random.default_rng(5)  # noqa: E731
+    rates = link.rates(60, rng())
+    sinr, prbs = link.sinr(60, rng())
+    shannon = 12 * prbs * link.settings.scs_khz * 1e3 * np.log2(1 + sinr)
+    ratio = rates / shannon
+    assert (ratio < 1).all() and ratio.min() > 0
+    print(f"NR rate / Shannon rate: median {np.median(ratio):.2f}, range "
+          f"{ratio.min():.2f}-{ratio.max():.2f}")
+
+
+def test_our_rayleigh_draws_are_sionna_s_rayleigh_block_fading():
+    """With path loss removed: ‖h‖² over 4 antennas of channels' SIMO draw and of Sionna's
+    RayleighBlockFading have one distribution (two-sample KS, 4,000 each)."""
+    from scipy import stats
+
+    sn = sionna()
+    ours = np.sum(np.abs(simo_rayleigh((), 4000, 4, np.random.default_rng(0))) ** 2, -1)
+    with __import__("wirelessfl.net.nr", fromlist=["_seeded"])._seeded(3):
+        fading = sn.phy.channel.RayleighBlockFading(num_rx=1, num_rx_ant=4, num_tx=1,
+                                                    num_tx_ant=1, device="cpu")
+        a, _ = fading(batch_size=4000, num_time_steps=1)
+    theirs = (a.abs() ** 2).reshape(4000, 4).sum(-1).numpy()
+    assert stats.ks_2samp(ours, theirs).pvalue > 1e-3
+    assert abs(theirs.mean() - 4) < 0.2 and abs(ours.mean() - 4) < 0.2
+
+
+def test_a_client_with_more_path_loss_is_never_faster_on_average():
+    """Mean rates over 200 rounds, clients by their loss PL_u (distance, shadowing, walls):
+    never higher than a client with less loss beyond the 2% of Monte Carlo noise (full
+    compensation gives every client the full band at one received power until its power is
+    capped, so those nearer share one rate), and the farthest far slower than the nearest."""
+    link = _link(40)
+    mean = np.mean([link.rates(40, np.random.default_rng(t)) for t in range(200)], axis=0)
+    ordered = mean[np.argsort(link.deployment(40).pathloss_db)]
+    assert (ordered[1:] <= 1.02 * np.maximum.accumulate(ordered)[:-1]).all()
+    assert ordered[-1] < 0.1 * ordered[0]
+
+
+def test_the_drop_is_the_run_s_own_and_leaves_torch_s_generator_alone():
+    torch.manual_seed(7)
+    want = torch.rand(3)
+    torch.manual_seed(7)
+    a = _link(30, seed=1).deployment(30)
+    assert torch.equal(torch.rand(3), want)  # Sionna's seeding restored torch's state
+    b = _link(30, seed=1).deployment(30)
+    c = _link(30, seed=2).deployment(30)
+    np.testing.assert_array_equal(a.pathloss_db, b.pathloss_db)
+    assert not np.allclose(a.pathloss_db, c.pathloss_db)
+    cells = _link(30, cells=3).deployment(30)
+    assert cells.cell.tolist() == [u * 3 // 30 for u in range(30)]
+
+
+def test_a_deadline_drops_exactly_the_clients_whose_nr_upload_misses_it(tmp_path):
+    deadline = 3.0
+    raw = {**RAW, "rounds": 2, "network": {**NR, "deadline_s": deadline}}
+    run_job(open_run(raw), tmp_path / "d", quiet=True)
+    rows = _rows(tmp_path / "d")
+    link = _link(12, seed=4)
+    for row in rows[1:]:
+        t = row["round"]
+        ids = np.array(sorted(row["arrived"] + row["dropped"]))
+        rates = link.rates(12, Seeds(4).generator("network", t))[ids]
+        out = deadline_outage(rates, 32e6, deadline, access="tdma", compute_s=3 * 0.01)
+        assert sorted(row["arrived"]) == ids[out.arrived].tolist()
+        assert sorted(row["dropped"]) == ids[~out.arrived].tolist()
+    assert any(r["dropped"] for r in rows[1:]) and any(r["arrived"] for r in rows[1:])
+
+
+def test_an_nr_run_cut_and_resumed_gives_the_uninterrupted_rows(tmp_path, interrupt_after):
+    raw = {**RAW, "network": {**NR, "deadline_s": 3.0}, "checkpoint_every": 1}
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
+    assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
+
+
+def test_a_tdma_run_retimed_under_nr_is_the_run_trained_under_nr(tmp_path):
+    from wirelessfl.run.retime import retime_run
+
+    base = {**RAW, "rounds": 3, "eval_every": 1}
+    run_job(open_run({**base, "network": {**NR, "model": "tdma"}}), tmp_path / "t", quiet=True)
+    run_job(open_run({**base, "network": NR}), tmp_path / "n", quiet=True)
+    trained = RunRecord(tmp_path / "n").rows()
+    retimed = retime_run(tmp_path / "t", ["network.model=nr"])
+    assert [r["sim_time_s"] for r in retimed[1:]] == [r["sim_time_s"] for r in trained[1:]]
+    assert trained[-1]["sim_time_s"] > 0
+
+
+@pytest.mark.parametrize("setting, match", [
+    ("network.bandwidth_mhz=7", "Table 5.3.2-1"),
+    ("network.alpha=1.5", "alpha"),
+    ("network.scenario=indoor", "scenario"),
+    ("network.scs_khz=120", "scs_khz"),
+])
+def test_bad_nr_settings_are_one_line_each(tmp_path, capsys, setting, match):
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**RAW, "network": {"model": "nr"}}))
+    assert main(["run", str(path), "--set", setting, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_settings_are_checked_in_the_api_too():
+    assert NRSettings().prbs == 51 and NRSettings().slot_s == 0.5e-3
+    assert NRSettings(scs_khz=15, bandwidth_mhz=10).prbs == 52
+    with pytest.raises(ValueError, match="cells"):
+        NRSettings(cells=22)
+    with pytest.raises(ValueError, match="deadline_s"):
+        NRSettings(compression="quantize")
+    cost = RoundCost(1e6, 1e6, 0.0, 3, 10, (2, 5, 7))
+    assert _link(10).timed(cost, np.random.default_rng(0)) > 0

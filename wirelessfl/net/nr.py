@@ -1,0 +1,344 @@
+"""``network.model: nr``: a 5G NR uplink with Sionna's radio (38.901, 38.213, PHY tables).
+
+**Deployment** (once per run, from the run's ``deployment`` stream). A TR 38.901 hexagonal
+grid of 7 sites × 3 sectors with the ``scenario``'s inter-site distance and heights
+(``sionna.sys.gen_hexgrid_topology``, Tables 7.2-1 and 7.2-3). The N clients are users
+dropped uniformly in the first ``cells`` sectors, client u in sector ⌊u·cells/N⌋ (HIST's
+cells, ``docs/papers/hist.md`` §1.1, when ``cells`` is its N). A client's large-scale loss
+to its sector, PL_u, is TR 38.901's path loss (§7.4.1, LoS/NLoS drawn per §7.4.2) with
+the outdoor-to-indoor loss (§7.4.3, low-loss model) and log-normal shadow fading, drawn by
+Sionna's scenario and LSP generator, fixed for the run. Antenna element gains are not
+modelled (0 dBi).
+
+**Each round** (its ``("network", t)`` stream, as every digital link; no loop over clients
+or slots):
+
+- PRBs: N_RB from ``bandwidth_mhz`` and ``scs_khz`` (TS 38.101-1 Table 5.3.2-1). A client
+  transmits on the most PRBs its power reaches at the open-loop target, at least one (a
+  power-limited client at the cell edge concentrates its power):
+  M_u = clip(⌊10^((P_max − P0 − α·PL_u)/10)⌋, 1, N_RB);
+- power: TS 38.213 §7.1.1's open loop, P_u = min(P_max, P0 + α·PL_u + 10 log10 M_u)
+  (``sionna.sys.open_loop_uplink_power_control``);
+- SINR: SIMO Rayleigh fading over ``bs_antennas`` receive antennas (``channels``' draw:
+  block fading, one draw per client and round, flat over its PRBs), maximum-ratio
+  combining, thermal noise with the BS ``noise_figure_db``:
+  SINR_u = P_u·‖h_u‖² / (PL_u · kT·F · 12·M_u·Δf). Other cells' users are not simulated
+  (no inter-cell interference);
+- MCS: inner-loop link adaptation at ``bler_target`` (``sionna.sys.InnerLoopLinkAdaptation``:
+  the highest MCS of PUSCH table 1 whose transport-block error rate meets it);
+  transport-block size from TS 38.214 §5.1.3.2 (``sionna.phy.nr.utils.calculate_tb_size``)
+  on 12·M_u subcarriers × 12 data symbols of a slot's 14 (2 DM-RS); TBLER from Sionna's
+  PHY abstraction (``PHYAbstraction``: EESM effective SINR and BLER tables);
+- upload: the round's clients take the band one after another (time division, shortest
+  first, as ``tdma``), each slot carrying one transport block that is decoded with
+  probability 1 − TBLER; HARQ resends a failed block until it is decoded. A payload of P
+  bits so takes on average P / R_u with R_u = TBS_u·(1 − TBLER_u) / T_slot and
+  T_slot = 1 ms / 2^μ. The clock uses this mean: over the hundreds of blocks of a model
+  update the HARQ draws' spread, √(TBLER/K) relative for K blocks, is a few percent.
+
+Deadlines, ``late``, schedulers and compression are those of every digital link
+(:mod:`wirelessfl.net.digital`), on these rates; ``retime`` re-clocks a run under ``nr``.
+The link's few tensors (N clients) live on the CPU: they make the clock, not the model.
+
+Sionna is an optional extra (``pip install wirelessfl[nr]``). Its import and its PHY
+tables (seconds) are built once per process. Sionna's draws run under its global seed,
+set from the run's stream for the drop and restored after it; PyTorch's own generators are
+left as they were (Sionna reseeds them when its seed is set).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from typing_extensions import override
+
+from channels.rayleigh import simo_rayleigh
+from channels.validation import as_float, as_int
+from wirelessfl.errors import ConfigError
+from wirelessfl.net.digital import DigitalLink, ShapingSettings
+
+#: TR 38.901 scenarios of a hexagonal grid (urban micro, urban macro, rural macro).
+SCENARIOS = ("umi", "uma", "rma")
+#: Transmission bandwidth N_RB in PRBs per subcarrier spacing [kHz] and channel bandwidth
+#: [MHz], FR1 (TS 38.101-1 Table 5.3.2-1).
+N_RB: dict[int, dict[int, int]] = {
+    15: {5: 25, 10: 52, 15: 79, 20: 106, 25: 133, 30: 160, 40: 216, 50: 270},
+    30: {5: 11, 10: 24, 15: 38, 20: 51, 25: 65, 30: 78, 40: 106, 50: 133, 60: 162, 70: 189,
+         80: 217, 90: 245, 100: 273},
+    60: {10: 11, 15: 18, 20: 24, 25: 31, 30: 38, 40: 51, 50: 65, 60: 79, 70: 93, 80: 107,
+         90: 121, 100: 135},
+}
+#: OFDM symbols of a slot that carry data (14 less 2 DM-RS symbols).
+DATA_SYMBOLS = 12
+#: Thermal noise density kT at 290 K [dBm/Hz].
+THERMAL_DBM_HZ = -174.0
+#: Sectors of the grid (7 sites of 3 sectors: one ring around the centre site).
+MAX_CELLS = 21
+#: The highest TBLER the clock uses (a client in a deep fade still ends its upload).
+TBLER_CAP = 0.999
+
+
+@dataclass(frozen=True)
+class NRSettings(ShapingSettings):
+    """Settings of the ``nr`` link; defaults from the standards and from Sionna's own.
+
+    Attributes
+    ----------
+    scenario : str
+        TR 38.901 scenario: ``umi`` (street canyon, ISD 200 m), ``uma`` (500 m) or ``rma``
+        (1,732 m) [default umi].
+    carrier_hz : float
+        Carrier frequency [Hz], FR1 (0.5–7.125 GHz) [default 3.5e9, band n78].
+    bandwidth_mhz : int
+        Channel bandwidth [MHz]; with ``scs_khz`` gives N_RB (TS 38.101-1 Table 5.3.2-1)
+        [default 20].
+    scs_khz : int
+        Subcarrier spacing Δf = 15·2^μ kHz: 15, 30 or 60 [default 30, μ = 1, 0.5 ms slots].
+    bs_antennas : int
+        Receive antennas of a sector (SIMO, maximum-ratio combining) [default 4].
+    ut_max_power_dbm : float
+        A client's maximum transmit power [dBm] (TS 38.101-1 power class 3) [default 23].
+    p0_dbm : float
+        P0, the open-loop target received power per PRB [dBm] (TS 38.213 §7.1.1; Sionna's
+        default) [default -90].
+    alpha : float
+        α ∈ [0, 1], the path-loss compensation (1: full, Sionna's default) [default 1].
+    noise_figure_db : float
+        The base station's noise figure [dB] (TR 38.901 Table 7.8-1's calibration: 5 dB)
+        [default 5].
+    bler_target : float
+        Link adaptation's transport-block error-rate target [default 0.1].
+    cells : int
+        Sectors the clients are dropped in (1 to 21; HIST's N cells) [default 1].
+    deadline_s, scheduler, compression, max_bits, late
+        How the uplink shapes learning (:class:`~wirelessfl.net.digital.ShapingSettings`).
+    """
+
+    scenario: str = "umi"
+    carrier_hz: float = 3.5e9
+    bandwidth_mhz: int = 20
+    scs_khz: int = 30
+    bs_antennas: int = 4
+    ut_max_power_dbm: float = 23.0
+    p0_dbm: float = -90.0
+    alpha: float = 1.0
+    noise_figure_db: float = 5.0
+    bler_target: float = 0.1
+    cells: int = 1
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"`scenario` must be one of {', '.join(SCENARIOS)}, got "
+                             f"{self.scenario!r}")
+        as_float("carrier_hz", self.carrier_hz, lo=0.5e9, hi=7.125e9)
+        if self.scs_khz not in N_RB or isinstance(self.scs_khz, bool):
+            raise ValueError(f"`scs_khz` must be 15, 30 or 60 (FR1 numerologies), got "
+                             f"{self.scs_khz!r}")
+        table = N_RB[self.scs_khz]
+        if isinstance(self.bandwidth_mhz, bool) or self.bandwidth_mhz not in table:
+            raise ValueError(f"`bandwidth_mhz` {self.bandwidth_mhz!r} is not a channel bandwidth "
+                             f"of {self.scs_khz} kHz subcarriers (TS 38.101-1 Table 5.3.2-1): "
+                             f"choose one of {', '.join(map(str, table))}")
+        as_int("bs_antennas", self.bs_antennas, lo=1, hi=1024)
+        as_float("ut_max_power_dbm", self.ut_max_power_dbm, lo=-40, hi=40)
+        as_float("p0_dbm", self.p0_dbm, lo=-202, hi=24)  # TS 38.213's P0 range
+        as_float("alpha", self.alpha, lo=0, hi=1)
+        as_float("noise_figure_db", self.noise_figure_db, lo=0, hi=30)
+        as_float("bler_target", self.bler_target, lo=0, hi=1, lo_open=True, hi_open=True)
+        as_int("cells", self.cells, lo=1, hi=MAX_CELLS)
+        super().__post_init__()
+
+    @property
+    def prbs(self) -> int:
+        """N_RB, the band's PRBs."""
+        return N_RB[self.scs_khz][int(self.bandwidth_mhz)]
+
+    @property
+    def slot_s(self) -> float:
+        """T_slot = 1 ms / 2^μ [s]."""
+        return 1e-3 * 15 / self.scs_khz
+
+
+# --------------------------------------------------------------------------- Sionna
+_LOCK = threading.Lock()  # Sionna's seed is global: one drop at a time
+
+
+@contextlib.contextmanager
+def _torch_rng_kept() -> Iterator[None]:
+    """PyTorch's global generators as they were after the block (Sionna reseeds them)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+
+
+@functools.cache
+def sionna() -> Any:
+    """The ``sionna`` package, imported once (without it: a ConfigError naming the extra)."""
+    try:
+        with _torch_rng_kept():
+            import sionna.phy  # noqa: F401  (its config reseeds torch at import)
+            import sionna.sys  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"network.model nr needs Sionna: pip install 'wirelessfl[nr]' "
+                          f"(sionna-no-rt); {type(exc).__name__}: {str(exc)[:80]}") from None
+    import sionna as sn
+    return sn
+
+
+@functools.cache
+def radio() -> tuple[Any, Any]:
+    """Sionna's PHY abstraction (its BLER tables, built once) and inner-loop link adaptation."""
+    sn = sionna()
+    with _torch_rng_kept():
+        phy = sn.sys.PHYAbstraction(precision="double", device="cpu")
+        return phy, sn.sys.InnerLoopLinkAdaptation(phy, bler_target=0.1, precision="double",
+                                                   device="cpu")
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Sionna's global seed set to ``seed`` for the block, then restored; torch's kept."""
+    config = sionna().phy.config
+    with _LOCK, _torch_rng_kept():
+        before = config.seed
+        config.seed = seed
+        try:
+            yield
+        finally:
+            config.seed = before
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where a run's clients are: each one's sector and large-scale loss, fixed for the run.
+
+    Attributes
+    ----------
+    cell : np.ndarray
+        (N,) the sector of each client (0 … cells − 1).
+    distance_m : np.ndarray
+        (N,) the 3-D distance to its sector's antenna [m].
+    los : np.ndarray
+        (N,) whether the link is line of sight.
+    pathloss_db : np.ndarray
+        (N,) PL_u: path loss with O2I loss and shadow fading to its sector [dB].
+    """
+
+    cell: np.ndarray
+    distance_m: np.ndarray
+    los: np.ndarray
+    pathloss_db: np.ndarray
+
+
+def drop(settings: NRSettings, num_clients: int, seed: int) -> Deployment:
+    """Drop ``num_clients`` clients in the grid's first ``settings.cells`` sectors (seeded)."""
+    sn = sionna()
+    tr = sn.phy.channel.tr38901
+    n, cells = int(num_clients), settings.cells
+    cell = (np.arange(n) * cells) // max(n, 1)
+    per = int(np.bincount(cell, minlength=cells).max(initial=1))
+    scenario_cls = {"umi": tr.UMiScenario, "uma": tr.UMaScenario, "rma": tr.RMaScenario}
+    with _seeded(seed):
+        ut_loc, bs_loc, ut_or, bs_or, ut_vel, indoor, los, virtual = \
+            sn.sys.gen_hexgrid_topology(batch_size=1, num_rings=1, num_ut_per_sector=per,
+                                        scenario=settings.scenario, precision="double",
+                                        device="cpu")
+        arrays = [tr.PanelArray(num_rows_per_panel=1, num_cols_per_panel=1,
+                                polarization="single", polarization_type="V",
+                                antenna_pattern="omni", carrier_frequency=settings.carrier_hz,
+                                precision="double", device="cpu") for _ in range(2)]
+        # users are dropped sector by sector: client u is user (its sector, its rank there);
+        # only the clients and their sectors enter the scenario (the LSPs' spatial
+        # correlation grows with the square of the users)
+        rank = np.arange(n) - np.searchsorted(cell, cell)
+        ut = torch.as_tensor(cell * per + rank)
+        bs = slice(0, cells)
+        kwargs = {} if settings.scenario == "rma" else {"o2i_model": "low"}
+        scenario = scenario_cls[settings.scenario](
+            carrier_frequency=settings.carrier_hz, ut_array=arrays[0], bs_array=arrays[1],
+            direction="uplink", precision="double", device="cpu", **kwargs)
+        scenario.set_topology(ut_loc[:, ut], bs_loc[:, bs], ut_or[:, ut], bs_or[:, bs],
+                              ut_vel[:, ut], indoor[:, ut], los, virtual[:, bs][:, :, ut])
+        sampler = tr.LSPGenerator(scenario)
+        sampler.topology_updated_callback()  # its correlations for this drop
+        lsp = sampler()
+    mine = (cell, np.arange(n))
+    loss = (lsp.pathloss[0].numpy() - 10 * np.log10(lsp.sf[0].numpy()))[mine]
+    return Deployment(cell, scenario.distance_3d[0].numpy()[mine],
+                      scenario.los[0].numpy()[mine].astype(bool), loss)
+
+
+class NRLink(DigitalLink):
+    """A 5G NR uplink (module docstring): Sionna's radio, the digital links' shaping."""
+
+    Settings: ClassVar[type] = NRSettings
+    access: ClassVar[str] = "tdma"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._drops: dict[int, Deployment] = {}
+        sionna()  # without the extra: one line naming it, before anything trains
+
+    def deployment(self, n: int) -> Deployment:
+        """The run's drop of n clients (from its ``deployment`` stream; once per n)."""
+        if n not in self._drops:
+            if self.seeds is None:
+                raise ValueError("network.model nr drops its clients from the run's seed: "
+                                 "make the link with make_link(..., seeds=Seeds(seed))")
+            self._drops[n] = drop(self.settings, n, self.seeds.int_seed("deployment"))
+        return self._drops[n]
+
+    def budget(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per client: PRBs M_u, transmit power P_u [W] and noise power on them [W]."""
+        s, dep = self.settings, self.deployment(n)
+        pl = dep.pathloss_db
+        room = s.ut_max_power_dbm - s.p0_dbm - s.alpha * pl
+        prbs = np.clip(np.floor(10.0 ** (room / 10.0)), 1, s.prbs).astype(np.int64)
+        power = sionna().sys.open_loop_uplink_power_control(
+            torch.as_tensor(10.0 ** (pl / 10.0)), torch.as_tensor(12 * prbs), alpha=s.alpha,
+            p0_dbm=s.p0_dbm, ut_max_power_dbm=s.ut_max_power_dbm, precision="double").numpy()
+        noise = 10.0 ** ((THERMAL_DBM_HZ + s.noise_figure_db - 30.0) / 10.0) \
+            * 12 * prbs * s.scs_khz * 1e3
+        return prbs, power, noise
+
+    def sinr(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """The round's SINR (linear) and PRBs of n clients, from the round's generator."""
+        prbs, power, noise = self.budget(n)
+        fading = np.sum(np.abs(simo_rayleigh((), n, self.settings.bs_antennas, rng)) ** 2, -1)
+        return power * fading / (10.0 ** (self.deployment(n).pathloss_db / 10.0) * noise), prbs
+
+    def transport(self, sinr: np.ndarray, prbs: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """MCS (link adaptation at the BLER target), TBS [bits] and TBLER of each client."""
+        phy, illa = radio()
+        illa.bler_target = self.settings.bler_target
+        sinr_t = torch.as_tensor(np.maximum(sinr, 1e-30), dtype=torch.float64)
+        res = torch.as_tensor(12 * DATA_SYMBOLS * prbs, dtype=torch.int32)
+        mcs = illa(sinr_eff=sinr_t, num_allocated_re=res)
+        order, rate = sionna().phy.nr.utils.decode_mcs_index(mcs, table_index=1, is_pusch=True,
+                                                             device="cpu")
+        tbs = sionna().phy.nr.utils.calculate_tb_size(
+            modulation_order=order, target_coderate=rate, num_coded_bits=res * order,
+            return_cw_length=False, device="cpu")[0]
+        tbler = phy(mcs, sinr_eff=sinr_t, num_allocated_re=res,
+                    check_mcs_index_validity=False)[3]
+        return mcs.numpy(), tbs.numpy().astype(float), tbler.numpy().astype(float)
+
+    @override
+    def rates(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """R_u = TBS_u·(1 − TBLER_u) / T_slot of n clients this round [bit/s], (n,)."""
+        sinr, prbs = self.sinr(n, rng)
+        _, tbs, tbler = self.transport(sinr, prbs)
+        return tbs * (1.0 - np.minimum(tbler, TBLER_CAP)) / self.settings.slot_s
+
+    @override
+    def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
+        """Refuse a deadline computing alone misses (an NR upload always ends: MCS 0 on 1 PRB)."""
+        self.check_deadline(steps)
