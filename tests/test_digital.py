@@ -300,7 +300,7 @@ def test_channels_belong_to_clients_not_to_who_is_sampled():
     ({"model": "tdma", "deadline_s": 0.0}, "deadline_s"),
     ({"model": "tdma", "deadline_s": -1.0}, "deadline_s"),
     ({"model": "tdma", "deadline_s": float("nan")}, "deadline_s"),
-    ({"model": "aircomp", "deadline_s": 1.0}, "setting of link model tdma / fdma, not of aircomp"),
+    ({"model": "aircomp", "deadline_s": 1.0}, "setting of link model tdma / fdma / nr, not of aircomp"),
     ({"model": "tdma", "scheduler": "loudest"}, "scheduler"),
     ({"model": "tdma", "compression": "quantize"}, "set deadline_s"),
     ({"model": "fdma", "deadline_s": 1.0, "compression": "gzip"}, "compression"),

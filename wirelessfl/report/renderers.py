@@ -146,8 +146,12 @@ def _targets_csv(fig: Figure, root: Path, out: Path) -> Path:
 
 
 def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
-    """``metric`` (one or a list, a column each) to reach ``target`` against the sweep values."""
+    """``metric`` (one or a list, a column each) to reach ``target`` against the sweep values.
+
+    ``log_y`` lists the metrics whose axis is logarithmic (values spanning decades).
+    """
     metrics, target = as_list(fig.spec["metric"]), fig.spec["target"]
+    logs = set(as_list(fig.spec.get("log_y", [])))
     f, ax, panels = _panels(fig, len(metrics))
     label = sweep_label(fig)
     table, lines = [], {}
@@ -168,7 +172,7 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
         else:
             a.plot([show_value(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
         a.set(xlabel=label, ylabel=f"{LABELS.get(metric, metric)} to {100 * target:g}%",
-              title=panel)
+              title=panel, yscale="log" if metric in logs else "linear")
         a.grid(alpha=0.3)
     return _finish(fig, f, ax, out, table)
 
