@@ -237,3 +237,73 @@ def test_settings_are_checked_in_the_api_too():
         NRSettings(compression="quantize")
     cost = RoundCost(1e6, 1e6, 0.0, 3, 10, (2, 5, 7))
     assert _link(10).timed(cost, np.random.default_rng(0)) > 0
+
+
+# --------------------------------------------------------------- over the air on 38.901
+def test_over_the_air_gains_equal_to_a_constant_are_that_snr_exactly():
+    """g_i ≡ 10^(x/10) at 0 dB is the unit-gain channel at x dB: the same aggregate and MSE
+    (the channel h√g and the power scale alike in (23)-(25)), to the iterative beamformer's
+    tolerance (1e-5)."""
+    from wirelessfl.server.aggregation import AirComp
+
+    stack = {"w": torch.randn(6, 40, generator=torch.Generator().manual_seed(0), dtype=torch.float64)}
+    plain = AirComp(12.0, 0.1, antennas=4, real_part=True)
+    gained = AirComp(0.0, 0.1, antennas=4, real_part=True,
+                     gains=lambda ids: np.full(len(ids), 10 ** 1.2))
+    a, ia = plain.aggregate_stack(stack, np.ones(6), np.random.default_rng(3))
+    b, ib = gained.aggregate_stack(stack, np.ones(6), np.random.default_rng(3),
+                                   clients=np.arange(6))
+    torch.testing.assert_close(a["w"], b["w"], rtol=1e-5, atol=1e-7)
+    assert ia.mse == pytest.approx(ib.mse, rel=1e-5)
+    with pytest.raises(ValueError, match="client ids"):
+        gained.aggregate_stack(stack, np.ones(6), np.random.default_rng(3))
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg", "clients_per_round": 6},
+                                       {"name": "scaffold", "clients_per_round": 6},
+                                       {"name": "fadamgc", "clients_per_round": 6}])
+def test_over_the_air_on_a_umi_drop_trains_with_each_client_s_own_gain(tmp_path, algorithm,
+                                                                        interrupt_after):
+    """Over the air on the drop: every aggregation reads its clients' own path gains (the
+    MSE differs from the unit-gain channel's), the run resumes to its uninterrupted rows,
+    and a weak client is the one truncation silences."""
+    net = {"model": "aircomp", "aggregation": "over_the_air", "antennas": 4,
+           "large_scale": "umi"}
+    raw = {**RAW, "algorithm": algorithm, "network": net, "checkpoint_every": 1}
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    rows = _rows(tmp_path / "full")
+    unit = {**raw, "network": {k: v for k, v in net.items() if k != "large_scale"}}
+    run_job(open_run(unit), tmp_path / "unit", quiet=True)
+    assert rows[-1]["aircomp_mse"] != _rows(tmp_path / "unit")[-1]["aircomp_mse"]
+    with pytest.raises(KeyboardInterrupt):
+        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
+    assert _rows(tmp_path / "cut") == rows
+
+
+def test_truncation_on_the_drop_silences_the_clients_with_the_most_loss():
+    from wirelessfl.net.aircomp import NOISE_FIGURE_DB, UT_POWER_DBM
+
+    link = make_link(NetworkConfig.of("aircomp", aggregation="over_the_air", antennas=4,
+                                      large_scale="umi", truncation_db=10.0), 1000, 12, Seeds(4))
+    agg = link.aggregator(0.1)
+    g = agg.gains(np.arange(12))
+    pl = link.settings  # the drop's losses give the gains: g = P 10^(-PL/10) / (kT F B)
+    loss = __import__("wirelessfl.net.nr", fromlist=["drop"]).drop(
+        NRSettings(scenario="umi"), 12, Seeds(4).int_seed("deployment")).pathloss_db
+    noise = -174 + NOISE_FIGURE_DB + 10 * np.log10(pl.bandwidth_hz)
+    np.testing.assert_allclose(10 * np.log10(g), UT_POWER_DBM - loss - noise)
+    stack = {"w": torch.ones(12, 5)}
+    silent = [agg.aggregate_stack(stack, np.ones(12), np.random.default_rng(t),
+                                  clients=np.arange(12))[1].silent for t in range(50)]
+    weakest = int(np.argmin(g))
+    assert 10 * np.log10(g[weakest]) < 0 and min(silent) >= 1  # far below 10 dB: always silent
+
+
+@pytest.mark.parametrize("setting, match", [({"large_scale": "indoor"}, "large_scale"),
+                                            ({"large_scale": "umi", "snr_db": 5.0}, "snr_db"),
+                                            ({"large_scale": "umi", "aggregation": "exact"},
+                                             "over_the_air")])
+def test_bad_large_scale_settings_are_refused(setting, match):
+    with pytest.raises(ValueError, match=match):
+        NetworkConfig.of("aircomp", **{"aggregation": "over_the_air", **setting})

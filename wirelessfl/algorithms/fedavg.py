@@ -219,8 +219,17 @@ class FedAvg(FederatedAlgorithm):
         if isinstance(results, FoldedResults):
             return results.fold.mean(), w, AggregateInfo()
         update, info = self.aggregator.aggregate_stack(
-            results.delta_stack(), w, self.env.seeds.generator("noise", state.round))
+            results.delta_stack(), w, self.env.seeds.generator("noise", state.round),
+            **self.client_ids(results.clients))
         return update, w, info
+
+    def client_ids(self, ids: Any) -> dict[str, Any]:
+        """``{"clients": ids}`` for an aggregator whose channel belongs to the clients, else {}.
+
+        (An aggregator of one's own written before the ids were passed takes none.)
+        """
+        return {"clients": np.asarray(ids, np.int64)} if getattr(
+            self.aggregator, "needs_clients", False) else {}
 
     def finish_round(self, state: ServerState, params: Params, opt_state: Any,
                      results: list[ClientResult], vectors_up: float = 1,
@@ -255,7 +264,8 @@ class FedAvg(FederatedAlgorithm):
 
     def uplink_sum(self, state: ServerState, trees: list[Params] | Params,
                    coefs: np.ndarray, rows: np.ndarray | None = None,
-                   clients: int | None = None) -> tuple[Params, AggregateInfo]:
+                   clients: int | None = None,
+                   ids: np.ndarray | None = None) -> tuple[Params, AggregateInfo]:
         """Σ_i coef_i tree_i of a second uploaded vector, as received over the air, and its info.
 
         For control variates and tracking terms (gradient units, one symbol = 1); only for a
@@ -264,7 +274,8 @@ class FedAvg(FederatedAlgorithm):
         sent by a subset of the round's ``clients``, at positions ``rows`` among them, each
         sender keeps its own channel of the round
         (:class:`~wirelessfl.server.aggregation.RoundChannel`). ``trees`` is a list of
-        per-client trees, or their stack ``(C, …)`` (a dict).
+        per-client trees, or their stack ``(C, …)`` (a dict); ``ids`` the senders' client ids
+        (for a channel whose gains belong to the clients).
         """
         total = float(np.sum(coefs))
         how = self.aggregator.aggregate_stack if isinstance(trees, dict) else self.aggregator.aggregate
@@ -272,7 +283,7 @@ class FedAvg(FederatedAlgorithm):
         channel = stream if rows is None else RoundChannel(stream, int(clients), np.asarray(rows))
         got, info = how(trees, np.asarray(coefs, float),
                         self.env.seeds.generator("noise", state.round, 1), unit=1.0,
-                        channel=channel)
+                        channel=channel, **({} if ids is None else self.client_ids(ids)))
         return {k: total * v for k, v in got.items()}, info
 
 

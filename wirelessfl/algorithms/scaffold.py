@@ -296,7 +296,7 @@ class SCAFFOLD(FedAvg):
             c = {k: c[k] + weighted_sum(torch.as_tensor(coef, dtype=d.dtype, device=d.device), d)
                  for k, d in dc.items()}
         elif dc is not None:  # the Δc_i go up over the air too
-            got, more = self.uplink_sum(state, dc, coef)
+            got, more = self.uplink_sum(state, dc, coef, ids=results.clients[sent])
             infos.append(more)
             c = {k: c[k] + got[k] for k in c}
         new = SCAFFOLDState(c if hp.control_variates else None, u if hp.beta < 1 else None, server)

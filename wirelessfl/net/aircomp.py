@@ -9,6 +9,7 @@ eqs. (21)–(28)), so the link changes what is learned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -22,6 +23,11 @@ from wirelessfl.net.links import NEVER, SHAPES_LEARNING, ChannelLink, ChannelSet
 from wirelessfl.server.aggregation import AirComp
 
 AGGREGATIONS = ("exact", "over_the_air")
+#: ``large_scale``: none, or the TR 38.901 scenario the clients are dropped in.
+LARGE_SCALE = ("none", "umi", "uma", "rma")
+#: With ``large_scale``: a client's transmit power [dBm] (TS 38.101-1 power class 3) and the
+#: base station's noise figure [dB] (TR 38.901 Table 7.8-1), as ``network.model: nr``.
+UT_POWER_DBM, NOISE_FIGURE_DB = 23.0, 5.0
 
 #: Which channel a round's second uploaded vector goes over (``vector_channel``).
 VECTOR_CHANNELS = ("round", "fresh")
@@ -63,6 +69,14 @@ class AirCompSettings(ChannelSettings):
         the beam for the senders; false is how runs made before 2026-11-26 drew it (a smaller
         draw from the round's stream, not the senders' own channels: issue 71's D4), kept so
         that they resume with their own numbers.
+    large_scale : str
+        ``over_the_air``: ``none`` [default] gives every client a unit-gain channel at
+        ``snr_db`` (HIST's model); a TR 38.901 scenario (``umi``, ``uma``, ``rma``) drops the
+        clients in one sector of that scenario, as ``network.model: nr`` does
+        (:func:`wirelessfl.net.nr.drop`, the run's seed, the ``[nr]`` extra), and client i's
+        channel is h_i ~ CN(0, g_i I_M) with g_i = P_max 10^(−PL_i/10) / (kT·F·B): its own
+        path loss, walls and shadowing at :data:`UT_POWER_DBM` and the base station's
+        :data:`NOISE_FIGURE_DB` over ``bandwidth_hz`` (``snr_db`` is then not used).
     """
 
     aggregation: str = field(default="exact", metadata=SHAPES_LEARNING)
@@ -72,6 +86,7 @@ class AirCompSettings(ChannelSettings):
     real_part: bool = field(default=True, metadata=SHAPES_LEARNING)
     vector_channel: str = field(default="round", metadata=SHAPES_LEARNING)
     subset_rows: bool = field(default=True, metadata=SHAPES_LEARNING)
+    large_scale: str = field(default="none", metadata=SHAPES_LEARNING)
 
     def __post_init__(self) -> None:
         from solvers.beamforming import METHODS
@@ -92,7 +107,14 @@ class AirCompSettings(ChannelSettings):
             raise ValueError(f"`real_part` must be true or false, got {self.real_part!r}")
         if not isinstance(self.subset_rows, bool):
             raise ValueError(f"`subset_rows` must be true or false, got {self.subset_rows!r}")
-        inert = [k for k, v, d in (("beamforming", self.beamforming, "fast"),
+        if self.large_scale not in LARGE_SCALE:
+            raise ValueError(f"`large_scale` must be one of {', '.join(LARGE_SCALE)}, got "
+                             f"{self.large_scale!r}")
+        if self.large_scale != "none" and self.snr_db != ChannelSettings.snr_db:
+            raise ValueError("`snr_db` is not used with large_scale: each client's SNR comes "
+                             "from its path loss; remove snr_db")
+        inert = [k for k, v, d in (("large_scale", self.large_scale, "none"),
+                                   ("beamforming", self.beamforming, "fast"),
                                    ("truncation_db", self.truncation_db, None),
                                    ("normalise", self.normalise, True),
                                    ("real_part", self.real_part, True),
@@ -118,10 +140,25 @@ class AirCompLink(ChannelLink):
         s = self.settings
         if s.aggregation != "over_the_air":
             return None
-        return AirComp(s.snr_db, lr, antennas=s.antennas, method=s.beamforming,
-                       truncation_db=s.truncation_db, normalise=s.normalise,
-                       real_part=s.real_part, round_channel=s.vector_channel == "round",
-                       subset_rows=s.subset_rows)
+        return AirComp(0.0 if s.large_scale != "none" else s.snr_db, lr, antennas=s.antennas,
+                       method=s.beamforming, truncation_db=s.truncation_db,
+                       normalise=s.normalise, real_part=s.real_part,
+                       round_channel=s.vector_channel == "round", subset_rows=s.subset_rows,
+                       gains=None if s.large_scale == "none" else self.gains())
+
+    def gains(self) -> Callable[[np.ndarray], np.ndarray]:
+        """``large_scale``: each client's g_i = P_max 10^(−PL_i/10) / (kT·F·B), by client id."""
+        from wirelessfl.net.nr import THERMAL_DBM_HZ, NRSettings, drop
+
+        s = self.settings
+        if self.seeds is None or not self.num_clients:
+            raise ValueError("network.large_scale drops the run's clients from its seed: make "
+                             "the link with make_link(cfg, d, num_clients, seeds)")
+        loss = drop(NRSettings(scenario=s.large_scale), self.num_clients,
+                    self.seeds.int_seed("deployment")).pathloss_db
+        noise = THERMAL_DBM_HZ + NOISE_FIGURE_DB + 10 * np.log10(s.bandwidth_hz)
+        g = 10.0 ** ((UT_POWER_DBM - loss - noise) / 10.0)
+        return lambda ids: g[ids]
 
     @override
     def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
@@ -132,8 +169,8 @@ class AirCompLink(ChannelLink):
         :data:`~wirelessfl.net.links.NEVER` every client stays silent.
         """
         s = self.settings
-        if s.aggregation != "over_the_air" or s.truncation_db is None:
-            return
+        if s.aggregation != "over_the_air" or s.truncation_db is None or s.large_scale != "none":
+            return  # (with large_scale the gains differ per client: no one-line bound)
         from scipy.stats import gamma
 
         m = s.antennas

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,6 +179,9 @@ class Aggregator(ABC):
 
     #: Whether the result is the exact weighted mean (no channel in between).
     exact: bool = True
+    #: Whether :meth:`aggregate_stack` needs the rows' client ids (``clients=``): a channel
+    #: whose large-scale gains belong to the clients (over the air on a deployment).
+    needs_clients: bool = False
 
     @abstractmethod
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
@@ -302,6 +305,11 @@ class AirComp(Aggregator):
         With ``round_channel``, a vector sent by a subset of the round's clients
         (:class:`RoundChannel` ``rows``) keeps its senders' own rows of the round's channel
         (false: the earlier, smaller draw; :meth:`round_channel_of`).
+    gains : callable or None
+        Client ids → each client's large-scale power gain g_i (linear, relative to
+        ``snr_db``): its channel is h_i ~ CN(0, g_i I_M) (a deployment's path loss, e.g.
+        ``network.large_scale`` of ``aircomp``); the calls then need the rows' ``clients``.
+        None: g_i = 1, HIST's model.
     """
 
     exact = False
@@ -309,7 +317,8 @@ class AirComp(Aggregator):
     def __init__(self, snr_db: float, lr: float, *, antennas: int = 10, method: str = "fast",
                  noise_power: float = 1.0, real_part: bool = False, tight_power: bool = False,
                  truncation_db: float | None = None, normalise: bool = False,
-                 round_channel: bool = False, subset_rows: bool = True) -> None:
+                 round_channel: bool = False, subset_rows: bool = True,
+                 gains: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         if not np.isfinite(snr_db):
             raise ValueError(f"AirComp SNR must be a finite number of dB, got {snr_db}")
         as_float("snr_db", snr_db, lo=-200, hi=200)
@@ -324,28 +333,43 @@ class AirComp(Aggregator):
         self.noise_power, self.real_part, self.tight_power = noise_power, real_part, tight_power
         self.truncation_db, self.normalise = truncation_db, bool(normalise)
         self.round_channel, self.subset_rows = bool(round_channel), bool(subset_rows)
+        self.gains = gains
+        self.needs_clients = gains is not None
 
     @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
                   rng: np.random.Generator, *, unit: float | None = None,
-                  channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+                  channel: np.random.Generator | None = None,
+                  clients: np.ndarray | None = None) -> tuple[Params, AggregateInfo]:
         """Weighted mean of ``deltas`` plus the AirComp noise of a drawn channel (:meth:`aggregate_stack`)."""
         if isinstance(deltas, dict) or not isinstance(deltas, Sequence) or not len(deltas):
             raise ValueError("AirComp needs a non-empty sequence of parameter trees")
         _same_layout(*(check_tree(f"deltas[{i}]", d, finite=False) for i, d in enumerate(deltas)))
         return self.aggregate_stack({k: torch.stack([d[k] for d in deltas]) for k in deltas[0]},
-                                    weights, rng, unit=unit, channel=channel)
+                                    weights, rng, unit=unit, channel=channel, clients=clients)
+
+    def _gained(self, h: np.ndarray, clients: np.ndarray | None) -> np.ndarray:
+        """``h`` (unit Rayleigh rows) times √g of each row's client: CN(0, g_i I_M)."""
+        if self.gains is None:
+            return h
+        if clients is None or len(clients) != h.shape[0]:
+            raise ValueError("this over-the-air channel has a large-scale gain per client: pass "
+                             "the rows' client ids (clients=) to aggregate_stack")
+        g = np.asarray(self.gains(np.asarray(clients, np.int64)), float)
+        return h * np.sqrt(g)[:, None]
 
     @override
     def aggregate_stack(self, stack: Params, weights: np.ndarray, rng: np.random.Generator, *,
                         unit: float | None = None,
-                        channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+                        channel: np.random.Generator | None = None,
+                        clients: np.ndarray | None = None) -> tuple[Params, AggregateInfo]:
         """Weighted mean of the stack's rows plus the AirComp noise of a drawn channel.
 
         The channel comes from ``rng``, or with ``round_channel`` from ``channel`` when given
         (the round's first aggregation's stream: the same h, beam and silent clients), the
-        noise always from ``rng``. Normalisation's common scale is every row's RMS at once,
-        read from the device once.
+        noise always from ``rng``. With ``gains`` each row's channel carries its client's
+        large-scale gain (``clients``: the rows' ids). Normalisation's common scale is every
+        row's RMS at once, read from the device once.
         """
         channel_rng, noise_rng = rng.spawn(2)
         n = _rows_of(stack)
@@ -353,6 +377,7 @@ class AirComp(Aggregator):
             h, channel_rng = self.round_channel_of(channel, n)
         else:
             h = simo_rayleigh((), n, self.antennas, channel_rng)
+        h = self._gained(h, clients)
         w = _weights(weights, n)
         talk = np.ones(n, bool)
         if self.truncation_db is not None:

@@ -255,7 +255,8 @@ class FAdamGC(FedAvg):
                 y = {k: y[k] + dy[k].sum(0) / self.env.num_clients for k in y}
             else:  # the y_i changes go up over the air too, over S̃'s own channels
                 got, more = self.uplink_sum(state, dy, np.full(len(rows), 1.0 / self.env.num_clients),
-                                            rows=rows, clients=len(results))
+                                            rows=rows, clients=len(results),
+                                            ids=ClientResults.from_list(results).clients[rows])
                 infos.append(more)
                 y = {k: y[k] + got[k] for k in y}
         new = FAdamGCState(y if self.hp.correction != "none" else None, server)
