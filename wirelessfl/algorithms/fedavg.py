@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from typing_extensions import override
 
 from channels.validation import as_float, as_int
@@ -32,12 +33,17 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.engine.batch import ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, DeltaFold
+from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
+from wirelessfl.server.robust import ROBUST_RULES, robust_aggregator
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
+
+#: Simulated client attacks of ``algorithm.attack`` (on the pseudo-gradients they upload).
+ATTACKS = ("none", "sign_flip", "scaled", "noise")
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,26 @@ class FedAvgHParams:
         (β1, β2) of the adaptive rules (0.9, 0.99: ``docs/papers/fadamgc.md`` §4.4).
     server_eps : float
         ε of the adaptive rules (1e-8, outside the root; ``docs/papers/fadamgc.md`` §3.5).
+    robust : str
+        The server's aggregation rule (:mod:`wirelessfl.server.robust`): ``mean`` (the
+        weighted mean, default), ``median``, ``trimmed_mean``, ``krum``, ``norm_bounded``.
+    trim : float
+        β of ``trimmed_mean``: the fraction dropped at each end per coordinate [0.1].
+    byzantine : int
+        f of ``krum``: the attackers its scores allow for [1].
+    krum_select : int
+        m of ``krum``: the rows of least score averaged (1: Krum, more: multi-Krum) [1].
+    norm_bound : float
+        The norm every Δ_i is scaled down to under ``norm_bounded`` [1.0].
+    attack : str
+        Attackers among the clients, to test the rules: ``none`` (default), ``sign_flip``
+        (an attacker sends −s·Δ_i), ``scaled`` (s·Δ_i) or ``noise`` (Δ_i plus Gaussian noise
+        of s times its own RMS per entry), s = ``attack_scale``.
+    attackers : float
+        The fraction of the population that attacks, drawn once per run (``attackers``
+        stream) [0].
+    attack_scale : float
+        s of the attack [1.0].
     """
 
     clients_per_round: int | None = None
@@ -69,6 +95,14 @@ class FedAvgHParams:
     server_momentum: float = 0.9
     server_betas: tuple[float, float] = (0.9, 0.99)
     server_eps: float = 1e-8
+    robust: str = "mean"
+    trim: float = 0.1
+    byzantine: int = 1
+    krum_select: int = 1
+    norm_bound: float = 1.0
+    attack: str = "none"
+    attackers: float = 0.0
+    attack_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.weighting not in ("samples", "uniform"):
@@ -77,6 +111,27 @@ class FedAvgHParams:
             as_int("clients_per_round", self.clients_per_round, lo=1, hi=10**6)
         as_float("server_lr", self.server_lr, lo=0, hi=1e6, lo_open=True)
         self.server()  # checks the server optimiser's settings
+        if self.robust not in ROBUST_RULES:
+            raise ValueError(f"`robust` must be one of {', '.join(ROBUST_RULES)}, got "
+                             f"{self.robust!r}")
+        as_float("trim", self.trim, lo=0, hi=0.5, hi_open=True)
+        as_int("byzantine", self.byzantine, lo=0, hi=10**6)
+        as_int("krum_select", self.krum_select, lo=1, hi=10**6)
+        as_float("norm_bound", self.norm_bound, lo=0, hi=1e12, lo_open=True)
+        if self.attack not in ATTACKS:
+            raise ValueError(f"`attack` must be one of {', '.join(ATTACKS)}, got {self.attack!r}")
+        as_float("attackers", self.attackers, lo=0, hi=1)
+        as_float("attack_scale", self.attack_scale, lo=0, hi=1e6)
+        for key, rule in (("trim", "trimmed_mean"), ("byzantine", "krum"),
+                          ("krum_select", "krum"), ("norm_bound", "norm_bounded")):
+            if getattr(self, key) != getattr(FedAvgHParams, key) and self.robust != rule:
+                raise ValueError(f"`{key}` is a setting of robust: {rule}; set robust: {rule} "
+                                 "or remove it")
+        if (self.attackers > 0) != (self.attack != "none"):
+            raise ValueError("`attack` and `attackers` go together: name the attack and the "
+                             "fraction of clients that makes it (or neither)")
+        if self.attack_scale != 1.0 and self.attack == "none":
+            raise ValueError("`attack_scale` is a setting of an attack: set attack too")
 
     def server(self) -> ServerOptimizer:
         """The server optimiser these hyperparameters describe."""
@@ -156,7 +211,24 @@ class FedAvg(FederatedAlgorithm):
         super().__init__(env)
         self.hp = hp
         self.server_opt = hp.server()
-        self.aggregator = aggregator or env.uplink or Mean()
+        #: The channel's own sum (exact, or over the air): second vectors go over it as sent.
+        self.uplink = aggregator or env.uplink or Mean()
+        try:
+            self.aggregator = self.uplink if aggregator is not None else robust_aggregator(
+                hp.robust, env.uplink, trim=hp.trim, byzantine=hp.byzantine,
+                select=hp.krum_select, norm_bound=hp.norm_bound)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if (hp.robust != "mean" or hp.attack != "none") and aggregator is None \
+                and not type(self).reads_deltas_through_combine():
+            raise ConfigError(f"algorithm.robust / attack: {type(self).__name__} combines the "
+                              "clients' updates its own way, not through the server's rule; "
+                              "use them with fedavg, fedprox, scaffold, fadamgc, moon, fedacg "
+                              "or the server-optimiser variants")
+        n = env.num_clients
+        order = env.seeds.generator("attackers").permutation(n) if hp.attack != "none" else []
+        #: The clients that attack (sorted ids; none without ``attack``).
+        self.attackers = np.sort(np.asarray(order[:int(np.floor(hp.attackers * n))], np.int64))
         self.sampler: ClientSampler = (AllClients() if hp.clients_per_round is None
                                        else UniformSampler(num=hp.clients_per_round))
 
@@ -185,7 +257,7 @@ class FedAvg(FederatedAlgorithm):
         """
         if not (self.reads_deltas_through_combine() and self.env.link is None
                 and type(self.aggregator) is Mean and type(self).combine is FedAvg.combine
-                and len(plan.clients)):
+                and len(plan.clients) and not len(self.attackers)):
             return None
         sizes = self.env.num_samples[np.asarray(plan.clients, dtype=np.int64)]
         return DeltaFold(client_weights(sizes, self.hp.weighting))
@@ -219,9 +291,34 @@ class FedAvg(FederatedAlgorithm):
         if isinstance(results, FoldedResults):
             return results.fold.mean(), w, AggregateInfo()
         update, info = self.aggregator.aggregate_stack(
-            results.delta_stack(), w, self.env.seeds.generator("noise", state.round),
-            **self.client_ids(results.clients))
+            self.attacked(results.delta_stack(), results.clients, state.round), w,
+            self.env.seeds.generator("noise", state.round), **self.client_ids(results.clients))
         return update, w, info
+
+    def attacked(self, stack: Params, clients: np.ndarray, t: int) -> Params:
+        """The stack as sent: the attackers' rows changed by ``attack`` (no Python per client)."""
+        hp = self.hp
+        if not len(self.attackers):
+            return stack
+        bad = np.isin(np.asarray(clients), self.attackers)
+        if not bad.any():
+            return stack
+        first = next(iter(stack.values()))
+        mask = torch.as_tensor(bad, device=first.device)
+        s = hp.attack_scale
+        if hp.attack in ("sign_flip", "scaled"):
+            factor = 1.0 + ((-s if hp.attack == "sign_flip" else s) - 1.0) * mask.double()
+            return {k: v * factor.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1))
+                    for k, v in stack.items()}
+        n = len(bad)  # noise: s times each row's own RMS per entry, from the round's stream
+        rms = torch.cat([v.reshape(n, -1) for v in stack.values()], 1).pow(2).mean(1).sqrt()
+        gen = torch.Generator().manual_seed(self.env.seeds.int_seed("attack", t))
+        out = {}
+        for k, v in stack.items():
+            z = torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
+            amp = (s * rms * mask).to(v.dtype).reshape(-1, *[1] * (v.dim() - 1))
+            out[k] = v + amp * z
+        return out
 
     def client_ids(self, ids: Any) -> dict[str, Any]:
         """``{"clients": ids}`` for an aggregator whose channel belongs to the clients, else {}.
@@ -278,7 +375,7 @@ class FedAvg(FederatedAlgorithm):
         (for a channel whose gains belong to the clients).
         """
         total = float(np.sum(coefs))
-        how = self.aggregator.aggregate_stack if isinstance(trees, dict) else self.aggregator.aggregate
+        how = self.uplink.aggregate_stack if isinstance(trees, dict) else self.uplink.aggregate
         stream = self.env.seeds.generator("noise", state.round)  # the round's first aggregation's
         channel = stream if rows is None else RoundChannel(stream, int(clients), np.asarray(rows))
         got, info = how(trees, np.asarray(coefs, float),

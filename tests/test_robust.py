@@ -1,0 +1,167 @@
+"""Robust aggregation rules and simulated attacks (issue 73, item 3 and the first of item 4):
+each rule equals a plain NumPy implementation, resists an outlier, costs no Python per client,
+and is refused where it cannot work (over the air)."""
+
+import cProfile
+import pstats
+
+import numpy as np
+import pytest
+import torch
+
+from wirelessfl.cli import main
+from wirelessfl.run.kinds import open_run, run_job
+from wirelessfl.server.aggregation import Mean
+from wirelessfl.server.robust import Krum, Median, NormBounded, TrimmedMean, robust_aggregator
+
+RAW = {"seed": 4, "rounds": 4,
+       "data": {"dataset": "synthetic", "num_clients": 10, "samples_per_client": 30},
+       "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 3}}
+
+
+def _stack(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"a": torch.randn(n, 3, 4, generator=g, dtype=torch.float64),
+            "b": torch.randn(n, 5, generator=g, dtype=torch.float64)}
+
+
+def _flat(stack):
+    return np.concatenate([v.reshape(v.shape[0], -1).numpy() for v in stack.values()], 1)
+
+
+def _np_krum(x, f, m):
+    n = len(x)
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    near = max(1, min(n - 1, n - f - 2))
+    scores = np.array([np.sort(np.delete(d[i], i))[:near].sum() for i in range(n)])
+    return x[np.argsort(scores, kind="stable")[:m]].mean(0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8])
+def test_each_rule_equals_a_plain_numpy_implementation(n):
+    stack = _stack(n, n)
+    x, rng, w = _flat(stack), np.random.default_rng(0), np.ones(n)
+
+    def got(rule):
+        return _flat({k: v[None] for k, v in rule.aggregate_stack(stack, w, rng)[0].items()})[0]
+
+    np.testing.assert_allclose(got(Median()), np.median(x, 0), rtol=1e-12)
+    for trim in (0.0, 0.2, 0.4):
+        cut = int(np.floor(trim * n))
+        want = np.sort(x, 0)[cut:n - cut].mean(0)
+        np.testing.assert_allclose(got(TrimmedMean(trim)), want, rtol=1e-12)
+    for f, m in ((0, 1), (1, 1), (2, 3)):
+        np.testing.assert_allclose(got(Krum(f, m)), _np_krum(x, f, m), rtol=1e-12)
+    norms = np.linalg.norm(x, axis=1)
+    clipped = x * np.minimum(1.0, 0.7 / norms)[:, None]
+    np.testing.assert_allclose(got(NormBounded(0.7)), clipped.mean(0), rtol=1e-12)
+    assert (np.linalg.norm(_flat(NormBounded(0.7).clipped(stack)), axis=1) <= 0.7 + 1e-12).all()
+
+
+def test_the_rules_resist_one_huge_outlier_and_the_mean_does_not():
+    stack = _stack(9, 1)
+    bad = {k: v.clone() for k, v in stack.items()}
+    for v in bad.values():
+        v[4] = 1e6
+    w, rng = np.ones(9), np.random.default_rng(0)
+    honest = np.abs(np.delete(_flat(stack), 4, axis=0)).max()
+    for rule in (Median(), TrimmedMean(0.2), Krum(1), NormBounded(1.0)):
+        hit = _flat({k: v[None] for k, v in rule.aggregate_stack(bad, w, rng)[0].items()})
+        assert np.abs(hit).max() <= honest + 1.0, rule  # within the honest rows' range
+    mean = _flat({k: v[None] for k, v in Mean().aggregate_stack(bad, w, rng)[0].items()})
+    assert np.abs(mean).max() > 1e4
+
+
+def test_the_rules_cost_no_python_per_client():
+    def calls(rule, n):
+        prof = cProfile.Profile()
+        prof.runcall(rule.aggregate_stack, _stack(n), np.ones(n), np.random.default_rng(0))
+        return pstats.Stats(prof).total_calls
+
+    for rule in (Median(), TrimmedMean(0.1), Krum(1, 2), NormBounded(1.0)):
+        assert calls(rule, 200) == calls(rule, 8), rule
+
+
+def test_attackers_are_a_fixed_fraction_and_sign_flip_is_exact():
+    raw = {**RAW, "algorithm": {"name": "fedavg", "attack": "sign_flip", "attackers": 0.3,
+                                "attack_scale": 2.0}}
+    algo = open_run(raw).exp.algorithm
+    assert len(algo.attackers) == 3 and set(algo.attackers) < set(range(10))
+    assert np.array_equal(open_run(raw).exp.algorithm.attackers, algo.attackers)  # per run
+    stack = _stack(10)
+    out = algo.attacked(stack, np.arange(10), 0)
+    factor = np.where(np.isin(np.arange(10), algo.attackers), -2.0, 1.0)
+    for k in stack:
+        torch.testing.assert_close(out[k], stack[k] * torch.as_tensor(factor).reshape(
+            -1, *[1] * (stack[k].dim() - 1)))
+
+
+def test_the_noise_attack_has_the_configured_variance():
+    """Monte Carlo: an attacker's added noise has variance (s · its row's RMS)² per entry."""
+    raw = {**RAW, "algorithm": {"name": "fedavg", "attack": "noise", "attackers": 0.5,
+                                "attack_scale": 3.0}}
+    algo = open_run(raw).exp.algorithm
+    stack = {"w": torch.ones(10, 20000, dtype=torch.float64) * 0.5}
+    out = algo.attacked(stack, np.arange(10), 7)["w"] - stack["w"]
+    bad = np.isin(np.arange(10), algo.attackers)
+    var = out[torch.as_tensor(bad)].var().item()
+    assert abs(var - (3.0 * 0.5) ** 2) < 0.03 * (3.0 * 0.5) ** 2
+    assert (out[torch.as_tensor(~bad)] == 0).all()
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"name": "fedavg", "robust": "median", "attack": "sign_flip", "attackers": 0.2},
+    {"name": "scaffold", "robust": "trimmed_mean", "trim": 0.2},
+    {"name": "fedprox", "mu": 0.01, "robust": "krum", "byzantine": 2, "krum_select": 3},
+    {"name": "fadamgc", "robust": "norm_bounded", "norm_bound": 0.5, "attack": "scaled",
+     "attackers": 0.1, "attack_scale": 10.0},
+])
+def test_robust_runs_train_and_resume(tmp_path, algorithm, interrupt_after):
+    from wirelessfl.run.records import RunRecord
+    from wirelessfl.run.rounds import RoundsJob
+
+    raw = {**RAW, "algorithm": algorithm, "checkpoint_every": 1}
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
+
+    def rows(f):
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
+
+    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+
+
+def test_norm_bounded_goes_over_the_air_and_the_order_statistics_do_not():
+    over = {"model": "aircomp", "aggregation": "over_the_air"}
+    run = open_run({**RAW, "algorithm": {"name": "fedavg", "robust": "norm_bounded"},
+                    "network": over})
+    assert "AirComp" in repr(run.exp.algorithm.aggregator)
+    for rule in ("median", "trimmed_mean", "krum"):
+        with pytest.raises(ValueError, match="not a sum"):
+            open_run({**RAW, "algorithm": {"name": "fedavg", "robust": rule}, "network": over})
+    with pytest.raises(ValueError, match="not a sum"):
+        robust_aggregator("median", run.exp.algorithm.uplink)
+
+
+@pytest.mark.parametrize("setting, match", [
+    ("algorithm.trim=0.5", "trim"),
+    ("algorithm.norm_bound=-1", "norm_bound"),
+    ("algorithm.trim=0.2", "robust: trimmed_mean"),
+    ("algorithm.attack=sign_flip", "attackers"),
+    ("algorithm.robust=bulyan", "robust"),
+])
+def test_bad_robust_settings_are_one_line_each(tmp_path, capsys, setting, match):
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**RAW, "algorithm": {"name": "fedavg"}}))
+    assert main(["run", str(path), "--set", setting, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+
+
+def test_an_algorithm_that_combines_its_own_way_refuses_a_rule():
+    with pytest.raises(ValueError, match="its own way"):
+        open_run({**RAW, "algorithm": {"name": "feddyn", "robust": "median"}})
