@@ -229,6 +229,10 @@ class FederatedAlgorithm(ABC):
                         "empty_rounds": float(not kept),
                         "uplink_delivered_params_per_client": delivery.delivered_params or 0.0})
 
+    def spent(self, rounds_done: int) -> bool:
+        """Whether the run must stop before its next round (a privacy budget spent; no)."""
+        return False
+
     def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:
         """d-vectors client ``result.client`` uploads this round (1: its model update)."""
         return 1.0

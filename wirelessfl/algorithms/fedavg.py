@@ -38,7 +38,9 @@ from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
-from wirelessfl.server.robust import ROBUST_RULES, robust_aggregator
+from wirelessfl.server.privacy import DP_MODES
+from wirelessfl.server.privacy import epsilon as dp_epsilon
+from wirelessfl.server.robust import ROBUST_RULES, clip_rows, robust_aggregator
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
 
@@ -86,6 +88,18 @@ class FedAvgHParams:
         stream) [0].
     attack_scale : float
         s of the attack [1.0].
+    dp : str
+        Differential privacy (:mod:`wirelessfl.server.privacy`): ``none`` (default),
+        ``central`` (the server adds N(0, (zC)²) to the sum of the clipped updates) or
+        ``local`` (each client adds it to its own).
+    clip : float
+        C, the norm every Δ_i is scaled down to under ``dp`` [1.0].
+    noise_multiplier : float
+        z, the noise's standard deviation in units of C [1.0].
+    dp_delta : float
+        δ of the (ε, δ) the rows report [1e-5].
+    target_epsilon : float or None
+        Stop before a round that would spend more than this ε (None: run every round).
     """
 
     clients_per_round: int | None = None
@@ -103,6 +117,11 @@ class FedAvgHParams:
     attack: str = "none"
     attackers: float = 0.0
     attack_scale: float = 1.0
+    dp: str = "none"
+    clip: float = 1.0
+    noise_multiplier: float = 1.0
+    dp_delta: float = 1e-5
+    target_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         if self.weighting not in ("samples", "uniform"):
@@ -132,6 +151,22 @@ class FedAvgHParams:
                              "fraction of clients that makes it (or neither)")
         if self.attack_scale != 1.0 and self.attack == "none":
             raise ValueError("`attack_scale` is a setting of an attack: set attack too")
+        if self.dp not in DP_MODES:
+            raise ValueError(f"`dp` must be one of {', '.join(DP_MODES)}, got {self.dp!r}")
+        as_float("clip", self.clip, lo=0, hi=1e12, lo_open=True)
+        as_float("noise_multiplier", self.noise_multiplier, lo=0, hi=1e6, lo_open=True)
+        as_float("dp_delta", self.dp_delta, lo=0, hi=1, lo_open=True, hi_open=True)
+        if self.target_epsilon is not None:
+            as_float("target_epsilon", self.target_epsilon, lo=0, hi=1e6, lo_open=True)
+        for key in ("clip", "noise_multiplier", "dp_delta", "target_epsilon"):
+            if getattr(self, key) != getattr(FedAvgHParams, key) and self.dp == "none":
+                raise ValueError(f"`{key}` is a setting of differential privacy: set dp: "
+                                 "central or local, or remove it")
+        if self.dp != "none" and self.weighting != "uniform":
+            raise ValueError("`dp` bounds each client's part of the mean: set weighting: uniform "
+                             "(sample weights would give a large client more than C)")
+        if self.dp != "none" and self.robust != "mean":
+            raise ValueError("`dp` is accounted for the clipped mean: use robust: mean with it")
 
     def server(self) -> ServerOptimizer:
         """The server optimiser these hyperparameters describe."""
@@ -225,6 +260,18 @@ class FedAvg(FederatedAlgorithm):
                               "clients' updates its own way, not through the server's rule; "
                               "use them with fedavg, fedprox, scaffold, fadamgc, moon, fedacg "
                               "or the server-optimiser variants")
+        if hp.dp != "none":
+            if not self.uplink.exact:
+                raise ConfigError("algorithm.dp over the air: counting the channel's own noise is "
+                                  "not built yet; use an exact or digital link (network.model "
+                                  "none, tdma, fdma, nr)")
+            if not type(self).reads_deltas_through_combine():
+                raise ConfigError(f"algorithm.dp: {type(self).__name__} combines the clients' "
+                                  "updates its own way, not through the clipped mean")
+            if hp.target_epsilon is not None and self.epsilon(1) > hp.target_epsilon:
+                raise ConfigError(f"algorithm.target_epsilon {hp.target_epsilon:g} is spent by "
+                                  f"the first round (epsilon {self.epsilon(1):.3g}): raise it or "
+                                  "the noise_multiplier")
         n = env.num_clients
         order = env.seeds.generator("attackers").permutation(n) if hp.attack != "none" else []
         #: The clients that attack (sorted ids; none without ``attack``).
@@ -257,7 +304,7 @@ class FedAvg(FederatedAlgorithm):
         """
         if not (self.reads_deltas_through_combine() and self.env.link is None
                 and type(self.aggregator) is Mean and type(self).combine is FedAvg.combine
-                and len(plan.clients) and not len(self.attackers)):
+                and len(plan.clients) and not len(self.attackers) and self.hp.dp == "none"):
             return None
         sizes = self.env.num_samples[np.asarray(plan.clients, dtype=np.int64)]
         return DeltaFold(client_weights(sizes, self.hp.weighting))
@@ -290,10 +337,40 @@ class FedAvg(FederatedAlgorithm):
         w = client_weights(results.num_samples, self.hp.weighting)
         if isinstance(results, FoldedResults):
             return results.fold.mean(), w, AggregateInfo()
+        stack = self.attacked(results.delta_stack(), results.clients, state.round)
+        if self.hp.dp != "none":
+            stack = clip_rows(stack, self.hp.clip)
+        if self.hp.dp == "local":
+            stack = self.dp_noise(stack, state.round, 1.0)
         update, info = self.aggregator.aggregate_stack(
-            self.attacked(results.delta_stack(), results.clients, state.round), w,
-            self.env.seeds.generator("noise", state.round), **self.client_ids(results.clients))
+            stack, w, self.env.seeds.generator("noise", state.round),
+            **self.client_ids(results.clients))
+        if self.hp.dp == "central":
+            update = self.dp_noise(update, state.round, 1.0 / len(results))
         return update, w, info
+
+    def dp_noise(self, tree: Params, t: int, share: float) -> Params:
+        """``tree`` plus N(0, (share·z·C)²) per entry, from round t's ``dp`` stream."""
+        std = share * self.hp.noise_multiplier * self.hp.clip
+        gen = torch.Generator().manual_seed(self.env.seeds.int_seed("dp", t))
+        return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
+                for k, v in tree.items()}
+
+    def epsilon(self, rounds: int) -> float | None:
+        """ε at ``dp_delta`` spent by ``rounds`` rounds (None without ``dp``)."""
+        hp = self.hp
+        if hp.dp == "none":
+            return None
+        n = self.env.num_clients
+        return dp_epsilon(hp.dp, hp.noise_multiplier, int(rounds), n,
+                          n if hp.clients_per_round is None else min(n, hp.clients_per_round),
+                          hp.dp_delta)
+
+    @override
+    def spent(self, rounds_done: int) -> bool:
+        """Whether one more round would spend more than ``target_epsilon``."""
+        target = self.hp.target_epsilon
+        return target is not None and self.epsilon(rounds_done + 1) > target
 
     def attacked(self, stack: Params, clients: np.ndarray, t: int) -> Params:
         """The stack as sent: the attackers' rows changed by ``attack`` (no Python per client)."""
@@ -352,11 +429,13 @@ class FedAvg(FederatedAlgorithm):
         d = float(num_params(state.params))
         fields = dict(uplink_params=vectors_up * d, train_loss=loss, clients=diag,
                       downlink_params=None if vectors_down is None else vectors_down * d)
+        eps = self.epsilon(new.round)
         if self.aggregator.exact:
-            return new, RoundReport(**fields)
+            return new, (RoundReport(**fields) if eps is None else UplinkReport(**fields,
+                                                                                  epsilon=eps))
         nothing = bool(infos) and infos[0].received_nothing  # the model's own: all silent
         mse, silent = AggregateInfo.merged(infos)
-        return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent,
+        return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent, epsilon=eps,
                                  cumulative={"empty_rounds": float(nothing)})
 
     def uplink_sum(self, state: ServerState, trees: list[Params] | Params,
@@ -386,7 +465,10 @@ class FedAvg(FederatedAlgorithm):
 
 @dataclass(frozen=True)
 class UplinkReport(RoundReport):
-    """A round over the air: its mean AirComp MSE per entry (25) and the silent clients."""
+    """A round's uplink measures: over the air its mean AirComp MSE per entry (25) and the
+    silent clients; under ``dp`` the ε spent so far (at ``dp_delta``).
+    """
 
     aircomp_mse: float | None = None
     silent_clients: int | None = None
+    epsilon: float | None = None

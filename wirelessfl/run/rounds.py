@@ -427,6 +427,8 @@ class RoundsJob(Job):
         t = self.state.round
         rows = [r for r in rows if r["round"] <= t]
         expected = evaluated_rounds(self.cfg, t)
+        if t and t not in expected and self.exp.algorithm.spent(t):  # stopped by its budget
+            expected = [*expected, t]
         record.check_rows(rows, expected[:len(rows)] if t == 0 else expected,
                           key=lambda r: r["round"])
         return rows
@@ -453,6 +455,8 @@ class RoundsJob(Job):
         population = exp.env.population
         while self.state.round < cfg.rounds and not done and not out.stopped:
             t0 = self.state.round
+            if exp.algorithm.spent(t0):  # a privacy budget: the next round would exceed it
+                break
             if t0 > 0 and population.session(t0) != population.session(t0 - 1):
                 self.state = self.starts(self.state, t0, population.session(t0))
             try:
@@ -474,7 +478,7 @@ class RoundsJob(Job):
                 self.sim_time = (self.sim_time or 0.0) + latency
             for k, v in report.cumulative.items():
                 self.totals[k] = self.totals.get(k, 0.0) + v
-            if t % cfg.eval_every == 0 or t == cfg.rounds:
+            if t % cfg.eval_every == 0 or t == cfg.rounds or exp.algorithm.spent(t):
                 row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
                 if cfg.population.dynamic:  # the session the round's clients trained in
                     row.update(self._session_metrics(t - 1))
@@ -490,7 +494,7 @@ class RoundsJob(Job):
                 done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
             else:
                 out.tick(t)
-            if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done:
+            if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done or exp.algorithm.spent(t):
                 out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
                                 "round_costs": self.costs,
                                 **({"sessions": self.starts.state_dict()} if self.starts else {})})

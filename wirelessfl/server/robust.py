@@ -50,6 +50,13 @@ def _unflat(row: torch.Tensor, like: Params) -> Params:
     return out
 
 
+def clip_rows(stack: Params, bound: float) -> Params:
+    """Each row of the stack scaled to norm ≤ ``bound`` (the norm over all its keys)."""
+    norms = _flat(stack).double().norm(dim=1)
+    scale = torch.clamp(bound / norms.clamp_min(1e-300), max=1.0)
+    return {k: v * scale.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1)) for k, v in stack.items()}
+
+
 class _Stacked(Aggregator):
     """A rule defined on the stack: :meth:`aggregate` stacks per-client trees and calls it."""
 
@@ -142,9 +149,7 @@ class NormBounded(Aggregator):
 
     def clipped(self, stack: Params) -> Params:
         """The stack with each row's norm (over all keys) capped at the bound."""
-        norms = _flat(stack).double().norm(dim=1)
-        scale = torch.clamp(self.bound / norms.clamp_min(1e-300), max=1.0)
-        return {k: v * scale.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1)) for k, v in stack.items()}
+        return clip_rows(stack, self.bound)
 
     @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,

@@ -1,0 +1,135 @@
+"""Differential privacy of the FedAvg family (issue 73, item 1): clipping, Gaussian noise and
+the privacy spent, accounted by Google's dp-accounting and checked against closed forms."""
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("dp_accounting", reason="algorithm.dp needs the [privacy] extra")
+
+from scipy import optimize, stats  # noqa: E402
+
+from wirelessfl.cli import main  # noqa: E402
+from wirelessfl.run.kinds import open_run, run_job  # noqa: E402
+from wirelessfl.run.records import RunRecord  # noqa: E402
+from wirelessfl.server.privacy import epsilon, library, round_event  # noqa: E402
+
+RAW = {"seed": 4, "rounds": 6, "eval_every": 2,
+       "data": {"dataset": "synthetic", "num_clients": 20, "samples_per_client": 30},
+       "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 3}}
+DP = {"name": "fedavg", "dp": "central", "weighting": "uniform", "clients_per_round": 5,
+      "noise_multiplier": 4.0, "clip": 0.5}
+
+
+def _analytic_gaussian_epsilon(sigma, delta):
+    """Balle & Wang (ICML 2018), Theorem 8: the exact ε(δ) of one Gaussian mechanism of
+    noise multiplier σ (sensitivity 1): δ = Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ)."""
+    def gap(eps):
+        return (stats.norm.cdf(0.5 / sigma - eps * sigma)
+                - math.exp(eps) * stats.norm.cdf(-0.5 / sigma - eps * sigma) - delta)
+    return optimize.brentq(gap, 1e-9, 100.0)
+
+
+@pytest.mark.parametrize("z", [0.8, 1.0, 2.0])
+def test_one_gaussian_round_is_the_analytic_gaussian_mechanism(z):
+    """The library's PLD accountant on one Gaussian mechanism equals Balle & Wang's exact
+    ε(δ) to 1e-3 relative."""
+    dp = library()
+    pld = dp.pld.PLDAccountant()
+    pld.compose(dp.GaussianDpEvent(z))
+    assert pld.get_epsilon(1e-5) == pytest.approx(_analytic_gaussian_epsilon(z, 1e-5), rel=1e-3)
+
+
+def test_pld_is_at_most_rdp_for_dp_fedavg_at_z1_q001_over_1000_rounds():
+    """The issue's case (Poisson sampling q = 0.01, z = 1, 1,000 rounds, δ = 1e-5): PLD's ε
+    (1.83) is at most RDP's (2.10), the looser bound."""
+    dp = library()
+    event = dp.SelfComposedDpEvent(dp.PoissonSampledDpEvent(0.01, dp.GaussianDpEvent(1.0)), 1000)
+    rdp, pld = dp.rdp.RdpAccountant(), dp.pld.PLDAccountant()
+    rdp.compose(event)
+    pld.compose(event)
+    e_rdp, e_pld = rdp.get_epsilon(1e-5), pld.get_epsilon(1e-5)
+    print(f"z=1, q=0.01, 1000 rounds, delta=1e-5: PLD {e_pld:.3f}, RDP {e_rdp:.3f}")
+    assert e_pld <= e_rdp and 1.0 < e_pld < 3.0
+
+
+def test_the_runs_epsilon_is_the_library_s_direct_call():
+    dp = library()
+    for mode, n, k in (("central", 100, 10), ("central", 20, 20), ("local", 50, 5)):
+        acc = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+        base = dp.GaussianDpEvent(3.0 / 2)
+        one = base if mode == "local" or k == n else dp.SampledWithoutReplacementDpEvent(n, k, base)
+        acc.compose(dp.SelfComposedDpEvent(one, 40))
+        assert epsilon(mode, 3.0, 40, n, k, 1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+        assert round_event(mode, 3.0, n, k) == one
+    assert epsilon("central", 3.0, 0, 100, 10, 1e-5) == 0.0
+    assert epsilon("central", 3.0, 80, 100, 10, 1e-5) > epsilon("central", 3.0, 40, 100, 10, 1e-5)
+
+
+@pytest.mark.parametrize("mode, share", [("central", 1 / 5), ("local", 1.0)])
+def test_the_noise_has_the_configured_variance_and_clipping_bounds_every_update(mode, share):
+    """Monte Carlo: the added noise per entry has variance (share·z·C)²; central noise is
+    added once to the mean (share 1/K), local noise to each clipped update."""
+    algo = open_run({**RAW, "algorithm": {**DP, "dp": mode}}).exp.algorithm
+    tree = {"w": torch.zeros(400, 100, dtype=torch.float64)}
+    noisy = algo.dp_noise(tree, 3, share)["w"]
+    want = (share * 4.0 * 0.5) ** 2
+    assert abs(noisy.var().item() - want) < 0.03 * want
+    from wirelessfl.server.robust import clip_rows
+
+    stack = {"a": torch.randn(7, 30, dtype=torch.float64) * 5, "b": torch.randn(7, 4) * 5}
+    clipped = clip_rows(stack, 0.5)
+    norms = torch.cat([v.reshape(7, -1).double() for v in clipped.values()], 1).norm(dim=1)
+    assert (norms <= 0.5 + 1e-6).all()
+
+
+def test_rows_carry_epsilon_and_a_target_stops_the_run_before_it_is_exceeded(tmp_path):
+    raw = {**RAW, "rounds": 40, "eval_every": 10, "algorithm": {**DP, "target_epsilon": 5.0}}
+    run_job(open_run(raw), tmp_path / "r", quiet=True)
+    rows = RunRecord(tmp_path / "r").rows()
+    algo = open_run(raw).exp.algorithm
+    last = rows[-1]["round"]
+    assert last < 40 and rows[-1]["epsilon"] <= 5.0 < algo.epsilon(last + 1)
+    assert [r["epsilon"] for r in rows[1:]] == [algo.epsilon(r["round"]) for r in rows[1:]]
+    run_job(open_run(raw), tmp_path / "r", resume=True, quiet=True)  # stopped: trains no more
+    assert RunRecord(tmp_path / "r").rows()[-1]["round"] == last
+
+
+@pytest.mark.parametrize("mode", ["central", "local"])
+def test_dp_runs_resume_to_their_uninterrupted_rows(tmp_path, mode, interrupt_after):
+    from wirelessfl.run.rounds import RoundsJob
+
+    raw = {**RAW, "algorithm": {**DP, "dp": mode}, "checkpoint_every": 1}
+    run_job(open_run(raw), tmp_path / "full", quiet=True)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 3)), tmp_path / "cut", quiet=True)
+    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
+
+    def rows(f):
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
+
+    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+
+
+@pytest.mark.parametrize("setting, match", [
+    ("algorithm.clip=-1", "clip"),
+    ("algorithm.dp_delta=1", "dp_delta"),
+    ("algorithm.weighting=samples", "weighting: uniform"),
+    ("algorithm.dp=shuffle", "dp"),
+    ("network.model=aircomp", "over the air"),
+])
+def test_bad_dp_settings_are_one_line_each(tmp_path, capsys, setting, match):
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    net = {"network": {"model": "aircomp", "aggregation": "over_the_air"}} \
+        if setting.startswith("network") else {}
+    path.write_text(yaml.safe_dump({**RAW, "algorithm": DP, **net}))
+    args = ["run", str(path), "--out", str(tmp_path / "o")]
+    if not setting.startswith("network"):
+        args += ["--set", setting]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err, err
