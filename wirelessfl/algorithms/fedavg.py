@@ -465,8 +465,10 @@ class FedAvg(FederatedAlgorithm):
 
 @dataclass(frozen=True)
 class UplinkReport(RoundReport):
-    """A round's uplink measures: over the air its mean AirComp MSE per entry (25) and the
-    silent clients; under ``dp`` the ε spent so far (at ``dp_delta``).
+    """A round's uplink measures: AirComp MSE and silent clients, or the ε spent so far.
+
+    Over the air: the mean AirComp MSE per entry (25) and the silent clients; under ``dp``
+    the ε spent so far (at ``dp_delta``).
     """
 
     aircomp_mse: float | None = None
