@@ -20,7 +20,7 @@ RAW = {"seed": 4, "rounds": 6, "eval_every": 2,
        "model": {"name": "fcnn", "options": {"hidden": 16, "dropout": 0.0}},
        "local": {"lr": 0.05, "batch_size": 10, "steps": 3}}
 DP = {"name": "fedavg", "dp": "central", "weighting": "uniform", "clients_per_round": 5,
-      "noise_multiplier": 4.0, "clip": 0.5}
+      "dp_noise": 4.0, "dp_clip": 0.5}
 
 
 def _analytic_gaussian_epsilon(sigma, delta):
@@ -86,7 +86,7 @@ def test_the_noise_has_the_configured_variance_and_clipping_bounds_every_update(
 
 
 def test_rows_carry_epsilon_and_a_target_stops_the_run_before_it_is_exceeded(tmp_path):
-    raw = {**RAW, "rounds": 40, "eval_every": 10, "algorithm": {**DP, "target_epsilon": 5.0}}
+    raw = {**RAW, "rounds": 40, "eval_every": 10, "algorithm": {**DP, "dp_target_epsilon": 5.0}}
     run_job(open_run(raw), tmp_path / "r", quiet=True)
     rows = RunRecord(tmp_path / "r").rows()
     algo = open_run(raw).exp.algorithm
@@ -114,7 +114,7 @@ def test_dp_runs_resume_to_their_uninterrupted_rows(tmp_path, mode, interrupt_af
 
 
 @pytest.mark.parametrize("setting, match", [
-    ("algorithm.clip=-1", "clip"),
+    ("algorithm.dp_clip=-1", "dp_clip"),
     ("algorithm.dp_delta=1", "dp_delta"),
     ("algorithm.weighting=samples", "weighting: uniform"),
     ("algorithm.dp=shuffle", "dp"),

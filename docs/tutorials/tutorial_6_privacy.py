@@ -29,7 +29,7 @@ base = {"seed": 0, "rounds": 60, "eval_every": 5,
         "local": {"lr": 0.05, "batch_size": 20, "steps": 5}}
 out = Path(tempfile.mkdtemp())
 private = {"name": "fedavg", "clients_per_round": 5, "weighting": "uniform", "dp": "central",
-           "clip": 1.0, "noise_multiplier": 4.0, "target_epsilon": 6.0}
+           "dp_clip": 1.0, "dp_noise": 4.0, "dp_target_epsilon": 6.0}
 wirelessfl.run_job(wirelessfl.open_run({**base, "algorithm": private}), out / "dp", quiet=True)
 rows = wirelessfl.RunRecord(out / "dp").rows()
 for r in rows[1:]:

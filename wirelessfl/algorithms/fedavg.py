@@ -92,13 +92,13 @@ class FedAvgHParams:
         Differential privacy (:mod:`wirelessfl.server.privacy`): ``none`` (default),
         ``central`` (the server adds N(0, (zC)²) to the sum of the clipped updates) or
         ``local`` (each client adds it to its own).
-    clip : float
+    dp_clip : float
         C, the norm every Δ_i is scaled down to under ``dp`` [1.0].
-    noise_multiplier : float
+    dp_noise : float
         z, the noise's standard deviation in units of C [1.0].
     dp_delta : float
         δ of the (ε, δ) the rows report [1e-5].
-    target_epsilon : float or None
+    dp_target_epsilon : float or None
         Stop before a round that would spend more than this ε (None: run every round).
     """
 
@@ -118,10 +118,10 @@ class FedAvgHParams:
     attackers: float = 0.0
     attack_scale: float = 1.0
     dp: str = "none"
-    clip: float = 1.0
-    noise_multiplier: float = 1.0
+    dp_clip: float = 1.0
+    dp_noise: float = 1.0
     dp_delta: float = 1e-5
-    target_epsilon: float | None = None
+    dp_target_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         if self.weighting not in ("samples", "uniform"):
@@ -153,12 +153,12 @@ class FedAvgHParams:
             raise ValueError("`attack_scale` is a setting of an attack: set attack too")
         if self.dp not in DP_MODES:
             raise ValueError(f"`dp` must be one of {', '.join(DP_MODES)}, got {self.dp!r}")
-        as_float("clip", self.clip, lo=0, hi=1e12, lo_open=True)
-        as_float("noise_multiplier", self.noise_multiplier, lo=0, hi=1e6, lo_open=True)
+        as_float("dp_clip", self.dp_clip, lo=0, hi=1e12, lo_open=True)
+        as_float("dp_noise", self.dp_noise, lo=0, hi=1e6, lo_open=True)
         as_float("dp_delta", self.dp_delta, lo=0, hi=1, lo_open=True, hi_open=True)
-        if self.target_epsilon is not None:
-            as_float("target_epsilon", self.target_epsilon, lo=0, hi=1e6, lo_open=True)
-        for key in ("clip", "noise_multiplier", "dp_delta", "target_epsilon"):
+        if self.dp_target_epsilon is not None:
+            as_float("dp_target_epsilon", self.dp_target_epsilon, lo=0, hi=1e6, lo_open=True)
+        for key in ("dp_clip", "dp_noise", "dp_delta", "dp_target_epsilon"):
             if getattr(self, key) != getattr(FedAvgHParams, key) and self.dp == "none":
                 raise ValueError(f"`{key}` is a setting of differential privacy: set dp: "
                                  "central or local, or remove it")
@@ -268,10 +268,10 @@ class FedAvg(FederatedAlgorithm):
             if not type(self).reads_deltas_through_combine():
                 raise ConfigError(f"algorithm.dp: {type(self).__name__} combines the clients' "
                                   "updates its own way, not through the clipped mean")
-            if hp.target_epsilon is not None and self.epsilon(1) > hp.target_epsilon:
-                raise ConfigError(f"algorithm.target_epsilon {hp.target_epsilon:g} is spent by "
+            if hp.dp_target_epsilon is not None and self.epsilon(1) > hp.dp_target_epsilon:
+                raise ConfigError(f"algorithm.dp_target_epsilon {hp.dp_target_epsilon:g} is spent by "
                                   f"the first round (epsilon {self.epsilon(1):.3g}): raise it or "
-                                  "the noise_multiplier")
+                                  "dp_noise")
         n = env.num_clients
         order = env.seeds.generator("attackers").permutation(n) if hp.attack != "none" else []
         #: The clients that attack (sorted ids; none without ``attack``).
@@ -339,7 +339,7 @@ class FedAvg(FederatedAlgorithm):
             return results.fold.mean(), w, AggregateInfo()
         stack = self.attacked(results.delta_stack(), results.clients, state.round)
         if self.hp.dp != "none":
-            stack = clip_rows(stack, self.hp.clip)
+            stack = clip_rows(stack, self.hp.dp_clip)
         if self.hp.dp == "local":
             stack = self.dp_noise(stack, state.round, 1.0)
         update, info = self.aggregator.aggregate_stack(
@@ -351,7 +351,7 @@ class FedAvg(FederatedAlgorithm):
 
     def dp_noise(self, tree: Params, t: int, share: float) -> Params:
         """``tree`` plus N(0, (share·z·C)²) per entry, from round t's ``dp`` stream."""
-        std = share * self.hp.noise_multiplier * self.hp.clip
+        std = share * self.hp.dp_noise * self.hp.dp_clip
         gen = torch.Generator().manual_seed(self.env.seeds.int_seed("dp", t))
         return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
                 for k, v in tree.items()}
@@ -362,14 +362,14 @@ class FedAvg(FederatedAlgorithm):
         if hp.dp == "none":
             return None
         n = self.env.num_clients
-        return dp_epsilon(hp.dp, hp.noise_multiplier, int(rounds), n,
+        return dp_epsilon(hp.dp, hp.dp_noise, int(rounds), n,
                           n if hp.clients_per_round is None else min(n, hp.clients_per_round),
                           hp.dp_delta)
 
     @override
     def spent(self, rounds_done: int) -> bool:
-        """Whether one more round would spend more than ``target_epsilon``."""
-        target = self.hp.target_epsilon
+        """Whether one more round would spend more than ``dp_target_epsilon``."""
+        target = self.hp.dp_target_epsilon
         return target is not None and self.epsilon(rounds_done + 1) > target
 
     def attacked(self, stack: Params, clients: np.ndarray, t: int) -> Params:
