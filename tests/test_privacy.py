@@ -118,7 +118,7 @@ def test_dp_runs_resume_to_their_uninterrupted_rows(tmp_path, mode, interrupt_af
     ("algorithm.dp_delta=1", "dp_delta"),
     ("algorithm.weighting=samples", "weighting: uniform"),
     ("algorithm.dp=shuffle", "dp"),
-    ("network.model=aircomp", "over the air"),
+    ("network.model=aircomp", "over_the_air"),
 ])
 def test_bad_dp_settings_are_one_line_each(tmp_path, capsys, setting, match):
     import yaml
@@ -133,3 +133,32 @@ def test_bad_dp_settings_are_one_line_each(tmp_path, capsys, setting, match):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err, err
+
+
+def test_the_channel_s_noise_multiplier_comes_from_the_logged_mse_and_is_topped_up():
+    """Over the air (normalise off: one symbol is worth γ), the round's channel multiplier is
+    z_t = γ·√(MSE/2)·K/C from the logged MSE; the clients top it up to z, so ε is the
+    central mechanism's at z."""
+    from wirelessfl.server.privacy import top_up
+
+    assert top_up(3.0, 5.0) == pytest.approx(4.0) and top_up(6.0, 5.0) == 0.0
+    raw = {**RAW, "algorithm": {**DP, "dp": "over_the_air", "dp_noise": 1.0},
+           "network": {"model": "aircomp", "aggregation": "over_the_air", "snr_db": -10.0,
+                       "normalise": False}}
+    job = open_run(raw)
+    state = job.exp.initial_state()
+    for _ in range(3):
+        state, report = job.exp.algorithm.apply(state)
+        gamma, k, c = RAW["local"]["lr"], DP["clients_per_round"], DP["dp_clip"]
+        want = gamma * math.sqrt(report.aircomp_mse / 2) * k / c
+        assert report.dp_channel_noise == pytest.approx(want, rel=1e-9)
+    central = open_run({**RAW, "algorithm": {**DP, "dp_noise": 1.0}}).exp.algorithm
+    assert report.epsilon == central.epsilon(3)
+
+
+def test_dp_modes_match_their_links():
+    over = {"model": "aircomp", "aggregation": "over_the_air"}
+    with pytest.raises(ValueError, match="over_the_air"):
+        open_run({**RAW, "algorithm": {**DP, "dp": "over_the_air"}})  # exact link
+    with pytest.raises(ValueError, match="over_the_air"):
+        open_run({**RAW, "algorithm": DP, "network": over})  # central noise over the air

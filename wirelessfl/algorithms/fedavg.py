@@ -38,7 +38,7 @@ from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
-from wirelessfl.server.privacy import DP_MODES
+from wirelessfl.server.privacy import DP_MODES, top_up
 from wirelessfl.server.privacy import epsilon as dp_epsilon
 from wirelessfl.server.robust import ROBUST_RULES, clip_rows, robust_aggregator
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
@@ -90,8 +90,9 @@ class FedAvgHParams:
         s of the attack [1.0].
     dp : str
         Differential privacy (:mod:`wirelessfl.server.privacy`): ``none`` (default),
-        ``central`` (the server adds N(0, (zC)²) to the sum of the clipped updates) or
-        ``local`` (each client adds it to its own).
+        ``central`` (the server adds N(0, (zC)²) to the sum of the clipped updates),
+        ``local`` (each client adds it to its own) or ``over_the_air`` (the channel's noise,
+        topped up by the clients to multiplier z).
     dp_clip : float
         C, the norm every Δ_i is scaled down to under ``dp`` [1.0].
     dp_noise : float
@@ -261,10 +262,11 @@ class FedAvg(FederatedAlgorithm):
                               "use them with fedavg, fedprox, scaffold, fadamgc, moon, fedacg "
                               "or the server-optimiser variants")
         if hp.dp != "none":
-            if not self.uplink.exact:
-                raise ConfigError("algorithm.dp over the air: counting the channel's own noise is "
-                                  "not built yet; use an exact or digital link (network.model "
-                                  "none, tdma, fdma, nr)")
+            if (hp.dp == "over_the_air") == self.uplink.exact:
+                raise ConfigError("algorithm.dp over_the_air counts the channel's own noise: it "
+                                  "needs network.aggregation over_the_air, and over the air "
+                                  "only it can be used (central and local noise are for exact "
+                                  "or digital links)")
             if not type(self).reads_deltas_through_combine():
                 raise ConfigError(f"algorithm.dp: {type(self).__name__} combines the clients' "
                                   "updates its own way, not through the clipped mean")
@@ -347,6 +349,11 @@ class FedAvg(FederatedAlgorithm):
             **self.client_ids(results.clients))
         if self.hp.dp == "central":
             update = self.dp_noise(update, state.round, 1.0 / len(results))
+        elif self.hp.dp == "over_the_air" and info.noise_std is not None:
+            target = self.hp.dp_noise * self.hp.dp_clip / len(results)
+            extra = top_up(info.noise_std, target)
+            if extra > 0:  # the clients' own shares, summed: one draw on the received mean
+                update = self.dp_noise(update, state.round, extra / (self.hp.dp_noise * self.hp.dp_clip))
         return update, w, info
 
     def dp_noise(self, tree: Params, t: int, share: float) -> Params:
@@ -362,7 +369,7 @@ class FedAvg(FederatedAlgorithm):
         if hp.dp == "none":
             return None
         n = self.env.num_clients
-        return dp_epsilon(hp.dp, hp.dp_noise, int(rounds), n,
+        return dp_epsilon("local" if hp.dp == "local" else "central", hp.dp_noise, int(rounds), n,
                           n if hp.clients_per_round is None else min(n, hp.clients_per_round),
                           hp.dp_delta)
 
@@ -435,7 +442,11 @@ class FedAvg(FederatedAlgorithm):
                                                                                   epsilon=eps))
         nothing = bool(infos) and infos[0].received_nothing  # the model's own: all silent
         mse, silent = AggregateInfo.merged(infos)
+        channel = None
+        if self.hp.dp == "over_the_air" and infos and infos[0].noise_std is not None:
+            channel = infos[0].noise_std * len(results) / self.hp.dp_clip  # z_t of the model's
         return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent, epsilon=eps,
+                                 dp_channel_noise=channel,
                                  cumulative={"empty_rounds": float(nothing)})
 
     def uplink_sum(self, state: ServerState, trees: list[Params] | Params,
@@ -468,9 +479,11 @@ class UplinkReport(RoundReport):
     """A round's uplink measures: AirComp MSE and silent clients, or the ε spent so far.
 
     Over the air: the mean AirComp MSE per entry (25) and the silent clients; under ``dp``
-    the ε spent so far (at ``dp_delta``).
+    the ε spent so far (at ``dp_delta``); under ``dp: over_the_air`` the channel's own noise
+    multiplier z_t of the round's model update (before any top-up).
     """
 
     aircomp_mse: float | None = None
     silent_clients: int | None = None
     epsilon: float | None = None
+    dp_channel_noise: float | None = None

@@ -147,10 +147,15 @@ class AggregateInfo:
         silent); None for an exact aggregate.
     silent : int
         Clients that did not transmit (truncated channel inversion).
+    noise_std : float or None
+        Over the air: the standard deviation per entry of the noise in the returned
+        aggregate, u·√MSE (u the value of one symbol; MSE/2 with ``real_part``); None for an
+        exact aggregate.
     """
 
     mse: float | None = None
     silent: int = 0
+    noise_std: float | None = None
 
     @property
     def received_nothing(self) -> bool:
@@ -401,7 +406,7 @@ class AirComp(Aggregator):
         gen = torch.Generator(device="cpu").manual_seed(int(noise_rng.integers(2**63)))
         std = scale * mse ** 0.5
         return ({k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
-                 for k, v in mean.items()}, AggregateInfo(float(cell.mse), silent))
+                 for k, v in mean.items()}, AggregateInfo(float(cell.mse), silent, float(std)))
 
     def round_channel_of(self, channel: np.random.Generator | RoundChannel,
                          n: int) -> tuple[np.ndarray, np.random.Generator]:

@@ -17,6 +17,17 @@ sample without replacement); its PLD accountant, tighter, does not. That analysi
 replace-one adjacency, where the clipped sum's sensitivity is 2C, so each round is a
 ``GaussianDpEvent(z / 2)`` amplified by ``SampledWithoutReplacementDpEvent(N, K, ·)``. Local
 DP counts each client's own releases with no amplification from sampling (conservative).
+
+``over_the_air`` (Liu & Simeone, JSAC 2021; Seif, Tandon, Li, ISIT 2020): the clipped updates
+are aggregated over the air, and the noise the receiver adds, of standard deviation
+σ_t = u·√MSE_t per entry of the received mean (eqs. (22)–(28)), is the Gaussian mechanism's
+noise. Its noise multiplier, relative to the mean's sensitivity C/K, is z_t = σ_t·K/C, logged
+each round (``dp_channel_noise``). Where z_t < z the clients top it up with noise of their own
+(K independent shares, simulated as one draw on the received mean) to exactly z; where the
+channel alone gives more, nothing is added. Every round so carries noise of multiplier at
+least z and is accounted as the central mechanism at z (conservative when the channel gives
+more). Threat model: the server sees only the received sum; the channel's noise is unknown to
+it.
 """
 
 from __future__ import annotations
@@ -26,8 +37,9 @@ from typing import Any
 
 from wirelessfl.errors import ConfigError
 
-#: ``algorithm.dp``: no privacy, noise added by the server, or by every client.
-DP_MODES = ("none", "central", "local")
+#: ``algorithm.dp``: no privacy, noise added by the server, by every client, or the
+#: over-the-air channel's own noise topped up to the target.
+DP_MODES = ("none", "central", "local", "over_the_air")
 
 
 @functools.cache
@@ -48,7 +60,7 @@ def round_event(mode: str, noise_multiplier: float, population: int, sample: int
     """One round's ``DpEvent`` (replace-one adjacency: sensitivity 2C, multiplier z/2)."""
     dp = library()
     base = dp.GaussianDpEvent(noise_multiplier / 2.0)
-    if mode == "local" or sample >= population:
+    if mode == "local" or sample >= population:  # (over_the_air: as central, below)
         return base
     return dp.SampledWithoutReplacementDpEvent(population, sample, base)
 
@@ -64,3 +76,8 @@ def epsilon(mode: str, noise_multiplier: float, rounds: int, population: int, sa
     acc.compose(dp.SelfComposedDpEvent(round_event(mode, noise_multiplier, population, sample),
                                        int(rounds)))
     return float(acc.get_epsilon(delta))
+
+
+def top_up(channel_std: float, target_std: float) -> float:
+    """The standard deviation of the noise that brings ``channel_std`` up to ``target_std``."""
+    return float(max(0.0, target_std**2 - channel_std**2) ** 0.5)
