@@ -87,3 +87,49 @@ def order_before():
         return {**raw, "local": before(raw.get("local"))}
 
     return order_before
+
+
+def _rows_without_wall(folder):
+    from wirelessfl.run.records import RunRecord
+
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(folder).rows()]
+
+
+@pytest.fixture
+def cut_and_resume(tmp_path, interrupt_after):
+    """``run(raw, after=2)``: the rows (less wall time) of ``raw`` run whole, and cut after
+    ``after`` rounds by a KeyboardInterrupt then resumed: ``(full, resumed)``."""
+    from wirelessfl.run.kinds import open_run, run_job
+    from wirelessfl.run.rounds import RoundsJob
+
+    def run(raw, after=2):
+        raw = {**raw, "checkpoint_every": 1}
+        run_job(open_run(raw), tmp_path / "full", quiet=True)
+        with pytest.raises(KeyboardInterrupt):
+            run_job(RoundsJob(interrupt_after(open_run(raw).exp, after)), tmp_path / "cut",
+                    quiet=True)
+        run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
+        return _rows_without_wall(tmp_path / "full"), _rows_without_wall(tmp_path / "cut")
+
+    return run
+
+
+@pytest.fixture
+def cli_error(tmp_path, capsys):
+    """``error(raw, *args)``: run ``wirelessfl run`` on ``raw`` (a YAML file) with ``args``;
+    asserts exit 2 and one line on stderr, returns it; nothing is written at ``--out``."""
+    import yaml
+
+    from wirelessfl.cli import main
+
+    def error(raw, *args):
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        out = tmp_path / "o"
+        assert main(["run", str(path), *args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert not out.exists()
+        return err
+
+    return error

@@ -10,13 +10,11 @@ pytest.importorskip("sionna.sys", reason="network.model nr needs the [nr] extra 
 
 from channels.rayleigh import simo_rayleigh  # noqa: E402
 from solvers.uplink import deadline_outage  # noqa: E402
-from wirelessfl.cli import main  # noqa: E402
 from wirelessfl.net.links import NetworkConfig, RoundCost, make_link  # noqa: E402
 from wirelessfl.net.nr import NRSettings, sionna  # noqa: E402
 from wirelessfl.rng import Seeds  # noqa: E402
 from wirelessfl.run.kinds import open_run, run_job  # noqa: E402
 from wirelessfl.run.records import RunRecord  # noqa: E402
-from wirelessfl.run.rounds import RoundsJob  # noqa: E402
 
 RAW = {"seed": 4, "rounds": 4,
        "data": {"dataset": "synthetic", "num_clients": 12, "samples_per_client": 30},
@@ -190,13 +188,9 @@ def test_a_deadline_drops_exactly_the_clients_whose_nr_upload_misses_it(tmp_path
     assert any(r["dropped"] for r in rows[1:]) and any(r["arrived"] for r in rows[1:])
 
 
-def test_an_nr_run_cut_and_resumed_gives_the_uninterrupted_rows(tmp_path, interrupt_after):
-    raw = {**RAW, "network": {**NR, "deadline_s": 3.0}, "checkpoint_every": 1}
-    run_job(open_run(raw), tmp_path / "full", quiet=True)
-    with pytest.raises(KeyboardInterrupt):
-        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
-    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
-    assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
+def test_an_nr_run_cut_and_resumed_gives_the_uninterrupted_rows(cut_and_resume):
+    full, resumed = cut_and_resume({**RAW, "network": {**NR, "deadline_s": 3.0}})
+    assert resumed == full
 
 
 def test_a_tdma_run_retimed_under_nr_is_the_run_trained_under_nr(tmp_path):
@@ -217,15 +211,8 @@ def test_a_tdma_run_retimed_under_nr_is_the_run_trained_under_nr(tmp_path):
     ("network.scenario=indoor", "scenario"),
     ("network.scs_khz=120", "scs_khz"),
 ])
-def test_bad_nr_settings_are_one_line_each(tmp_path, capsys, setting, match):
-    import yaml
-
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({**RAW, "network": {"model": "nr"}}))
-    assert main(["run", str(path), "--set", setting, "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and match in err
-    assert not (tmp_path / "o").exists()
+def test_bad_nr_settings_are_one_line_each(cli_error, setting, match):
+    assert match in cli_error({**RAW, "network": {"model": "nr"}}, "--set", setting)
 
 
 def test_settings_are_checked_in_the_api_too():
@@ -263,22 +250,17 @@ def test_over_the_air_gains_equal_to_a_constant_are_that_snr_exactly():
                                        {"name": "scaffold", "clients_per_round": 6},
                                        {"name": "fadamgc", "clients_per_round": 6}])
 def test_over_the_air_on_a_umi_drop_trains_with_each_client_s_own_gain(tmp_path, algorithm,
-                                                                        interrupt_after):
+                                                                        cut_and_resume):
     """Over the air on the drop: every aggregation reads its clients' own path gains (the
-    MSE differs from the unit-gain channel's), the run resumes to its uninterrupted rows,
-    and a weak client is the one truncation silences."""
+    MSE differs from the unit-gain channel's), and the run resumes to its uninterrupted rows."""
     net = {"model": "aircomp", "aggregation": "over_the_air", "antennas": 4,
            "large_scale": "umi"}
-    raw = {**RAW, "algorithm": algorithm, "network": net, "checkpoint_every": 1}
-    run_job(open_run(raw), tmp_path / "full", quiet=True)
-    rows = _rows(tmp_path / "full")
+    raw = {**RAW, "algorithm": algorithm, "network": net}
+    full, resumed = cut_and_resume(raw)
+    assert resumed == full
     unit = {**raw, "network": {k: v for k, v in net.items() if k != "large_scale"}}
     run_job(open_run(unit), tmp_path / "unit", quiet=True)
-    assert rows[-1]["aircomp_mse"] != _rows(tmp_path / "unit")[-1]["aircomp_mse"]
-    with pytest.raises(KeyboardInterrupt):
-        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
-    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
-    assert _rows(tmp_path / "cut") == rows
+    assert full[-1]["aircomp_mse"] != _rows(tmp_path / "unit")[-1]["aircomp_mse"]
 
 
 def test_truncation_on_the_drop_silences_the_clients_with_the_most_loss():

@@ -10,7 +10,6 @@ pytest.importorskip("dp_accounting", reason="algorithm.dp needs the [privacy] ex
 
 from scipy import optimize, stats  # noqa: E402
 
-from wirelessfl.cli import main  # noqa: E402
 from wirelessfl.run.kinds import open_run, run_job  # noqa: E402
 from wirelessfl.run.records import RunRecord  # noqa: E402
 from wirelessfl.server.privacy import epsilon, library, round_event  # noqa: E402
@@ -98,19 +97,9 @@ def test_rows_carry_epsilon_and_a_target_stops_the_run_before_it_is_exceeded(tmp
 
 
 @pytest.mark.parametrize("mode", ["central", "local"])
-def test_dp_runs_resume_to_their_uninterrupted_rows(tmp_path, mode, interrupt_after):
-    from wirelessfl.run.rounds import RoundsJob
-
-    raw = {**RAW, "algorithm": {**DP, "dp": mode}, "checkpoint_every": 1}
-    run_job(open_run(raw), tmp_path / "full", quiet=True)
-    with pytest.raises(KeyboardInterrupt):
-        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 3)), tmp_path / "cut", quiet=True)
-    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
-
-    def rows(f):
-        return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
-
-    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+def test_dp_runs_resume_to_their_uninterrupted_rows(mode, cut_and_resume):
+    full, resumed = cut_and_resume({**RAW, "algorithm": {**DP, "dp": mode}}, after=3)
+    assert resumed == full
 
 
 @pytest.mark.parametrize("setting, match", [
@@ -120,19 +109,11 @@ def test_dp_runs_resume_to_their_uninterrupted_rows(tmp_path, mode, interrupt_af
     ("algorithm.dp=shuffle", "dp"),
     ("network.model=aircomp", "over_the_air"),
 ])
-def test_bad_dp_settings_are_one_line_each(tmp_path, capsys, setting, match):
-    import yaml
-
-    path = tmp_path / "c.yaml"
-    net = {"network": {"model": "aircomp", "aggregation": "over_the_air"}} \
-        if setting.startswith("network") else {}
-    path.write_text(yaml.safe_dump({**RAW, "algorithm": DP, **net}))
-    args = ["run", str(path), "--out", str(tmp_path / "o")]
-    if not setting.startswith("network"):
-        args += ["--set", setting]
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and match in err, err
+def test_bad_dp_settings_are_one_line_each(cli_error, setting, match):
+    over = setting.startswith("network")
+    net = {"network": {"model": "aircomp", "aggregation": "over_the_air"}} if over else {}
+    err = cli_error({**RAW, "algorithm": DP, **net}, *([] if over else ["--set", setting]))
+    assert match in err, err
 
 
 def test_the_channel_s_noise_multiplier_comes_from_the_logged_mse_and_is_topped_up():

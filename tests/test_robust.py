@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from wirelessfl.cli import main
-from wirelessfl.run.kinds import open_run, run_job
+from wirelessfl.run.kinds import open_run
 from wirelessfl.server.aggregation import Mean
 from wirelessfl.server.robust import Krum, Median, NormBounded, TrimmedMean, robust_aggregator
 
@@ -117,20 +116,9 @@ def test_the_noise_attack_has_the_configured_variance():
     {"name": "fadamgc", "robust": "norm_bounded", "norm_bound": 0.5, "attack": "scaled",
      "attackers": 0.1, "attack_scale": 10.0},
 ])
-def test_robust_runs_train_and_resume(tmp_path, algorithm, interrupt_after):
-    from wirelessfl.run.records import RunRecord
-    from wirelessfl.run.rounds import RoundsJob
-
-    raw = {**RAW, "algorithm": algorithm, "checkpoint_every": 1}
-    run_job(open_run(raw), tmp_path / "full", quiet=True)
-    with pytest.raises(KeyboardInterrupt):
-        run_job(RoundsJob(interrupt_after(open_run(raw).exp, 2)), tmp_path / "cut", quiet=True)
-    run_job(open_run(raw), tmp_path / "cut", resume=True, quiet=True)
-
-    def rows(f):
-        return [{k: v for k, v in r.items() if k != "wall_s"} for r in RunRecord(f).rows()]
-
-    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+def test_robust_runs_train_and_resume(algorithm, cut_and_resume):
+    full, resumed = cut_and_resume({**RAW, "algorithm": algorithm})
+    assert resumed == full
 
 
 def test_norm_bounded_goes_over_the_air_and_the_order_statistics_do_not():
@@ -152,14 +140,8 @@ def test_norm_bounded_goes_over_the_air_and_the_order_statistics_do_not():
     ("algorithm.attack=sign_flip", "attackers"),
     ("algorithm.robust=bulyan", "robust"),
 ])
-def test_bad_robust_settings_are_one_line_each(tmp_path, capsys, setting, match):
-    import yaml
-
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({**RAW, "algorithm": {"name": "fedavg"}}))
-    assert main(["run", str(path), "--set", setting, "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and match in err
+def test_bad_robust_settings_are_one_line_each(cli_error, setting, match):
+    assert match in cli_error({**RAW, "algorithm": {"name": "fedavg"}}, "--set", setting)
 
 
 def test_an_algorithm_that_combines_its_own_way_refuses_a_rule():
