@@ -8,7 +8,8 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
 
   - ``curves``: accuracy against ``x``, and what each curve needs to reach the run's
     target accuracy;
-  - ``sweep``: a metric at the first round reaching ``target`` against the sweep values;
+  - ``sweep``: a metric at the first round reaching ``target`` against the sweep values
+    (``log_y``: the metrics drawn on a logarithmic axis);
   - ``table``: that metric per ``targets`` row and series × sweep column, beside the
     paper's numbers under ``reference``;
   - ``final_accuracy``: final test accuracy (the mean of the last ``last`` evaluations,
@@ -30,7 +31,9 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
   (``key``, ``label``, ``values``, or ``label`` and ``points``: value → overrides; a series
   that sets a swept key itself is not swept: a reference line) and per-scale entries
   (``quick:``/``paper:``) that replace any of these keys (their ``overrides`` are added);
-  ``scales`` limits a figure to some scales.
+  ``scales`` limits a figure to some scales; ``seeds`` replaces the scale's seeds and
+  ``overrides`` adds dotted overrides for this figure's runs; ``claim`` (``finding``,
+  ``better``, ``than``, ``measure``, ``lower``, ...) is what the report's verdict tests.
 
 Every run is panel × series × sweep value × seed. A run's folder is named by a hash of its
 resolved config, so figures that need the same run share it, finished runs are reused and
