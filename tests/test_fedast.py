@@ -204,6 +204,9 @@ def test_bad_multitask_configs_name_the_problem():
     with pytest.raises(ConfigError, match="split"):
         resolve_multitask({"tasks": ["synthetic_linear"],
                            "method": {"name": "sync_st", "split": [1, 2]}})
+    with pytest.raises(ConfigError, match="step_seconds"):  # inert: compute is the pool's
+        resolve_multitask({"tasks": ["synthetic_linear"],
+                           "network": {"model": "fixed", "step_seconds": 0.5}})
 
 
 def test_ucb_round_zero_trains_everyone_then_prefers_high_loss_clients():

@@ -364,3 +364,11 @@ def test_fadamgc_s_tracked_clients_send_their_dy_over_their_own_round_channels(m
     for _ in range(2):
         state, _ = exp.algorithm.apply(state)
     assert checked and all(c == (6, 3) for c in checked)  # S̃ = S/2 of the round's 6
+
+
+def test_vector_channel_with_a_one_vector_algorithm_is_refused():
+    """Issue 71: an inert setting is refused (FedAvg sends one vector); SCAFFOLD takes it."""
+    net = {**OTA, "vector_channel": "fresh"}
+    with pytest.raises(ValueError, match="one vector a round"):
+        open_run({**RAW, "network": net, "algorithm": {"name": "fedavg", "clients_per_round": 6}})
+    open_run({**RAW, "network": net, "algorithm": {"name": "scaffold", "clients_per_round": 6}})

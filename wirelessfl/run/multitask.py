@@ -134,6 +134,10 @@ class MultiTaskConfig:
             raise ConfigError(f"task names must differ, got {names}; give each task a 'name'")
         if self.device not in ("cpu", "cuda", "auto") or self.engine not in ("loop", "batched", "auto"):
             raise ConfigError("device must be cpu, cuda or auto, and engine loop, batched or auto")
+        if self.network.step_seconds:
+            raise ConfigError("network.step_seconds: a multi-task run's computing time is its "
+                              "latency model's (pool.kappa, the tasks' latency constants and "
+                              "speed classes); the link times only the transfers (remove it)")
         shaping = make_link(self.network).shaping()
         if shaping:
             raise ConfigError(f"network.{shaping[0]}: a multi-task run's requests have no round "

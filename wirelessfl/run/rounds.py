@@ -157,6 +157,11 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
                           "own way (HIST: algorithm.aggregation aircomp); use it with the FedAvg "
                           "family (fedavg, fedprox, scaffold, fadamgc, moon, fedacg, feddyn, ...) "
                           "or RA-Fed / RAM-Fed")
+    second = getattr(net.settings, "vector_channel", "round")
+    if second != "round" and algo_cls.upload_vectors is FederatedAlgorithm.upload_vectors:
+        raise ConfigError(f"network.vector_channel {second}: {cfg.algorithm.name} uploads one "
+                          "vector a round, so there is no second vector to send over another "
+                          "channel (remove it; it matters for scaffold and fadamgc)")
     if shaping and not algo_cls.uses_digital_link:
         raise ConfigError(f"network.{shaping[0]}: {cfg.algorithm.name} schedules and times its "
                           "own uplink; use it with the FedAvg family (fedavg, fedprox, scaffold, "
