@@ -72,9 +72,11 @@ def test_a_plugin_module_from_the_python_path(box, monkeypatch):
     ("no_such_module_xyz", "no module of that name"),
     ("not a name", "not a module name"),
     ("broken.py", "failed while importing: ZeroDivisionError"),
+    ("leaves.py", "called sys.exit(0) while importing"),
 ])
 def test_a_bad_plugin_is_one_line(box, capsys, spec, match):
     (box / "broken.py").write_text("x = 1 / 0\n")
+    (box / "leaves.py").write_text("import sys\nsys.exit(0)\n")  # used to end the command, 0
     assert main(["run", "cfg.yaml", "--out", "b", "--quiet", "--plugin", spec]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and match in err

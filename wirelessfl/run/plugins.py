@@ -73,7 +73,7 @@ def load_entry_points() -> list[str]:
             target = ep.load()
             if callable(target):
                 target()
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's package
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of the user's package
             raise ConfigError(f"the installed plug-in {ep.name!r} ({ep.value}) failed to load: "
                               f"{type(exc).__name__}: {str(exc)[:160]}; fix or uninstall it"
                               ) from None
@@ -127,6 +127,11 @@ def _run(spec: str, load: Any, name: str | None) -> None:
         load()
     except ConfigError:
         raise
+    except SystemExit as exc:  # sys.exit() at import would end the command silently
+        if name is not None:
+            sys.modules.pop(name, None)
+        raise ConfigError(f"--plugin {short(spec)} called sys.exit({short(exc.code)}) while "
+                          "importing; a plug-in must only define and register things") from None
     except Exception as exc:  # noqa: BLE001 - whatever the user's module raises
         if name is not None:
             sys.modules.pop(name, None)
