@@ -59,6 +59,27 @@ def test_a_plugin_file_runs_resumes_and_is_recorded(box, capsys):
                  str(box / "clipavg.py")]) == 0
 
 
+
+def test_a_run_whose_plugin_file_moved_resumes_with_the_file_s_new_path(box, capsys):
+    """Issue 71: the recorded path is gone; --plugin with the same file name elsewhere
+    resumes the run (before: only by editing meta.json). A file still at the recorded path
+    must be the one loaded."""
+    assert main(["run", "cfg.yaml", "--out", "r", "--quiet", "--plugin", "clipavg.py"]) == 0
+    (box / "moved").mkdir()
+    (box / "clipavg.py").rename(box / "moved" / "clipavg.py")
+    registry.unregister("clipavg")
+    plugins._LOADED.clear()
+    assert main(["run", "--resume", "--out", "r", "--quiet", "--plugin",
+                 "moved/clipavg.py"]) == 0
+    (box / "clipavg.py").write_text(PLUGIN.format(cls="ClipAvg", name="clipavg"))  # back
+    registry.unregister("clipavg")
+    plugins._LOADED.clear()
+    capsys.readouterr()
+    assert main(["run", "--resume", "--out", "r", "--quiet", "--plugin",
+                 "moved/clipavg.py"]) == 2
+    assert "made with plug-in" in capsys.readouterr().err
+
+
 def test_a_plugin_module_from_the_python_path(box, monkeypatch):
     (box / "wfl_test_modavg.py").write_text(PLUGIN.format(cls="ModAvg", name="modavg"))
     (box / "mod.yaml").write_text(CONFIG.format(name="modavg"))

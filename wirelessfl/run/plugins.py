@@ -82,10 +82,16 @@ def load_entry_points() -> list[str]:
 
 
 def missing(recorded: Any) -> list[str]:
-    """The recorded plug-ins (a run folder's ``meta.json``) not loaded in this process."""
+    """The recorded plug-ins (a run folder's ``meta.json``) not loaded in this process.
+
+    A recorded plug-in file that no longer exists where it was (moved) counts as loaded when
+    a loaded plug-in file has its name: ``--plugin NEW/PATH/name.py`` resumes such a run.
+    """
     if not isinstance(recorded, list):
         return []
-    return [s for s in recorded if isinstance(s, str) and s not in _LOADED]
+    names = {Path(s).name for s in _LOADED if s.endswith(".py")}
+    return [s for s in recorded if isinstance(s, str) and s not in _LOADED
+            and not (s.endswith(".py") and not Path(s).exists() and Path(s).name in names)]
 
 
 def _load(spec: Any) -> str:
