@@ -924,7 +924,7 @@ def files_links(p: Probes, box: Path) -> None:
     for f in (*RUN_FILES, "accuracy.png", ".lock"):
         run = box / f"l-{f.strip('.')}"
         shutil.copytree(base, run, symlinks=True)
-        (run / f).unlink()
+        (run / f).unlink(missing_ok=True)  # a finished run leaves no .lock
         (run / f).symlink_to(victim)
         p.cli(A, f"resume with {f} a link", ["run", "t.yaml", "--resume", "--out", run.name,
                                              "--quiet"], box, allowed=(run.name,))

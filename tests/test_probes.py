@@ -257,3 +257,22 @@ def test_gpt2_weights_that_are_garbage_or_foreign_are_one_error(tmp_path, garbag
     with pytest.raises(ValueError, match="model.safetensors cannot be loaded") as err:
         build_model("gpt2_lora", (16,), 2, seed=0, model_dir=str(tmp_path))
     assert "\n" not in str(err.value)
+
+
+def test_the_probe_set_runs_and_every_probe_is_clean(tmp_path):
+    """Issue 71: the project's own probe set (benchmarks/probes.py, 751 hostile inputs) runs
+    to its end in the default suite (about 20-35 s) and fails loudly: every probe is clean
+    or a correct edge answer, and no probe executed code."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "probes.py"), "--json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["cases"] >= 700 and report["code_execution"] == 0
+    assert report["not_clean"] == [], report["not_clean"][:10]
+    assert set(report["verdicts"]) <= {"clean", "ok"}
