@@ -44,6 +44,7 @@ class Output:
         # (wall clock, progress) where this process began: the estimate's origin (None: done);
         # ``estimate`` is (the run's name, its progress unit) when the bar is off
         self._origin = (time.perf_counter(), bar.n) if estimate else None
+        self._timed_first = False  # the estimate is of the steps after the first
         self._label = estimate or ("run", "step")
 
     def wall(self) -> float:
@@ -87,10 +88,19 @@ class Output:
         self._bar.n = progress if total is None else min(progress, total)
         self._bar.refresh()
         if self._origin is not None and total and progress > self._origin[1]:
+            if not self._timed_first:  # the first step holds the start-up: time from its end
+                self._timed_first = True
+                if progress < total:
+                    self._origin = (time.perf_counter(), progress)
+                    return
             self._say_estimate(progress, total)
 
     def _say_estimate(self, progress: float, total: float) -> None:
-        """One line on stderr with the time left, once, when the bar is off and it is long."""
+        """One line on stderr with the time left, once, when the bar is off and it is long.
+
+        Timed over the second step (the first, with the imports, compilation and the data's
+        first upload, made a 40 s run say 22 min).
+        """
         t0, p0 = self._origin
         self._origin = None
         per = (time.perf_counter() - t0) / (progress - p0)
