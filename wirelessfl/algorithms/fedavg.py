@@ -255,21 +255,18 @@ class FedAvg(FederatedAlgorithm):
                 select=hp.krum_select, norm_bound=hp.norm_bound)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if (hp.robust != "mean" or hp.attack != "none") and aggregator is None \
+        if (hp.robust != "mean" or hp.attack != "none" or hp.dp != "none") and aggregator is None \
                 and not type(self).reads_deltas_through_combine():
-            raise ConfigError(f"algorithm.robust / attack: {type(self).__name__} combines the "
-                              "clients' updates its own way, not through the server's rule; "
-                              "use them with fedavg, fedprox, scaffold, fadamgc, moon, fedacg "
-                              "or the server-optimiser variants")
+            raise ConfigError(f"algorithm.robust / attack / dp: {type(self).__name__} combines "
+                              "the clients' updates its own way, not through the server's "
+                              "rule; use them with fedavg, fedprox, scaffold, fadamgc, moon, "
+                              "fedacg or the server-optimiser variants")
         if hp.dp != "none":
             if (hp.dp == "over_the_air") == self.uplink.exact:
                 raise ConfigError("algorithm.dp over_the_air counts the channel's own noise: it "
                                   "needs network.aggregation over_the_air, and over the air "
                                   "only it can be used (central and local noise are for exact "
                                   "or digital links)")
-            if not type(self).reads_deltas_through_combine():
-                raise ConfigError(f"algorithm.dp: {type(self).__name__} combines the clients' "
-                                  "updates its own way, not through the clipped mean")
             if hp.dp_target_epsilon is not None and self.epsilon(1) > hp.dp_target_epsilon:
                 raise ConfigError(f"algorithm.dp_target_epsilon {hp.dp_target_epsilon:g} is spent by "
                                   f"the first round (epsilon {self.epsilon(1):.3g}): raise it or "
@@ -342,23 +339,22 @@ class FedAvg(FederatedAlgorithm):
         stack = self.attacked(results.delta_stack(), results.clients, state.round)
         if self.hp.dp != "none":
             stack = clip_rows(stack, self.hp.dp_clip)
+        zc = self.hp.dp_noise * self.hp.dp_clip  # the noise's std on one clipped update
         if self.hp.dp == "local":
-            stack = self.dp_noise(stack, state.round, 1.0)
+            stack = self.dp_noise(stack, state.round, zc)
         update, info = self.aggregator.aggregate_stack(
             stack, w, self.env.seeds.generator("noise", state.round),
             **self.client_ids(results.clients))
         if self.hp.dp == "central":
-            update = self.dp_noise(update, state.round, 1.0 / len(results))
+            update = self.dp_noise(update, state.round, zc / len(results))
         elif self.hp.dp == "over_the_air" and info.noise_std is not None:
-            target = self.hp.dp_noise * self.hp.dp_clip / len(results)
-            extra = top_up(info.noise_std, target)
+            extra = top_up(info.noise_std, zc / len(results))
             if extra > 0:  # the clients' own shares, summed: one draw on the received mean
-                update = self.dp_noise(update, state.round, extra / (self.hp.dp_noise * self.hp.dp_clip))
+                update = self.dp_noise(update, state.round, extra)
         return update, w, info
 
-    def dp_noise(self, tree: Params, t: int, share: float) -> Params:
-        """``tree`` plus N(0, (share·z·C)²) per entry, from round t's ``dp`` stream."""
-        std = share * self.hp.dp_noise * self.hp.dp_clip
+    def dp_noise(self, tree: Params, t: int, std: float) -> Params:
+        """``tree`` plus N(0, std²) per entry, from round t's ``dp`` stream."""
         gen = torch.Generator().manual_seed(self.env.seeds.int_seed("dp", t))
         return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
                 for k, v in tree.items()}
