@@ -172,6 +172,48 @@ def test_the_drop_is_the_run_s_own_and_leaves_torch_s_generator_alone():
     assert cells.cell.tolist() == [u * 3 // 30 for u in range(30)]
 
 
+def test_interference_changes_the_sinr_only_and_is_the_written_out_sum():
+    """``interference: true`` keeps the drop (the clients' own losses) and the fading, and
+    lowers every SINR by exactly the other sectors' mean interference, written out here
+    transmitter by transmitter from the drop's cross losses (module docstring's I_c)."""
+    quiet, loud = _link(24, cells=3), _link(24, cells=3, interference=True)
+    a, b = quiet.deployment(24), loud.deployment(24)
+    np.testing.assert_array_equal(a.pathloss_db, b.pathloss_db)
+    assert a.cross_db is None and b.cross_db.shape == (21, 24 + 18)
+    s = loud.settings
+    own = np.array([b.pathloss_db[j] if j < 24 else b.cross_db[b.serving[j], j]
+                    for j in range(len(b.serving))])
+    prbs, power = loud.open_loop(own)
+    want = np.zeros(3)
+    for c in range(3):
+        for j, sector in enumerate(b.serving):
+            if sector == c:
+                continue
+            per_prb = power[j] / (s.prbs * 8) if j < 24 else power[j] / prbs[j]
+            want[c] += per_prb * 10 ** (-b.cross_db[c, j] / 10)
+    np.testing.assert_allclose(loud.interference(24), want, rtol=1e-12)
+    (sq, mq), (sl, ml) = quiet.sinr(24, np.random.default_rng(1)), loud.sinr(24, np.random.default_rng(1))
+    np.testing.assert_array_equal(mq, ml)
+    thermal = quiet.budget(24)[2]
+    np.testing.assert_allclose(sq / sl, 1 + ml * want[b.cell] / thermal, rtol=1e-12)
+    assert (sl < sq).all()
+    assert (loud.rates(24, np.random.default_rng(1)) <= quiet.rates(24, np.random.default_rng(1))).all()
+    print(f"interference over thermal noise per PRB, 3 UMi sectors (dB): "
+          f"{np.round(10 * np.log10(want / (thermal[0] / mq[0])), 1)}")
+
+
+def test_the_sector_pattern_is_tr38901_s_horizontal_element_pattern():
+    """A(φ) = −min(12(φ/65°)², 30) dB off boresight, both sides, and 0 dB to the own sector."""
+    from wirelessfl.net.nr import sector_pattern_db
+
+    angles = np.radians([0.0, 65.0, -65.0, 100.0, 180.0, 30.0])
+    ut = np.stack([np.cos(angles), np.sin(angles), np.zeros(6)], 1) * 50.0
+    bs = np.zeros((2, 6, 3))
+    att = sector_pattern_db(bs, ut, np.radians([0.0, 100.0]), np.array([1, 1, 1, 1, 1, 0]))
+    np.testing.assert_allclose(att[0], [0.0, -12.0, -12.0, -12 * (100 / 65) ** 2, -30.0, 0.0])
+    np.testing.assert_allclose(att[1], [0.0] * 5 + [-12 * (70 / 65) ** 2])  # own links: 0 dB
+
+
 def test_a_deadline_drops_exactly_the_clients_whose_nr_upload_misses_it(tmp_path):
     deadline = 3.0
     raw = {**RAW, "rounds": 2, "network": {**NR, "deadline_s": deadline}}
@@ -210,6 +252,7 @@ def test_a_tdma_run_retimed_under_nr_is_the_run_trained_under_nr(tmp_path):
     ("network.alpha=1.5", "alpha"),
     ("network.scenario=indoor", "scenario"),
     ("network.scs_khz=120", "scs_khz"),
+    ("network.interference=maybe", "interference"),
 ])
 def test_bad_nr_settings_are_one_line_each(cli_error, setting, match):
     assert match in cli_error({**RAW, "network": {"model": "nr"}}, "--set", setting)

@@ -22,8 +22,25 @@ or slots):
 - SINR: SIMO Rayleigh fading over ``bs_antennas`` receive antennas (``channels``' draw:
   block fading, one draw per client and round, flat over its PRBs), maximum-ratio
   combining, thermal noise with the BS ``noise_figure_db``:
-  SINR_u = P_u·‖h_u‖² / (PL_u · kT·F · 12·M_u·Δf). Other cells' users are not simulated
-  (no inter-cell interference);
+  SINR_u = P_u·‖h_u‖² / (PL_u · (kT·F · 12·M_u·Δf + M_u·I_c)), where I_c is the other
+  cells' interference per PRB at the client's sector c: none by default
+  (``interference: false``), or with ``interference: true`` its mean over the other cells'
+  transmitters and their schedules, treated as spatially white noise:
+
+  - every one of the grid's 21 sectors transmits. A sector holding clients serves one of them
+    at a time (TDMA, each equally likely), on M_u of its N_RB PRBs at P_u; a sector without
+    clients is fully loaded by one user of its own drop, with its own open-loop power per
+    PRB on every PRB;
+  - so I_c = Σ_{s≠c, clients} P_u / (N_RB·n_s·L_{c,u}) + Σ_{s≠c, others} P_j / (M_j·L_{c,j}),
+    with n_s the clients of sector s and L_{c,j} the loss from transmitter j to sector c's
+    antenna (linear);
+  - the cross losses L_{c,j} (and the other sectors' users' own losses) are a second draw of
+    Sionna's scenario on the same drop, with every sector and transmitter: the clients' own
+    losses PL_u are those of the drop without interference, so turning it on changes the
+    SINR only, not the drop. A sector's antenna discriminates against the transmitters
+    outside its boresight by TR 38.901's horizontal element pattern,
+    A(φ) = −min(12(φ/65°)², 30) dB (Table 7.3-1), added to the cross losses; every link to
+    its own sector keeps 0 dB, as the serving links do (their element gain is not modelled);
 - MCS: inner-loop link adaptation at ``bler_target`` (``sionna.sys.InnerLoopLinkAdaptation``:
   the highest MCS of PUSCH table 1 whose transport-block error rate meets it);
   transport-block size from TS 38.214 §5.1.3.2 (``sionna.phy.nr.utils.calculate_tb_size``)
@@ -117,6 +134,9 @@ class NRSettings(ShapingSettings):
         Link adaptation's transport-block error-rate target [default 0.1].
     cells : int
         Sectors the clients are dropped in (1 to 21; HIST's N cells) [default 1].
+    interference : bool
+        Whether the other sectors' transmitters interfere (their mean interference, module
+        docstring) [default false: thermal noise only].
     deadline_s, scheduler, compression, max_bits, late
         How the uplink shapes learning (:class:`~wirelessfl.net.digital.ShapingSettings`).
     """
@@ -132,6 +152,7 @@ class NRSettings(ShapingSettings):
     noise_figure_db: float = 5.0
     bler_target: float = 0.1
     cells: int = 1
+    interference: bool = False
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -153,6 +174,8 @@ class NRSettings(ShapingSettings):
         as_float("noise_figure_db", self.noise_figure_db, lo=0, hi=30)
         as_float("bler_target", self.bler_target, lo=0, hi=1, lo_open=True, hi_open=True)
         as_int("cells", self.cells, lo=1, hi=MAX_CELLS)
+        if not isinstance(self.interference, bool):
+            raise ValueError(f"`interference` must be true or false, got {self.interference!r}")
         super().__post_init__()
 
     @property
@@ -229,12 +252,20 @@ class Deployment:
         (N,) whether the link is line of sight.
     pathloss_db : np.ndarray
         (N,) PL_u: path loss with O2I loss and shadow fading to its sector [dB].
+    cross_db : np.ndarray or None
+        With ``interference``: (21, J) the loss from each transmitter j to each sector's
+        antenna [dB], of the J = N clients and then one user of each sector without clients
+        (a second draw on the same drop); None without.
+    serving : np.ndarray or None
+        With ``interference``: (J,) each transmitter's sector; None without.
     """
 
     cell: np.ndarray
     distance_m: np.ndarray
     los: np.ndarray
     pathloss_db: np.ndarray
+    cross_db: np.ndarray | None = None
+    serving: np.ndarray | None = None
 
 
 def drop(settings: NRSettings, num_clients: int, seed: int) -> Deployment:
@@ -259,20 +290,52 @@ def drop(settings: NRSettings, num_clients: int, seed: int) -> Deployment:
         # correlation grows with the square of the users)
         rank = np.arange(n) - np.searchsorted(cell, cell)
         ut = torch.as_tensor(cell * per + rank)
-        bs = slice(0, cells)
         kwargs = {} if settings.scenario == "rma" else {"o2i_model": "low"}
-        scenario = scenario_cls[settings.scenario](
-            carrier_frequency=settings.carrier_hz, ut_array=arrays[0], bs_array=arrays[1],
-            direction="uplink", precision="double", device="cpu", **kwargs)
-        scenario.set_topology(ut_loc[:, ut], bs_loc[:, bs], ut_or[:, ut], bs_or[:, bs],
-                              ut_vel[:, ut], indoor[:, ut], los, virtual[:, bs][:, :, ut])
-        sampler = tr.LSPGenerator(scenario)
-        sampler.topology_updated_callback()  # its correlations for this drop
-        lsp = sampler()
+
+        def draw_lsp(ut: torch.Tensor, bs: slice) -> tuple[Any, Any]:
+            scenario = scenario_cls[settings.scenario](
+                carrier_frequency=settings.carrier_hz, ut_array=arrays[0], bs_array=arrays[1],
+                direction="uplink", precision="double", device="cpu", **kwargs)
+            scenario.set_topology(ut_loc[:, ut], bs_loc[:, bs], ut_or[:, ut], bs_or[:, bs],
+                                  ut_vel[:, ut], indoor[:, ut], los, virtual[:, bs][:, :, ut])
+            sampler = tr.LSPGenerator(scenario)
+            sampler.topology_updated_callback()  # its correlations for this drop
+            return scenario, sampler()
+
+        scenario, lsp = draw_lsp(ut, slice(0, cells))
+        cross = serving = None
+        if settings.interference:  # every sector, and one user of each without clients
+            others = np.arange(cells, MAX_CELLS)
+            every = torch.cat([ut, torch.as_tensor(others * per)])
+            _, lsp_all = draw_lsp(every, slice(0, MAX_CELLS))
+            serving = np.concatenate([cell, others])
+            cross = _loss_db(lsp_all) - sector_pattern_db(
+                virtual[0][:, every].numpy(), ut_loc[0, every].numpy(), bs_or[0, :, 0].numpy(),
+                serving)
     mine = (cell, np.arange(n))
-    loss = (lsp.pathloss[0].numpy() - 10 * np.log10(lsp.sf[0].numpy()))[mine]
+    loss = _loss_db(lsp)[mine]
     return Deployment(cell, scenario.distance_3d[0].numpy()[mine],
-                      scenario.los[0].numpy()[mine].astype(bool), loss)
+                      scenario.los[0].numpy()[mine].astype(bool), loss, cross, serving)
+
+
+def sector_pattern_db(bs_xyz: np.ndarray, ut_xyz: np.ndarray, yaw: np.ndarray,
+                      serving: np.ndarray) -> np.ndarray:
+    """(sectors, users) each sector antenna's horizontal pattern towards each user [dB].
+
+    A(φ) = −min(12(φ/65°)², 30) dB (TR 38.901 Table 7.3-1), 0 dB on each user's own link.
+    ``bs_xyz`` (sectors, users, 3): each sector's antenna as each user sees it (the grid's
+    wrap-around positions); ``yaw`` (sectors,): its boresight [rad].
+    """
+    d = ut_xyz[None, :, :2] - bs_xyz[:, :, :2]
+    phi = np.degrees(np.angle(np.exp(1j * (np.arctan2(d[..., 1], d[..., 0]) - yaw[:, None]))))
+    att = -np.minimum(12.0 * (phi / 65.0) ** 2, 30.0)
+    att[serving, np.arange(len(serving))] = 0.0
+    return att
+
+
+def _loss_db(lsp: Any) -> np.ndarray:
+    """(sectors, users) path loss with O2I loss and shadow fading of an LSP draw [dB]."""
+    return lsp.pathloss[0].numpy() - 10 * np.log10(lsp.sf[0].numpy())
 
 
 class NRLink(DigitalLink):
@@ -284,6 +347,7 @@ class NRLink(DigitalLink):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._drops: dict[int, Deployment] = {}
+        self._interference: dict[int, np.ndarray] = {}
         sionna()  # without the extra: one line naming it, before anything trains
 
     def deployment(self, n: int) -> Deployment:
@@ -296,17 +360,52 @@ class NRLink(DigitalLink):
         return self._drops[n]
 
     def budget(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per client: PRBs M_u, transmit power P_u [W] and noise power on them [W]."""
-        s, dep = self.settings, self.deployment(n)
-        pl = dep.pathloss_db
-        room = s.ut_max_power_dbm - s.p0_dbm - s.alpha * pl
+        """Per client: PRBs M_u, transmit power P_u [W] and the noise power on them [W].
+
+        With ``interference`` the noise power includes the other cells' mean interference on
+        the client's M_u PRBs, M_u·I_c (module docstring).
+        """
+        prbs, power = self.open_loop(self.deployment(n).pathloss_db)
+        noise = 10.0 ** ((THERMAL_DBM_HZ + self.settings.noise_figure_db - 30.0) / 10.0) \
+            * 12 * prbs * self.settings.scs_khz * 1e3
+        if self.settings.interference:
+            noise = noise + prbs * self.interference(n)[self.deployment(n).cell]
+        return prbs, power, noise
+
+    def open_loop(self, pathloss_db: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PRBs M and transmit power P [W] of users with these losses (TS 38.213 §7.1.1)."""
+        s = self.settings
+        room = s.ut_max_power_dbm - s.p0_dbm - s.alpha * pathloss_db
         prbs = np.clip(np.floor(10.0 ** (room / 10.0)), 1, s.prbs).astype(np.int64)
         power = sionna().sys.open_loop_uplink_power_control(
-            torch.as_tensor(10.0 ** (pl / 10.0)), torch.as_tensor(12 * prbs), alpha=s.alpha,
-            p0_dbm=s.p0_dbm, ut_max_power_dbm=s.ut_max_power_dbm, precision="double").numpy()
-        noise = 10.0 ** ((THERMAL_DBM_HZ + s.noise_figure_db - 30.0) / 10.0) \
-            * 12 * prbs * s.scs_khz * 1e3
-        return prbs, power, noise
+            torch.as_tensor(10.0 ** (pathloss_db / 10.0)), torch.as_tensor(12 * prbs),
+            alpha=s.alpha, p0_dbm=s.p0_dbm, ut_max_power_dbm=s.ut_max_power_dbm,
+            precision="double").numpy()
+        return prbs, power
+
+    def interference(self, n: int) -> np.ndarray:
+        """I_c, the other cells' mean interference per PRB at each client sector's antenna [W].
+
+        (cells,): Σ over the transmitters j of the other sectors of c_j / L_{c,j}, with
+        c_j = P_j/(N_RB·n_s) for a client of sector s (one of its n_s clients at a time, on
+        M_j of the N_RB PRBs) and c_j = P_j/M_j for a fully loaded sector's user.
+        """
+        if n in self._interference:
+            return self._interference[n]
+        dep, s = self.deployment(n), self.settings
+        if dep.cross_db is None or dep.serving is None:
+            raise ValueError("the drop has no cross losses: make it with interference: true")
+        own = dep.cross_db[dep.serving, np.arange(len(dep.serving))]
+        own[:n] = dep.pathloss_db  # the clients' own losses are the drop's
+        prbs, power = self.open_loop(own)
+        counts = np.bincount(dep.cell, minlength=s.cells)
+        per_prb = np.where(np.arange(len(own)) < n,
+                           power / (s.prbs * counts[np.minimum(dep.serving, s.cells - 1)]),
+                           power / prbs)
+        gain = 10.0 ** (-dep.cross_db[:s.cells] / 10.0)  # (cells, J)
+        other = dep.serving[None, :] != np.arange(s.cells)[:, None]
+        self._interference[n] = (gain * other) @ per_prb
+        return self._interference[n]
 
     def sinr(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """The round's SINR (linear) and PRBs of n clients, from the round's generator."""
