@@ -234,3 +234,40 @@ def test_a_rules_setting_is_part_of_the_key():
     first = rep.group_key(update, carry)
     update.mu = 0.1
     assert first is not None and rep.group_key(update, carry) != first
+
+
+def test_the_written_out_step_is_the_traced_graph_operator_for_operator():
+    """``_lean`` runs the traced graph's operators as plain code: the same outputs and in-place
+    updates bit for bit, with lists, keyword arguments, an infinite constant and an unused
+    in-place alias, and one Python call per operator (counted)."""
+    import cProfile
+    import pstats
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from wirelessfl.engine.replay import _lean
+
+    def step(params, given, x, y, w, keys):
+        h = torch.clamp(x @ params[0] + given[0], max=float("inf")).relu()
+        params[1].add_(w.sum(), alpha=0.5)
+        out = torch.nn.functional.cross_entropy(h, y, reduction="none") * w
+        return out + keys.to(out.dtype) * torch.cat([params[1], params[1]])[: len(out)]
+
+    g = torch.Generator().manual_seed(0)
+    args = lambda: ([torch.randn(4, 3, generator=g), torch.randn(6, generator=g)],  # noqa: E731
+                    [torch.randn(3, generator=g)], torch.randn(5, 4, generator=g),
+                    torch.randint(0, 3, (5,), generator=g), torch.rand(5, generator=g),
+                    torch.arange(5))
+    a = args()
+    traced = make_fx(step)(*[[t.clone() for t in v] if isinstance(v, list) else v for v in a])
+    lean = _lean(traced, 2, 1)
+    a1 = ([t.clone() for t in a[0]], *a[1:])
+    a2 = ([t.clone() for t in a[0]], *a[1:])
+    want, got = traced(*a1), lean(*a2)
+    assert torch.equal(want, got) and all(torch.equal(p, q) for p, q in zip(a1[0], a2[0]))
+    ops = sum(n.op == "call_function" for n in traced.graph.nodes)
+    prof = cProfile.Profile()
+    prof.enable()
+    lean(*a2)
+    prof.disable()
+    assert pstats.Stats(prof).total_calls <= ops + 2, (pstats.Stats(prof).total_calls, ops)
