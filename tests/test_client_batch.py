@@ -227,7 +227,7 @@ def _calls(algo: str, clients: int, steps: int = 1) -> int:
     from wirelessfl.run.kinds import open_run
 
     raw = config(algo, clients, steps, dataset="synthetic")
-    raw["data"]["samples_per_client"] = 400  # full batches of 50 for every step counted
+    raw["data"]["samples_per_client"] = 1000  # full batches of 50 for every step counted
     raw["model"] = {"name": "fcnn", "options": {"hidden": 8}}
     exp = open_run(raw).exp
     state, _ = exp.algorithm.apply(exp.initial_state())  # the clients' states stored
@@ -252,14 +252,17 @@ def test_a_round_s_python_grows_by_a_few_calls_a_client(algo, calls):
     assert large <= 1.1 * small, (algo, small, large)
 
 
-@pytest.mark.parametrize("algo,calls", [("FedAvg", 1), ("HFedAvg N=4", 5), ("SCAFFOLD", 1),
-                                        ("FedAvg over the air", 1)])
-def test_a_replayed_local_step_makes_at_most_100_python_calls(algo, calls):
-    """Counted, not timed: 6 local steps against 2 (replay on, every step replayed after the
-    warm-up round) cost at most PER_STEP_CALLS Python calls per executed step (HFedAvg: E = 5
-    edge rounds a round, so FedAvg's per step); the traced module made 209."""
-    per_step = (_calls(algo, 8, 6) - _calls(algo, 8, 2)) / 4 / calls
-    assert 0 < per_step <= PER_STEP_CALLS, (algo, per_step)
+@pytest.mark.parametrize("algo,calls,most", [
+    ("FedAvg", 1, PER_STEP_CALLS), ("HFedAvg N=4", 5, PER_STEP_CALLS),
+    ("SCAFFOLD", 1, PER_STEP_CALLS), ("FedAvg over the air", 1, PER_STEP_CALLS),
+    ("FAdamGC", 1, 130)])
+def test_a_replayed_local_step_makes_at_most_100_python_calls(algo, calls, most):
+    """Counted, not timed: 7 local steps against 3 (replay on, every step but a round's first
+    replayed after the warm-up round) cost at most PER_STEP_CALLS Python calls per executed
+    step (HFedAvg: E = 5 edge rounds a round, so FedAvg's per step); the traced module made
+    209. FAdamGC's own step (its Adam state updated in place) makes about 118; eager, 2,020."""
+    per_step = (_calls(algo, 8, 7) - _calls(algo, 8, 3)) / 4 / calls
+    assert 0 < per_step <= most, (algo, per_step)
 
 
 def _stateful_batch(model, sizes, states, broadcast, seed):

@@ -56,6 +56,7 @@ import ctypes
 import functools
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -471,13 +472,20 @@ class BatchedExecutor(Executor):
                                        device=self.device)
         all_keys = step_keys(seeds, range(len(batches)), self.device)
         # low-rank weights change their factors, not their tensors: not recorded
-        replay_key = self.replay.group_key(update, carry) if fused and not low_rank else None
-        eager = functools.partial(_plain_sgd_step, low_rank=low_rank)
+        replay_key = (self.replay.group_key(update, carry, fused)
+                      if not low_rank and self.compile == "off" else None)
+        if fused:
+            eager = functools.partial(_plain_sgd_step, low_rank=low_rank)
+        else:  # the rule's own step, its parameters and state updated in place
+            eager = functools.partial(_rule_step, gradients=self._gradient_fn())
+            if replay_key is not None and any(v is carry.start.get(k)
+                                              for k, v in carry.params.items()):
+                carry.params = {k: v.clone() for k, v in carry.params.items()}
         for s, (idx, w) in enumerate(batches):
             x, y = data.batch(idx, self.device)
             finishing = s >= steps.min()  # some client's schedule has ended
             keys = all_keys[s]
-            if fused and not finishing:
+            if (fused or replay_key is not None) and not finishing:
                 loss_sum += self.replay.step(replay_key, update, carry, x, y, w, keys,
                                              eager).detach()
                 continue
@@ -591,6 +599,27 @@ def _plain_sgd_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Te
         if g is not None:  # None: a parameter the loss does not use
             carry.params[k].add_(g, alpha=-carry.lr)
     carry.step += 1
+    return losses
+
+
+def _rule_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
+               w: torch.Tensor, keys: torch.Tensor, gradients: Any) -> torch.Tensor:
+    """A rule's own step on the stacked clients (its gradients, then ``take_step``); data losses.
+
+    The new parameters and optimiser state are written over the old tensors, so the step
+    updates its operands in place as a replayed one does (:mod:`wirelessfl.engine.replay`).
+    """
+    params = carry.params
+    opt = {name: dict(tree) for name, tree in carry.opt.items()}
+    grads, losses = gradients(update, carry, x, y, w, keys)
+    update.take_step(carry, grads, 0.0)
+    for old, new in ((params, carry.params),
+                     *((opt[name], carry.opt[name]) for name in opt if name in carry.opt)):
+        for k, v in new.items():
+            if old.get(k) is not None and old[k] is not v:
+                old[k].copy_(v)
+                new[k] = old[k]
+    carry.params = params
     return losses
 
 

@@ -255,6 +255,20 @@ class LocalSGD(ClientUpdate):
                 and hp.precision in ("fp32", "tf32")
                 and all(getattr(rule, name) is getattr(LocalSGD, name) for name in hooks))
 
+    @property
+    def stationary_step(self) -> bool:
+        """Whether every step is the same function of its tensors and the rule's settings.
+
+        Then a recorded step may replay it (:mod:`wirelessfl.engine.replay`): it reads no
+        step count and no host value. Plain and momentum SGD are; Adam is not (its bias
+        correction reads the step count). A rule that overrides how a step is taken
+        (``take_step``, ``descend``, ``unscaled_gradients``) says so itself; by default not.
+        """
+        rule = type(self)
+        own = all(getattr(rule, name) is getattr(LocalSGD, name)
+                  for name in ("take_step", "descend", "unscaled_gradients"))
+        return own and self.hp.optimizer == "sgd"
+
     def loss(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the model with ``params`` on one batch."""
         return F.cross_entropy(functional_call(self.model, params, (x,)), y)

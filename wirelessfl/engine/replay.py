@@ -21,9 +21,15 @@ What it records: the fused plain-SGD step of any rule whose loss and drift read 
 stacked parameters, the start, the rule's context
 (:meth:`~wirelessfl.engine.local_sgd.LocalSGD.context`) and the batch: FedAvg's default
 objective, FedProx's and SCAFFOLD's drift steps, MOON's contrastive objective (no buffers,
-no optimiser state, float32). The start and the context are inputs of the graph; the model,
-the step size, the rule's settings (its scalar attributes, such as μ and τ) and the shapes,
-strides and types of the operands are its key. ``mode``:
+no optimiser state, float32); and a rule's own step (its gradients, then its
+:meth:`~wirelessfl.engine.local_sgd.LocalSGD.take_step`) with optimiser state when it is
+:attr:`~wirelessfl.engine.local_sgd.LocalSGD.stationary_step`, such as FAdamGC's tracked
+Adam or momentum SGD (not a local Adam, whose bias correction reads the step count): the
+state is an operand the graph updates in place (the parameters too: new ones are written
+over the old), and the first step of a round, which makes the state, stays eager. The start and the context are inputs of the graph; the
+model, the step size, the rule's settings (its scalar attributes, such as μ and τ), the
+optimiser state's names and the shapes, strides and types of the operands are its key.
+``mode``:
 
 - ``auto`` (default): a key is recorded once it recurs, used in an earlier
   :meth:`StepReplay.begin_run` than the current one and at least :data:`RECORD_AFTER` times,
@@ -141,6 +147,13 @@ def _given(carry: Carry) -> list[torch.Tensor]:
     return [*carry.start.values(), *(v for tree in carry.ctx.values() for v in tree.values())]
 
 
+def _mutable(carry: Carry) -> list[torch.Tensor]:
+    """The operands a step updates in place: the parameters, then the optimiser state."""
+    params = list(carry.params.values())
+    return [*params, *(v for tree in carry.opt.values() for v in tree.values())] if carry.opt \
+        else params
+
+
 def _settings(update: LocalSGD) -> tuple:
     """The rule's scalar attributes (μ, τ, β, flags): constants of a recorded graph."""
     return tuple(sorted((k, v) for k, v in vars(update).items()
@@ -183,14 +196,20 @@ class StepReplay:
         """Mark the start of an executor run (a round's training): ``auto`` waits for recurrence."""
         self.runs += 1
 
-    def group_key(self, update: LocalSGD, carry: Carry) -> tuple | None:
+    def group_key(self, update: LocalSGD, carry: Carry, fused: bool = True) -> tuple | None:
         """The part of a step's key fixed for a group, or None if its steps are not recorded.
 
-        Eligible: a :attr:`~wirelessfl.engine.local_sgd.LocalSGD.plain_sgd` rule on stacked
-        parameters with no buffers or optimiser state, in float32 (``auto``: a rule from
-        ``wirelessfl`` and a model of library modules).
+        Eligible: a step on stacked parameters with no buffers, in float32 (``auto``: a rule
+        from ``wirelessfl`` and a model of library modules). ``fused``: the fused plain-SGD
+        step (:attr:`~wirelessfl.engine.local_sgd.LocalSGD.plain_sgd`), with no optimiser
+        state; otherwise a rule's own step (its gradients, then
+        :meth:`~wirelessfl.engine.local_sgd.LocalSGD.take_step`) when it is
+        :attr:`~wirelessfl.engine.local_sgd.LocalSGD.stationary_step`, whose optimiser state
+        (FAdamGC's moments, a momentum buffer) is an operand the graph updates in place, with
+        its names in the step's key (the first step, which makes the state, stays eager).
         """
-        if self.mode == "off" or carry.buffers or carry.opt or not update.plain_sgd:
+        if self.mode == "off" or carry.buffers or "amp" in carry.opt or (fused and carry.opt) \
+                or not (update.plain_sgd if fused else update.stationary_step):
             return None
         model = update.model
         if self.mode == "auto" and not (type(update).__module__.startswith("wirelessfl.")
@@ -199,7 +218,7 @@ class StepReplay:
         trees = (carry.params, carry.start, *carry.ctx.values())
         if any(v.dtype != torch.float32 for tree in trees for v in tree.values()):
             return None
-        return (id(update), id(model), model.training, float(carry.lr), _settings(update),
+        return (id(update), id(model), model.training, float(carry.lr), _settings(update), fused,
                 tuple((k, _meta(v)) for k, v in carry.params.items()),
                 tuple((k, _meta(v)) for k, v in carry.start.items()),
                 tuple((name, tuple((k, _meta(v)) for k, v in tree.items()))
@@ -209,12 +228,15 @@ class StepReplay:
              y: torch.Tensor, w: torch.Tensor, keys: torch.Tensor, eager: Step) -> torch.Tensor:
         """One step, ``eager(update, carry, x, y, w, keys)`` or its recorded graph; the losses.
 
-        ``key`` is :meth:`group_key` (None: eager). Updates ``carry.params`` in place and
-        counts ``carry.step`` either way.
+        ``key`` is :meth:`group_key` (None: eager). Updates ``carry.params`` (and a rule's
+        optimiser state) in place and counts ``carry.step`` either way: ``eager`` must do
+        the same (:func:`wirelessfl.engine.batched._rule_step` for a rule's own step).
         """
         if key is None:
             return eager(update, carry, x, y, w, keys)
         key = key + (_meta(x), _meta(y), _meta(w), _meta(keys))
+        if carry.opt:  # a rule's own step: its state's names (made by its first step)
+            key = key + (tuple((name, tuple(tree)) for name, tree in carry.opt.items()),)
         entry = self._entries.get(key)
         if entry is None or entry.model() is not update.model:
             entry = self._entries[key] = _Entry(first_run=self.runs, model=weakref.ref(update.model))
@@ -231,7 +253,7 @@ class StepReplay:
                 entry.graph = self._record(update, carry, x, y, w, keys, eager)
                 entry.failed = entry.graph is None
             return eager(update, carry, x, y, w, keys)
-        params, given = list(carry.params.values()), _given(carry)
+        params, given = _mutable(carry), _given(carry)
         if not entry.checked:  # the first replay, on a copy, against the eager step
             copies = [_twin(v) for v in params]
             with forked_rng(x.device):
@@ -298,17 +320,22 @@ class StepReplay:
         names = list(carry.params)
         start_names = list(carry.start)
         ctx_names = [(name, list(tree)) for name, tree in carry.ctx.items()]
+        opt_names = [(name, list(tree)) for name, tree in carry.opt.items()]
 
         def one_step(params: list[torch.Tensor], given: list[torch.Tensor], x: torch.Tensor,
                      y: torch.Tensor, w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-            rest = iter(given)
+            rest, state = iter(given), iter(params[len(names):])
             start = {k: next(rest) for k in start_names}
             ctx = {name: {k: next(rest) for k in ks} for name, ks in ctx_names}
+            opt = {name: {k: next(state) for k in ks} for name, ks in opt_names}
             shadow = Carry(start=start, params=dict(zip(names, params)), lr=carry.lr,
-                           ctx=ctx, batch_dims=carry.batch_dims)
-            return eager(update, shadow, x, y, w, keys)
+                           ctx=ctx, opt=opt, batch_dims=carry.batch_dims)
+            losses = eager(update, shadow, x, y, w, keys)
+            if [(n, list(t)) for n, t in shadow.opt.items()] != opt_names:
+                raise ValueError("the step changed its optimiser state's structure")
+            return losses
 
-        copies = [_twin(v) for v in carry.params.values()]
+        copies = [_twin(v) for v in _mutable(carry)]
         try:
             with forked_rng(x.device):
                 traced = make_fx(one_step)(copies, _given(carry), x, y, w, keys)

@@ -54,6 +54,12 @@ class TrackedAdam(LocalSGD):
         self.correction, self.betas, self.eps = correction, betas, eps
         self.state_dtype, self.normaliser = state_dtype, normaliser
 
+    @property
+    @override
+    def stationary_step(self) -> bool:
+        """Yes: Algorithm 1's step reads its moments and settings only (no step count)."""
+        return True
+
     @override
     def context(self, task: ClientTask) -> dict[str, Params]:
         state, sent = task.state or AdamClientState(), task.broadcast or {}
