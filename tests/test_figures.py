@@ -95,12 +95,12 @@ def test_a_figure_section_gives_the_finding_ours_and_a_verdict_from_the_rows(toy
     assert "decided by a two-sided test at the 5% level" in section
     fig = load_figures("toy", "quick", only=["curves"], seeds=[0, 1, 2])[0]
     for n in (2, 4):
-        acc = {s: np.array([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
-                            for r in sorted(fig.runs, key=lambda r: r.seed)
-                            if r.series == s and r.value == n])
+        acc = {s: 100 * np.array([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
+                                  for r in sorted(fig.runs, key=lambda r: r.seed)
+                                  if r.series == s and r.value == n])
                for s in ("HIST", "HFedAvg")}
         line = next(x for x in section.splitlines() if f"N={n}: HIST" in x)
-        assert f"HIST {acc['HIST'].mean():.4g} ± " in line, line
+        assert f"HIST {acc['HIST'].mean():.4g} ± " in line, line  # in %, as the tables
         gap = acc["HIST"] - acc["HFedAvg"]
         if np.ptp(gap) == 0:
             continue  # no spread: scipy's p is undefined, ours is exact (tested apart)
@@ -690,3 +690,62 @@ def test_estimate_skips_a_diverging_series_and_times_the_others(toy, monkeypatch
     (est,) = estimate.estimate(load_figures("toy", "quick", only=["curves"]), toy,
                                log=lambda _: None)
     assert est.seconds > 0 and "diverged" in est.note and "HFedAvg" in est.note
+
+
+def test_every_figure_is_written_as_png_pdf_and_svg_in_either_style(toy):
+    """PNG for the README, PDF and SVG (text kept as text) for a paper; ``paper`` style: panels
+    3.5 in wide and no title in the image (the README's caption has it); ``report``: titled."""
+    from wirelessfl.report.renderers import figure_style
+
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None)
+    assert (toy / "curves.pdf").read_bytes().startswith(b"%PDF")
+    svg = (toy / "curves.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<text" in svg  # fonts as text, not paths
+    titled = "HIST" in svg and "quick scale" in svg
+    readme = (toy / "README.md").read_text()
+    assert "`curves.pdf`, `curves.svg`" in readme and "quick scale" in readme
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None,
+               style="paper")
+    paper = (toy / "curves.svg").read_text()
+    assert titled and "quick scale" not in paper  # the caption is the README's alone
+    width = float(paper.split('width="', 1)[1].split("pt", 1)[0]) / 72  # two panels
+    assert width == pytest.approx(2 * 3.5, rel=0.02)
+    with pytest.raises(ValueError, match="report, paper"):
+        with figure_style("poster"):
+            pass
+
+
+def test_panels_of_one_column_share_their_y_axis():
+    """One quantity a column: its panels share the y-axis, columns keep their own."""
+    import matplotlib.pyplot as plt
+
+    from wirelessfl.report.renderers import _figure
+
+    f, ax = _figure(2, 2)
+    ax[0][0].plot([0, 1], [0, 1])
+    ax[1][0].plot([0, 1], [0, 5])
+    ax[0][1].plot([0, 1], [0, 100])
+    assert ax[0][0].get_ylim() == ax[1][0].get_ylim() != ax[0][1].get_ylim()
+    plt.close(f)
+
+
+def test_final_tables_leave_out_what_a_link_does_not_measure_and_say_why():
+    """A NaN ``also`` value (aircomp_mse of a TDMA run) is left out, not printed as nan; an
+    accuracy no seed has is "—"; a setting without runs says so."""
+    from wirelessfl.report.tables import final_markdown
+
+    class Fig:
+        title, spec = "t", {"also": ["aircomp_mse", "dropped_clients"]}
+
+    nan = float("nan")
+    rows = [{"panel": "air", "series": "FedAvg", "sweep": "", "final_accuracy_mean": 0.75,
+             "final_accuracy_std": 0.01, "aircomp_mse": 0.5, "dropped_clients": nan},
+            {"panel": "tdma", "series": "FedAvg", "sweep": "", "final_accuracy_mean": nan,
+             "final_accuracy_std": nan, "aircomp_mse": nan, "dropped_clients": 3.0},
+            {"panel": "tdma", "series": "FedProx", "sweep": "", "final_accuracy_mean": 0.7,
+             "final_accuracy_std": 0.0, "aircomp_mse": nan, "dropped_clients": 0.0}]
+    text = final_markdown(Fig(), rows, 2)
+    assert "nan" not in text
+    assert "| FedAvg | 75.00 ± 1.00; aircomp_mse 0.5 | —; dropped_clients 3 |" in text
+    assert "| FedProx | no run here | 70.00 ± 0.00; dropped_clients 0 |" in text
+    assert "where its runs measure it" in text

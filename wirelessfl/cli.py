@@ -336,7 +336,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     code = _report(out, "figures", lambda: regenerate(
         args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
         log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray, seeds=seeds,
-        batch_runs=args.batch_runs))
+        batch_runs=args.batch_runs, style=args.style))
     if args.publish is not None and code == 0:
         from wirelessfl.report.figures import publish
 
@@ -550,8 +550,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="every figure's seeds, e.g. 0-9 or 0,1,2 (replaces the scale's; the "
                          "runs of seeds already done are reused)")
     fg.add_argument("--publish", metavar="DIR",
-                    help="then copy the report's README, PNG, CSV and markdown (not the runs) to "
-                         "DIR, e.g. docs/papers/results/hist-quick for the paper's page")
+                    help="then copy the report's README, PNG, CSV and markdown (not the runs, "
+                         "nor the PDF and SVG) to DIR, e.g. docs/papers/results/hist-quick for "
+                         "the paper's page")
+    fg.add_argument("--style", choices=("report", "paper"), default="report",
+                    help="figures as for a report (wide, titled; default) or for a paper "
+                         "(3.5 in panels, 8-pt text, colour-blind-safe colours, the title only "
+                         "as the README's caption); every figure is written as PNG, PDF and SVG")
     _add_executor_args(fg)
     _add_plugin_arg(fg)
     fg.set_defaults(func=_cmd_figures)

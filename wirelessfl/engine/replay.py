@@ -20,16 +20,16 @@ copy of the parameters, and a recording that differs is dropped (the step stays 
 What it records: the fused plain-SGD step of any rule whose loss and drift read only the
 stacked parameters, the start, the rule's context
 (:meth:`~wirelessfl.engine.local_sgd.LocalSGD.context`) and the batch: FedAvg's default
-objective, FedProx's and SCAFFOLD's drift steps, MOON's contrastive objective (no buffers,
-no optimiser state, float32); and a rule's own step (its gradients, then its
+objective, FedProx's and SCAFFOLD's drift steps, MOON's contrastive objective (no buffers, no
+optimiser state, float32); and a rule's own step (its gradients, then its
 :meth:`~wirelessfl.engine.local_sgd.LocalSGD.take_step`) with optimiser state when it is
-:attr:`~wirelessfl.engine.local_sgd.LocalSGD.stationary_step`, such as FAdamGC's tracked
-Adam or momentum SGD (not a local Adam, whose bias correction reads the step count): the
-state is an operand the graph updates in place (the parameters too: new ones are written
-over the old), and the first step of a round, which makes the state, stays eager. The start and the context are inputs of the graph; the
-model, the step size, the rule's settings (its scalar attributes, such as μ and τ), the
-optimiser state's names and the shapes, strides and types of the operands are its key.
-``mode``:
+:attr:`~wirelessfl.engine.local_sgd.LocalSGD.stationary_step`, such as FAdamGC's tracked Adam
+or momentum SGD (not a local Adam, whose bias correction reads the step count): the state is
+an operand the graph updates in place (the parameters too: new ones are written over the old),
+and the first step of a round, which makes the state, stays eager. The start and the context
+are inputs of the graph; the model, the step size, the rule's settings (its scalar attributes,
+such as μ and τ), the optimiser state's names and the shapes, strides and types of the
+operands are its key. ``mode``:
 
 - ``auto`` (default): a key is recorded once it recurs, used in an earlier
   :meth:`StepReplay.begin_run` than the current one and at least :data:`RECORD_AFTER` times,

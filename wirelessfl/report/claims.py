@@ -103,9 +103,9 @@ def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool) -> str:
     better = "lower" if lower else "higher"
     if on == "final_accuracy":
         last = int(claim.get("last", fig.spec.get("last", 10)))
-        what = f"final test accuracy (mean of the last {last} evaluations)"
+        what = f"final test accuracy [%] (mean of the last {last} evaluations)"
     elif on == "transition_accuracy":
-        what = "test accuracy after the session transitions (mean over the transitions)"
+        what = "test accuracy [%] after the session transitions (mean over the transitions)"
     elif on in ("time_to_target", "all_done"):
         what = ("simulated time [s] until every task reaches its target" if on == "all_done"
                 else "simulated time [s] until the tasks' mean accuracy reaches the target")
@@ -142,7 +142,12 @@ def _values(fig: Figure, claim: dict[str, Any], on: str, runs: list[RunSpec],
         else:
             target = _target(fig, claim, r)
             out.append(math.nan if target is None else to_target(rows, float(target), on))
-    return np.array(out, dtype=float)
+    # accuracies in %, as the tables print them (the gap then in percentage points)
+    return np.array(out, dtype=float) * (100.0 if on in PERCENT else 1.0)
+
+
+#: Measures that are accuracies: shown in %, in the verdict lines as in the tables.
+PERCENT = frozenset({"final_accuracy", "transition_accuracy"})
 
 
 def _target(fig: Figure, claim: dict[str, Any], run: RunSpec) -> float | None:

@@ -1,14 +1,22 @@
-"""One renderer per figure kind: the PNG and the CSV/markdown tables of a figure from its runs' rows."""
+"""One renderer per figure kind: a figure's plots and tables from its runs' rows.
+
+Plots as PNG, PDF and SVG, tables as CSV and markdown, in a style (:func:`figure_style`):
+``report`` or ``paper``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import textwrap
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 import numpy as np
+from cycler import cycler
 
 from wirelessfl.run.kinds import canonical
 from wirelessfl.run.records import first_reaching
@@ -48,10 +56,52 @@ _FINAL = {"accuracy": "final test accuracy", "loss": "final test loss",
           "time": "simulated time to target [s]"}
 
 
+#: Figure styles (``wirelessfl figures --style``): ``report`` (the default: wide panels, the
+#: title in the image) and ``paper`` (IEEE single-column panels, 3.5 in wide, 8-pt text, the
+#: Okabe-Ito colour-blind-safe palette, fonts kept as text in PDF and SVG, and no title in the
+#: image: the report README's caption carries it).
+STYLES = ("report", "paper")
+#: Okabe & Ito's eight colours, distinguishable under the common colour-vision deficiencies.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+             "#000000")
+_PAPER_RC = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+             "ytick.labelsize": 7, "legend.fontsize": 6, "lines.linewidth": 1.2,
+             "lines.markersize": 3, "axes.prop_cycle": cycler(color=list(OKABE_ITO))}
+#: Every style: text stays text in the vector formats (editable, searchable).
+_VECTOR_RC = {"pdf.fonttype": 42, "svg.fonttype": "none"}
+#: Panel width and height [in] per style.
+_PANEL = {"report": (5.0, 3.8), "paper": (3.5, 2.6)}
+_STYLE: ContextVar[str] = ContextVar("figure_style", default="report")
+#: The formats every figure is written in (the PNG for the README, vector ones for papers).
+FORMATS = ("png", "pdf", "svg")
+
+
+@contextlib.contextmanager
+def figure_style(name: str = "report") -> Iterator[None]:
+    """Render the figures of the block in style ``name`` (:data:`STYLES`)."""
+    if name not in STYLES:
+        raise ValueError(f"figure style must be one of {', '.join(STYLES)}, got {name!r}")
+    token = _STYLE.set(name)
+    try:
+        with plt.rc_context({**_VECTOR_RC, **(_PAPER_RC if name == "paper" else {})}):
+            yield
+    finally:
+        _STYLE.reset(token)
+
+
+def _figure(rows: int, cols: int, scale: float = 1.0) -> tuple[plt.Figure, np.ndarray]:
+    """A grid of panels in the style's size, sharing each column's y-axis.
+
+    A column shows one quantity, so its panels compare by eye.
+    """
+    w, h = _PANEL[_STYLE.get()]
+    return plt.subplots(rows, cols, figsize=(scale * w * cols, scale * h * rows), squeeze=False,
+                        sharey="col")
+
+
 def _panels(fig: Figure, ncols: int) -> tuple[plt.Figure, np.ndarray, list[str]]:
     panels = list(dict.fromkeys(r.panel for r in fig.runs))
-    f, ax = plt.subplots(len(panels), ncols, figsize=(5.0 * ncols, 3.8 * len(panels)),
-                         squeeze=False)
+    f, ax = _figure(len(panels), ncols)
     return f, ax, panels
 
 
@@ -192,16 +242,24 @@ def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
            for a in np.ravel(ax) for c in a.collections):  # say what the shaded bands are
         f.text(0.995, 0.005, "lines: mean over seeds; shaded: min to max over seeds",
                ha="right", va="bottom", fontsize=7, color="0.35")
-    # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
-    f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
+    if _STYLE.get() == "report":  # (a paper's caption carries the title: the README's)
+        # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
+        f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
     for a in np.ravel(ax):  # a panel's title (12 pt: about 10 characters an inch) within it
         width = a.get_position().width * f.get_figwidth()
         a.set_title(textwrap.fill(a.get_title(), max(16, int(10 * width))))
     f.tight_layout()
-    png = out / f"{fig.name}.png"
-    atomic_write(png, lambda fh: f.savefig(fh, dpi=120, format="png"))
-    plt.close(f)
-    return [png, write_csv(out / f"{fig.name}.csv", table)]
+    paths = []
+    try:  # each written aside and renamed: an interrupted save leaves no half-written file
+        for fmt in FORMATS:
+            paths.append(out / f"{fig.name}.{fmt}")
+            atomic_write(paths[-1], lambda fh, fmt=fmt: f.savefig(
+                fh, dpi=120 if fmt == "png" else 300, format=fmt,
+                **({"metadata": {"Date": None}} if fmt == "svg" else
+                   {"metadata": {"CreationDate": None}} if fmt == "pdf" else {})))
+    finally:
+        plt.close(f)
+    return [*paths, write_csv(out / f"{fig.name}.csv", table)]
 
 
 def render_table(fig: Figure, root: Path, out: Path) -> list[Path]:
@@ -290,8 +348,7 @@ def render_time_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
     values = list(dict.fromkeys(v for _, _, v in groups))
     ys = fig.spec.get("y", ["accuracy"])
     cols = [(v, y) for v in values for y in ys]
-    f, ax = plt.subplots(len(panels), len(cols), figsize=(4.5 * len(cols), 3.6 * len(panels)),
-                         squeeze=False)
+    f, ax = _figure(len(panels), len(cols), scale=0.92)
     label = sweep_label(fig)
     table = []
     for (panel, series, value), runs in groups.items():
@@ -399,9 +456,8 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
         for i, panel in enumerate(panels):
             names = [s for (p, s) in lines if p == panel]
             ax[i][0].set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
-            hi = max(lines[(panel, s)][0]["final_accuracy_mean"]
-                     + lines[(panel, s)][0]["final_accuracy_std"] for s in names)
-            ax[i][0].set_ylim(0.0, min(1.0, hi + 0.05) if hi > 0 else 1.0)
+        hi = max(p[0]["final_accuracy_mean"] + p[0]["final_accuracy_std"] for p in lines.values())
+        ax[0][0].set_ylim(0.0, min(1.0, hi + 0.05) if hi > 0 else 1.0)  # shared by the panels
     paths = _finish(fig, f, ax, out, table, legend=not bars)
     md = out / f"{fig.name}.md"
     write_text(md, final_markdown(fig, table, last))

@@ -136,15 +136,30 @@ def final_markdown(fig: Figure, table: list[dict[str, Any]], last: int) -> str:
         row = []
         for p, v in cols:
             r = cells.get((series, p, v)) or cells.get((series, p, ""))
-            row.append("" if r is None else
-                       f"{100 * r['final_accuracy_mean']:.2f} ± {100 * r['final_accuracy_std']:.2f}"
-                       + "".join(f"; {k} {r[k]:.3g}" for k in as_list(fig.spec.get("also", []))))
+            row.append("no run here" if r is None else _final_cell(r, fig))
         body.append([series, *row])
     note = (f"\nFinal test accuracy [%]: the mean of each run's last {last} evaluations, "
-            "mean ± sample std over seeds.\n")
+            "mean ± sample std over seeds (— : no seed has a value).\n")
+    also = as_list(fig.spec.get("also", []))
+    if also and any(not _finite(r.get(k)) for r in table for k in also):
+        note += (f"A cell lists {', '.join(also)} where its runs measure it (a link that does "
+                 "not have it: none).\n")
     extra = fig.spec.get("note")
     out = f"# {fig.title}\n\n" + markdown_table(["method", *names], body)
     return out + note + (f"\n{extra}\n" if extra else "")
+
+
+def _final_cell(r: dict[str, Any], fig: Figure) -> str:
+    """``75.26 ± 0.05; aircomp_mse 9.25``: accuracy [%] and the ``also`` values measured."""
+    mean, std = r["final_accuracy_mean"], r["final_accuracy_std"]
+    text = "—" if not _finite(mean) else f"{100 * mean:.2f}" + (
+        f" ± {100 * std:.2f}" if _finite(std) else "")
+    return text + "".join(f"; {k} {r[k]:.3g}" for k in as_list(fig.spec.get("also", []))
+                          if _finite(r.get(k)))
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def as_list(x: Any) -> list[Any]:
