@@ -3,6 +3,8 @@
 import csv
 import dataclasses
 import math
+import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -749,3 +751,43 @@ def test_final_tables_leave_out_what_a_link_does_not_measure_and_say_why():
     assert "| FedAvg | 75.00 ± 1.00; aircomp_mse 0.5 | —; dropped_clients 3 |" in text
     assert "| FedProx | no run here | 70.00 ± 0.00; dropped_clients 0 |" in text
     assert "where its runs measure it" in text
+
+
+def test_a_user_experiments_folder_adds_to_the_shipped_ones_and_clashes_are_one_line(
+        tmp_path, monkeypatch, capsys):
+    """``WIRELESSFL_EXPERIMENTS`` (two folders here) adds presets and papers: the shipped ones
+    stay (``fedavg_fmnist``, HIST's figures); a name defined twice is one line, exit 2."""
+    from wirelessfl.cli import main
+
+    mine, more = tmp_path / "mine", tmp_path / "more"
+    (mine / "toy").mkdir(parents=True)
+    (mine / "toy" / "figures.yaml").write_text(yaml.safe_dump(TOY, sort_keys=False))
+    more.mkdir()
+    (more / "my_run.yaml").write_text(yaml.safe_dump(TOY["base"]))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", f"{mine}{os.pathsep}{more}")
+    presets = list_presets()
+    assert {"my_run", "fedavg_fmnist"} <= set(presets)
+    assert load_figures("toy", "quick") and load_figures("hist", "quick", only=["fig3"])
+    assert main(["list"]) == 0 and "my_run" in capsys.readouterr().out
+    (more / "fedavg_fmnist.yaml").write_text(yaml.safe_dump(TOY["base"]))  # a shipped name
+    assert main(["list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "defined twice" in err and "fedavg_fmnist" in err
+    (more / "fedavg_fmnist.yaml").unlink()
+    (more / "hist").mkdir()
+    (more / "hist" / "figures.yaml").write_text(yaml.safe_dump(TOY, sort_keys=False))
+    assert main(["figures", "hist", "--dry-run", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "two folders" in err
+
+
+def test_the_guide_s_worked_figure_loads_at_both_scales(tmp_path, monkeypatch):
+    """The user's figures.yaml of the running guide is a valid study (kept true by this test)."""
+    guide = (Path(__file__).resolve().parents[1] / "docs/guide/running.md").read_text()
+    start = guide.index("# ~/studies/mystudy/figures.yaml")
+    (tmp_path / "mystudy").mkdir()
+    (tmp_path / "mystudy" / "figures.yaml").write_text(guide[start:guide.index("```", start)])
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(tmp_path))
+    for scale, n in (("quick", 18), ("paper", 30)):
+        (fig,) = load_figures("mystudy", scale)
+        assert len(fig.runs) == n and fig.spec["claim"]["better"] == "over the air"

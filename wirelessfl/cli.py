@@ -93,12 +93,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
     presets = list_presets()
     if not presets:
         print("no presets found (looked under experiments/)")
-    from wirelessfl.run.config import presets_dir
+    from wirelessfl.run.config import experiment_dirs
 
-    root = presets_dir().resolve()
+    roots = {d.resolve() for d in experiment_dirs()}
     groups: dict[str, list[tuple[str, Path]]] = {}  # by paper: experiments/<paper>/*.yaml
     for name, path in presets.items():
-        paper = "general" if Path(path).resolve().parent == root else Path(path).parent.name
+        paper = "general" if Path(path).resolve().parent in roots else Path(path).parent.name
         groups.setdefault(paper, []).append((name, Path(path)))
     for paper in sorted(groups, key=lambda p: (p != "general", p)):
         print(f"{paper}:")

@@ -37,9 +37,11 @@ A paper's figures are data, in ``experiments/<paper>/figures.yaml``:
 
 Every run is panel × series × sweep value × seed. A run's folder is named by a hash of its
 resolved config, so figures that need the same run share it, finished runs are reused and
-interrupted ones resume. Outputs go to the report folder: ``<figure>.png`` and
-``<figure>.csv`` for figures, ``<table>.csv`` and ``<table>.md`` for tables, and
-``README.md`` listing them.
+interrupted ones resume. Outputs go to the report folder: ``<figure>.png``, ``.pdf``,
+``.svg`` and ``<figure>.csv`` for figures, ``<table>.csv`` and ``<table>.md`` for tables, and
+``README.md`` listing them. ``<paper>/figures.yaml`` is looked up in the folders of
+``WIRELESSFL_EXPERIMENTS`` and the shipped ``experiments/``
+(:func:`~wirelessfl.run.config.experiment_dirs`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from wirelessfl.errors import parse_yaml
-from wirelessfl.run.config import ConfigError, apply_overrides, key_view, presets_dir
+from wirelessfl.run.config import ConfigError, apply_overrides, figures_file, key_view
 from wirelessfl.run.kinds import canonical, resolve_config
 from wirelessfl.run.records import RunRecord
 
@@ -140,10 +142,7 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
     ``seeds`` replaces every figure's seeds (``figures --seeds 0-9``). A run's key is the hash
     of its config, seed included, so adding seeds adds runs and leaves the others' keys.
     """
-    path = presets_dir() / paper / "figures.yaml"
-    if not path.is_file():
-        known = sorted(p.parent.name for p in presets_dir().glob("*/figures.yaml"))
-        raise ConfigError(f"no figures for paper {paper!r}; papers with figures: {', '.join(known)}")
+    path = figures_file(paper)
     if scale not in SCALES:
         raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
     doc = parse_yaml(path.read_text(), str(path))

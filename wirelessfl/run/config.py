@@ -385,20 +385,58 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def presets_dir() -> Path:
-    """The ``experiments/`` folder (``WIRELESSFL_EXPERIMENTS`` overrides)."""
-    env = os.environ.get("WIRELESSFL_EXPERIMENTS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "experiments"
+    """The project's own ``experiments/`` folder (the shipped presets and figures)."""
+    return Path(__file__).resolve().parents[2] / "experiments"
+
+
+def experiment_dirs() -> list[Path]:
+    """The folders presets and figures are read from: the user's, then the project's.
+
+    ``WIRELESSFL_EXPERIMENTS`` names folders of one's own (several separated by ``os.pathsep``,
+    ``:`` on Linux); they add to the shipped ``experiments/``, they do not hide it. A name
+    found in two of them (a preset, or a paper's ``figures.yaml``) is refused as a clash
+    (:func:`list_presets`, :func:`figures_file`).
+    """
+    env = os.environ.get("WIRELESSFL_EXPERIMENTS", "")
+    mine = [Path(p) for p in env.split(os.pathsep) if p]
+    return list(dict.fromkeys([*mine, presets_dir()]))
 
 
 def list_presets() -> dict[str, Path]:
-    """Preset name → YAML file, for every ``*.yaml`` under ``experiments/``.
+    """Preset name → YAML file, for every ``*.yaml`` in :func:`experiment_dirs`.
 
-    ``figures.yaml`` files describe figure regeneration (:mod:`wirelessfl.report.figures`), not runs.
+    ``figures.yaml`` files describe figure regeneration (:mod:`wirelessfl.report.figures`), not
+    runs. A name two files share is a ConfigError naming both.
     """
-    root = presets_dir()
-    if not root.is_dir():
-        return {}
-    return {p.stem: p for p in sorted(root.rglob("*.yaml")) if p.name != "figures.yaml"}
+    out: dict[str, Path] = {}
+    for root in experiment_dirs():
+        if not root.is_dir():
+            continue
+        for p in sorted(root.rglob("*.yaml")):
+            if p.name == "figures.yaml":
+                continue
+            if p.stem in out and out[p.stem].resolve() != p.resolve():
+                raise ConfigError(f"preset {p.stem!r} is defined twice: {out[p.stem]} and {p}; "
+                                  "rename one (WIRELESSFL_EXPERIMENTS adds to the shipped "
+                                  "presets, it does not replace them)")
+            out.setdefault(p.stem, p)
+    return out
+
+
+def figures_file(paper: str) -> Path:
+    """``<folder>/<paper>/figures.yaml`` of :func:`experiment_dirs` (ConfigError if none or two)."""
+    found = [d / paper / "figures.yaml" for d in experiment_dirs()
+             if (d / paper / "figures.yaml").is_file()]
+    if len({p.resolve() for p in found}) > 1:
+        raise ConfigError(f"paper {paper!r} has figures in two folders: {found[0]} and "
+                          f"{found[1]}; rename one (WIRELESSFL_EXPERIMENTS adds to the shipped "
+                          "experiments, it does not replace them)")
+    if not found:
+        known = sorted({p.parent.name for d in experiment_dirs() if d.is_dir()
+                        for p in d.glob("*/figures.yaml")})
+        raise ConfigError(f"no figures for paper {paper!r}; papers with figures: "
+                          f"{', '.join(known)}")
+    return found[0]
 
 
 def load_raw(preset_or_path: str) -> dict[str, Any]:
