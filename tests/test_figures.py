@@ -160,10 +160,11 @@ def test_codesign_figures_resolve_to_the_links_they_compare():
     assert {"snr", "noise_free", "antennas", "clients", "scheduling", "scheduling_curves",
             "bit_widths"} <= set(figs)   # the figures this test reads (more may be added)
     nets = {(r.panel, r.series, r.value): resolve(r.raw).network for r in figs["snr"].runs}
-    assert len(nets) == 2 * 4 * 5 and all(
+    snrs = {n.settings.snr_db for n in nets.values()}
+    assert len(nets) == 2 * 4 * len(snrs) and all(
         (getattr(n.settings, "aggregation", "exact") == "over_the_air") == p.startswith("AirComp")
         for (p, _, _), n in nets.items())
-    assert {n.settings.snr_db for n in nets.values()} == {-10, 0, 10, 20, 30}
+    assert {-10, 0, 10, 20, 30} <= snrs and min(snrs) <= -30  # down to where over the air fails
     sched = [resolve(r.raw) for r in figs["scheduling"].runs]
     assert {c.network.settings.scheduler for c in sched} == {"uniform", "best_channel",
                                                     "proportional_fair", "age"}
