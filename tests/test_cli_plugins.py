@@ -34,6 +34,7 @@ def box(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(plugins.ENV, raising=False)
     monkeypatch.setattr(plugins, "_LOADED", [])
+    monkeypatch.setattr(plugins, "_ENTRY", [])
     (tmp_path / "clipavg.py").write_text(PLUGIN.format(cls="ClipAvg", name="clipavg"))
     (tmp_path / "cfg.yaml").write_text(CONFIG.format(name="clipavg"))
     yield tmp_path
@@ -177,3 +178,79 @@ def test_a_plugin_variable_left_in_the_environment_is_not_loaded_by_workers(box,
     assert main(["sweep", "f.yaml", "--grid", "local.lr=0.05,0.1", "--out", "sf", "--quiet",
                  "--jobs", "2"]) == 0
     assert len(list((box / "sf").rglob("summary.json"))) == 2
+
+
+def test_meta_records_entry_points_and_a_file_run_resumes_once_installed(box, monkeypatch,
+                                                                          capsys):
+    """A run records the installed plug-ins it loaded (entry point, package, version). A run
+    made with ``--plugin clipavg.py`` resumes after the same plug-in is installed as a
+    package: without --plugin (one line says what provides its names), and --plugin beside
+    the installed one is one line saying to drop it."""
+    assert main(["run", "cfg.yaml", "--out", "r", "--quiet", "--plugin", "clipavg.py"]) == 0
+    registry.unregister("clipavg")
+    plugins._LOADED.clear()  # a new command, and now the package is installed
+    site = box / "site"
+    site.mkdir()
+    _installed(site, name="clipavg")
+    monkeypatch.syspath_prepend(str(site))
+    import importlib
+
+    importlib.invalidate_caches()
+    capsys.readouterr()
+    try:
+        assert main(["run", "--resume", "--out", "r", "--quiet", "--plugin", "clipavg.py"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "drop --plugin" in err and "clipavg-pkg 0.1" in err
+        assert main(["run", "--resume", "--out", "r", "--quiet"]) == 0
+        err = capsys.readouterr().err
+        assert "resolve through the installed plug-in(s) clipavg (clipavg-pkg 0.1)" in err
+        assert main(["run", "cfg.yaml", "--out", "n", "--quiet"]) == 0
+    finally:
+        if "clipavg" in registry.names():
+            registry.unregister("clipavg")
+    meta = json.loads((box / "n" / "meta.json").read_text())
+    assert meta["entry_points"] == [{"entry_point": "clipavg", "value": "clipavg_pkg:register",
+                                     "package": "clipavg-pkg", "version": "0.1"}]
+    assert "plugins" not in meta
+
+
+MODEL_PLUGIN = textwrap.dedent('''
+    from torch import nn
+
+    import wirelessfl
+    from wirelessfl.models import FLModel
+
+
+    class TinyNet(FLModel):
+        """A user's own model."""
+
+        def __init__(self, sample_shape, num_classes, width=8):
+            super().__init__()
+            n = 1
+            for s in sample_shape:
+                n *= s
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(n, width), nn.ReLU(),
+                                      nn.Linear(width, num_classes))
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    wirelessfl.register_model("tinynet_plugin", TinyNet)
+''')
+
+
+def test_a_plugin_model_trains_on_the_distributed_engine_s_worker_ranks(box):
+    """The worker ranks of ``engine: distributed`` load the command's plug-ins before the
+    first round: a plug-in file's model (its class unpickled in each rank) trains there."""
+    from wirelessfl.models import MODELS
+
+    (box / "tiny.py").write_text(MODEL_PLUGIN)
+    (box / "d.yaml").write_text(CONFIG.format(name="fedavg").replace("{name: linear}",
+                                                                    "{name: tinynet_plugin}"))
+    try:
+        assert main(["run", "d.yaml", "--out", "d", "--quiet", "--engine", "distributed",
+                     "--workers", "2", "--plugin", "tiny.py"]) == 0
+    finally:
+        MODELS.pop("tinynet_plugin", None)
+    assert json.loads((box / "d" / "summary.json").read_text())["rounds"] == 2

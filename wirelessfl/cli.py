@@ -39,9 +39,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.config is None and not (args.resume and args.out):
         raise ConfigError("name a preset or YAML file (`wirelessfl list` shows presets), or "
                           "pass --resume --out RUN_DIR")
+    raw = load_raw(args.config) if args.config else None
     if args.resume and args.out:
-        _need_plugins(RunRecord(args.out).plugins(), f"--resume {args.out}")
-    raw = load_raw(args.config) if args.config else RunRecord(args.out).config()
+        _need_plugins(RunRecord(args.out).plugins(), f"--resume {args.out}",
+                      raw if raw is not None else RunRecord(args.out).config())
+    raw = raw if raw is not None else RunRecord(args.out).config()
     overrides = list(args.set or [])
     if args.device:
         overrides.append(f"device={args.device}")
@@ -76,15 +78,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _need_plugins(recorded: list[str], what: str) -> None:
-    """Refuse in one line a run folder made with plug-ins this command did not load."""
+def _need_plugins(recorded: list[str], what: str, raw: dict[str, Any] | None = None) -> None:
+    """Refuse in one line a run folder made with plug-ins this command did not load.
+
+    Unless installed plug-ins are loaded and the run's config ``raw`` resolves with them (the
+    same plug-in installed as a package since): then one line says which provide its names,
+    and the run goes on.
+    """
     from wirelessfl.run import plugins
+    from wirelessfl.run.kinds import resolve_config
 
     lacking = plugins.missing(recorded)
-    if lacking:
-        flags = " ".join(f"--plugin {s}" for s in lacking)
-        raise ConfigError(f"{what}: the run was made with plug-in(s) {', '.join(lacking)} "
-                          f"(meta.json); pass {flags}")
+    if not lacking:
+        return
+    if raw is not None and plugins.entry_points_loaded():
+        try:
+            resolve_config(raw)
+        except (ConfigError, ValueError, TypeError):
+            pass
+        else:
+            print(f"{what}: the run's plug-in(s) {', '.join(lacking)} are not loaded; its "
+                  "names resolve through the installed plug-in(s) "
+                  f"{plugins.describe_entry_points()}", file=sys.stderr)
+            return
+    flags = " ".join(f"--plugin {s}" for s in lacking)
+    raise ConfigError(f"{what}: the run was made with plug-in(s) {', '.join(lacking)} "
+                      f"(meta.json); pass {flags}")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

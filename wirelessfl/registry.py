@@ -65,8 +65,11 @@ def register(name: str, hparams: type, algorithm: type, *, kind: str = "rounds")
     ``hparams`` is its frozen hyperparameter dataclass (the fields a config's ``algorithm``
     section may set) and ``algorithm`` its class (for ``rounds``: a
     :class:`~wirelessfl.algorithms.base.FederatedAlgorithm` taking ``(env, hp)``). A
-    registered name is refused. Runs in worker processes (``--jobs``, Ray) import the
-    project's own registry only: register there too, or run with one job.
+    registered name is refused. Put the class and this call in a plug-in (``--plugin``, or
+    an installed package's ``wirelessfl.plugins`` entry point): worker processes (``--jobs``,
+    Ray tasks, the distributed engine's ranks) load the same plug-ins as their command, so
+    the name is registered there too; a name registered in an interactive session exists in
+    that process only.
 
     Examples
     --------

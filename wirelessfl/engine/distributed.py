@@ -32,7 +32,7 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -102,11 +102,17 @@ def _stopped(pid: int | None) -> bool:
 
 def _serve(rank: int, world: int, port: int, device: str, threads: int,
            max_batch: int | None, compile: str = "off", replay: str = "auto",  # noqa: A002
-           low_rank: str = "auto") -> None:  # pragma: no cover - runs in the worker processes
-    """A worker: join the group, then train each round's share until told to stop."""
+           low_rank: str = "auto",
+           worker_init: Callable[[], Any] | None = None) -> None:  # pragma: no cover - workers
+    """A worker: join the group, then train each round's share until told to stop.
+
+    ``worker_init`` runs first (the command's plug-ins, whose classes the rounds' tasks hold).
+    """
     import torch.distributed as dist
 
     _die_with_parent()
+    if worker_init is not None:
+        worker_init()
     torch.set_num_threads(threads)  # for the worker's life
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if device.startswith("cuda"):
@@ -154,11 +160,15 @@ class DistributedExecutor(Executor):
     max_batch, compile, replay, low_rank
         Passed to each rank's batched engine
         (:class:`~wirelessfl.engine.batched.BatchedExecutor`).
+    worker_init : callable or None
+        A module-level function each worker rank calls first (a run passes the loading of
+        its command's plug-ins, :func:`wirelessfl.run.plugins.load_in_worker`).
     """
 
     def __init__(self, workers: int = 2, device: str = "cpu", threads: int | None = None,
                  max_batch: int | None = None, compile: str = "off",  # noqa: A002
-                 replay: str = "auto", low_rank: str = "auto") -> None:
+                 replay: str = "auto", low_rank: str = "auto",
+                 worker_init: Callable[[], Any] | None = None) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) \
                 or not 2 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be an integer in [2, {MAX_WORKERS}], got {workers!r}")
@@ -177,7 +187,7 @@ class DistributedExecutor(Executor):
         self.local = BatchedExecutor(_device_of(device, 0), max_batch=max_batch, compile=compile,
                                      replay=replay, low_rank=low_rank)
         self.max_batch, self.compile, self.replay = max_batch, compile, replay
-        self.low_rank = low_rank
+        self.low_rank, self.worker_init = low_rank, worker_init
         self._procs: list[Any] = []
         self._data_id: int | None = None
 
@@ -201,7 +211,7 @@ class DistributedExecutor(Executor):
         self._procs = [ctx.Process(target=_serve, daemon=True,
                                    args=(r, self.workers, port, self.device, self.threads,
                                          self.max_batch, self.compile, self.replay,
-                                         self.low_rank))
+                                         self.low_rank, self.worker_init))
                        for r in range(1, self.workers)]
         for p in self._procs:
             p.start()

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from wirelessfl.engine.batched import BatchedExecutor
@@ -27,7 +29,7 @@ def resolve_device(name: str) -> torch.device:
 def make_executor(engine: str, device: torch.device, max_batch: int | None = None,
                   model: FLModel | None = None, workers: int = 2,
                   compile: str = "off", replay: str = "auto",  # noqa: A002
-                  low_rank: str = "auto") -> Executor:
+                  low_rank: str = "auto", worker_init: Any = None) -> Executor:
     """The client engine: ``loop``, ``batched``, ``auto`` or ``distributed``.
 
     ``distributed`` splits each round's clients over ``workers`` processes
@@ -42,13 +44,14 @@ def make_executor(engine: str, device: torch.device, max_batch: int | None = Non
     ``torch.compile`` mode, ``replay`` when it records and replays its steps and ``low_rank``
     whether it may keep linear weights low-rank
     (:class:`~wirelessfl.engine.batched.BatchedExecutor`, :mod:`wirelessfl.engine.replay`,
-    :mod:`wirelessfl.models.lowrank`).
+    :mod:`wirelessfl.models.lowrank`). ``worker_init``: what each distributed worker
+    process runs first (a run's plug-ins).
     """
     if engine == "distributed":
         from wirelessfl.engine.distributed import DistributedExecutor
 
         return DistributedExecutor(workers, device.type, max_batch=max_batch, compile=compile,
-                                   replay=replay, low_rank=low_rank)
+                                   replay=replay, low_rank=low_rank, worker_init=worker_init)
     if engine == "auto" and device.type == "cpu" and getattr(model, "loop_on_cpu", False):
         return LoopExecutor(device)
     if engine in ("batched", "auto"):

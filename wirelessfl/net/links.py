@@ -98,8 +98,9 @@ def register_link(name: str, cls: type[LinkModel]) -> None:
 
     ``cls`` subclasses :class:`LinkModel` (its ``Settings`` a frozen dataclass). A
     registered name is refused. Put the class and this line in a plug-in (``--plugin``, or
-    an installed package's ``wirelessfl.plugins`` entry point): ``--jobs`` worker processes
-    load the same plug-ins as their command, so the name is registered there too. Every
+    an installed package's ``wirelessfl.plugins`` entry point): worker processes (``--jobs``,
+    Ray tasks, the distributed engine's ranks) load the same plug-ins as their command, so
+    the name is registered there too. Every
     clock reads the model's :meth:`LinkModel.seconds` through :meth:`LinkModel.timed`, which
     refuses a value that is not a finite number of seconds ≥ 0.
     """

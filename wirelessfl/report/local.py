@@ -270,8 +270,7 @@ def _worker_setup(threads: int) -> None:
 
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
-    plugins.load_entry_points()
-    plugins.load_from_env()
+    plugins.load_in_worker()
 
 
 def group_in_process(runs: list[RunSpec], root: Path, threads: int, index: str) -> str:

@@ -9,8 +9,10 @@ pytest and flake8 plug-ins do: those load whenever the command runs.
 
 Code runs only because the user named it on the command line or installed it: a config
 file or a run folder never causes an import. A run folder records the plug-ins its run was
-made with (``meta.json``: ``plugins``), so ``--resume`` without them says in one line which
-``--plugin`` to pass. Worker processes (``--jobs``, Ray tasks) load the same plug-ins: the
+made with (``meta.json``: ``plugins``, and ``entry_points`` with each package's version),
+so ``--resume`` without them says in one line which ``--plugin`` to pass, unless the run's
+names are now provided otherwise (an installed package of the same plug-in): then it says
+which it used. Worker processes (``--jobs``, Ray tasks) load the same plug-ins: the
 command passes them in the environment variable :data:`ENV`.
 """
 
@@ -32,11 +34,21 @@ ENTRY_GROUP = "wirelessfl.plugins"
 ENV = "WIRELESSFL_PLUGINS"
 #: Loaded plug-ins: their spec as recorded (a module name, or a file's absolute path).
 _LOADED: list[str] = []
+#: Loaded entry points, as a run folder records them: name, value, package and its version.
+_ENTRY: list[dict[str, str]] = []
 
 
 def loaded() -> list[str]:
     """The plug-ins loaded in this process, as a run folder records them."""
     return list(_LOADED)
+
+
+def entry_points_loaded() -> list[dict[str, str]]:
+    """The installed plug-ins (entry points) loaded in this process, as a run records them.
+
+    Each is ``{"entry_point", "value", "package", "version"}``.
+    """
+    return [dict(e) for e in _ENTRY]
 
 
 def load_plugins(specs: list[str] | tuple[str, ...]) -> list[str]:
@@ -69,6 +81,12 @@ def load_entry_points() -> list[str]:
 
     names = []
     for ep in entry_points(group=ENTRY_GROUP):
+        record = {"entry_point": str(ep.name), "value": str(ep.value),
+                  "package": str(getattr(getattr(ep, "dist", None), "name", None) or "?"),
+                  "version": str(getattr(getattr(ep, "dist", None), "version", None) or "?")}
+        if record in _ENTRY:  # loaded by this process already (a worker's second call)
+            names.append(ep.name)
+            continue
         try:
             target = ep.load()
             if callable(target):
@@ -77,8 +95,24 @@ def load_entry_points() -> list[str]:
             raise ConfigError(f"the installed plug-in {ep.name!r} ({ep.value}) failed to load: "
                               f"{type(exc).__name__}: {str(exc)[:160]}; fix or uninstall it"
                               ) from None
+        _ENTRY.append(record)
         names.append(ep.name)
     return names
+
+
+def load_in_worker() -> None:
+    """A worker process's first step: the installed plug-ins and the command's (:data:`ENV`).
+
+    Module-level, so a spawned process (``--jobs``, Ray, the distributed engine's ranks) can
+    be handed it.
+    """
+    load_entry_points()
+    load_from_env()
+
+
+def describe_entry_points() -> str:
+    """``clip (clipavg-pkg 0.1)``, ...: the loaded entry points, for a message."""
+    return ", ".join(f"{e['entry_point']} ({e['package']} {e['version']})" for e in _ENTRY)
 
 
 def missing(recorded: Any) -> list[str]:
@@ -141,5 +175,10 @@ def _run(spec: str, load: Any, name: str | None) -> None:
     except Exception as exc:  # noqa: BLE001 - whatever the user's module raises
         if name is not None:
             sys.modules.pop(name, None)
+        if _ENTRY and "registered already" in str(exc):  # the package of the same code
+            raise ConfigError(f"--plugin {short(spec)} registers a name the installed "
+                              f"plug-in(s) {describe_entry_points()} registered already "
+                              f"({str(exc)[:80]}): drop --plugin to use the installed one (a "
+                              "run made with the file resumes without it)") from None
         raise ConfigError(f"--plugin {short(spec)} failed while importing: "
                           f"{type(exc).__name__}: {str(exc)[:200]}") from None

@@ -227,6 +227,8 @@ class RunRecord:
                 "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
         if plugins.loaded():  # what a resume must load again (--plugin)
             meta["plugins"] = plugins.loaded()
+        if plugins.entry_points_loaded():  # installed plug-ins, with their packages' versions
+            meta["entry_points"] = plugins.entry_points_loaded()
         for name, text in (("config.yaml", yaml.safe_dump(config, sort_keys=False)),
                            ("meta.json", json.dumps(meta, indent=2) + "\n"),
                            ("metrics.jsonl", "")):

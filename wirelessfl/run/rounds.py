@@ -36,6 +36,7 @@ from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.links import LinkModel, RoundCost, make_link
 from wirelessfl.rng import Seeds
+from wirelessfl.run import plugins
 from wirelessfl.run.config import ConfigError, RunConfig, key_view, resolve, to_dict
 from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F401 (re-exported)
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
@@ -139,7 +140,7 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
                       local=cfg.local, update=LocalSGD(model, cfg.local),
                       executor=lockstep.member() if lockstep is not None else make_executor(
                           cfg.engine, device, cfg.max_batch, model, cfg.workers, cfg.compile,
-                          cfg.replay, cfg.low_rank),
+                          cfg.replay, cfg.low_rank, worker_init=plugins.load_in_worker),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
                       link=digital)
