@@ -143,3 +143,34 @@ def test_ray_addresses_are_checked_before_anything_runs():
     for bad in ("bad::addr", "host", "host:0", "host:70000", " auto", "-x:1", "a b:1"):
         with pytest.raises(ValueError, match="--address"):
             RayOptions(address=bad)
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_the_ray_tasks_of_a_cluster_it_did_not_start(toy, local_ray):
+    """Ray already running (as a cluster would be): Ctrl-C in the driver cancels its tasks,
+    so the runs stop (no row written after, none finished) instead of going on without it;
+    the same command then resumes them to the end."""
+    root = toy(400)
+    (fig,) = load_figures("toy", "quick", ["toy"])
+    folders = [run_folder(root / "ray", r) for r in fig.runs]
+    timer = threading.Thread(target=lambda: (
+        _wait_rows(folders[0], 10), os.kill(os.getpid(), signal.SIGINT)))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        regenerate("toy", "quick", root / "ray", quiet=True, log=lambda m: None,
+                   ray=RayOptions())
+    timer.join()
+    time.sleep(3)
+    sizes = [f.joinpath("metrics.jsonl").stat().st_size if f.exists() else 0 for f in folders]
+    time.sleep(3)
+    assert sizes == [f.joinpath("metrics.jsonl").stat().st_size if f.exists() else 0
+                     for f in folders]
+    assert not any((f / "summary.json").exists() for f in folders)
+    regenerate("toy", "quick", root / "ray", quiet=True, log=lambda m: None, ray=RayOptions())
+    assert all(json.loads((f / "summary.json").read_text())["rounds"] == 400 for f in folders)
+
+
+def _wait_rows(folder, n):
+    while not (folder / "metrics.jsonl").is_file() or \
+            len((folder / "metrics.jsonl").read_text().splitlines()) < n:
+        time.sleep(0.05)

@@ -19,9 +19,10 @@ finished runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,23 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
                          "with `ray start --head` or leave --address out") from None
 
 
+@contextlib.contextmanager
+def _cancelled_on_interrupt(ray: Any, pending: dict[Any, Any]) -> Iterator[None]:
+    """Ctrl-C or SIGTERM: every task not finished is cancelled, on any cluster, then re-raised.
+
+    A running task gets a KeyboardInterrupt (Ray's ``cancel``), so its run stops as an
+    interrupted one does, its last checkpoint kept; a queued one never starts. (Shutting
+    down the driver alone leaves the tasks of a cluster it did not start running.)
+    """
+    try:
+        yield
+    except BaseException:
+        for ref in list(pending):
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+        raise
+
+
 def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
                 log: Callable[[str], None] = print, quiet: bool = False) -> None:
     """Train ``runs`` (:class:`~wirelessfl.report.figures.RunSpec`) as Ray tasks under ``root``."""
@@ -123,9 +141,12 @@ def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
         threads = max(1, int(options.cpus_per_run))
         pending = {task.remote(r, str(root), threads, f"[{i}/{len(runs)}]"): r
                    for i, r in enumerate(runs, 1)}
-        with tqdm(total=len(pending), unit="run", disable=quiet, desc="ray") as bar:
+        with tqdm(total=len(pending), unit="run", disable=quiet, desc="ray") as bar, \
+                _cancelled_on_interrupt(ray, pending):
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                if not done:
+                    continue
                 run = pending.pop(done[0])
                 try:
                     log(ray.get(done[0]))
