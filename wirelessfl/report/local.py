@@ -274,13 +274,30 @@ def _worker_setup(threads: int) -> None:
 
 
 def group_in_process(runs: list[RunSpec], root: Path, threads: int, index: str) -> str:
-    """A lockstep group (or one run) in a worker process; returns its log lines."""
-    if len(runs) == 1:
-        return run_in_process(runs[0], root, threads, index)
-    _worker_setup(threads)
-    lines: list[str] = []
-    run_group(runs, root, index=index, quiet=True, log=lines.append)
-    return "\n".join(lines)
+    """A lockstep group (or one run) in a pool worker; returns its log lines.
+
+    A worker stopped by its parent (SIGTERM, :func:`_ignore_interrupts`) exits as soon as its
+    runs have unwound (their checkpoints kept, their locks released): the pool would
+    otherwise keep it waiting for a next task until its parent killed it.
+    """
+    try:
+        if len(runs) == 1:
+            return run_in_process(runs[0], root, threads, index)
+        _worker_setup(threads)
+        lines: list[str] = []
+        run_group(runs, root, index=index, quiet=True, log=lines.append)
+        return "\n".join(lines)
+    finally:
+        if _STOPPED:  # as a worker's normal end does: its finalizers (semaphores), then out
+            from multiprocessing import util
+
+            with contextlib.suppress(Exception):
+                util._exit_function()
+            os._exit(_STOPPED[0])
+
+
+#: In a pool worker, the exit status once its parent stopped it (set by its SIGTERM handler).
+_STOPPED: list[int] = []
 
 
 def _ignore_interrupts() -> None:
@@ -296,7 +313,8 @@ def _ignore_interrupts() -> None:
 
     def stop(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough (the group's and the
-        sys.exit(128 + signum)                         # parent's may both come)
+        _STOPPED.append(128 + signum)                  # parent's may both come)
+        sys.exit(128 + signum)
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, stop)
@@ -335,11 +353,18 @@ def _stop_pool(pool: Any) -> None:
     pool.shutdown(wait=False, cancel_futures=True)  # no queued group starts
     for w in workers:
         w.terminate()  # SIGTERM: the worker ends cleanly (_ignore_interrupts)
-    for w in workers:
-        w.join(10)
-        if w.is_alive():  # a run that does not stop: killed
+    try:
+        for w in workers:
+            w.join(10)
+            if w.is_alive():  # a run that does not stop: killed
+                w.kill()
+                w.join(5)
+    except KeyboardInterrupt:  # a second Ctrl-C: every worker killed at once
+        for w in workers:
             w.kill()
+        for w in workers:
             w.join(5)
+        raise
     if manager is not None:  # it sees the workers gone and closes its side
         manager.join(10)
     for q in queues:
