@@ -259,8 +259,17 @@ class FrozenNet(TinyNet):
             p.requires_grad_(False)
 
 
+class ArgmaxNet(TinyNet):
+    """A user's model that returns class ids' one-hot rows as integers (an argmax at its end)."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        return torch.nn.functional.one_hot(out.argmax(1), out.shape[1])
+
+
 @pytest.mark.parametrize("model, match", [(NarrowNet, r"outputs of shape \(2, 2\)"),
-                                          (FrozenNet, "no trainable parameters")])
+                                          (FrozenNet, "no trainable parameters"),
+                                          (ArgmaxNet, "torch.int64 outputs; it must give float")])
 def test_a_plugin_model_is_checked_at_the_door(model, match):
     from wirelessfl.data.datasets import USER_DATASETS
     from wirelessfl.errors import ConfigError

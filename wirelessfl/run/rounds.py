@@ -231,6 +231,10 @@ def _check_model(model: FLModel, name: str, train: Any, device: torch.device | s
         raise ConfigError(f"model {name!r} gives outputs of shape {got} for 2 samples; the "
                           f"data has {train.num_classes} classes, so it must give {want} "
                           "(one logit per class)")
+    if not out.is_floating_point():  # an argmax or a rounding: nothing to differentiate
+        raise ConfigError(f"model {name!r} gives {out.dtype} outputs; it must give float "
+                          "logits (no argmax or rounding at its end), which the loss "
+                          "differentiates")
 
 
 def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
@@ -441,13 +445,22 @@ class RoundsJob(Job):
 
     @override
     def advance(self, out: Output) -> None:
+        executor = self.exp.env.executor  # its worker processes (distributed) stop with the run
         try:
             with deterministic_mode(self.cfg.deterministic):
                 self._rounds(out)
-        finally:  # worker processes of engine: distributed stop with the run
-            close = getattr(self.exp.env.executor, "close", None)
-            if close is not None:
-                close()
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: mid-collective, the workers are killed
+            stop = getattr(executor, "abandon", None) or getattr(executor, "close", None)
+            if stop is not None:
+                stop()
+            raise
+        except BaseException:
+            if getattr(executor, "close", None) is not None:
+                executor.close()
+            raise
+        else:
+            if getattr(executor, "close", None) is not None:
+                executor.close()
 
     def _rounds(self, out: Output) -> None:
         """The round loop: train, time, evaluate, checkpoint, until the last round or the target."""
