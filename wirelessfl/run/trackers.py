@@ -91,6 +91,31 @@ def _own_file(path: Path) -> Path:
 MLFLOW_TIMEOUT_S, MLFLOW_RETRIES = 10, 0
 
 
+#: Seconds a tracking server's address has to accept a connection.
+CONNECT_TIMEOUT_S = 3.0
+
+
+def _answers(uri: str) -> None:
+    """Refuse an ``http(s)://`` tracking URI whose host accepts no connection in seconds.
+
+    Within :data:`CONNECT_TIMEOUT_S` (an unreachable server cost a run its timeout and
+    MLflow's import: 26.5 s against 10.2 s without a tracker). Other schemes pass.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "", port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"MLFLOW_TRACKING_URI {parts.scheme}://{parts.netloc} does not answer "
+                          f"within {CONNECT_TIMEOUT_S:g} s ({type(exc).__name__})") from None
+
+
 class Tracker(ABC):
     """One tracker: opened with the run, fed every row, closed at its end.
 
@@ -152,12 +177,14 @@ class MLflow(Tracker):
 
     @override
     def open(self, folder: Path, run_name: str, config: dict[str, Any], resume: bool) -> None:
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if uri:  # a server that does not answer: known in seconds, before MLflow's import
+            _answers(uri)
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # no table-creation chatter
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(MLFLOW_TIMEOUT_S))
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(MLFLOW_RETRIES))
-        uri = os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:  # the run folder's own database: never written through a link
             uri = f"sqlite:///{_own_file(folder.resolve() / 'mlflow.db')}"
         self.client = MlflowClient(tracking_uri=uri)
