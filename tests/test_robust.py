@@ -109,6 +109,45 @@ def test_the_noise_attack_has_the_configured_variance():
     assert (out[torch.as_tensor(~bad)] == 0).all()
 
 
+def test_label_flip_trains_the_attackers_on_flipped_labels_and_no_one_else():
+    """The attackers' own samples read K − 1 − y, every other sample its label; the inputs are
+    the same tensor; a round trains on it (loop = batched) and the uploads are left as sent."""
+    raw = {**RAW, "algorithm": {"name": "fedavg", "attack": "label_flip", "attackers": 0.3}}
+    exp = open_run(raw).exp
+    algo, clean = exp.algorithm, open_run({**RAW, "algorithm": {"name": "fedavg"}}).exp
+    train, before = algo.env.train, clean.algorithm.env.train
+    assert train.x is exp.splits.train.x or torch.equal(train.x, before.x)
+    bad = np.concatenate([algo.env.client_indices[c] for c in algo.attackers])
+    flipped = np.zeros(len(train), bool)
+    flipped[bad] = True
+    y, y0 = train.y.cpu().numpy(), before.y.cpu().numpy()
+    assert (y[flipped] == train.num_classes - 1 - y0[flipped]).all()
+    assert (y[~flipped] == y0[~flipped]).all() and flipped.sum() > 0
+    stack = _stack(10)
+    assert algo.attacked(stack, np.arange(10), 0) is stack
+    rows = {}
+    for engine in ("loop", "batched"):
+        run = open_run({**raw, "engine": engine, "rounds": 2}).exp
+        state, _ = run.algorithm.apply(run.initial_state())
+        rows[engine] = state.params
+    for k in rows["loop"]:
+        torch.testing.assert_close(rows["loop"][k], rows["batched"][k], rtol=1e-4, atol=1e-6)
+
+
+def test_label_flip_is_refused_where_clients_share_samples():
+    raw = {**RAW, "data": {**RAW["data"], "dataset": "synthetic"},
+           "algorithm": {"name": "fedavg", "attack": "label_flip", "attackers": 0.3}}
+    from wirelessfl.algorithms.fedavg import flipped_labels
+    from wirelessfl.errors import ConfigError
+
+    env = open_run({**raw, "algorithm": {"name": "fedavg"}}).exp.algorithm.env
+    import dataclasses
+
+    shared = dataclasses.replace(env, client_indices=(env.client_indices[0],) * 2)
+    with pytest.raises(ConfigError, match="several clients"):
+        flipped_labels(shared, np.array([0]))
+
+
 @pytest.mark.parametrize("algorithm", [
     {"name": "fedavg", "robust": "median", "attack": "sign_flip", "attackers": 0.2},
     {"name": "scaffold", "robust": "trimmed_mean", "trim": 0.2},
@@ -139,6 +178,7 @@ def test_norm_bounded_goes_over_the_air_and_the_order_statistics_do_not():
     ("algorithm.trim=0.2", "robust: trimmed_mean"),
     ("algorithm.attack=sign_flip", "attackers"),
     ("algorithm.robust=bulyan", "robust"),
+    ("algorithm.attack=label_flip", "attackers"),
 ])
 def test_bad_robust_settings_are_one_line_each(cli_error, setting, match):
     assert match in cli_error({**RAW, "algorithm": {"name": "fedavg"}}, "--set", setting)

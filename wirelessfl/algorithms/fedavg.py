@@ -13,6 +13,7 @@ registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from wirelessfl.algorithms.base import (
     mean_buffers,
     num_params,
 )
+from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine.batch import ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, DeltaFold
 from wirelessfl.errors import ConfigError
@@ -45,7 +47,7 @@ from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
 
 #: Simulated client attacks of ``algorithm.attack`` (on the pseudo-gradients they upload).
-ATTACKS = ("none", "sign_flip", "scaled", "noise")
+ATTACKS = ("none", "sign_flip", "scaled", "noise", "label_flip")
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,10 @@ class FedAvgHParams:
         The norm every Δ_i is scaled down to under ``norm_bounded`` [1.0].
     attack : str
         Attackers among the clients, to test the rules: ``none`` (default), ``sign_flip``
-        (an attacker sends −s·Δ_i), ``scaled`` (s·Δ_i) or ``noise`` (Δ_i plus Gaussian noise
-        of s times its own RMS per entry), s = ``attack_scale``.
+        (an attacker sends −s·Δ_i), ``scaled`` (s·Δ_i), ``noise`` (Δ_i plus Gaussian noise
+        of s times its own RMS per entry), s = ``attack_scale``, or ``label_flip`` (an
+        attacker trains on its samples with label y read as K − 1 − y, and sends what it
+        learned: a data attack; its partition must give each sample to one client).
     attackers : float
         The fraction of the population that attacks, drawn once per run (``attackers``
         stream) [0].
@@ -150,8 +154,9 @@ class FedAvgHParams:
         if (self.attackers > 0) != (self.attack != "none"):
             raise ValueError("`attack` and `attackers` go together: name the attack and the "
                              "fraction of clients that makes it (or neither)")
-        if self.attack_scale != 1.0 and self.attack == "none":
-            raise ValueError("`attack_scale` is a setting of an attack: set attack too")
+        if self.attack_scale != 1.0 and self.attack in ("none", "label_flip"):
+            raise ValueError("`attack_scale` is a setting of the sign_flip, scaled and noise "
+                             "attacks: set one of them, or remove it")
         if self.dp not in DP_MODES:
             raise ValueError(f"`dp` must be one of {', '.join(DP_MODES)}, got {self.dp!r}")
         as_float("dp_clip", self.dp_clip, lo=0, hi=1e12, lo_open=True)
@@ -221,6 +226,26 @@ def client_weights(sizes: np.ndarray, weighting: str) -> np.ndarray:
     return sizes
 
 
+def flipped_labels(env: Environment, attackers: np.ndarray) -> ArrayDataset:
+    """The training set with the attackers' samples labelled K − 1 − y (``label_flip``).
+
+    The inputs are shared, not copied. Refused (ConfigError) when the partition gives a
+    sample to more than one client: an honest client would then train on flipped labels.
+    """
+    owned = [np.asarray(env.client_indices[c], np.int64) for c in attackers]
+    every = np.concatenate([np.asarray(i, np.int64) for i in env.client_indices])
+    if np.unique(every).size != every.size:
+        raise ConfigError("algorithm.attack label_flip flips the labels of the attackers' own "
+                          "samples, and this partition gives some samples to several clients "
+                          "(an honest one would train on them flipped): use a partition "
+                          "without overlap, or another attack")
+    train = env.train
+    y = train.y.clone()
+    at = torch.as_tensor(np.concatenate(owned), device=y.device)
+    y[at] = train.num_classes - 1 - y[at]
+    return ArrayDataset(train.x, y, train.num_classes)
+
+
 class FedAvg(FederatedAlgorithm):
     """Federated averaging on the shared interfaces, in the three phases of a round.
 
@@ -275,6 +300,8 @@ class FedAvg(FederatedAlgorithm):
         order = env.seeds.generator("attackers").permutation(n) if hp.attack != "none" else []
         #: The clients that attack (sorted ids; none without ``attack``).
         self.attackers = np.sort(np.asarray(order[:int(np.floor(hp.attackers * n))], np.int64))
+        if hp.attack == "label_flip" and len(self.attackers):
+            self.env = dataclasses.replace(env, train=flipped_labels(env, self.attackers))
         self.sampler: ClientSampler = (AllClients() if hp.clients_per_round is None
                                        else UniformSampler(num=hp.clients_per_round))
 
@@ -378,7 +405,7 @@ class FedAvg(FederatedAlgorithm):
     def attacked(self, stack: Params, clients: np.ndarray, t: int) -> Params:
         """The stack as sent: the attackers' rows changed by ``attack`` (no Python per client)."""
         hp = self.hp
-        if not len(self.attackers):
+        if not len(self.attackers) or hp.attack == "label_flip":  # (that one is in the data)
             return stack
         bad = np.isin(np.asarray(clients), self.attackers)
         if not bad.any():
