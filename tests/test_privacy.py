@@ -108,11 +108,16 @@ def test_dp_runs_resume_to_their_uninterrupted_rows(mode, cut_and_resume):
     ("algorithm.weighting=samples", "weighting: uniform"),
     ("algorithm.dp=shuffle", "dp"),
     ("network.model=aircomp", "over_the_air"),
+    ("algorithm.dp_clip_quantile=1.0", "dp_clip_quantile"),
+    ("algorithm.dp_clip_lr=0.5", "adaptive clipping"),
+    ("algorithm.dp_clip_quantile=0.5 --set algorithm.dp_count_noise=1.0", "2·dp_count_noise"),
+    ("algorithm.dp_clip_quantile=0.5 --set algorithm.dp=local", "dp: central"),
 ])
 def test_bad_dp_settings_are_one_line_each(cli_error, setting, match):
     over = setting.startswith("network")
     net = {"network": {"model": "aircomp", "aggregation": "over_the_air"}} if over else {}
-    err = cli_error({**RAW, "algorithm": DP, **net}, *([] if over else ["--set", setting]))
+    args = [] if over else [part for one in setting.split(" --set ") for part in ("--set", one)]
+    err = cli_error({**RAW, "algorithm": DP, **net}, *args)
     assert match in err, err
 
 
@@ -143,3 +148,66 @@ def test_dp_modes_match_their_links():
         open_run({**RAW, "algorithm": {**DP, "dp": "over_the_air"}})  # exact link
     with pytest.raises(ValueError, match="over_the_air"):
         open_run({**RAW, "algorithm": DP, "network": over})  # central noise over the air
+
+
+ADAPTIVE = {**DP, "dp_clip_quantile": 0.5, "dp_clip_lr": 0.3, "dp_noise": 1.0,
+            "dp_count_noise": 2.0}
+
+
+def test_adaptive_clipping_follows_andrew_et_al_s_update_and_pays_for_the_count():
+    """C_{t+1} = C_t·exp(−η(b̃ − γ)) with b̃ = (count + N(0, σ_b²))/K, from the round's own
+    count of updates within C_t (written out here); the sum's multiplier is
+    z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) ≥ z; the rows log C_t; ε is unchanged."""
+    import numpy as np
+
+    from wirelessfl.server.privacy import update_noise
+    from wirelessfl.server.robust import row_norms
+
+    exp = open_run({**RAW, "rounds": 3, "algorithm": ADAPTIVE}).exp
+    algo = exp.algorithm
+    assert algo.noise_multiplier(5) == pytest.approx((1.0 - 4.0 ** -2) ** -0.5)
+    with pytest.raises(ValueError, match="2·dp_count_noise"):
+        update_noise(1.0, 0.25)
+    assert update_noise(1.0, 2.0) == pytest.approx((1.0 - 0.25 ** 2) ** -0.5)
+    state = exp.initial_state()
+    clips = []
+    for t in range(3):
+        plan = algo.configure(state)
+        results = algo.train(state, plan)
+        from wirelessfl.engine.batch import ClientResults
+
+        stack = ClientResults.from_list(results).delta_stack()
+        c = algo.clip_norm(state)
+        within = int((row_norms(stack) <= c).sum())
+        noise = algo.env.seeds.generator("dp_count", t).standard_normal()
+        want = c * math.exp(-0.3 * ((within + 2.0 * noise) / 5 - 0.5))
+        state, report = algo.server_update(state, plan, results)
+        clips.append(c)
+        assert state.privacy.clip == pytest.approx(want, rel=1e-12)
+        assert report.dp_clip_norm == c
+    assert clips[0] == 0.5 and len(set(clips)) == 3
+    fixed = open_run({**RAW, "algorithm": {**DP, "dp_noise": 1.0}}).exp.algorithm
+    assert algo.epsilon(3) == fixed.epsilon(3)
+    assert np.isfinite(clips).all()
+
+
+def test_the_clip_norm_moves_toward_the_target_quantile_of_the_norms():
+    """Monte Carlo of the update alone: norms drawn from one distribution, the clip norm after
+    200 rounds sits near its γ-quantile (within the noise of the count)."""
+    import numpy as np
+
+    from wirelessfl.server.privacy import next_clip
+
+    rng, clip = np.random.default_rng(0), 0.01
+    for _ in range(300):
+        norms = rng.lognormal(0.0, 0.5, size=50)
+        clip = next_clip(clip, int((norms <= clip).sum()), 50, 0.7, 0.2, 2.5, rng)
+    want = float(np.exp(0.5 * 0.5244))  # the 0.7-quantile of lognormal(0, 0.5)
+    assert abs(math.log(clip / want)) < 0.15, (clip, want)
+
+
+def test_adaptive_clipping_resumes_to_its_uninterrupted_rows(cut_and_resume):
+    """C_t is in the checkpoint: a cut and resumed run continues from it."""
+    full, resumed = cut_and_resume({**RAW, "algorithm": ADAPTIVE}, after=3)
+    assert resumed == full
+    assert len({r["dp_clip_norm"] for r in full if r.get("dp_clip_norm")}) > 2

@@ -183,7 +183,7 @@ class FederatedAlgorithm(ABC):
         :meth:`session_client_states`.
         """
         return ServerState(state.params, state.round, None, self.session_client_states(state),
-                           state.buffers, schedule_origin=t)
+                           state.buffers, schedule_origin=t, privacy=state.privacy)
 
     def session_client_states(self, state: ServerState) -> Mapping[int, Any]:
         """Client states kept at a session start (none by default)."""

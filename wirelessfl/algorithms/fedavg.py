@@ -40,9 +40,9 @@ from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
-from wirelessfl.server.privacy import DP_MODES, top_up
+from wirelessfl.server.privacy import DP_MODES, ClipState, next_clip, top_up, update_noise
 from wirelessfl.server.privacy import epsilon as dp_epsilon
-from wirelessfl.server.robust import ROBUST_RULES, clip_rows, robust_aggregator
+from wirelessfl.server.robust import ROBUST_RULES, clip_rows, robust_aggregator, row_norms
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
 
@@ -105,6 +105,16 @@ class FedAvgHParams:
         δ of the (ε, δ) the rows report [1e-5].
     dp_target_epsilon : float or None
         Stop before a round that would spend more than this ε (None: run every round).
+    dp_clip_quantile : float or None
+        Adaptive clipping (central DP; Andrew et al. 2021): the quantile γ ∈ (0, 1) of the
+        update norms the clip norm follows, starting at ``dp_clip`` (None: the fixed
+        ``dp_clip``) [None].
+    dp_clip_lr : float
+        η_C, the geometric step of the clip norm per round [0.2].
+    dp_count_noise : float or None
+        σ_b, the noise on the count of updates within the clip norm (None: K/20, K the
+        round's clients, as Andrew et al.); the sum's noise grows to keep z
+        (:func:`~wirelessfl.server.privacy.update_noise`) [None].
     """
 
     clients_per_round: int | None = None
@@ -127,6 +137,9 @@ class FedAvgHParams:
     dp_noise: float = 1.0
     dp_delta: float = 1e-5
     dp_target_epsilon: float | None = None
+    dp_clip_quantile: float | None = None
+    dp_clip_lr: float = 0.2
+    dp_count_noise: float | None = None
 
     def __post_init__(self) -> None:
         if self.weighting not in ("samples", "uniform"):
@@ -164,7 +177,7 @@ class FedAvgHParams:
         as_float("dp_delta", self.dp_delta, lo=0, hi=1, lo_open=True, hi_open=True)
         if self.dp_target_epsilon is not None:
             as_float("dp_target_epsilon", self.dp_target_epsilon, lo=0, hi=1e6, lo_open=True)
-        for key in ("dp_clip", "dp_noise", "dp_delta", "dp_target_epsilon"):
+        for key in ("dp_clip", "dp_noise", "dp_delta", "dp_target_epsilon", "dp_clip_quantile"):
             if getattr(self, key) != getattr(FedAvgHParams, key) and self.dp == "none":
                 raise ValueError(f"`{key}` is a setting of differential privacy: set dp: "
                                  "central or local, or remove it")
@@ -173,6 +186,19 @@ class FedAvgHParams:
                              "(sample weights would give a large client more than C)")
         if self.dp != "none" and self.robust != "mean":
             raise ValueError("`dp` is accounted for the clipped mean: use robust: mean with it")
+        if self.dp_clip_quantile is not None:
+            as_float("dp_clip_quantile", self.dp_clip_quantile, lo=0, hi=1, lo_open=True,
+                     hi_open=True)
+            if self.dp != "central":
+                raise ValueError("`dp_clip_quantile` (adaptive clipping) is built for dp: "
+                                 "central; set it, or use a fixed dp_clip")
+        as_float("dp_clip_lr", self.dp_clip_lr, lo=0, hi=10, lo_open=True)
+        if self.dp_count_noise is not None:
+            as_float("dp_count_noise", self.dp_count_noise, lo=0, hi=1e6, lo_open=True)
+        for key in ("dp_clip_lr", "dp_count_noise"):
+            if getattr(self, key) != getattr(FedAvgHParams, key) and self.dp_clip_quantile is None:
+                raise ValueError(f"`{key}` is a setting of adaptive clipping: set "
+                                 "dp_clip_quantile too, or remove it")
 
     def server(self) -> ServerOptimizer:
         """The server optimiser these hyperparameters describe."""
@@ -292,6 +318,11 @@ class FedAvg(FederatedAlgorithm):
                                   "needs network.aggregation over_the_air, and over the air "
                                   "only it can be used (central and local noise are for exact "
                                   "or digital links)")
+            if hp.dp_clip_quantile is not None:  # the count's noise must leave room for z
+                try:
+                    self.noise_multiplier(hp.clients_per_round or env.num_clients)
+                except ValueError as exc:
+                    raise ConfigError(str(exc)) from None
             if hp.dp_target_epsilon is not None and self.epsilon(1) > hp.dp_target_epsilon:
                 raise ConfigError(f"algorithm.dp_target_epsilon {hp.dp_target_epsilon:g} is spent by "
                                   f"the first round (epsilon {self.epsilon(1):.3g}): raise it or "
@@ -364,14 +395,19 @@ class FedAvg(FederatedAlgorithm):
         if isinstance(results, FoldedResults):
             return results.fold.mean(), w, AggregateInfo()
         stack = self.attacked(results.delta_stack(), results.clients, state.round)
+        clip, within = self.clip_norm(state), None
+        if self.hp.dp_clip_quantile is not None:  # counted before clipping (one host read)
+            within = int((row_norms(stack) <= clip).sum())
         if self.hp.dp != "none":
-            stack = clip_rows(stack, self.hp.dp_clip)
-        zc = self.hp.dp_noise * self.hp.dp_clip  # the noise's std on one clipped update
+            stack = clip_rows(stack, clip)
+        zc = self.noise_multiplier(len(results)) * clip  # the noise's std on one clipped update
         if self.hp.dp == "local":
             stack = self.dp_noise(stack, state.round, zc)
         update, info = self.aggregator.aggregate_stack(
             stack, w, self.env.seeds.generator("noise", state.round),
             **self.client_ids(results.clients))
+        if within is not None:
+            info = dataclasses.replace(info, within_clip=within)
         if self.hp.dp == "central":
             update = self.dp_noise(update, state.round, zc / len(results))
         elif self.hp.dp == "over_the_air" and info.noise_std is not None:
@@ -379,6 +415,35 @@ class FedAvg(FederatedAlgorithm):
             if extra > 0:  # the clients' own shares, summed: one draw on the received mean
                 update = self.dp_noise(update, state.round, extra)
         return update, w, info
+
+    def clip_norm(self, state: ServerState) -> float:
+        """C_t: ``dp_clip``, or adaptive clipping's norm carried in ``state.privacy``."""
+        held = getattr(state.privacy, "clip", None)
+        return float(held) if held is not None else self.hp.dp_clip
+
+    def noise_multiplier(self, clients: int) -> float:
+        """The sum's noise multiplier: z, or with adaptive clipping z_Δ ≥ z (the count's share)."""
+        if self.hp.dp_clip_quantile is None:
+            return self.hp.dp_noise
+        return update_noise(self.hp.dp_noise, self.count_noise(clients))
+
+    def count_noise(self, clients: int) -> float:
+        """σ_b: ``dp_count_noise``, or K/20 for a round of K clients (Andrew et al.)."""
+        return self.hp.dp_count_noise if self.hp.dp_count_noise is not None \
+            else max(clients, 1) / 20.0
+
+    def next_privacy(self, state: ServerState, infos: Sequence[AggregateInfo],
+                     clients: int) -> ClipState | None:
+        """The next round's clip norm, learned from this round's count (adaptive clipping)."""
+        if self.hp.dp_clip_quantile is None:
+            return None
+        clip = self.clip_norm(state)
+        within = infos[0].within_clip if infos and infos[0].within_clip is not None else None
+        if within is None or not clients:  # nothing aggregated: C stays
+            return ClipState(clip)
+        return ClipState(next_clip(clip, within, clients, self.hp.dp_clip_quantile,
+                                   self.hp.dp_clip_lr, self.count_noise(clients),
+                                   self.env.seeds.generator("dp_count", state.round)))
 
     def dp_noise(self, tree: Params, t: int, std: float) -> Params:
         """``tree`` plus N(0, std²) per entry, from round t's ``dp`` stream."""
@@ -454,20 +519,22 @@ class FedAvg(FederatedAlgorithm):
                 states = {**states, **{r.client: r.state for r in results if r.state is not None}}
         new = ServerState(params, state.round + 1, opt_state, states,
                           mean_buffers(results, state.buffers),
-                          schedule_origin=state.schedule_origin)
+                          schedule_origin=state.schedule_origin,
+                          privacy=self.next_privacy(state, infos, len(results)))
         loss, diag = client_diagnostics(results)
         d = float(num_params(state.params))
         fields = dict(uplink_params=vectors_up * d, train_loss=loss, clients=diag,
                       downlink_params=None if vectors_down is None else vectors_down * d)
         eps = self.epsilon(new.round)
         if self.aggregator.exact:
-            return new, (RoundReport(**fields) if eps is None else UplinkReport(**fields,
-                                                                                  epsilon=eps))
+            return new, (RoundReport(**fields) if eps is None else UplinkReport(
+                **fields, epsilon=eps, dp_clip_norm=self.clip_norm(state)
+                if self.hp.dp_clip_quantile is not None else None))
         nothing = bool(infos) and infos[0].received_nothing  # the model's own: all silent
         mse, silent = AggregateInfo.merged(infos)
         channel = None
         if self.hp.dp == "over_the_air" and infos and infos[0].noise_std is not None:
-            channel = infos[0].noise_std * len(results) / self.hp.dp_clip  # z_t of the model's
+            channel = infos[0].noise_std * len(results) / self.clip_norm(state)  # z_t of the model's
         return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent, epsilon=eps,
                                  dp_channel_noise=channel,
                                  cumulative={"empty_rounds": float(nothing)})
@@ -503,10 +570,12 @@ class UplinkReport(RoundReport):
 
     Over the air: the mean AirComp MSE per entry (25) and the silent clients; under ``dp``
     the ε spent so far (at ``dp_delta``); under ``dp: over_the_air`` the channel's own noise
-    multiplier z_t of the round's model update (before any top-up).
+    multiplier z_t of the round's model update (before any top-up); with adaptive clipping
+    the clip norm C_t the round used.
     """
 
     aircomp_mse: float | None = None
     silent_clients: int | None = None
     epsilon: float | None = None
     dp_channel_noise: float | None = None
+    dp_clip_norm: float | None = None

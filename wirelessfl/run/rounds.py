@@ -42,6 +42,7 @@ from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.run.shell import Job, Output
 from wirelessfl.server.population import make_population
+from wirelessfl.server.privacy import ClipState
 from wirelessfl.server.state import to_plain
 
 
@@ -248,6 +249,7 @@ def _checkpoint(state: ServerState, uplink: float, sim_time: float | None,
             "buffers": {k: v.cpu() for k, v in state.buffers.items()},
             "uplink_params_per_client": uplink, "sim_time_s": sim_time,
             "totals": dict(totals), "schedule_origin": state.schedule_origin,
+            **({"privacy": to_plain(state.privacy)} if state.privacy is not None else {}),
             **({"late": [_to_device(dataclasses.asdict(r), torch.device("cpu"))
                          for r in state.late]} if state.late else {})}
 
@@ -288,10 +290,16 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
     if isinstance(origin, bool) or not isinstance(origin, int) or not 0 <= origin <= t:
         raise RunFolderError(f"{where}'s schedule origin is damaged; start the run again with "
                              "another --out")
+    try:  # adaptive clipping's C_t (absent: none, as in every checkpoint made before it)
+        privacy = ClipState.from_plain(ckpt["privacy"]) if ckpt.get("privacy") else None
+    except (TypeError, ValueError) as exc:
+        raise RunFolderError(f"{where}'s privacy state is damaged ({str(exc)[:80]}); start the "
+                             "run again with another --out") from None
     return ServerState({k: v.to(exp.device) for k, v in params.items()}, t, opt_state,
                        client_states,  # the store stays on the CPU
                        {k: v.to(exp.device) for k, v in buffers.items()},
-                       _late_uploads(ckpt.get("late", []), init.params, exp), origin)
+                       _late_uploads(ckpt.get("late", []), init.params, exp), origin,
+                       privacy)
 
 
 def _late_uploads(plain: Any, params: Params, exp: Experiment) -> tuple[ClientResult, ...]:

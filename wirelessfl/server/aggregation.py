@@ -151,11 +151,15 @@ class AggregateInfo:
         Over the air: the standard deviation per entry of the noise in the returned
         aggregate, u·√MSE (u the value of one symbol; MSE/2 with ``real_part``); None for an
         exact aggregate.
+    within_clip : int or None
+        With adaptive clipping (``algorithm.dp_clip_quantile``): how many of the aggregated
+        updates had norm ≤ C_t before clipping (what the next C is learned from); else None.
     """
 
     mse: float | None = None
     silent: int = 0
     noise_std: float | None = None
+    within_clip: int | None = None
 
     @property
     def received_nothing(self) -> bool:

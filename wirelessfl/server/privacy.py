@@ -28,14 +28,26 @@ channel alone gives more, nothing is added. Every round so carries noise of mult
 least z and is accounted as the central mechanism at z (conservative when the channel gives
 more). Threat model: the server sees only the received sum; the channel's noise is unknown to
 it.
+
+**Adaptive clipping** (``dp_clip_quantile`` γ, central DP; Andrew et al., NeurIPS 2021): the
+clip norm starts at ``dp_clip`` and follows the γ-quantile of the update norms,
+C_{t+1} = C_t·exp(−η_C(b̃_t − γ)) (:func:`next_clip`), from the noisy count b̃_t of updates
+within C_t; the count's noise σ_b (``dp_count_noise``, default K/20) is paid for by a larger
+noise on the sum (:func:`update_noise`), so every round is still accounted at z. C_t is
+state (:class:`ClipState`, in the checkpoint).
 """
 
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from wirelessfl.errors import ConfigError
+from wirelessfl.server.state import AlgorithmState
 
 #: ``algorithm.dp``: no privacy, noise added by the server, by every client, or the
 #: over-the-air channel's own noise topped up to the target.
@@ -76,6 +88,39 @@ def epsilon(mode: str, noise_multiplier: float, rounds: int, population: int, sa
     acc.compose(dp.SelfComposedDpEvent(round_event(mode, noise_multiplier, population, sample),
                                        int(rounds)))
     return float(acc.get_epsilon(delta))
+
+
+@dataclass(frozen=True)
+class ClipState(AlgorithmState):
+    """Adaptive clipping's norm C_t, carried from round to round (and checkpointed)."""
+
+    clip: float | None = None
+
+
+def update_noise(noise_multiplier: float, count_noise: float) -> float:
+    """z_Δ, the update's noise multiplier that keeps the round at z with the count released.
+
+    Adaptive clipping releases the noisy count of updates within C_t beside the noisy sum
+    (Andrew et al. 2021, Thm. 1): with the count's noise σ_b, the sum gets
+    z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) ≥ z, so the two together are one Gaussian mechanism of
+    multiplier z and the accounting is unchanged. Needs 2σ_b > z (ValueError otherwise).
+    """
+    if not 2.0 * count_noise > noise_multiplier:
+        raise ValueError(f"dp_count_noise {count_noise:g} is too small for dp_noise "
+                         f"{noise_multiplier:g}: adaptive clipping needs 2·dp_count_noise > "
+                         "dp_noise (raise dp_count_noise, or lower dp_noise)")
+    return float((noise_multiplier ** -2 - (2.0 * count_noise) ** -2) ** -0.5)
+
+
+def next_clip(clip: float, within: int, clients: int, quantile: float, lr: float,
+              count_noise: float, rng: np.random.Generator) -> float:
+    """C_{t+1} = C_t · exp(−η_C (b̃ − γ)), b̃ = (within + N(0, σ_b²)) / K (Andrew et al. 2021).
+
+    ``within`` of the round's K ``clients`` sent updates of norm ≤ C_t; the geometric step
+    moves C toward the γ-quantile of the update norms.
+    """
+    noisy = (within + count_noise * float(rng.standard_normal())) / max(clients, 1)
+    return float(clip * math.exp(-lr * (noisy - quantile)))
 
 
 def top_up(channel_std: float, target_std: float) -> float:

@@ -50,9 +50,14 @@ def _unflat(row: torch.Tensor, like: Params) -> Params:
     return out
 
 
+def row_norms(stack: Params) -> torch.Tensor:
+    """Each row's norm over all its keys, in float64, shape (C,)."""
+    return _flat(stack).double().norm(dim=1)
+
+
 def clip_rows(stack: Params, bound: float) -> Params:
     """Each row of the stack scaled to norm ≤ ``bound`` (the norm over all its keys)."""
-    norms = _flat(stack).double().norm(dim=1)
+    norms = row_norms(stack)
     scale = torch.clamp(bound / norms.clamp_min(1e-300), max=1.0)
     return {k: v * scale.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1)) for k, v in stack.items()}
 

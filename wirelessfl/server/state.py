@@ -111,6 +111,9 @@ class ServerState:
     schedule_origin : int
         The round at which the client learning-rate schedule (re)started (a new session of
         dynamic clients restarts it, ``docs/papers/dynamic_clients.md`` §2.7).
+    privacy : AlgorithmState or None
+        Differential privacy's own state: adaptive clipping's norm C_t
+        (:class:`~wirelessfl.server.privacy.ClipState`); None without it.
     """
 
     params: Params
@@ -120,6 +123,7 @@ class ServerState:
     buffers: Params = field(default_factory=dict)
     late: tuple[Any, ...] = ()
     schedule_origin: int = 0
+    privacy: AlgorithmState | None = None
 
 
 @dataclass(frozen=True, eq=False)
