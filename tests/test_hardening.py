@@ -524,17 +524,24 @@ def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypat
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", [
+    MULTI["method"],
+    # Sync-ST evaluated every 0.5 s of simulated time: several rows of one round (the check
+    # of the rows read them as one per round and refused every such resume)
+    {"name": "sync_st", "first_k": 4, "clients": 8}])
+def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch, method):
     from wirelessfl.algorithms.fedast.tasks import TaskEnv
 
-    cfg = resolve_multitask(MULTI)
+    cfg = resolve_multitask({**MULTI, "method": method,
+                             **({"eval_interval": 0.5} if method["name"] == "sync_st" else {})})
     full = tmp_path / "full"
     run_job(open_run(cfg, checkpoint_every_s=0), full, quiet=True)
     real, calls = TaskEnv.evaluate, []
+    stop = 7 if method["name"] == "fedast" else int(0.6 * len(RunRecord(full).rows()))
 
     def interrupting(self, params):
         calls.append(1)
-        if len(calls) == 7:
+        if len(calls) == stop:
             raise KeyboardInterrupt
         return real(self, params)
 
@@ -543,7 +550,7 @@ def test_multitask_snapshot_interval_and_resume(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_job(open_run(cfg, checkpoint_every_s=0), cut, quiet=True)
     monkeypatch.setattr(TaskEnv, "evaluate", real)
-    assert (cut / "checkpoint.pt").is_file() and len(RunRecord(cut).rows()) == 6
+    assert (cut / "checkpoint.pt").is_file() and len(RunRecord(cut).rows()) == stop - 1
     run_job(open_run(cfg, checkpoint_every_s=0), cut, quiet=True, resume=True)
 
     def rows(p):

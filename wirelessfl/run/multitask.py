@@ -336,9 +336,9 @@ class SimulationJob(Job):
         names = {t.name for t in self.cfg.tasks}
         if any(r.get("task") not in names for r in kept):
             raise RunFolderError(f"--resume: {record.metrics_path} has rows of unknown tasks")
-        for name in names:
-            mine = [r for r in kept if r["task"] == name]
-            record.check_rows(mine, sorted({r["round"] for r in mine}), key=lambda r: r["round"])
+        for name in names:  # a task's evaluations: in order, none twice (several a round with
+            mine = [r for r in kept if r["task"] == name]  # eval_interval: keyed by time too)
+            record.check_rows(mine, sorted({_eval_key(r) for r in mine}), key=_eval_key)
         return kept
 
     @override
@@ -400,3 +400,12 @@ class SimulationJob(Job):
                      f"{'not reached' if done is None else f'{done:.1f}'} (simulated), "
                      f"{summary['wall_s']:.1f} s wall; run folder {out}")
         return "\n".join(lines)
+
+
+def _eval_key(row: dict[str, Any]) -> tuple[int, float]:
+    """A task's evaluation row by its round and simulated time.
+
+    Several a round under ``eval_interval``; the rows of one task come in this order, each once.
+    """
+    t = row.get("sim_time")
+    return int(row["round"]), float(t) if isinstance(t, (int, float)) else 0.0
