@@ -108,14 +108,9 @@ def _serve(rank: int, world: int, port: int, device: str, threads: int,
 
     ``worker_init`` runs first (the command's plug-ins, whose classes the rounds' tasks hold).
     """
-    import signal
-
     import torch.distributed as dist
 
     _die_with_parent()
-    # Ctrl-C goes to the terminal's whole process group: rank 0 stops the run (its workers
-    # with it) and prints the one line; a worker's own KeyboardInterrupt was a traceback
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if worker_init is not None:
         worker_init()
     torch.set_num_threads(threads)  # for the worker's life
@@ -303,14 +298,6 @@ class DistributedExecutor(Executor):
             if _stopped(p.pid):
                 return f"distributed worker rank {r} (pid {p.pid}) is stopped"
         return None
-
-    def abandon(self) -> None:
-        """Stop at once, as on Ctrl-C: the workers killed, the group dropped.
-
-        No stop message: an interrupted round leaves them inside a collective that would
-        never end.
-        """
-        self._abandon()
 
     def _abandon(self, helper: Any = None) -> None:
         """Kill the workers and drop the process group without talking to them."""

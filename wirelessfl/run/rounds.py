@@ -453,22 +453,13 @@ class RoundsJob(Job):
 
     @override
     def advance(self, out: Output) -> None:
-        executor = self.exp.env.executor  # its worker processes (distributed) stop with the run
         try:
             with deterministic_mode(self.cfg.deterministic):
                 self._rounds(out)
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: mid-collective, the workers are killed
-            stop = getattr(executor, "abandon", None) or getattr(executor, "close", None)
-            if stop is not None:
-                stop()
-            raise
-        except BaseException:
-            if getattr(executor, "close", None) is not None:
-                executor.close()
-            raise
-        else:
-            if getattr(executor, "close", None) is not None:
-                executor.close()
+        finally:  # worker processes of engine: distributed stop with the run
+            close = getattr(self.exp.env.executor, "close", None)
+            if close is not None:
+                close()
 
     def _rounds(self, out: Output) -> None:
         """The round loop: train, time, evaluate, checkpoint, until the last round or the target."""
