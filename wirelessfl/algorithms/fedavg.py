@@ -396,10 +396,11 @@ class FedAvg(FederatedAlgorithm):
             return results.fold.mean(), w, AggregateInfo()
         stack = self.attacked(results.delta_stack(), results.clients, state.round)
         clip, within = self.clip_norm(state), None
-        if self.hp.dp_clip_quantile is not None:  # counted before clipping (one host read)
-            within = int((row_norms(stack) <= clip).sum())
         if self.hp.dp != "none":
-            stack = clip_rows(stack, clip)
+            norms = row_norms(stack)
+            if self.hp.dp_clip_quantile is not None:  # counted before clipping (one host read)
+                within = int((norms <= clip).sum())
+            stack = clip_rows(stack, clip, norms)
         zc = self.noise_multiplier(len(results)) * clip  # the noise's std on one clipped update
         if self.hp.dp == "local":
             stack = self.dp_noise(stack, state.round, zc)

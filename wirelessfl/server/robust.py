@@ -55,9 +55,12 @@ def row_norms(stack: Params) -> torch.Tensor:
     return _flat(stack).double().norm(dim=1)
 
 
-def clip_rows(stack: Params, bound: float) -> Params:
-    """Each row of the stack scaled to norm ≤ ``bound`` (the norm over all its keys)."""
-    norms = row_norms(stack)
+def clip_rows(stack: Params, bound: float, norms: torch.Tensor | None = None) -> Params:
+    """Each row of the stack scaled to norm ≤ ``bound`` (the norm over all its keys).
+
+    ``norms``: the rows' :func:`row_norms`, when the caller has them already.
+    """
+    norms = row_norms(stack) if norms is None else norms
     scale = torch.clamp(bound / norms.clamp_min(1e-300), max=1.0)
     return {k: v * scale.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1)) for k, v in stack.items()}
 
