@@ -4,7 +4,7 @@
     PYTHONPATH=. python benchmarks/host_calls.py --quick --json    # C in {8, 24}, H in {1, 2}
 
 For each algorithm (FedAvg, HFedAvg N = 4, HIST N = 4, SCAFFOLD, FAdamGC, FedAvg over the air,
-RA-Fed) one round on the FCNN (the MLP for RA-Fed), batched engine, ``replay: on``, one
+RA-Fed, MOON) one round on the FCNN (the MLP for RA-Fed), batched engine, ``replay: on``, one
 thread, ``low_rank: off`` (the path a GPU takes), batch 50, at every C clients x H local steps
 of the grid (C in {16, 60, 240}, H in {2, 4}; E = 5 edge rounds for the hierarchical ones) is
 counted twice after a warm-up round:
@@ -44,6 +44,7 @@ ALGORITHMS: dict[str, dict] = {
     "FedAvg over the air": {"algorithm": {"name": "fedavg"},
                             "network": {"model": "aircomp", "aggregation": "over_the_air"}},
     "RA-Fed": {"algorithm": {"name": "rafed"}, "model": {"name": "mlp"}},
+    "MOON": {"algorithm": {"name": "moon"}},
 }
 CLIENTS, STEPS = (16, 60, 240), (2, 4)
 QUICK_CLIENTS, QUICK_STEPS = (8, 24), (1, 2)

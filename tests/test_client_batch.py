@@ -240,12 +240,13 @@ def _calls(algo: str, clients: int, steps: int = 1) -> int:
 
 @pytest.mark.parametrize("algo,calls", [("FedAvg", 1), ("HFedAvg N=4", 5), ("HIST N=4", 5),
                                         ("FedAvg over the air", 1), ("SCAFFOLD", 1),
-                                        ("FAdamGC", 1)])
+                                        ("FAdamGC", 1), ("RA-Fed", 1), ("MOON", 1)])
 def test_a_round_s_python_grows_by_a_few_calls_a_client(algo, calls):
     """Counted, not timed: a round of 40 clients makes at most PER_CLIENT_CALLS Python calls
     per client and engine call more than one of 8 (before: 73 for FedAvg, 400 for HIST, 253
-    for SCAFFOLD and 245 for FAdamGC, whose client states now move as stacks), and at most
-    1.1 times as many calls in all."""
+    for SCAFFOLD, 245 for FAdamGC, whose client states now move as stacks, 478 for RA-Fed,
+    whose submodels now come as stacks, and 134 for MOON), and at most 1.1 times as many
+    calls in all."""
     small, large = _calls(algo, 8), _calls(algo, 40)
     per_client = (large - small) / 32 / calls
     assert per_client <= PER_CLIENT_CALLS, (algo, small, large, per_client)
@@ -255,12 +256,15 @@ def test_a_round_s_python_grows_by_a_few_calls_a_client(algo, calls):
 @pytest.mark.parametrize("algo,calls,most", [
     ("FedAvg", 1, PER_STEP_CALLS), ("HFedAvg N=4", 5, PER_STEP_CALLS),
     ("SCAFFOLD", 1, PER_STEP_CALLS), ("FedAvg over the air", 1, PER_STEP_CALLS),
-    ("FAdamGC", 1, 130)])
+    ("FAdamGC", 1, PER_STEP_CALLS), ("RA-Fed", 1, PER_STEP_CALLS)])
 def test_a_replayed_local_step_makes_at_most_100_python_calls(algo, calls, most):
     """Counted, not timed: 7 local steps against 3 (replay on, every step but a round's first
     replayed after the warm-up round) cost at most PER_STEP_CALLS Python calls per executed
     step (HFedAvg: E = 5 edge rounds a round, so FedAvg's per step); the traced module made
-    209. FAdamGC's own step (its Adam state updated in place) makes about 118; eager, 2,020."""
+    209. FAdamGC's own step (its Adam state updated in place) makes about 82 (118 before its
+    operands were listed without a generator per tensor); eager, 2,020.
+    RA-Fed's submodel steps (one engine call per ratio level) replay too: eager, about 690
+    per call."""
     per_step = (_calls(algo, 8, 7) - _calls(algo, 8, 3)) / 4 / calls
     assert 0 < per_step <= most, (algo, per_step)
 
@@ -387,3 +391,83 @@ def test_a_round_s_diagnostics_are_arrays_and_read_as_the_per_client_mapping():
     assert a == b and a.ids == (2, 7, 9) and a.max_steps == 5
     with pytest.raises(ValueError, match="one entry per client"):
         ClientDiagnostics(ids, loss[:2], steps)
+
+
+def test_moon_s_stacked_contexts_and_states_are_its_per_client_ones(monkeypatch):
+    """The previous models gathered once (the received model for a client without one) and
+    every end model as the new state: the loop's, client by client."""
+    from wirelessfl.algorithms.moon import ContrastiveSGD
+    from wirelessfl.engine import client_store
+
+    model = build_model("fcnn", (1, 6, 6), 4, seed=0, hidden=7)
+    hp = LocalHParams(lr=0.1, batch_size=5, steps=3)
+    g = torch.Generator().manual_seed(8)
+    prev = [None, client_store.store({k: v + 0.1 * torch.randn(v.shape, generator=g)
+                                      for k, v in model.params().items()}, "float16"), None]
+    batch = _stateful_batch(model, [12, 10, 0], prev, None, 3)
+    want, got = _loop_and_stacked(ContrastiveSGD(model, hp, 1.0, 0.5, "float16"), _data(), batch,
+                                  monkeypatch)
+    assert got.stacked
+    for c, r in enumerate(want):
+        for k, v in r.delta.items():
+            torch.testing.assert_close(got.delta_stack()[k][c], v, rtol=1e-4, atol=1e-6)
+        for k, v in r.state.items():  # the end model, even without a step (then the start)
+            assert got.states[c][k].dtype == torch.float16
+            torch.testing.assert_close(got.states[c][k], v, rtol=1e-3, atol=1e-4)
+
+
+def test_rafed_s_stacked_submodels_train_as_one_call_of_the_loop_s_numbers(monkeypatch):
+    """Starts and broadcasts as RowStacks (one shape, per-client ratios) train with no
+    per-client hook and give the loop's per-client results."""
+    from wirelessfl.algorithms.rafed.local import SubmodelSGD
+    from wirelessfl.engine.batch import RowStack
+    from wirelessfl.server.submodel import SubmodelStack
+
+    model = build_model("fcnn", (1, 6, 6), 4, seed=0, hidden=8)
+    rule = SubmodelSGD(model, LocalHParams(lr=0.1, batch_size=5, steps=3), model.unit_groups,
+                       scaler=True, levels=None)
+    sel = {"fc1": torch.tensor([[0, 2, 5, 7], [1, 2, 3, 4], [6, 7, 0, 3]])}
+    stack = SubmodelStack(model.unit_groups, sel, model.params())
+    ratios = torch.tensor([0.5, 0.45, 0.5])
+    batch = _stateful_batch(model, [12, 10, 9], None,
+                            RowStack({"rate": {"inv": 1 / ratios,
+                                               "allowed": torch.ones(3, dtype=torch.long)}}), 5)
+    batch = ClientBatch(batch.clients, RowStack(stack.slice(model.params())), np.arange(3),
+                        batch.indices, batch.seeds, broadcast=batch.broadcast)
+    want = LoopExecutor().run(rule, _data(), batch.tasks(), rule.hp)
+
+    def per_client(*_a):
+        raise AssertionError("the batched engine asked for contexts client by client")
+
+    monkeypatch.setattr(type(rule), "context", per_client)
+    got = BatchedExecutor().run_batch(rule, _data(), batch, rule.hp)
+    assert got.stacked and len(got) == 3
+    for c, r in enumerate(want):
+        assert r.delta["fc1.weight"].shape == (4, 36)
+        for k, v in r.delta.items():
+            torch.testing.assert_close(got.delta_stack()[k][c], v, rtol=1e-4, atol=1e-6)
+
+
+def test_a_row_stack_reads_as_rows_and_a_batch_selects_and_joins_it():
+    from wirelessfl.engine.batch import RowStack
+
+    with pytest.raises(ValueError, match="one leading size"):
+        RowStack({"a": torch.zeros(3, 2), "b": {"c": torch.zeros(4)}})
+    with pytest.raises(ValueError, match="one leading size"):
+        RowStack({"a": torch.tensor(1.0)})
+    starts = RowStack({"w": torch.arange(6.0).view(3, 2)})
+    cast = RowStack({"rate": {"inv": torch.tensor([1.0, 2.0, 4.0])}})
+    batch = ClientBatch(np.array([7, 8, 9]), starts, np.arange(3),
+                        tuple(np.arange(2) for _ in range(3)), np.arange(3), broadcast=cast)
+    assert batch.shape_groups()[0].tolist() == [0, 1, 2] and batch.shared_broadcast is None
+    task = batch.task(2)  # a client's own copies
+    assert task.params["w"].tolist() == [4.0, 5.0] and task.broadcast["rate"]["inv"] == 4.0
+    task.params["w"].zero_()
+    assert starts.tree["w"][2].tolist() == [4.0, 5.0]
+    part = batch.select(np.array([2, 0]))
+    assert isinstance(part.starts, RowStack) and len(part.starts) == 2
+    assert [part.task(c).params["w"][0].item() for c in range(2)] == [4.0, 0.0]
+    assert part.broadcast.tree["rate"]["inv"].tolist() == [4.0, 1.0]
+    both = ClientBatch.concat([batch, part])  # a lockstep group's: rows, one per client
+    assert len(both) == 5 and both.task(3).broadcast["rate"]["inv"] == 4.0
+    assert both.task(4).params["w"].tolist() == [0.0, 1.0]

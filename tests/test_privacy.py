@@ -112,6 +112,8 @@ def test_dp_runs_resume_to_their_uninterrupted_rows(mode, cut_and_resume):
     ("algorithm.dp_clip_lr=0.5", "adaptive clipping"),
     ("algorithm.dp_clip_quantile=0.5 --set algorithm.dp_count_noise=1.0", "2·dp_count_noise"),
     ("algorithm.dp_clip_quantile=0.5 --set algorithm.dp=local", "dp: central"),
+    ("algorithm.dp_noise=0", "channel's noise alone"),
+    ("algorithm.dp_noise=-1", "dp_noise"),
 ])
 def test_bad_dp_settings_are_one_line_each(cli_error, setting, match):
     over = setting.startswith("network")
@@ -211,3 +213,80 @@ def test_adaptive_clipping_resumes_to_its_uninterrupted_rows(cut_and_resume):
     full, resumed = cut_and_resume({**RAW, "algorithm": ADAPTIVE}, after=3)
     assert resumed == full
     assert len({r["dp_clip_norm"] for r in full if r.get("dp_clip_norm")}) > 2
+
+
+OTA = {"model": "aircomp", "aggregation": "over_the_air", "normalise": False}
+
+
+def test_grid_down_is_a_conservative_one_percent_grid():
+    from wirelessfl.server.privacy import grid_down
+
+    for z in (1e-3, 0.37, 1.0, 2.5, 123.4):
+        g = grid_down(z)
+        assert z / 1.0101 < g <= z and grid_down(g) == g
+    assert grid_down(0.0) == 0.0 and grid_down(math.inf) == math.inf
+
+
+@pytest.mark.parametrize("z", [0.0, 1.0])
+def test_over_the_air_rounds_are_accounted_at_their_own_multipliers(z):
+    """ε after each round is the RDP accountant's composition of the rounds' own events at
+    z̄_t = max(z, z_t), z_t from the logged MSE (rounded down to the 1 % grid); with z = 0
+    (the channel alone) nothing is added and ε is the channel's alone."""
+    from wirelessfl.server.privacy import grid_down
+
+    dp = library()
+    raw = {**RAW, "algorithm": {**DP, "dp": "over_the_air", "dp_noise": z},
+           "network": {**OTA, "snr_db": 5.0}}
+    job = open_run(raw)
+    state, mults = job.exp.initial_state(), []
+    acc = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+    for _ in range(3):
+        state, report = job.exp.algorithm.apply(state)
+        mults.append(max(z, grid_down(report.dp_channel_noise)))
+        acc.compose(dp.SampledWithoutReplacementDpEvent(20, 5, dp.GaussianDpEvent(mults[-1] / 2)))
+        assert report.epsilon == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert state.privacy.multipliers == tuple(mults)
+    if z == 0:  # the channel alone at 5 dB: below a topped-up round's noise, so a larger ε
+        topped = open_run({**raw, "algorithm": {**raw["algorithm"], "dp_noise": 1.0}})
+        assert max(mults) < 1.0 and report.epsilon > topped.exp.algorithm.epsilon(3)
+
+
+def test_the_channel_alone_adds_no_noise_of_its_own():
+    """With dp_noise 0 the received mean is the clipped updates' over the air, as sent."""
+    base = {**RAW, "network": {**OTA, "snr_db": 5.0}}
+    alone = open_run({**base, "algorithm": {**DP, "dp": "over_the_air", "dp_noise": 0.0}}).exp
+    topped = open_run({**base, "algorithm": {**DP, "dp": "over_the_air", "dp_noise": 1.0}}).exp
+    a, _ = alone.algorithm.apply(alone.initial_state())
+    b, _ = topped.algorithm.apply(topped.initial_state())
+    gen_used = [torch.equal(a.params[k], b.params[k]) for k in a.params]
+    assert not all(gen_used)  # the top-up moved the model; the channel alone did not add it
+
+
+def test_over_the_air_dp_resumes_to_its_uninterrupted_rows(cut_and_resume):
+    """The rounds' multipliers are state: a resumed run composes the same ε."""
+    raw = {**RAW, "algorithm": {**DP, "dp": "over_the_air", "dp_noise": 0.0},
+           "network": {**OTA, "snr_db": 5.0}}
+    full, resumed = cut_and_resume(raw, after=3)
+    assert resumed == full and all(math.isfinite(r["epsilon"]) for r in full[1:])
+
+
+def test_a_target_stops_the_channel_alone_at_the_last_round_s_estimate(tmp_path):
+    raw = {**RAW, "rounds": 30, "eval_every": 1,
+           "algorithm": {**DP, "dp": "over_the_air", "dp_noise": 0.0, "dp_target_epsilon": 1500.0},
+           "network": {**OTA, "snr_db": 5.0}}
+    run_job(open_run(raw), tmp_path / "r", quiet=True)
+    rows = RunRecord(tmp_path / "r").rows()
+    assert 1 < rows[-1]["round"] < 30 and rows[-1]["epsilon"] <= 1500.0
+
+
+def test_the_channel_alone_is_refused_under_normalisation_and_counted_only_without_it():
+    """Normalised symbols make the channel's noise scale with the updates (data-dependent):
+    the channel alone is refused there, and a topped-up round is accounted at z."""
+    raw = {**RAW, "algorithm": {**DP, "dp": "over_the_air", "dp_noise": 0.0},
+           "network": {**OTA, "normalise": True, "snr_db": -20.0}}
+    with pytest.raises(ValueError, match="normalise: false"):
+        open_run(raw)
+    raw["algorithm"]["dp_noise"] = 0.5
+    exp = open_run(raw).exp
+    state, report = exp.algorithm.apply(exp.initial_state())
+    assert state.privacy.multipliers == (0.5,)

@@ -5,7 +5,13 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from wirelessfl.algorithms.rafed.masks import draw, kept_units, parameter_fraction, ratio_for_fraction
+from wirelessfl.algorithms.rafed.masks import (
+    draw,
+    draw_levels,
+    kept_units,
+    parameter_fraction,
+    ratio_for_fraction,
+)
 from wirelessfl.models import build_model
 from wirelessfl.net.compression import compress, quantize_bound, relative_error
 from wirelessfl.run.config import ConfigError, resolve
@@ -72,7 +78,8 @@ def test_ramfed_memory_moves_uncovered_coordinates_by_ubar():
     s2, rep = algo.apply(s1)
     n, lr = 6, 0.05
     # coordinates nobody covers in round 2 move by exactly γ ū
-    subs = algo._selections(1, np.arange(6), algo.base_ratio, s1.params)
+    stacked = algo._selections(1, np.arange(6), algo.base_ratio, s1.params)
+    subs = [stacked.client(i) for i in range(6)]
     cov = sum(s.mask(s1.params)["fc1.weight"] for s in subs)
     free = cov == 0
     assert free.any()
@@ -280,9 +287,11 @@ def test_ramfed_round_by_hand_on_covered_and_uncovered_coordinates():
     algo, lr, n = exp.algorithm, 0.05, 6
     s1, _ = algo.apply(exp.initial_state())
     clients = np.arange(n)
-    subs = algo._selections(1, clients, algo.base_ratio, s1.params)
-    starts, casts = algo._starts(s1.params, subs, algo.base_ratio)
-    results = algo.train_clients(starts, clients, 1, broadcast=casts)
+    stacked = algo._selections(1, clients, algo.base_ratio, s1.params)
+    subs = [stacked.client(i) for i in range(n)]  # client by client, as written in §2.3
+    rate = [{"inv": torch.tensor(1.0 / r), "allowed": torch.tensor(1)} for r in algo.base_ratio]
+    results = algo.train_clients([s.slice(s1.params) for s in subs], clients, 1,
+                                 broadcast=[{"rate": r} for r in rate])
     zero = {k: torch.zeros_like(v) for k, v in s1.params.items()}
     masks = [s.mask(s1.params) for s in subs]
     deltas = [s.scatter(zero, {k: v / lr for k, v in r.delta.items()}) for s, r in zip(subs, results)]
@@ -309,3 +318,60 @@ def test_the_heterofl_preset_learns_fashion_mnist(fmnist):
     state, reports = _rounds(exp, 2)
     acc, loss = evaluate(exp.model, state.params, exp.splits.test)
     assert acc > 0.4 and np.isfinite(loss)  # chance is 0.1
+
+
+@pytest.mark.parametrize("name,shape", [("mlp", (1, 28, 28)), ("char_lstm", (80,)),
+                                        ("lenet5", (1, 28, 28))])
+def test_a_submodel_stack_s_views_are_each_client_s_submodel(name, shape):
+    """Stacked views (one operator a parameter) equal the per-client Submodel's, row by row:
+    slice, slice_rows, scatter_rows, masks, write_rows and the accumulating add_into."""
+    from wirelessfl.server.submodel import SubmodelStack
+
+    m = build_model(name, shape, 80 if name == "char_lstm" else 10, seed=0)
+    params = m.params()
+    levels = draw_levels("random", m.unit_groups, [0.5, 0.3, 0.5, 0.5], 0,
+                         np.random.default_rng(1))
+    rows, sel = next((r, s) for r, s in levels if len(r) == 3)
+    stack = SubmodelStack(m.unit_groups, sel, params)
+    subs = [Submodel(m.unit_groups, {g: s[i] for g, s in sel.items()}, params) for i in range(3)]
+    g = torch.Generator().manual_seed(0)
+    full = {k: torch.randn((3, *v.shape), generator=g) for k, v in params.items()}
+    sliced, rowwise = stack.slice(params), stack.slice_rows(full)
+    scattered, masks = stack.scatter_rows(rowwise), stack.masks(params)
+    acc = {k: torch.zeros_like(v) for k, v in params.items()}
+    stack.add_into(acc, rowwise)
+    written = stack.write_rows({k: torch.zeros_like(v) for k, v in full.items()}, rowwise)
+    zero = {k: torch.zeros_like(v) for k, v in params.items()}
+    for i, sub in enumerate(subs):
+        mine = sub.slice({k: v[i] for k, v in full.items()})
+        for k in params:
+            assert torch.equal(sliced[k][i], sub.slice(params)[k])
+            assert torch.equal(rowwise[k][i], mine[k])
+            assert torch.equal(masks[k][i], sub.mask(params)[k])
+            assert torch.equal(written[k][i], sub.scatter(zero, mine)[k])
+            if k in stack.dims:
+                assert torch.equal(scattered[k][i], sub.scatter(zero, mine)[k])
+    assert stack.num_params() == subs[0].num_params(params)
+    for k in params:  # Σ_c of each client's scattered rows (shared ones: the rows' sum)
+        want = sum(sub.scatter(zero, sub.slice({j: v[i] for j, v in full.items()}))[k]
+                   for i, sub in enumerate(subs))
+        torch.testing.assert_close(acc[k], want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_submodel_stack_refuses_bad_selections_in_one_line():
+    from wirelessfl.server.submodel import SubmodelStack
+
+    m = build_model("mlp", (1, 28, 28), 10, seed=0, hidden=[8, 6])
+    like, (g1, g2) = m.params(), (m.unit_groups[0].name, m.unit_groups[1].name)
+    ok = torch.tensor([[0, 1], [2, 3]])
+    for sel, match in [({g1: torch.tensor([[0.5, 1.0]])}, "integers"),
+                       ({g1: torch.tensor([0, 1])}, "integers"),
+                       ({g1: torch.tensor([[0, 0]])}, "repeat"),
+                       ({g1: torch.tensor([[0, 9]])}, r"\[0, 8\)"),
+                       ({g1: ok, g2: torch.tensor([[0, 1]])}, "one row per client"),
+                       ({"nope": ok}, "unit group")]:
+        with pytest.raises(ValueError, match=match) as err:
+            SubmodelStack(m.unit_groups, sel, like)
+        assert "\n" not in str(err.value)
+    with pytest.raises(TypeError, match="selection"):
+        SubmodelStack(m.unit_groups, {}, like)

@@ -229,8 +229,11 @@ class FederatedAlgorithm(ABC):
                         "empty_rounds": float(not kept),
                         "uplink_delivered_params_per_client": delivery.delivered_params or 0.0})
 
-    def spent(self, rounds_done: int) -> bool:
-        """Whether the run must stop before its next round (a privacy budget spent; no)."""
+    def spent(self, rounds_done: int, state: ServerState | None = None) -> bool:
+        """Whether the run must stop before its next round (a privacy budget spent; no).
+
+        ``state`` is the server state after ``rounds_done`` rounds (None: not known).
+        """
         return False
 
     def upload_vectors(self, plan: RoundPlan, result: ClientResult) -> float:

@@ -14,6 +14,7 @@ registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,15 @@ from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
-from wirelessfl.server.privacy import DP_MODES, ClipState, next_clip, top_up, update_noise
+from wirelessfl.server.privacy import (
+    DP_MODES,
+    PrivacyState,
+    RoundAccountant,
+    grid_down,
+    next_clip,
+    top_up,
+    update_noise,
+)
 from wirelessfl.server.privacy import epsilon as dp_epsilon
 from wirelessfl.server.robust import ROBUST_RULES, clip_rows, robust_aggregator, row_norms
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
@@ -96,11 +105,12 @@ class FedAvgHParams:
         Differential privacy (:mod:`wirelessfl.server.privacy`): ``none`` (default),
         ``central`` (the server adds N(0, (zC)²) to the sum of the clipped updates),
         ``local`` (each client adds it to its own) or ``over_the_air`` (the channel's noise,
-        topped up by the clients to multiplier z).
+        topped up by the clients to multiplier z, and accounted round by round).
     dp_clip : float
         C, the norm every Δ_i is scaled down to under ``dp`` [1.0].
     dp_noise : float
-        z, the noise's standard deviation in units of C [1.0].
+        z, the noise's standard deviation in units of C; over the air 0 adds nothing (the
+        channel's noise alone) [1.0].
     dp_delta : float
         δ of the (ε, δ) the rows report [1e-5].
     dp_target_epsilon : float or None
@@ -173,7 +183,10 @@ class FedAvgHParams:
         if self.dp not in DP_MODES:
             raise ValueError(f"`dp` must be one of {', '.join(DP_MODES)}, got {self.dp!r}")
         as_float("dp_clip", self.dp_clip, lo=0, hi=1e12, lo_open=True)
-        as_float("dp_noise", self.dp_noise, lo=0, hi=1e6, lo_open=True)
+        as_float("dp_noise", self.dp_noise, lo=0, hi=1e6)
+        if self.dp_noise == 0 and self.dp != "over_the_air":
+            raise ValueError("`dp_noise` 0 adds no noise: give a noise multiplier > 0 (0 is for "
+                             "dp: over_the_air, where it accounts the channel's noise alone)")
         as_float("dp_delta", self.dp_delta, lo=0, hi=1, lo_open=True, hi_open=True)
         if self.dp_target_epsilon is not None:
             as_float("dp_target_epsilon", self.dp_target_epsilon, lo=0, hi=1e6, lo_open=True)
@@ -312,7 +325,17 @@ class FedAvg(FederatedAlgorithm):
                               "the clients' updates its own way, not through the server's "
                               "rule; use them with fedavg, fedprox, scaffold, fadamgc, moon, "
                               "fedacg or the server-optimiser variants")
+        #: Over the air: the rounds' own multipliers, composed as they come.
+        self.accountant = (RoundAccountant("central", env.num_clients, self._sample_size(),
+                                           hp.dp_delta) if hp.dp == "over_the_air" else None)
+        #: Over the air: whether the channel's noise is counted (not with ``normalise``,
+        #: which scales it with the updates: a noise level that depends on the data).
+        self.channel_counted = not getattr(self.uplink, "normalise", False)
         if hp.dp != "none":
+            if hp.dp == "over_the_air" and hp.dp_noise == 0 and not self.channel_counted:
+                raise ConfigError("algorithm.dp_noise 0 accounts the channel's noise alone, but "
+                                  "network.normalise scales that noise with the updates (a noise "
+                                  "level that depends on the data): set network.normalise: false")
             if (hp.dp == "over_the_air") == self.uplink.exact:
                 raise ConfigError("algorithm.dp over_the_air counts the channel's own noise: it "
                                   "needs network.aggregation over_the_air, and over the air "
@@ -323,7 +346,8 @@ class FedAvg(FederatedAlgorithm):
                     self.noise_multiplier(hp.clients_per_round or env.num_clients)
                 except ValueError as exc:
                     raise ConfigError(str(exc)) from None
-            if hp.dp_target_epsilon is not None and self.epsilon(1) > hp.dp_target_epsilon:
+            if hp.dp_target_epsilon is not None and hp.dp_noise > 0 \
+                    and self.epsilon(1) > hp.dp_target_epsilon:
                 raise ConfigError(f"algorithm.dp_target_epsilon {hp.dp_target_epsilon:g} is spent by "
                                   f"the first round (epsilon {self.epsilon(1):.3g}): raise it or "
                                   "dp_noise")
@@ -434,17 +458,32 @@ class FedAvg(FederatedAlgorithm):
             else max(clients, 1) / 20.0
 
     def next_privacy(self, state: ServerState, infos: Sequence[AggregateInfo],
-                     clients: int) -> ClipState | None:
-        """The next round's clip norm, learned from this round's count (adaptive clipping)."""
-        if self.hp.dp_clip_quantile is None:
+                     clients: int) -> PrivacyState | None:
+        """DP's next state (None without one).
+
+        The clip norm learned from this round's count (adaptive clipping), and over the air
+        the multipliers with this round's z̄_t = max(z, z_t).
+        """
+        hp = self.hp
+        if hp.dp_clip_quantile is None and hp.dp != "over_the_air":
             return None
+        held = state.privacy if isinstance(state.privacy, PrivacyState) else PrivacyState()
         clip = self.clip_norm(state)
-        within = infos[0].within_clip if infos and infos[0].within_clip is not None else None
-        if within is None or not clients:  # nothing aggregated: C stays
-            return ClipState(clip)
-        return ClipState(next_clip(clip, within, clients, self.hp.dp_clip_quantile,
-                                   self.hp.dp_clip_lr, self.count_noise(clients),
-                                   self.env.seeds.generator("dp_count", state.round)))
+        if hp.dp_clip_quantile is not None:
+            within = infos[0].within_clip if infos and infos[0].within_clip is not None else None
+            if within is not None and clients:  # (nothing aggregated: C stays)
+                clip = next_clip(clip, within, clients, hp.dp_clip_quantile, hp.dp_clip_lr,
+                                 self.count_noise(clients),
+                                 self.env.seeds.generator("dp_count", state.round))
+        mults = held.multipliers
+        if hp.dp == "over_the_air":
+            mults = mults or ()
+            if clients and not (infos and infos[0].received_nothing):  # something released
+                std = infos[0].noise_std if infos else None
+                z_t = std * clients / self.clip_norm(state) if std is not None else 0.0
+                mults = (*mults, max(hp.dp_noise, grid_down(z_t)) if self.channel_counted
+                         else hp.dp_noise)
+        return PrivacyState(clip if hp.dp_clip_quantile is not None else None, mults)
 
     def dp_noise(self, tree: Params, t: int, std: float) -> Params:
         """``tree`` plus N(0, std²) per entry, from round t's ``dp`` stream."""
@@ -452,21 +491,45 @@ class FedAvg(FederatedAlgorithm):
         return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
                 for k, v in tree.items()}
 
-    def epsilon(self, rounds: int) -> float | None:
-        """ε at ``dp_delta`` spent by ``rounds`` rounds (None without ``dp``)."""
+    def _sample_size(self) -> int:
+        n = self.env.num_clients
+        return n if self.hp.clients_per_round is None else min(n, self.hp.clients_per_round)
+
+    def epsilon(self, rounds: int, state: ServerState | None = None) -> float | None:
+        """ε at ``dp_delta`` spent by ``rounds`` rounds (None without ``dp``).
+
+        Over the air with ``state``: its rounds' own multipliers composed
+        (:class:`~wirelessfl.server.privacy.RoundAccountant`); without it, every round at z
+        (an upper bound: no round carries less).
+        """
         hp = self.hp
         if hp.dp == "none":
             return None
-        n = self.env.num_clients
-        return dp_epsilon("local" if hp.dp == "local" else "central", hp.dp_noise, int(rounds), n,
-                          n if hp.clients_per_round is None else min(n, hp.clients_per_round),
-                          hp.dp_delta)
+        if self.accountant is not None and state is not None:
+            return self.accountant.epsilon(getattr(state.privacy, "multipliers", None) or ())
+        if hp.dp_noise == 0:
+            return math.inf
+        return dp_epsilon("local" if hp.dp == "local" else "central", hp.dp_noise, int(rounds),
+                          self.env.num_clients, self._sample_size(), hp.dp_delta)
 
     @override
-    def spent(self, rounds_done: int) -> bool:
-        """Whether one more round would spend more than ``dp_target_epsilon``."""
+    def spent(self, rounds_done: int, state: ServerState | None = None) -> bool:
+        """Whether one more round would spend more than ``dp_target_epsilon``.
+
+        Over the air the next round is taken at z (no round carries less), or with the
+        channel alone (``dp_noise`` 0) at the last round's multiplier: an estimate, which
+        the next row's ε replaces by the round's own.
+        """
         target = self.hp.dp_target_epsilon
-        return target is not None and self.epsilon(rounds_done + 1) > target
+        if target is None:
+            return False
+        if self.accountant is None or state is None:
+            return self.epsilon(rounds_done + 1) > target
+        mults = getattr(state.privacy, "multipliers", None) or ()
+        z = self.hp.dp_noise if self.hp.dp_noise > 0 else (mults[-1] if mults else None)
+        if z is None:  # the channel alone, before its first round: nothing to go by
+            return False
+        return self.accountant.next_epsilon(mults, z) > target
 
     def attacked(self, stack: Params, clients: np.ndarray, t: int) -> Params:
         """The stack as sent: the attackers' rows changed by ``attack`` (no Python per client)."""
@@ -526,7 +589,7 @@ class FedAvg(FederatedAlgorithm):
         d = float(num_params(state.params))
         fields = dict(uplink_params=vectors_up * d, train_loss=loss, clients=diag,
                       downlink_params=None if vectors_down is None else vectors_down * d)
-        eps = self.epsilon(new.round)
+        eps = self.epsilon(new.round, new)
         if self.aggregator.exact:
             return new, (RoundReport(**fields) if eps is None else UplinkReport(
                 **fields, epsilon=eps, dp_clip_norm=self.clip_norm(state)

@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.func import functional_call
 from typing_extensions import override
@@ -27,6 +28,7 @@ from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
+from wirelessfl.engine.batch import ClientBatch
 from wirelessfl.engine.client import (
     Carry,
     ClientResult,
@@ -35,6 +37,7 @@ from wirelessfl.engine.client import (
     LocalSGD,
     weighted_cross_entropy,
 )
+from wirelessfl.engine.client_store import StateStack
 from wirelessfl.models.base import FLModel, Params
 
 
@@ -67,6 +70,7 @@ class ContrastiveSGD(LocalSGD):
     """Local SGD on CE + μ · the model-contrastive loss; returns the local model as state."""
 
     params_only_in_model = True  # the objective calls the model; frozen models are ctx
+    state_reads_end = True  # its state is the local model it ends with
 
     def __init__(self, model: FLModel, hp: LocalHParams, mu: float, tau: float,
                  state_dtype: str = "float32") -> None:
@@ -82,6 +86,28 @@ class ContrastiveSGD(LocalSGD):
         prev = (client_store.load(prev, task.params) if prev is not None
                 else {k: v.detach() for k, v in task.params.items()})
         return {"prev": prev}
+
+    @override
+    def stacked_context(self, batch: ClientBatch, device: torch.device) -> dict[str, Params] | None:
+        """:meth:`context` of every client at once: the previous models gathered (one op a key)."""
+        if not batch.one_start():  # starts of their own: ask each client
+            return None
+        like, n = batch.starts[0], len(batch)
+        start = {k: v.detach().to(device) for k, v in like.items()}
+        prev = client_store.gathered(batch.states, start)
+        if prev is None:
+            return {"prev": client_store.repeated(start, n, start)}
+        held = torch.as_tensor(client_store.holds(batch.states, n), device=device)
+        return {"prev": {k: torch.where(held.view(-1, *[1] * v.dim()), prev[k], v)
+                         for k, v in start.items()}}
+
+    @override
+    def stacked_states(self, batch: ClientBatch, carry: Carry, deltas: Params,
+                       steps: np.ndarray) -> StateStack:
+        """Every client's end model as its new state (:meth:`client_final`'s, row by row)."""
+        ends = {k: v.contiguous() for k, v in carry.params.items()}
+        return StateStack({"": ends}, {"": np.ones(len(batch), bool)}, batch.states, None,
+                          self.state_dtype)
 
     def _features(self, params: Params, buffers: Params, x: torch.Tensor) -> torch.Tensor:
         """Features of a frozen model (its head is not run); buffers on a copy (no statistics).
@@ -116,6 +142,8 @@ class ContrastiveSGD(LocalSGD):
 
 class MOON(FedAvg):
     """FedAvg with :class:`ContrastiveSGD` clients (previous local models in the store)."""
+
+    stacked_client_store = True  # z_prev's models: one stacked tensor per parameter
 
     def __init__(self, env: Environment, hp: MOONHParams = MOONHParams()) -> None:
         super().__init__(env, hp)

@@ -29,6 +29,66 @@ from wirelessfl.engine.task import ClientResult, ClientTask, mover
 from wirelessfl.models.base import Params
 
 
+def _mapped(tree: Any, fn: Any) -> Any:
+    """``fn`` on every tensor of a tree of (nested) dicts."""
+    return {k: _mapped(v, fn) for k, v in tree.items()} if isinstance(tree, dict) else fn(tree)
+
+
+def _leaves(tree: Any) -> list[torch.Tensor]:
+    return [x for v in tree.values() for x in _leaves(v)] if isinstance(tree, dict) else [tree]
+
+
+class RowStack(Sequence):
+    """A tree of ``(n, …)`` stacks, read as a sequence of n trees (row i: the stacks' row i).
+
+    What an algorithm hands the engine when its clients' starts or broadcasts are already
+    stacked (RA-Fed's submodels of one size, :class:`~wirelessfl.server.submodel.SubmodelStack`):
+    the batched engine takes the stacks as they are, with no Python per client; code
+    written per client reads row i (:meth:`__getitem__`, views of the stacks).
+
+    Parameters
+    ----------
+    tree : dict
+        Tensors, or dicts of them (one level deeper, as a rule's context), all with the same
+        leading size n.
+    """
+
+    def __init__(self, tree: dict[str, Any]) -> None:
+        sizes = {t.shape[0] if t.dim() else -1 for t in _leaves(tree)}
+        if len(sizes) != 1 or -1 in sizes:
+            raise ValueError(f"a RowStack's tensors need one leading size, got {sorted(sizes)}")
+        self.tree, self._n = tree, sizes.pop()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.select(np.arange(self._n)[i])
+        i = range(self._n)[i]
+        return _mapped(self.tree, lambda v: v[i])
+
+    def select(self, rows: np.ndarray) -> RowStack:
+        """Rows ``rows`` (an index array) as a stack of their own (copies)."""
+        index = torch.as_tensor(np.asarray(rows, np.int64))
+        return RowStack(_mapped(self.tree, lambda v: v.index_select(0, index.to(v.device))))
+
+    def to(self, device: torch.device) -> RowStack:
+        """The stacks on ``device`` (itself when they are there)."""
+        if all(v.device == device for v in _leaves(self.tree)):
+            return self
+        return RowStack(_mapped(self.tree, lambda v: v.to(device)))
+
+    def keys(self):
+        """The tree's top-level keys (a start's parameter names)."""
+        return self.tree.keys()
+
+
+def _copied(tree: Any) -> Any:
+    """A row of a :class:`RowStack` as a client's own tree (copies: a task may be sent away)."""
+    return _mapped(tree, torch.Tensor.clone) if isinstance(tree, dict) else tree
+
+
 @dataclass(frozen=True, eq=False)
 class ClientBatch:
     """The clients of one engine call, as arrays.
@@ -37,9 +97,10 @@ class ClientBatch:
     ----------
     clients : ndarray, shape (C,), int64
         Client ids.
-    starts : tuple of Params
+    starts : tuple of Params, or RowStack
         The K distinct models the clients start from (each used by some client: a batch's
-        :meth:`take` and :meth:`select` keep only the starts their clients use).
+        :meth:`take` and :meth:`select` keep only the starts their clients use); a
+        :class:`RowStack` when they come stacked (K of one shape).
     start_index : ndarray, shape (C,), int64
         Client c starts from ``starts[start_index[c]]``.
     indices : tuple of ndarray
@@ -51,13 +112,14 @@ class ClientBatch:
     states : sequence or None
         Each client's persistent state (None: no client has one).
     broadcast : Any
-        What the server sends every client with the model (a list: one per client).
+        What the server sends every client with the model (a list or a :class:`RowStack`:
+        one per client).
     buffers : Params, list of Params or None
         The model buffers every client starts from (a list: one per client).
     """
 
     clients: np.ndarray
-    starts: tuple[Params, ...]
+    starts: tuple[Params, ...] | RowStack
     start_index: np.ndarray
     indices: tuple[np.ndarray, ...]
     seeds: np.ndarray
@@ -84,7 +146,8 @@ class ClientBatch:
         """A batch of ``clients``, their data taken from ``client_indices`` (a run's by id)."""
         ids = np.asarray(clients, dtype=np.int64).reshape(-1)
         got = operator.itemgetter(*ids.tolist())(client_indices) if len(ids) else ()
-        return cls(ids, tuple(starts), np.asarray(start_index, dtype=np.int64).reshape(-1),
+        return cls(ids, starts if isinstance(starts, RowStack) else tuple(starts),
+                   np.asarray(start_index, dtype=np.int64).reshape(-1),
                    (got,) if len(ids) == 1 else tuple(got), np.asarray(seeds, np.int64), **more)
 
     @classmethod
@@ -125,9 +188,10 @@ class ClientBatch:
 
         def each(field: str) -> Any:  # one value for all, or a list of one per client
             vals = [getattr(b, field) for b in batches]
-            if all(not isinstance(v, list) and v is vals[0] for v in vals):
+            if all(not isinstance(v, list | RowStack) and v is vals[0] for v in vals):
                 return vals[0]
-            return [x for v, n in zip(vals, per) for x in (v if isinstance(v, list) else [v] * n)]
+            return [x for v, n in zip(vals, per)
+                    for x in (list(v) if isinstance(v, list | RowStack) else [v] * n)]
 
         states = concat_rows([b.states for b in batches], per)
         return cls(np.concatenate([b.clients for b in batches]),
@@ -148,7 +212,7 @@ class ClientBatch:
     @property
     def shared_broadcast(self) -> Any:
         """What the server sent every client alike (``{}`` for nothing), None when one per client."""
-        if isinstance(self.broadcast, list):
+        if isinstance(self.broadcast, list | RowStack):
             return None
         return self.broadcast if self.broadcast is not None else {}
 
@@ -158,11 +222,14 @@ class ClientBatch:
 
     def task(self, c: int) -> ClientTask:
         """Client c as a per-client task (for rules written against that contract)."""
-        b = self.broadcast[c] if isinstance(self.broadcast, list) else self.broadcast
+        stacked = isinstance(self.broadcast, RowStack)
+        b = self.broadcast[c] if isinstance(self.broadcast, list) or stacked else self.broadcast
         buf = self.buffers[c] if isinstance(self.buffers, list) else self.buffers
-        return ClientTask(client=int(self.clients[c]), params=self.starts[self.start_index[c]],
+        start = self.starts[self.start_index[c]]
+        return ClientTask(client=int(self.clients[c]),
+                          params=_copied(start) if isinstance(self.starts, RowStack) else start,
                           indices=self.indices[c], seed=int(self.seeds[c]), state=self.state(c),
-                          broadcast=b, lr=self.lr, buffers=buf)
+                          broadcast=_copied(b) if stacked else b, lr=self.lr, buffers=buf)
 
     def tasks(self) -> list[ClientTask]:
         """Every client as a :class:`~wirelessfl.engine.task.ClientTask`, in order."""
@@ -180,7 +247,8 @@ class ClientBatch:
         return replace(self, clients=self.clients[rows], starts=starts, start_index=index,
                        indices=tuple(self.indices[i] for i in pick), seeds=self.seeds[rows],
                        states=take_rows(self.states, rows),
-                       broadcast=[self.broadcast[i] for i in pick]
+                       broadcast=self.broadcast.select(rows) if isinstance(self.broadcast, RowStack)
+                       else [self.broadcast[i] for i in pick]
                        if isinstance(self.broadcast, list) else self.broadcast,
                        buffers=[self.buffers[i] for i in pick]
                        if isinstance(self.buffers, list) else self.buffers)
@@ -190,14 +258,19 @@ class ClientBatch:
         used, inverse = np.unique(index, return_inverse=True)
         if len(used) == len(self.starts):
             return self.starts, index
+        if isinstance(self.starts, RowStack):
+            return self.starts.select(used), inverse.astype(np.int64).reshape(-1)
         return tuple(self.starts[k] for k in used.tolist()), inverse.astype(np.int64).reshape(-1)
 
     def shape_groups(self) -> list[np.ndarray]:
         """The clients in groups whose starts have one shape, as index arrays (in order).
 
         One group for FedAvg and HFedAvg; HIST's cells of unequal mask sizes, or a lockstep
-        group's runs of other cells, make one per shape.
+        group's runs of other cells, make one per shape. Stacked starts (a :class:`RowStack`)
+        have one.
         """
+        if isinstance(self.starts, RowStack):
+            return [np.arange(len(self))]
         kinds: dict[tuple, list[int]] = {}
         for k, start in enumerate(self.starts):
             kinds.setdefault(tuple((n, tuple(v.shape), v.dtype) for n, v in start.items()),
@@ -214,7 +287,7 @@ class ClientBatch:
         """Whether every client starts from one model (``key``: one tensor of that parameter)."""
         if len(self.starts) == 1 or not len(self):
             return True
-        if key is not None:
+        if key is not None and not isinstance(self.starts, RowStack):
             first = self.starts[0][key]
             if all(s[key] is first for s in self.starts):
                 return True
@@ -227,7 +300,10 @@ class ClientBatch:
         nothing already there is copied. States stay where the client store keeps them.
         """
         move = mover(device)
-        starts, buffers, broadcast = move(self.starts), move(self.buffers), move(self.broadcast)
+
+        def moved(x: Any) -> Any:
+            return x.to(device) if isinstance(x, RowStack) else move(x)
+        starts, buffers, broadcast = moved(self.starts), move(self.buffers), moved(self.broadcast)
         if starts is self.starts and buffers is self.buffers and broadcast is self.broadcast:
             return self
         return replace(self, starts=starts, buffers=buffers, broadcast=broadcast)

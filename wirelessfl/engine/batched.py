@@ -64,7 +64,7 @@ from torch.func import vmap
 
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine import device_guard
-from wirelessfl.engine.batch import ClientBatch, ClientResults
+from wirelessfl.engine.batch import ClientBatch, ClientResults, RowStack
 from wirelessfl.engine.client import (
     Carry,
     ClientError,
@@ -409,7 +409,8 @@ class BatchedExecutor(Executor):
             # the default final step's Δ = start − end for the whole stack at once (one
             # subtraction per tensor), folded on the stack or kept as the results' stack;
             # a rule whose final step only adds its state gives every state from the stack
-            deltas = _stacked_deltas(batch, carry, self.device, low_rank)
+            deltas = _stacked_deltas(batch, carry, self.device, low_rank,
+                                     in_place=not update.state_reads_end)
             # each client's Δ contiguous (column-major stacks back to rows: one pass), for the
             # results or a rule's states; a fold reads the stack as it lies
             rows = (_rows({k: v.dense() if isinstance(v, LowRankDelta) else v
@@ -624,14 +625,15 @@ def _rule_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
 
 
 def _stacked_deltas(batch: ClientBatch, carry: Carry, device: torch.device,
-                    low_rank: dict[str, LowRankWeight] | None = None
+                    low_rank: dict[str, LowRankWeight] | None = None, in_place: bool = True
                     ) -> dict[str, torch.Tensor | LowRankDelta]:
     """Every client's Δ = start − end, written over ``carry.params`` (for a :class:`DeltaFold`).
 
     The group's stacked parameters are its own and read no more, so Δ takes their memory
-    and layout (no new stack). The start is the carry's stacked one, or, where the group
-    trained its starts in place, the batch's own: one broadcast tensor when they all share it
-    (FedAvg's global model), in the stack's layout. A weight of ``low_rank`` gives its
+    and layout (no new stack); ``in_place`` False keeps them (a rule's states read them).
+    The start is the carry's stacked one, or, where the group trained its starts in place,
+    the batch's own: one broadcast tensor when they all share it (FedAvg's global model), in
+    the stack's layout. A weight of ``low_rank`` gives its
     factored Δ (:class:`~wirelessfl.models.lowrank.LowRankDelta`).
     """
     out: dict[str, torch.Tensor | LowRankDelta] = {}
@@ -647,7 +649,7 @@ def _stacked_deltas(batch: ClientBatch, carry: Carry, device: torch.device,
                 start = _layout(start, True)
         else:
             start = _stack_starts(batch, k, device, end.dim() == 3 and end.stride(-2) == 1)
-        out[k] = torch.sub(start, end, out=end)
+        out[k] = torch.sub(start, end, out=end) if in_place else start - end
     return out
 
 
@@ -670,6 +672,9 @@ def _stack_starts(batch: ClientBatch, k: str, device: torch.device, column: bool
     the clients take theirs by one index: FedAvg's one start is one broadcast copy,
     HFedAvg's N cells one gather.
     """
+    if isinstance(batch.starts, RowStack):  # stacked already: laid out once, no Python per start
+        laid = _layout_stack(batch.starts.tree[k].detach().to(device), column)
+        return _gathered(laid, batch.start_index, column)
     distinct = [s[k] for s in batch.starts]
     if batch.one_start(k):
         distinct = distinct[:1]
@@ -680,8 +685,12 @@ def _stack_starts(batch: ClientBatch, k: str, device: torch.device, column: bool
         out = torch.empty((len(batch), *one.shape), dtype=one.dtype, device=device)
         out.copy_(one.unsqueeze(0))  # a copy of its own, even of one client
         return out.transpose(1, 2) if column else out
-    laid = _stack(distinct, device, column)  # (K, ...) in the stack's layout
-    index = torch.as_tensor(batch.start_index, device=laid.device)
+    return _gathered(_stack(distinct, device, column), batch.start_index, column)
+
+
+def _gathered(laid: torch.Tensor, start_index: np.ndarray, column: bool) -> torch.Tensor:
+    """Each client's row of the K starts ``laid`` ``(K, …)`` (in the stack's layout): a copy."""
+    index = torch.as_tensor(start_index, device=laid.device)
     if column and laid.dim() == 3:  # gather the (K, in, out) storage, view it back
         return laid.transpose(1, 2).index_select(0, index).transpose(1, 2)
     return laid.index_select(0, index)

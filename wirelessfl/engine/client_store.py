@@ -73,8 +73,10 @@ def load(tree: Params, like: Params) -> Params:
     return {k: tree[k].to(like[k]) for k in like}
 
 
-def nbytes(states: dict) -> int:
-    """Bytes held by a mapping of client id → stored tree."""
+def nbytes(states: Mapping[int, Any]) -> int:
+    """Bytes held by a mapping of client id → stored tree (a :class:`ClientStore`'s tensors)."""
+    if isinstance(states, ClientStore):
+        return states.nbytes
     return sum(v.numel() * v.element_size() for t in states.values() for v in t.values())
 
 
@@ -363,9 +365,15 @@ class ClientStore(Mapping):
 
     @property
     def nbytes(self) -> int:
-        """Bytes the store's tensors hold."""
+        """Bytes of the rows in use, the clients stored.
+
+        Rows allocated ahead are not counted, so the figure does not depend on how the store
+        grew (across a resume, say).
+        """
         data = self._live()
-        return sum(v.numel() * v.element_size() for t in data.rows.values() for v in t.values())
+        used = len(data.ids)
+        return sum(used * v[0].numel() * v.element_size() for t in data.rows.values()
+                   for v in t.values() if len(v))
 
     def to_plain(self) -> dict[str, Any]:
         """The store as a checkpoint holds it: its ids and, per field, which hold it and the rows."""

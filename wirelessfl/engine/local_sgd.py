@@ -159,6 +159,9 @@ class LocalSGD(ClientUpdate):
     #: Whether an overridden :meth:`objective` uses the parameters only as the model's (in
     #: ``functional_call``), so that its plain SGD steps may be fused (:attr:`plain_sgd`).
     params_only_in_model: bool = False
+    #: Whether :meth:`stacked_states` reads the clients' end models (``carry.params``):
+    #: the batched engine then computes Δ beside them, not over them (MOON keeps its model).
+    state_reads_end: bool = False
 
     def __init__(self, model: FLModel, hp: LocalHParams) -> None:
         self.model, self.hp = model, hp

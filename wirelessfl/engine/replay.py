@@ -55,6 +55,7 @@ captured).
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -144,14 +145,12 @@ def library_model(model: torch.nn.Module) -> bool:
 
 def _given(carry: Carry) -> list[torch.Tensor]:
     """The step's read-only inputs besides the batch: the start, then the context, in order."""
-    return [*carry.start.values(), *(v for tree in carry.ctx.values() for v in tree.values())]
+    return list(itertools.chain(carry.start.values(), *[t.values() for t in carry.ctx.values()]))
 
 
 def _mutable(carry: Carry) -> list[torch.Tensor]:
     """The operands a step updates in place: the parameters, then the optimiser state."""
-    params = list(carry.params.values())
-    return [*params, *(v for tree in carry.opt.values() for v in tree.values())] if carry.opt \
-        else params
+    return list(itertools.chain(carry.params.values(), *[t.values() for t in carry.opt.values()]))
 
 
 def _settings(update: LocalSGD) -> tuple:
@@ -199,7 +198,8 @@ class StepReplay:
     def group_key(self, update: LocalSGD, carry: Carry, fused: bool = True) -> tuple | None:
         """The part of a step's key fixed for a group, or None if its steps are not recorded.
 
-        Eligible: a step on stacked parameters with no buffers, in float32 (``auto``: a rule
+        Eligible: a step on stacked parameters with no buffers, its floating tensors in
+        float32 (``auto``: a rule
         from ``wirelessfl`` and a model of library modules). ``fused``: the fused plain-SGD
         step (:attr:`~wirelessfl.engine.local_sgd.LocalSGD.plain_sgd`), with no optimiser
         state; otherwise a rule's own step (its gradients, then
@@ -216,7 +216,8 @@ class StepReplay:
                                         and library_model(model)):
             return None
         trees = (carry.params, carry.start, *carry.ctx.values())
-        if any(v.dtype != torch.float32 for tree in trees for v in tree.values()):
+        if any(v.dtype != torch.float32 and v.is_floating_point()  # integer operands may
+               for tree in trees for v in tree.values()):               # (a rule's counts)
             return None
         return (id(update), id(model), model.training, float(carry.lr), _settings(update), fused,
                 tuple((k, _meta(v)) for k, v in carry.params.items()),
@@ -236,7 +237,7 @@ class StepReplay:
             return eager(update, carry, x, y, w, keys)
         key = key + (_meta(x), _meta(y), _meta(w), _meta(keys))
         if carry.opt:  # a rule's own step: its state's names (made by its first step)
-            key = key + (tuple((name, tuple(tree)) for name, tree in carry.opt.items()),)
+            key = key + (tuple(zip(carry.opt, map(tuple, carry.opt.values()))),)
         entry = self._entries.get(key)
         if entry is None or entry.model() is not update.model:
             entry = self._entries[key] = _Entry(first_run=self.runs, model=weakref.ref(update.model))

@@ -42,7 +42,7 @@ from wirelessfl.run.datasplit import make_partitioner, partition_data  # noqa: F
 from wirelessfl.run.records import RunRecord, first_reaching, params_to_mb
 from wirelessfl.run.shell import Job, Output
 from wirelessfl.server.population import make_population
-from wirelessfl.server.privacy import ClipState
+from wirelessfl.server.privacy import PrivacyState
 from wirelessfl.server.state import to_plain
 
 
@@ -291,7 +291,7 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
         raise RunFolderError(f"{where}'s schedule origin is damaged; start the run again with "
                              "another --out")
     try:  # adaptive clipping's C_t (absent: none, as in every checkpoint made before it)
-        privacy = ClipState.from_plain(ckpt["privacy"]) if ckpt.get("privacy") else None
+        privacy = PrivacyState.from_plain(ckpt["privacy"]) if ckpt.get("privacy") else None
     except (TypeError, ValueError) as exc:
         raise RunFolderError(f"{where}'s privacy state is damaged ({str(exc)[:80]}); start the "
                              "run again with another --out") from None
@@ -445,7 +445,7 @@ class RoundsJob(Job):
         t = self.state.round
         rows = [r for r in rows if r["round"] <= t]
         expected = evaluated_rounds(self.cfg, t)
-        if t and t not in expected and self.exp.algorithm.spent(t):  # stopped by its budget
+        if t and t not in expected and self.exp.algorithm.spent(t, self.state):  # stopped by its budget
             expected = [*expected, t]
         record.check_rows(rows, expected[:len(rows)] if t == 0 else expected,
                           key=lambda r: r["round"])
@@ -473,7 +473,7 @@ class RoundsJob(Job):
         population = exp.env.population
         while self.state.round < cfg.rounds and not done and not out.stopped:
             t0 = self.state.round
-            if exp.algorithm.spent(t0):  # a privacy budget: the next round would exceed it
+            if exp.algorithm.spent(t0, self.state):  # a privacy budget: the next round would exceed it
                 break
             if t0 > 0 and population.session(t0) != population.session(t0 - 1):
                 self.state = self.starts(self.state, t0, population.session(t0))
@@ -496,7 +496,7 @@ class RoundsJob(Job):
                 self.sim_time = (self.sim_time or 0.0) + latency
             for k, v in report.cumulative.items():
                 self.totals[k] = self.totals.get(k, 0.0) + v
-            if t % cfg.eval_every == 0 or t == cfg.rounds or exp.algorithm.spent(t):
+            if t % cfg.eval_every == 0 or t == cfg.rounds or exp.algorithm.spent(t, self.state):
                 row = _evaluate_row(exp, self.state, self.uplink, self.sim_time)
                 if cfg.population.dynamic:  # the session the round's clients trained in
                     row.update(self._session_metrics(t - 1))
@@ -512,7 +512,7 @@ class RoundsJob(Job):
                 done = cfg.stop_at_target and row["test_accuracy"] >= cfg.target_accuracy
             else:
                 out.tick(t)
-            if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done or exp.algorithm.spent(t):
+            if t % cfg.checkpoint_every == 0 or t == cfg.rounds or done or exp.algorithm.spent(t, self.state):
                 out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
                                 "round_costs": self.costs,
                                 **({"sessions": self.starts.state_dict()} if self.starts else {})})

@@ -24,10 +24,17 @@ are aggregated over the air, and the noise the receiver adds, of standard deviat
 noise. Its noise multiplier, relative to the mean's sensitivity C/K, is z_t = σ_t·K/C, logged
 each round (``dp_channel_noise``). Where z_t < z the clients top it up with noise of their own
 (K independent shares, simulated as one draw on the received mean) to exactly z; where the
-channel alone gives more, nothing is added. Every round so carries noise of multiplier at
-least z and is accounted as the central mechanism at z (conservative when the channel gives
-more). Threat model: the server sees only the received sum; the channel's noise is unknown to
-it.
+channel alone gives more, nothing is added; with ``dp_noise`` 0 nothing is ever added (the
+channel alone). Round t so carries noise of multiplier z̄_t = max(z, z_t), and the accountant
+composes the rounds' own mechanisms (:class:`RoundAccountant`), z_t rounded down to a 1 %
+grid (:func:`grid_down`: conservative, and equal multipliers share one computation): the
+channel's noise is counted, round by round. A round in which nobody transmitted releases
+nothing. The multipliers are state (:class:`PrivacyState`, in the checkpoint). The channel
+draws do not depend on the data, so accounting at the realised z̄_t is valid (adaptive
+composition). With transmit normalisation (``network.normalise``) the channel's noise scales
+with the largest update's RMS, a level that depends on the data: then only the top-up is
+counted (every round at z), and the channel alone is refused. Threat model: the server sees
+only the received sum; the channel's noise is unknown to it.
 
 **Adaptive clipping** (``dp_clip_quantile`` γ, central DP; Andrew et al., NeurIPS 2021): the
 clip norm starts at ``dp_clip`` and follows the γ-quantile of the update norms,
@@ -39,6 +46,7 @@ state (:class:`ClipState`, in the checkpoint).
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from dataclasses import dataclass
@@ -52,6 +60,9 @@ from wirelessfl.server.state import AlgorithmState
 #: ``algorithm.dp``: no privacy, noise added by the server, by every client, or the
 #: over-the-air channel's own noise topped up to the target.
 DP_MODES = ("none", "central", "local", "over_the_air")
+
+__all__ = ["DP_MODES", "PrivacyState", "ClipState", "RoundAccountant", "epsilon", "grid_down",
+           "library", "next_clip", "round_event", "top_up", "update_noise"]
 
 
 @functools.cache
@@ -91,10 +102,84 @@ def epsilon(mode: str, noise_multiplier: float, rounds: int, population: int, sa
 
 
 @dataclass(frozen=True)
-class ClipState(AlgorithmState):
-    """Adaptive clipping's norm C_t, carried from round to round (and checkpointed)."""
+class PrivacyState(AlgorithmState):
+    """DP's state, carried from round to round (and checkpointed).
+
+    ``clip`` is adaptive clipping's norm C_t; ``multipliers`` are over the air the noise
+    multipliers z̄_t = max(z, z_t) of the rounds that released something (z_t on the 1 % grid).
+    """
 
     clip: float | None = None
+    multipliers: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.multipliers is not None:  # a checkpoint's list read back
+            object.__setattr__(self, "multipliers", tuple(float(z) for z in self.multipliers))
+
+
+ClipState = PrivacyState  # the earlier name (checkpoints of it hold only ``clip``)
+
+#: The channel's multipliers z_t are rounded down to this relative grid before they are composed.
+GRID = 0.01
+
+
+def grid_down(z: float) -> float:
+    """``z`` rounded down to the grid (1 + GRID)^k: a smaller multiplier, so a larger ε."""
+    if not z > 0 or math.isinf(z):
+        return max(float(z), 0.0) if not math.isnan(z) else 0.0
+    k = math.floor(math.log(z) / math.log1p(GRID) + 1e-9)
+    return float(math.exp(k * math.log1p(GRID)))
+
+
+class RoundAccountant:
+    """ε of rounds that each carry their own noise multiplier, composed as they come.
+
+    The RDP accountant of ``dp-accounting`` with one round's event per multiplier, as
+    :func:`round_event`; rounds are composed once (the accountant is kept and extended),
+    a resumed run's rounds all at once, equal multipliers together.
+    """
+
+    def __init__(self, mode: str, population: int, sample: int, delta: float) -> None:
+        self.mode, self.population, self.sample, self.delta = mode, population, sample, delta
+        self._done: tuple[float, ...] = ()
+        self._acc: Any = None
+
+    def _accountant(self, multipliers: tuple[float, ...]) -> Any:
+        dp = library()
+        if self._acc is None or multipliers[:len(self._done)] != self._done:
+            self._acc = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+            self._done = ()
+            counts: dict[float, int] = {}
+            for z in multipliers:
+                counts[z] = counts.get(z, 0) + 1
+            for z, n in counts.items():
+                self._compose(self._acc, z, n)
+        else:
+            for z in multipliers[len(self._done):]:
+                self._compose(self._acc, z, 1)
+        self._done = multipliers
+        return self._acc
+
+    def _compose(self, acc: Any, z: float, count: int) -> None:
+        if z <= 0:  # no noise: no privacy
+            acc._rdp = acc._rdp + math.inf  # noqa: SLF001 - the library raises on σ = 0
+            return
+        event = round_event(self.mode, z, self.population, self.sample)
+        acc.compose(library().SelfComposedDpEvent(event, count) if count > 1 else event)
+
+    def epsilon(self, multipliers: tuple[float, ...]) -> float:
+        """ε at δ after rounds of these multipliers (0 for none)."""
+        if not multipliers:
+            return 0.0
+        return float(self._accountant(tuple(multipliers)).get_epsilon(self.delta))
+
+    def next_epsilon(self, multipliers: tuple[float, ...], z: float) -> float:
+        """ε after one more round of multiplier ``z`` (the rounds so far kept as they are)."""
+        acc = copy.deepcopy(self._accountant(tuple(multipliers))) if multipliers else \
+            library().rdp.RdpAccountant(
+                neighboring_relation=library().NeighboringRelation.REPLACE_ONE)
+        self._compose(acc, z, 1)
+        return float(acc.get_epsilon(self.delta))
 
 
 def update_noise(noise_multiplier: float, count_noise: float) -> float:

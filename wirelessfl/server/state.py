@@ -112,8 +112,8 @@ class ServerState:
         The round at which the client learning-rate schedule (re)started (a new session of
         dynamic clients restarts it, ``docs/papers/dynamic_clients.md`` §2.7).
     privacy : AlgorithmState or None
-        Differential privacy's own state: adaptive clipping's norm C_t
-        (:class:`~wirelessfl.server.privacy.ClipState`); None without it.
+        Differential privacy's own state: adaptive clipping's norm C_t, the over-the-air
+        rounds' multipliers (:class:`~wirelessfl.server.privacy.PrivacyState`); None without it.
     """
 
     params: Params

@@ -9,6 +9,12 @@ tuples and offers three views of the same thing:
 - :meth:`Submodel.scatter` — write sliced parameters back into full-size ones;
 - :meth:`Submodel.mask` — 0/1 masks of full size (the masked form of eq. (5)).
 
+:class:`SubmodelStack` holds the submodels of C clients that keep equally many units of
+every group (RA-Fed's clients of one ratio) with a leading client dimension: each view is
+one indexing operator per parameter for all C clients, and :meth:`SubmodelStack.add_into`
+adds their sliced updates into one full-size tree (one accumulating ``index_put_``).
+:class:`Submodels` is a round's clients in such stacks.
+
 For ReLU networks the sliced and the masked forms give identical iterates (§1.3(e)).
 
 Examples
@@ -22,7 +28,9 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,16 +42,19 @@ Selection = Mapping[str, torch.Tensor]
 
 
 def _expand(units: torch.Tensor, width: int, blocks: int = 1, size: int = 0) -> torch.Tensor:
-    """Entry indices of ``units`` when each unit owns ``width`` consecutive entries.
+    """Entry indices of ``units`` (its last dimension) when each unit owns ``width`` consecutive entries.
 
     With ``blocks`` > 1 the dimension stacks that many blocks of ``size`` units (an LSTM's
-    gates): unit j owns the same entries in every block.
+    gates): unit j owns the same entries in every block. Leading dimensions (a stack's
+    clients) are kept.
     """
+    lead = units.shape[:-1]
     if width > 1:
-        units = (units[:, None] * width + torch.arange(width, device=units.device)).reshape(-1)
+        units = (units[..., :, None] * width
+                 + torch.arange(width, device=units.device)).reshape(*lead, -1)
     if blocks > 1:
         offsets = torch.arange(blocks, device=units.device) * (size * width)
-        units = (offsets[:, None] + units[None, :]).reshape(-1)
+        units = (offsets[:, None] + units[..., None, :]).reshape(*lead, -1)
     return units
 
 
@@ -166,6 +177,201 @@ class Submodel:
         """Number of parameters of the sliced submodel."""
         check_tree("like", like, self._like, finite=False)
         return sum(int(v.numel()) for v in self._sub_like.values())
+
+
+class SubmodelStack:
+    """The submodels of C clients that keep equally many units of every group, stacked.
+
+    Row c of ``selection[g]`` ``(C, k_g)`` is client c's kept units of group g: the views of
+    :class:`Submodel`, for all C clients at once (one indexing operator per parameter).
+
+    Parameters
+    ----------
+    groups : sequence of UnitGroup
+        The model's unit groups (only those named in ``selection`` matter).
+    selection : mapping of str to LongTensor, each of shape (C, k_g)
+        Kept unit indices per group name and client, each row without repeats.
+    like : Params
+        Full-size parameters (for shapes and device).
+
+    Examples
+    --------
+    >>> from wirelessfl.models import build_model
+    >>> model = build_model("fcnn", (1, 28, 28), 10, seed=0)
+    >>> subs = SubmodelStack(model.unit_groups, {"fc1": torch.tensor([[0, 1], [5, 9]])},
+    ...                      model.params())
+    >>> tuple(subs.slice(model.params())["fc2.weight"].shape)
+    (2, 10, 2)
+    """
+
+    def __init__(self, groups: Sequence[UnitGroup], selection: Mapping[str, torch.Tensor],
+                 like: Params) -> None:
+        by_name = {g.name: g for g in groups}
+        check_tree("like", like, finite=False)
+        if not isinstance(selection, Mapping) or not selection:
+            raise TypeError("`selection` must map unit-group names to (clients, units) indices")
+        self.selection: dict[str, torch.Tensor] = {}
+        for name, u in selection.items():
+            got = torch.as_tensor(u)
+            if name not in by_name:
+                raise ValueError(f"selection names unit group {str(name)[:40]!r}; the model has "
+                                 f"{sorted(by_name)}")
+            if got.is_floating_point() or got.is_complex() or got.dtype == torch.bool \
+                    or got.dim() != 2:
+                raise ValueError(f"unit indices of {name!r} must be a (clients, units) array of "
+                                 f"integers, got {got.dtype} of shape {tuple(got.shape)}")
+            if got.numel() and (got.min() < 0 or got.max() >= by_name[name].size):
+                raise ValueError(f"unit indices of {name!r} must lie in [0, {by_name[name].size})")
+            ordered = got.sort(dim=1).values
+            if (ordered[:, 1:] == ordered[:, :-1]).any():
+                raise ValueError(f"unit indices of {name!r} repeat a unit in a row; give each "
+                                 "kept unit once")
+            self.selection[name] = got.to(torch.long)
+        rows = {t.shape[0] for t in self.selection.values()}
+        if len(rows) != 1:
+            raise ValueError(f"every group's selection needs one row per client, got {sorted(rows)}")
+        self.num_clients = rows.pop()
+        dims: dict[str, dict[int, torch.Tensor]] = {}
+        for name, units in self.selection.items():
+            group = by_name[name]
+            for s in group.slices:
+                if s.param not in like or not 0 <= s.dim < like[s.param].dim() or \
+                        like[s.param].shape[s.dim] != group.size * s.width * s.blocks:
+                    raise ValueError(f"`like` must hold the full-size parameter {s.param!r} of "
+                                     f"unit group {name!r} ({group.size} units)")
+                device = like[s.param].device
+                dims.setdefault(s.param, {})[s.dim] = _expand(units.to(device), s.width,
+                                                              s.blocks, group.size)
+        self.dims, self._groups, self._like = dims, tuple(groups), like
+        self.shapes = {k: tuple(v.shape) for k, v in like.items()}
+        #: per sliced parameter, the index of its (C, *sliced) entries in the full tensor
+        self._index = {p: self._broadcast_index(d, self.shapes[p], like[p].device)
+                       for p, d in dims.items()}
+        self._sizes = {k: math.prod(self._sliced_shape(k)) for k in like}
+
+    def _broadcast_index(self, dims: dict[int, torch.Tensor], shape: tuple[int, ...],
+                         device: torch.device) -> tuple[torch.Tensor, ...]:
+        n, out = len(shape), []
+        for j, size in enumerate(shape):
+            view = [1] * (n + 1)
+            if j in dims:
+                view[0], view[j + 1] = self.num_clients, dims[j].shape[1]
+                out.append(dims[j].view(view))
+            else:
+                view[j + 1] = size
+                out.append(torch.arange(size, device=device).view(view))
+        return tuple(out)
+
+    def _sliced_shape(self, name: str) -> tuple[int, ...]:
+        out = list(self.shapes[name])
+        for d, idx in self.dims.get(name, {}).items():
+            out[d] = int(idx.shape[1])
+        return tuple(out)
+
+    def __len__(self) -> int:
+        return self.num_clients
+
+    def _rows(self, name: str, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """The index of the (C, *sliced) entries in a (C, *full) stack."""
+        view = [self.num_clients] + [1] * len(self.shapes[name])
+        return (torch.arange(self.num_clients, device=device).view(view), *self._index[name])
+
+    def num_params(self) -> int:
+        """Parameters of one client's submodel (all C alike)."""
+        return sum(self._sizes.values())
+
+    def slice(self, params: Params) -> Params:
+        """Every client's submodel of the full ``params``: ``(C, *sliced)`` (shared ones expanded)."""
+        return {k: v[self._index[k]] if k in self._index else v.expand(self.num_clients, *v.shape)
+                for k, v in params.items()}
+
+    def slice_rows(self, stack: Params) -> Params:
+        """Row c of each ``(C, *full)`` stack sliced by client c's selection: ``(C, *sliced)``."""
+        return {k: v[self._rows(k, v.device)] if k in self._index else v
+                for k, v in stack.items()}
+
+    def scatter_rows(self, stack: Params) -> Params:
+        """``(C, *full)`` stacks, zero but where row c holds client c's ``(C, *sliced)`` entries."""
+        out = {}
+        for k, v in stack.items():
+            if k not in self._index:
+                out[k] = v
+                continue
+            full = v.new_zeros((self.num_clients, *self.shapes[k]))
+            full[self._rows(k, v.device)] = v
+            out[k] = full
+        return out
+
+    def write_rows(self, stack: Params, values: Params) -> Params:
+        """``(C, *full)`` stacks with client c's entries of row c set to row c of ``values``.
+
+        ``values`` are ``(C, *sliced)``; ``stack`` is written in place (a shared parameter
+        is ``values``' own).
+        """
+        out = {}
+        for k, v in stack.items():
+            if k in self._index:
+                v[self._rows(k, v.device)] = values[k].to(v.dtype)
+                out[k] = v
+            else:
+                out[k] = values[k].to(v.dtype)
+        return out
+
+    def masks(self, like: Params) -> Params:
+        """0/1 masks ``(C, *full)``: 1 on each client's kept entries (on every shared one)."""
+        ones = {k: torch.ones((self.num_clients, *self._sliced_shape(k)), dtype=v.dtype,
+                              device=v.device) for k, v in like.items()}
+        return self.scatter_rows(ones)
+
+    def add_into(self, acc: Params, stack: Params) -> None:
+        """``acc`` (full size) += Σ_c of row c of ``stack`` ``(C, *sliced)`` at client c's entries.
+
+        In place, one accumulating ``index_put_`` per sliced parameter (a shared one adds
+        the rows' sum).
+        """
+        for k, v in stack.items():
+            if k in self._index:
+                acc[k].index_put_(self._index[k], v.to(acc[k].dtype), accumulate=True)
+            else:
+                acc[k] += v.sum(0).to(acc[k].dtype)
+
+    def client(self, c: int) -> Submodel:
+        """Client c's submodel as a :class:`Submodel` (for code that goes client by client)."""
+        return Submodel(self._groups, {g: s[c] for g, s in self.selection.items()}, self._like)
+
+
+@dataclass(frozen=True)
+class Submodels(Sequence):
+    """A round's submodels: its clients in :class:`SubmodelStack` s of equal sizes.
+
+    ``stacks[j]`` holds the clients at positions ``rows[j]`` of the round (ascending). As a
+    sequence, item i is the round's client i as a :class:`Submodel` (built on access, for
+    code that goes client by client).
+    """
+
+    stacks: tuple[SubmodelStack, ...]
+    rows: tuple[np.ndarray, ...]
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.rows)
+
+    @property
+    def order(self) -> np.ndarray:
+        """The round position of every stacked row, stack after stack."""
+        return np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.client(j) for j in range(len(self))[i]]
+        return self.client(range(len(self))[i])
+
+    def client(self, i: int) -> Submodel:
+        """The round's client i as a :class:`Submodel`."""
+        for stack, rows in zip(self.stacks, self.rows):
+            at = np.flatnonzero(rows == i)
+            if len(at):
+                return stack.client(int(at[0]))
+        raise IndexError(f"the round has {len(self)} clients, not {i + 1}")
 
 
 def random_disjoint_selections(groups: Sequence[UnitGroup], sizes: Sequence[Sequence[int]],

@@ -6,8 +6,10 @@ With Γ_q = Σ_n m_{n,q} the coordinate-wise coverage of round q:
 - **RAM-Fed** (§2.3): Δ = D/γ_q, v_q = ū + (Σ_n m ⊙ (Δ − u_n)) ⊘ max(Γ_q, 1),
   θ_{q+1} = θ_q − γ_q v_q, then u_n ← u_n + m ⊙ (Δ − u_n) and ū ← ū + δu/N.
 
-Each client's sliced update is added into one full-size accumulator at its indices (no N
-full-size copies); the memories u_n are full-size trees in the client store (CPU).
+The clients come in stacks of equal submodel sizes; each stack's sliced updates are added
+into one full-size accumulator at their indices with one accumulating operator per parameter
+(no N full-size copies, no Python per client); the memories u_n are rows of a stacked
+client store (CPU), gathered and written once per stack.
 
 Over the air (``network.aggregation: over_the_air``) the sum Σ_n w_n m_n ⊙ (·) is what the
 clients' simultaneous transmissions add up to: each client sends its update scattered into
@@ -18,7 +20,7 @@ cover gets proportionally more noise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +28,10 @@ import numpy as np
 import torch
 
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import ClientResult
+from wirelessfl.engine.client_store import ClientStore, StateStack
 from wirelessfl.models.base import Params, UnitGroup
 from wirelessfl.server.state import AlgorithmState, RoundReport
-from wirelessfl.server.submodel import Submodel
+from wirelessfl.server.submodel import Submodels
 
 
 @dataclass(frozen=True)
@@ -83,88 +85,102 @@ class SubmodelReport(RoundReport):
     silent_clients: int | None = None
 
 
-def _on_host(index: tuple) -> tuple:
-    """A submodel's index (slices and index tensors) with its tensors in host memory."""
-    return tuple(client_store.to_host(i, "int64") if isinstance(i, torch.Tensor) else i
-                 for i in index)
-
-
-def coverage_aggregate(params: Params, subs: Sequence[Submodel], results: Sequence[ClientResult],
-                       weights: np.ndarray, lr: float, *, memory_dtype: str | None = None,
-                       client_states: Mapping[int, Any] | None = None,
+def coverage_aggregate(params: Params, subs: Submodels, deltas: Sequence[Params],
+                       weights: Sequence[np.ndarray], lr: float, *,
+                       memory: ClientStore | None = None, clients: Sequence[np.ndarray] = (),
                        usum: Params | None = None, num_clients: int = 1,
-                       uplink: Callable[[list[Params], np.ndarray], Params] | None = None
-                       ) -> tuple[Params, Params | None, dict[int, Any], Params]:
+                       uplink: Callable[[Params, np.ndarray], Params] | None = None
+                       ) -> tuple[Params, Params | None, ClientStore | None, Params]:
     """θ_{q+1}, the new Σ_n u_n, the new memories and the coverage Γ_q.
 
-    ``memory_dtype`` None is RA-Fed; a store dtype (``float32``/``float16``) is RAM-Fed with
-    its memories in ``client_states`` and Σ_n u_n in ``usum`` (None: zero) over
-    ``num_clients`` N. ``results`` hold the sliced updates D_{q,n} of the clients of ``subs``.
-    ``uplink(trees, w)`` returns Σ_n w_n tree_n as received over the air (None: exactly).
+    ``deltas[j]`` ``(C_j, *sliced)`` are the sliced updates D_{q,n} of the clients of stack
+    j of ``subs`` (ids ``clients[j]``, weights ``weights[j]``). ``memory`` None is RA-Fed;
+    a store is RAM-Fed with its memories u_n (:class:`~wirelessfl.engine.client_store.ClientStore`,
+    its rows written once a round) and Σ_n u_n in ``usum`` (None: zero) over ``num_clients``
+    N. ``uplink(stack, w)`` returns Σ_n w_n row_n of a ``(C, …)`` stack in the round's
+    client order as received over the air (None: exactly). One accumulating operator per
+    parameter and stack: no Python per client.
     """
-    memory = memory_dtype is not None
     acc = {k: torch.zeros_like(v) for k, v in params.items()}
     cov = {k: torch.zeros_like(v) for k, v in params.items()}
-    states = dict(client_states or {})
-    if memory:  # Σ_n u_n (float32, host memory as the store) and this round's change of it
+    sent: Params | None = None  # over the air: each client's scattered symbols, round order
+    if uplink is not None:
+        sent = {k: v.new_zeros((len(subs), *v.shape)) for k, v in params.items()}
+    if memory is not None:  # Σ_n u_n (float32, host memory as the store) and this round's change
         usum = usum or {k: client_store.zeros(v.shape) for k, v in params.items()}
-        dsum = {k: client_store.zeros(v.shape) for k, v in params.items()}
-    sent = []  # over the air: each client's scattered contribution
-    for sub, res, w in zip(subs, results, weights):
-        mem = states.get(res.client) if memory else None
-        new_mem = {}
-        mine = {k: torch.zeros_like(v) for k, v in params.items()} if uplink else None
-        into, scale = (mine, 1.0) if uplink else (acc, w)
-        for k in params:
-            idx = sub.index(k) if k in sub.dims else (slice(None),)
-            part = res.delta[k]
-            if memory:  # Δ = D/γ against u_n on the coordinates just trained
-                stored = (mem[k].clone() if mem is not None
-                          else client_store.zeros(params[k].shape, memory_dtype))
-                at = _on_host(idx)  # the memories are host tensors: index them on the host
-                old = stored[at].float()    # (a view where idx is basic: used first)
-                fresh = client_store.to_host(part / lr)
-                into[k][idx] += scale * (fresh - old).to(acc[k])
-                kept = fresh.to(stored.dtype)  # what the store holds (float16: rounded)
-                dsum[k][at] += kept.float() - old
-                stored[at] = kept
-                new_mem[k] = stored
-            else:
-                into[k][idx] += scale * part
-            cov[k][idx] += w
-        if memory:
-            states[res.client] = new_mem
-        if uplink:
-            sent.append(mine)
-    if uplink and sent:
-        acc = uplink(sent, np.asarray(weights, float))
+        dsum = {k: torch.zeros_like(v) for k, v in params.items()}
+    for j, (stack, rows, part, w) in enumerate(zip(subs.stacks, subs.rows, deltas, weights)):
+        wt = torch.as_tensor(np.asarray(w, float), dtype=next(iter(params.values())).dtype,
+                             device=next(iter(params.values())).device)
+        if memory is not None:  # Δ = D/γ against u_n on the coordinates just trained
+            mem = memory.gather("", clients[j], params) or \
+                {k: v.new_zeros((len(rows), *v.shape)) for k, v in params.items()}
+            old = stack.slice_rows(mem)
+            fresh = {k: v / lr for k, v in part.items()}
+            kept = {k: v.to(client_store.STORE_DTYPES[memory.dtype]).to(v.dtype)
+                    for k, v in fresh.items()}  # what the store holds (float16: rounded)
+            symbols = {k: fresh[k] - old[k] for k in part}
+            stack.add_into(dsum, {k: kept[k] - old[k] for k in part})
+            memory = memory.updated(clients[j], _written(stack.write_rows(mem, kept),
+                                                         memory.dtype))
+        else:
+            symbols = part
+        if sent is not None:  # zeros off each client's mask, its row in the round
+            at = torch.as_tensor(rows, device=wt.device)
+            for k, v in stack.scatter_rows(symbols).items():
+                sent[k].index_copy_(0, at, v.expand(len(rows), *v.shape[1:]).to(sent[k].dtype))
+        else:
+            stack.add_into(acc, {k: v * _rows(wt, v) for k, v in symbols.items()})
+        stack.add_into(cov, {k: _rows(wt, v).expand_as(v) for k, v in symbols.items()})
+    if sent is not None and len(subs):
+        w_round = np.zeros(len(subs))
+        w_round[subs.order] = np.concatenate([np.asarray(w, float) for w in weights])
+        acc = uplink(sent, w_round)
     covered = {k: c.clamp(min=1e-30) for k, c in cov.items()}
-    if not memory:
-        return {k: params[k] - acc[k] / covered[k] for k in params}, usum, states, cov
+    if memory is None:
+        return {k: params[k] - acc[k] / covered[k] for k in params}, usum, None, cov
     n = num_clients  # v_q = ū + corr, ū over all N clients (old memory)
     new = {k: params[k] - lr * (usum[k].to(params[k]) / n + acc[k] / covered[k])
            for k in params}
-    return new, {k: usum[k] + dsum[k] for k in params}, states, cov
+    return new, {k: usum[k] + client_store.to_host(dsum[k]) for k in params}, memory, cov
 
 
-def coverage_log(cov: Params, params: Params, sliced: list[Params], subs: list[Submodel],
-                  d: int, groups: tuple[UnitGroup, ...]) -> dict[str, Any]:
-    """Γ_q statistics, |S_q|/d and the mean submodel-noise ratio ŵ₁² (§2.1.3).
+def _rows(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Weights ``(C,)`` shaped to multiply the rows of a ``(C, …)`` stack."""
+    return w.view(-1, *[1] * (like.dim() - 1))
+
+
+def _written(stack: Params, dtype: str) -> StateStack:
+    """Every row of a ``(C, …)`` stack as the clients' new memories."""
+    n = next(iter(stack.values())).shape[0]
+    return StateStack({"": stack}, {"": np.ones(n, bool)}, None, None, dtype)
+
+
+def coverage_log(cov: Params, params: Params, subs: Submodels, d: int,
+                 groups: tuple[UnitGroup, ...]) -> dict[str, Any]:
+    """Γ_q statistics, |S_q|/d, the mean submodel-noise ratio ŵ₁² (§2.1.3) and mean size.
 
     ``coverage_min`` is over covered coordinates; ``unit_coverage_min`` over the units of
     every prunable layer (what ``coverage_aware`` guarantees: a weight between two pruned
     layers is covered only by a client holding both of its units, so coordinate coverage
-    can stay below Γ_min when clients hold few units).
+    can stay below Γ_min when clients hold few units). ``mean_params`` is the clients' mean
+    submodel size (0 without clients).
     """
-    units = [torch.bincount(torch.cat([s.selection[g.name] for s in subs]), minlength=g.size)
-             for g in groups] if subs else []
+    units = [torch.bincount(torch.cat([s.selection[g.name].reshape(-1) for s in subs.stacks]),
+                            minlength=g.size) for g in groups] if len(subs) else []
     flat = torch.cat([c.reshape(-1) for c in cov.values()])
     covered = flat > 0
     norm = sum(float(v.pow(2).sum()) for v in params.values())
-    noise_ratios = [1.0 - sum(float(v.pow(2).sum()) for v in p.values()) / norm if norm > 0
-                    else 0.0 for p in sliced]
+    kept = []  # each client's ‖θ_q ⊙ m_n‖², stack after stack
+    for stack in subs.stacks:
+        sliced = stack.slice(params)
+        kept.append(sum(v.pow(2).reshape(len(stack), -1).sum(1) for v in sliced.values()))
+    kept_sq = torch.cat(kept).double().cpu().numpy() if kept else np.zeros(0)
+    noise = 1.0 - kept_sq / norm if norm > 0 else np.zeros(len(kept_sq))
+    sizes = [stack.num_params() * len(stack) for stack in subs.stacks]
     return {"coverage_min": float(flat[covered].min()) if covered.any() else 0.0,
             "unit_coverage_min": int(min(int(u.min()) for u in units)) if units else 0,
             "coverage_mean": float(flat[covered].mean()) if covered.any() else 0.0,
             "covered_fraction": float(covered.sum()) / d,
-            "noise_ratio": float(np.mean(noise_ratios)) if noise_ratios else 0.0}
+            "noise_ratio": float(np.mean(noise)) if len(noise) else 0.0,
+            "mean_params": float(sum(sizes) / len(subs)) if len(subs) else 0.0}

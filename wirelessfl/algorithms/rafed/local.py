@@ -6,6 +6,7 @@ import torch
 from typing_extensions import override
 
 from wirelessfl.algorithms.rafed.masks import kept_units
+from wirelessfl.engine.batch import RowStack
 from wirelessfl.engine.client import LocalHParams, LocalSGD
 from wirelessfl.models import noise
 from wirelessfl.models.base import FLModel, Params, UnitGroup
@@ -32,6 +33,14 @@ class SubmodelSGD(LocalSGD):
     @override
     def context(self, task):
         return task.broadcast or {}
+
+    @override
+    def stacked_context(self, batch, device):
+        """The stacked broadcast (masks, 1/r, allowed widths) as it came: no Python per client."""
+        if not isinstance(batch.broadcast, RowStack):
+            return None
+        return {name: {k: v.to(device) for k, v in tree.items()}
+                for name, tree in batch.broadcast.tree.items()}
 
     @override
     def objective(self, params, buffers, start, x, y, w, ctx):

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from channels.validation import as_float, as_int, check_rng, short
+from channels.validation import as_finite, as_float, as_int, check_rng, short
 from wirelessfl.models.base import UnitGroup
 
 POLICIES = ("random", "static", "prefix", "rolling", "coverage_aware")
@@ -64,32 +64,75 @@ def draw(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], roun
         The round's mask stream (``static`` passes round 0's).
     gamma_min : int
         Γ_min of ``coverage_aware``.
+
+    The selections of :func:`draw_levels`, client by client.
+    """
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(_checked_len(ratios))]
+    for rows, sel in draw_levels(policy, groups, ratios, round_, rng, gamma_min=gamma_min):
+        for i, n in enumerate(rows.tolist()):
+            out[n] = {g: s[i] for g, s in sel.items()}
+    return out
+
+
+def draw_levels(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], round_: int,
+                rng: np.random.Generator, *, gamma_min: int = 1, among: np.ndarray | None = None
+                ) -> list[tuple[np.ndarray, dict[str, torch.Tensor]]]:
+    """The round's selections (:func:`draw`'s) as stacks of clients that keep equally many units.
+
+    Returns ``(rows, selection)`` pairs: the positions ``rows`` (ascending) of clients whose
+    kept counts agree in every group, and per group their units ``(len(rows), k)`` (each row
+    sorted): what :class:`~wirelessfl.server.submodel.SubmodelStack` takes. No Python per
+    client but ``coverage_aware``'s greedy pass (one client after another by its definition).
+    ``among`` keeps only those positions of ``ratios`` (``static``: every client's draw, the
+    round's clients kept), and ``rows`` are then positions in ``among``; the stream is drawn
+    as for all of ``ratios``.
     """
     if policy not in POLICIES:
         raise ValueError(f"mask `policy` must be one of {', '.join(POLICIES)}, got {short(policy)}")
     round_ = as_int("round_", round_, lo=0)
     gamma_min = as_int("gamma_min", gamma_min, lo=1, hi=10**6)
+    n = _checked_len(ratios)
+    check_rng(rng)
+    keep = np.arange(n) if among is None else np.asarray(among, np.int64)
+    if not n or not len(keep):
+        return []
+    r = np.asarray(ratios, float)
+    levels, which = np.unique(r, return_inverse=True)  # kept_units once per distinct ratio
+    ks = np.array([[kept_units(g, float(v)) for g in groups] for v in levels],
+                  np.int64).reshape(len(levels), len(groups))[which.reshape(-1)]
+    sizes, member = np.unique(ks[keep], axis=0, return_inverse=True)
+    member = member.reshape(-1)
+    out = [(np.flatnonzero(member == j), {}) for j in range(len(sizes))]
+    for gi, g in enumerate(groups):
+        if policy == "coverage_aware":
+            picks = _coverage_aware(g.size, ks[:, gi], gamma_min, rng)
+        elif policy in ("random", "static"):  # the k smallest of i.i.d. keys: a uniform k-subset
+            order = np.argsort(rng.random((n, g.size)), axis=1)
+        for j, (rows, sel) in enumerate(out):
+            k, at = int(sizes[j, gi]), keep[rows]
+            if policy == "prefix":
+                units = np.broadcast_to(np.arange(k), (len(rows), k))
+            elif policy == "rolling":
+                units = np.broadcast_to(np.sort((round_ + np.arange(k)) % g.size), (len(rows), k))
+            elif policy == "coverage_aware":
+                units = np.stack([picks[i] for i in at.tolist()])
+            else:
+                units = np.sort(order[at, :k], axis=1)
+            sel[g.name] = torch.from_numpy(np.array(units, dtype=np.int64))
+    return out
+
+
+def _checked_len(ratios: Sequence[float]) -> int:
+    """len(ratios), each a neuron ratio in (0, 1] (TypeError, ValueError otherwise)."""
     if isinstance(ratios, (str, bytes)) or not isinstance(ratios, Sequence | np.ndarray):
         raise TypeError(f"`ratios` must be a list of neuron ratios, one per client, got "
                         f"{short(ratios)}")
-    for r in ratios:
-        as_float("ratios", r, lo=0, hi=1, lo_open=True)
-    check_rng(rng)
-    out: list[dict[str, torch.Tensor]] = [{} for _ in ratios]
-    for g in groups:
-        ks = np.array([kept_units(g, r) for r in ratios])
-        if policy == "prefix":
-            picks = [np.arange(k) for k in ks]
-        elif policy == "rolling":
-            picks = [np.sort((round_ + np.arange(k)) % g.size) for k in ks]
-        elif policy == "coverage_aware":
-            picks = _coverage_aware(g.size, ks, gamma_min, rng)
-        else:  # random, static: the k smallest of i.i.d. keys are a uniform k-subset
-            order = np.argsort(rng.random((len(ks), g.size)), axis=1)
-            picks = [np.sort(order[n, :k]) for n, k in enumerate(ks)]
-        for sel, p in zip(out, picks):
-            sel[g.name] = torch.from_numpy(np.asarray(p, dtype=np.int64))
-    return out
+    if np.asarray(ratios).dtype.kind == "b":
+        raise ValueError("`ratios` must be neuron ratios in (0, 1], got booleans")
+    got = as_finite("ratios", ratios, lo=0, hi=1, lo_open=True)
+    if got.ndim != 1:
+        raise ValueError(f"`ratios` must be a flat list, one ratio per client, got shape {got.shape}")
+    return len(got)
 
 
 def _coverage_aware(size: int, ks: np.ndarray, gamma_min: int,

@@ -54,7 +54,7 @@ policies (:mod:`~wirelessfl.algorithms.rafed.masks`), the local rule
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -75,9 +75,16 @@ from wirelessfl.algorithms.rafed.aggregation import (
 )
 from wirelessfl.algorithms.rafed.hparams import RAFedHParams, RAMFedHParams
 from wirelessfl.algorithms.rafed.local import SubmodelSGD
-from wirelessfl.algorithms.rafed.masks import draw, kept_units, parameter_fraction, ratio_for_fraction
+from wirelessfl.algorithms.rafed.masks import (
+    draw_levels,
+    kept_units,
+    parameter_fraction,
+    ratio_for_fraction,
+)
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import ClientResult, steps_per_call
+from wirelessfl.engine.batch import ClientResults, RowStack
+from wirelessfl.engine.client import steps_per_call
+from wirelessfl.engine.client_store import ClientStore
 from wirelessfl.models.base import Params
 from wirelessfl.net.compression import compress, relative_error
 from wirelessfl.net.digital import Delivery
@@ -85,16 +92,21 @@ from wirelessfl.net.resources import draw_cpu, draw_fdma_rates, full_model_secon
 from wirelessfl.server.aggregation import AggregateInfo
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
-from wirelessfl.server.submodel import Submodel
+from wirelessfl.server.submodel import Submodels, SubmodelStack
 
 __all__ = ["RAFed", "RAFedHParams", "RAMFedHParams", "RAFedState", "SubmodelPlan", "SubmodelReport"]
 
 
 @dataclass(frozen=True, eq=False)
 class SubmodelPlan(RoundPlan):
-    """A round's submodels, ratios r_n, their times t_n(f_n) [s], C(θ_q) and γ_q."""
+    """A round's submodels, ratios r_n, their times t_n(f_n) [s], C(θ_q) and γ_q.
 
-    subs: list[Submodel] = field(default_factory=list)
+    The clients train in stacks of equal submodel sizes (``subs``): ``starts[j]`` and
+    ``broadcast[j]`` are stack j's starts C(θ_q) ⊙ m_{n,q} and what its rule needs, as
+    :class:`~wirelessfl.engine.batch.RowStack` s (one row a client).
+    """
+
+    subs: Submodels = field(default_factory=lambda: Submodels((), ()))
     ratios: np.ndarray = field(default_factory=lambda: np.zeros(0))
     seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sent: Params = field(default_factory=dict)
@@ -175,59 +187,85 @@ class RAFed(FederatedAlgorithm):
         return SubmodelPlan(clients, starts, broadcasts, subs=subs, ratios=ratios,
                             seconds=seconds, sent=sent, lr=self.client_lr(t) or env.local.lr)
 
-    def train(self, state: ServerState, plan: SubmodelPlan) -> list[ClientResult]:
-        """Local training of the submodels (no stored client state reaches the clients)."""
-        results = self.train_clients(plan.starts, plan.clients, state.round, broadcast=plan.broadcast)
-        if self.hp.training == "mask":  # back to the sliced view the aggregation adds up
-            results = [replace(r, delta=s.slice(r.delta)) for r, s in zip(results, plan.subs)]
-        return results
+    def train(self, state: ServerState, plan: SubmodelPlan) -> list[ClientResults]:
+        """Local training of the submodels, one engine call per stack of equal sizes.
+
+        The results of stack j (``plan.subs``) hold the sliced updates D_{q,n} of its clients
+        (no stored client state reaches the clients).
+        """
+        out = []
+        for stack, rows, start, cast in zip(plan.subs.stacks, plan.subs.rows, plan.starts,
+                                            plan.broadcast):
+            res = self.train_clients(start, plan.clients[rows], state.round, broadcast=cast,
+                                     start_index=np.arange(len(rows)))
+            if self.hp.training == "mask":  # back to the sliced view the aggregation adds up
+                res = ClientResults(res.clients, res.num_samples, res.num_steps, res.losses,
+                                    stack.slice_rows(res.delta_stack()))
+            out.append(res)
+        return out
 
     @override
     def server_update(self, state: ServerState, plan: SubmodelPlan,
-                      results: list[ClientResult],
+                      results: list[ClientResults],
                       delivery: Delivery | None = None) -> tuple[ServerState, SubmodelReport]:
         hp, params, d = self.hp, state.params, num_params(state.params)
         opt = self.opt_state(state)
-        weights = (np.array([r.num_samples for r in results], float)
-                   if hp.weighting == "samples" else np.ones(len(results)))
+        weights = [r.num_samples.astype(float) if hp.weighting == "samples" else np.ones(len(r))
+                   for r in results]
         air, infos = self.env.uplink, []
+        memory = self.client_store(state.client_states) if hp.memory else None
         new_params, usum, states, cov = coverage_aggregate(
-            params, plan.subs, results, weights, plan.lr,
-            memory_dtype=hp.memory_dtype if hp.memory else None, client_states=state.client_states,
+            params, plan.subs, [r.delta_stack() for r in results], weights, plan.lr,
+            memory=memory, clients=[r.clients for r in results],
             usum=opt.usum, num_clients=self.env.num_clients,
             uplink=None if air is None else self._over_the_air(state.round, plan.lr, infos))
+        if not hp.memory:
+            states = state.client_states
         mse, silent = AggregateInfo.merged(infos)
-        loss, diag = client_diagnostics(results)
-        sliced = [s.slice(params) for s in plan.subs]  # each client's θ_q ⊙ m, for sizes and ŵ₁²
-        sizes = np.array([num_params(p) for p in sliced], float)
-        log = coverage_log(cov, params, sliced, plan.subs, d, self.groups)
+        loss, diag = ClientResults.concat([r.without_deltas() for r in results],
+                                          order=plan.subs.order).diagnostics() \
+            if results else client_diagnostics([])
+        log = coverage_log(cov, params, plan.subs, d, self.groups)
+        size = log.pop("mean_params")
         prev = float("inf") if opt.gamma_star is None else opt.gamma_star
         gamma_star = min(prev, log["coverage_min"]) if log["coverage_min"] > 0 else opt.gamma_star
         new = ServerState(new_params, state.round + 1, RAFedState(usum, gamma_star), states,
                           state.buffers, schedule_origin=state.schedule_origin)
         return new, SubmodelReport(
-            uplink_params=float(sizes.mean()) if len(sizes) else 0.0, train_loss=loss,
+            uplink_params=size, train_loss=loss,
             clients=diag, latency_s=float(plan.seconds.max(initial=0.0)) if self._timed else None,
-            **log, param_fraction=float(sizes.mean() / d) if len(sizes) else 0.0,
+            **log, param_fraction=size / d,
             neuron_ratio=float(plan.ratios.mean()) if len(plan.ratios) else 0.0,
-            clients_trained=len(results),
+            clients_trained=len(plan.subs),
             compression_w2_sq=(relative_error(params, plan.sent) if hp.compression != "none"
                                else None),
             gamma_star=prev if gamma_star is None else gamma_star,
             memory_mb=client_store.nbytes(states) / 2**20 if hp.memory else None,
             aircomp_mse=mse, silent_clients=silent)
 
+    @property
+    def stacked_client_store(self) -> bool:  # type: ignore[override]
+        """RAM-Fed keeps its memories u_n in a stacked client store (one row a client)."""
+        return self.hp.memory
+
+    @override
+    def client_store(self, states):
+        """RAM-Fed's memories as a stacked store in ``memory_dtype``."""
+        if isinstance(states, ClientStore):
+            return states
+        return ClientStore.from_states(states, None, self.hp.memory_dtype)
+
     def _over_the_air(self, t: int, lr: float, infos: list[AggregateInfo]):
-        """Σ_n w_n tree_n as received over the air in round t (``network.aggregation``).
+        """Σ_n w_n row_n of a ``(C, …)`` stack as received over the air in round t.
 
         A symbol is a gradient: RA-Fed's D_n/γ, RAM-Fed's Δ − u_n (already /γ). Each
         aggregation's info is appended to ``infos`` (the round's, for its report).
         """
         unit = 1.0 if self.hp.memory else lr
 
-        def received(trees: list[Params], w: np.ndarray) -> Params:
-            got, info = self.env.uplink.aggregate(trees, w, self.env.seeds.generator("noise", t),
-                                                  unit=unit)
+        def received(stack: Params, w: np.ndarray) -> Params:
+            got, info = self.env.uplink.aggregate_stack(
+                stack, w, self.env.seeds.generator("noise", t), unit=unit)
             infos.append(info)
             return {k: float(w.sum()) * v for k, v in got.items()}
         return received
@@ -253,30 +291,36 @@ class RAFed(FederatedAlgorithm):
         return ratios, full * np.array([self.fractions.get(r, 0.0) for r in ratios])
 
     def _selections(self, t: int, clients: np.ndarray, ratios: np.ndarray,
-                    params: Params) -> list[Submodel]:
+                    params: Params) -> Submodels:
+        """The round's selections, its clients in stacks of equal submodel sizes."""
         hp, seeds = self.hp, self.env.seeds
         if hp.policy == "static":  # one fixed random order per client: its first k units
             every = np.full(self.env.num_clients, 1.0)
             every[clients] = ratios
-            sels = draw("random", self.groups, every, t, seeds.generator("masks", 0))
-            sels = [sels[c] for c in clients]
+            levels = draw_levels("random", self.groups, every, t, seeds.generator("masks", 0),
+                                 among=clients)
         else:
-            sels = draw(hp.policy, self.groups, ratios, t, seeds.generator("masks", t),
-                        gamma_min=hp.gamma_min)
-        return [Submodel(self.groups, s, params) for s in sels]
+            levels = draw_levels(hp.policy, self.groups, ratios, t, seeds.generator("masks", t),
+                                 gamma_min=hp.gamma_min)
+        return Submodels(tuple(SubmodelStack(self.groups, sel, params) for _, sel in levels),
+                         tuple(rows for rows, _ in levels))
 
-    def _starts(self, sent: Params, subs: list[Submodel],
-                ratios: np.ndarray) -> tuple[list[Params], list[dict]]:
-        """Each client's start C(θ) ⊙ m and what its rule needs (mask, 1/r, allowed widths)."""
-        hp, starts, extras = self.hp, [], []
-        for sub, r in zip(subs, ratios):
-            rate = {"inv": torch.tensor(1.0 / r),
-                    "allowed": torch.tensor(sum(lv <= r + 1e-12 for lv in self.levels))}
-            if hp.training == "mask":
-                mask = sub.mask(sent)
-                starts.append({k: v * mask[k] for k, v in sent.items()})
-                extras.append({"mask": mask, "rate": rate})
+    def _starts(self, sent: Params, subs: Submodels,
+                ratios: np.ndarray) -> tuple[list[RowStack], list[RowStack]]:
+        """Each stack's starts C(θ) ⊙ m and what its rule needs (masks, 1/r, allowed widths)."""
+        levels = np.asarray(self.levels, float)
+        device = next(iter(sent.values())).device
+        starts, extras = [], []
+        for stack, rows in zip(subs.stacks, subs.rows):
+            r = ratios[rows]
+            rate = {"inv": torch.as_tensor(1.0 / r, dtype=torch.float32, device=device),
+                    "allowed": torch.as_tensor((levels[None, :] <= r[:, None] + 1e-12).sum(1),
+                                               device=device)}
+            if self.hp.training == "mask":
+                mask = stack.masks(sent)
+                starts.append(RowStack({k: v * mask[k] for k, v in sent.items()}))
+                extras.append(RowStack({"mask": mask, "rate": rate}))
             else:
-                starts.append(sub.slice(sent))
-                extras.append({"rate": rate})
+                starts.append(RowStack(stack.slice(sent)))
+                extras.append(RowStack({"rate": rate}))
         return starts, extras
