@@ -716,6 +716,11 @@ def test_every_figure_is_written_as_png_pdf_and_svg_in_either_style(toy):
     with pytest.raises(ValueError, match="report, paper"):
         with figure_style("poster"):
             pass
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None,
+               title=False)  # the report's wide panels, its title in the caption alone
+    bare = (toy / "curves.svg").read_text()
+    assert "quick scale" not in bare and "quick scale" in (toy / "README.md").read_text()
+    assert float(bare.split('width="', 1)[1].split("pt", 1)[0]) / 72 > 2 * 3.5 * 1.2
 
 
 def test_panels_of_one_column_share_their_y_axis():

@@ -355,7 +355,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     code = _report(out, "figures", lambda: regenerate(
         args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
         log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray, seeds=seeds,
-        batch_runs=args.batch_runs, style=args.style))
+        batch_runs=args.batch_runs, style=args.style, title=False if args.no_title else None))
     if args.publish is not None and code == 0:
         from wirelessfl.report.figures import publish
 
@@ -576,6 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="figures as for a report (wide, titled; default) or for a paper "
                          "(3.5 in panels, 8-pt text, colour-blind-safe colours, the title only "
                          "as the README's caption); every figure is written as PNG, PDF and SVG")
+    fg.add_argument("--no-title", action="store_true",
+                    help="leave the title out of the images in the report style too (the "
+                         "README's caption carries it)")
     _add_executor_args(fg)
     _add_plugin_arg(fg)
     fg.set_defaults(func=_cmd_figures)

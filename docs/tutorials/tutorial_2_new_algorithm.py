@@ -154,12 +154,40 @@ wirelessfl.register_algorithm("fedmedian", FedAvgHParams, FedMedian)
 summary = wirelessfl.run_job(
     wirelessfl.open_run({**config, "algorithm": {"name": "fedmedian"}}), out / "median", quiet=True)
 print("fedmedian:", f"{wirelessfl.RunRecord(out / 'median').rows()[-1]['test_accuracy']:.4f}")
-wirelessfl.registry.unregister("fedmedian")
 
 # %%
 # The median learns more slowly here than the mean: Synthetic(1, 1) gives each client its
 # own model, and the median of 12 heterogeneous updates discards most of what they carry.
 # That is the price of its robustness to a few corrupted clients, which this data has none of.
+#
+# Over a digital link, the median is taken over what arrives. Each client uploads its Δ_i
+# over TDMA (its own Rayleigh channel each round, 0 dB); the server waits ``deadline_s`` and
+# ``results`` holds the uploads that made it, so the rule needs no change. The rows count
+# the uploads and the dropped ones.
+digital = {**config, "algorithm": {"name": "fedmedian"},
+           "network": {"model": "tdma", "snr_db": 0.0, "deadline_s": 0.02}}
+wirelessfl.run_job(wirelessfl.open_run(digital), out / "median-tdma", quiet=True)
+last = wirelessfl.RunRecord(out / "median-tdma").rows()[-1]
+print(f"fedmedian over TDMA: test accuracy {last['test_accuracy']:.4f}, "
+      f"{last['dropped_clients']:.0f} of {last['uploads']:.0f} uploads missed the deadline")
+
+# %%
+# Over the air it cannot run as it is. AirComp computes a *sum*: every client transmits at
+# once and the receiver gets Σ_i Δ_i plus noise, never a single Δ_i, so there is nothing to
+# take a median of. A class with its own ``server_update`` is refused over the air, in one
+# line, before anything trains:
+try:
+    wirelessfl.open_run({**config, "algorithm": {"name": "fedmedian"},
+                         "network": {"model": "aircomp", "aggregation": "over_the_air"}})
+except ValueError as err:
+    print("refused:", err)
+wirelessfl.registry.unregister("fedmedian")
+
+# %%
+# A rule that *is* a weighted sum (a norm-bounded mean, say) can go over the air: aggregate
+# through ``self.combine(state, results)``, which returns the received sum, and declare
+# ``uses_uplink = True``. The built-in ``algorithm.robust: median`` is refused over the air
+# for the same reason as FedMedian.
 
 # %%
 # The same algorithm from the command line

@@ -56,13 +56,15 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
         execute_local(runs, root, quiet=quiet, log=log, jobs=jobs, batch_runs=batch_runs)
 
 
-def render(figures: list[Figure], root: Path, style: str = "report") -> list[Path]:
+def render(figures: list[Figure], root: Path, style: str = "report",
+           title: bool | None = None) -> list[Path]:
     """Write every figure's outputs and a README with, per figure, its claim checked.
 
     Figures with missing runs are listed as such. The README keeps the sections of figures
     rendered here before (``--only X``, then ``--only Y``). ``style``: ``report`` or
-    ``paper`` (:func:`~wirelessfl.report.renderers.figure_style`); either way the README
-    gives each figure its title as a caption.
+    ``paper`` (:func:`~wirelessfl.report.renderers.figure_style`), ``title`` whether the
+    images carry their titles (None: the style's default); either way the README gives
+    each figure its title as a caption.
     """
     root.mkdir(parents=True, exist_ok=True)
     readme = root / "README.md"
@@ -73,7 +75,7 @@ def render(figures: list[Figure], root: Path, style: str = "report") -> list[Pat
             sections[fig.name] = (f"## {fig.name}\n\n{fig.title}\n\nRuns missing: run "
                                   "`wirelessfl figures` again.\n")
             continue
-        with figure_style(style):
+        with figure_style(style, title):
             paths = RENDERERS[fig.spec["kind"]](fig, root, root)
         outputs += paths
         sections[fig.name] = readme_section(fig, paths, check_claim(fig, root))
@@ -192,15 +194,16 @@ def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = N
                extra: list[str] | None = None, quiet: bool = False,
                log: Callable[[str], None] = print, jobs: int = 1,
                ray: Any = None, seeds: list[int] | None = None,
-               batch_runs: int | None = None, style: str = "report") -> list[Path]:
+               batch_runs: int | None = None, style: str = "report",
+               title: bool | None = None) -> list[Path]:
     """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files.
 
     ``seeds`` replaces every figure's seeds (:func:`~wirelessfl.report.spec.load_figures`);
-    ``style`` is the figures' (:func:`render`).
+    ``style`` and ``title`` are the figures' (:func:`render`).
     """
     return _complete(load_figures(paper, scale, only, extra, seeds), root, f"{paper} ({scale})",
                      quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs,
-                     style=style)
+                     style=style, title=title)
 
 
 #: Marks a report folder as this tool's: its tables, plots and README may be rewritten.
@@ -259,7 +262,8 @@ def _is_report_folder(root: Path) -> bool:
 
 def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
               log: Callable[[str], None], jobs: int, ray: Any,
-              batch_runs: int | None = None, style: str = "report") -> list[Path]:
+              batch_runs: int | None = None, style: str = "report",
+              title: bool | None = None) -> list[Path]:
     """Train the figures' missing runs (each once), then render them under ``root``."""
     _claim_report_folder(root)
     todo = missing_runs(figures, root)
@@ -267,7 +271,7 @@ def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
         f"report folder {root}")
     check_data(todo)
     execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs)
-    return render(figures, root, style)
+    return render(figures, root, style, title)
 
 
 #: Datasets read from files: checked once before any run starts.

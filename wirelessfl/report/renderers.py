@@ -72,20 +72,30 @@ _VECTOR_RC = {"pdf.fonttype": 42, "svg.fonttype": "none"}
 #: Panel width and height [in] per style.
 _PANEL = {"report": (5.0, 3.8), "paper": (3.5, 2.6)}
 _STYLE: ContextVar[str] = ContextVar("figure_style", default="report")
+#: Whether the image carries the figure's title (the style's default: only ``report``'s).
+_TITLE: ContextVar[bool] = ContextVar("figure_title", default=True)
 #: The formats every figure is written in (the PNG for the README, vector ones for papers).
 FORMATS = ("png", "pdf", "svg")
 
 
 @contextlib.contextmanager
-def figure_style(name: str = "report") -> Iterator[None]:
-    """Render the figures of the block in style ``name`` (:data:`STYLES`)."""
+def figure_style(name: str = "report", title: bool | None = None) -> Iterator[None]:
+    """Render the figures of the block in style ``name`` (:data:`STYLES`).
+
+    ``title``: whether the image carries the figure's title (None: the style's default,
+    ``report`` yes, ``paper`` no); the README's caption carries it either way.
+    """
     if name not in STYLES:
         raise ValueError(f"figure style must be one of {', '.join(STYLES)}, got {name!r}")
+    if title is not None and not isinstance(title, bool):
+        raise TypeError(f"title must be True, False or None, got {title!r}")
     token = _STYLE.set(name)
+    titled = _TITLE.set(name == "report" if title is None else title)
     try:
         with plt.rc_context({**_VECTOR_RC, **(_PAPER_RC if name == "paper" else {})}):
             yield
     finally:
+        _TITLE.reset(titled)
         _STYLE.reset(token)
 
 
@@ -242,7 +252,7 @@ def _finish(fig: Figure, f: plt.Figure, ax: np.ndarray, out: Path,
            for a in np.ravel(ax) for c in a.collections):  # say what the shaded bands are
         f.text(0.995, 0.005, "lines: mean over seeds; shaded: min to max over seeds",
                ha="right", va="bottom", fontsize=7, color="0.35")
-    if _STYLE.get() == "report":  # (a paper's caption carries the title: the README's)
+    if _TITLE.get():  # (else the caption carries the title: the README's)
         # about 12 characters of 10-pt text per inch: wrap titles wider than a one-column figure
         f.suptitle(textwrap.fill(fig.title, int(12 * f.get_figwidth())), fontsize=10)
     for a in np.ravel(ax):  # a panel's title (12 pt: about 10 characters an inch) within it
