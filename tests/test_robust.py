@@ -11,7 +11,14 @@ import torch
 
 from wirelessfl.run.kinds import open_run
 from wirelessfl.server.aggregation import Mean
-from wirelessfl.server.robust import Krum, Median, NormBounded, TrimmedMean, robust_aggregator
+from wirelessfl.server.robust import (
+    Bulyan,
+    Krum,
+    Median,
+    NormBounded,
+    TrimmedMean,
+    robust_aggregator,
+)
 
 RAW = {"seed": 4, "rounds": 4,
        "data": {"dataset": "synthetic", "num_clients": 10, "samples_per_client": 30},
@@ -35,6 +42,40 @@ def _np_krum(x, f, m):
     near = max(1, min(n - 1, n - f - 2))
     scores = np.array([np.sort(np.delete(d[i], i))[:near].sum() for i in range(n)])
     return x[np.argsort(scores, kind="stable")[:m]].mean(0)
+
+
+def _np_bulyan(x, f):
+    """Bulyan as El Mhamdi et al. write it: Krum among the rows left, θ = n − 2f times, then
+    per coordinate the mean of the β = θ − 2f chosen values closest to their median."""
+    left, chosen = list(range(len(x))), []
+    for _ in range(len(x) - 2 * f):
+        sub = x[left]
+        if len(left) == 1:
+            pick = 0
+        else:
+            d = ((sub[:, None] - sub[None]) ** 2).sum(-1)
+            near = max(1, min(len(left) - 1, len(left) - f - 2))
+            pick = int(np.argmin([np.sort(np.delete(d[i], i))[:near].sum()
+                                  for i in range(len(left))]))
+        chosen.append(left.pop(pick))
+    s = x[chosen]
+    beta = len(chosen) - 2 * f
+    out = np.empty(x.shape[1])
+    for j in range(x.shape[1]):
+        order = np.argsort(np.abs(s[:, j] - np.median(s[:, j])), kind="stable")[:beta]
+        out[j] = s[order, j].mean()
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 8, 12])
+def test_bulyan_equals_a_plain_numpy_implementation(n):
+    stack = _stack(n, 10 + n)
+    x = _flat(stack)
+    for f in (0, 1, 2):
+        got = Bulyan(f).aggregate_stack(stack, np.ones(n), np.random.default_rng(0))[0]
+        fit = min(f, max(0, (n - 3) // 4))  # the f this round can tolerate
+        np.testing.assert_allclose(_flat({k: v[None] for k, v in got.items()})[0],
+                                   _np_bulyan(x, fit), rtol=1e-12)
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 8])
@@ -65,7 +106,7 @@ def test_the_rules_resist_one_huge_outlier_and_the_mean_does_not():
         v[4] = 1e6
     w, rng = np.ones(9), np.random.default_rng(0)
     honest = np.abs(np.delete(_flat(stack), 4, axis=0)).max()
-    for rule in (Median(), TrimmedMean(0.2), Krum(1), NormBounded(1.0)):
+    for rule in (Median(), TrimmedMean(0.2), Krum(1), Bulyan(1), NormBounded(1.0)):
         hit = _flat({k: v[None] for k, v in rule.aggregate_stack(bad, w, rng)[0].items()})
         assert np.abs(hit).max() <= honest + 1.0, rule  # within the honest rows' range
     mean = _flat({k: v[None] for k, v in Mean().aggregate_stack(bad, w, rng)[0].items()})
@@ -165,7 +206,7 @@ def test_norm_bounded_goes_over_the_air_and_the_order_statistics_do_not():
     run = open_run({**RAW, "algorithm": {"name": "fedavg", "robust": "norm_bounded"},
                     "network": over})
     assert "AirComp" in repr(run.exp.algorithm.aggregator)
-    for rule in ("median", "trimmed_mean", "krum"):
+    for rule in ("median", "trimmed_mean", "krum", "bulyan"):
         with pytest.raises(ValueError, match="not a sum"):
             open_run({**RAW, "algorithm": {"name": "fedavg", "robust": rule}, "network": over})
     with pytest.raises(ValueError, match="not a sum"):
@@ -177,11 +218,31 @@ def test_norm_bounded_goes_over_the_air_and_the_order_statistics_do_not():
     ("algorithm.norm_bound=-1", "norm_bound"),
     ("algorithm.trim=0.2", "robust: trimmed_mean"),
     ("algorithm.attack=sign_flip", "attackers"),
-    ("algorithm.robust=bulyan", "robust"),
+    ("algorithm.robust=zeno", "robust"),
+    ("algorithm.byzantine=2", "robust: krum or bulyan"),
     ("algorithm.attack=label_flip", "attackers"),
 ])
 def test_bad_robust_settings_are_one_line_each(cli_error, setting, match):
     assert match in cli_error({**RAW, "algorithm": {"name": "fedavg"}}, "--set", setting)
+
+
+def test_bulyan_with_too_few_clients_for_its_f_is_one_line(cli_error):
+    err = cli_error({**RAW, "algorithm": {"name": "fedavg", "robust": "bulyan"}},
+                    "--set", "algorithm.byzantine=2")
+    assert "4f + 3 = 11" in err
+    open_run({**RAW, "algorithm": {"name": "fedavg", "robust": "bulyan", "byzantine": 1}})
+
+
+def test_bulyan_s_selection_costs_a_few_operators_per_chosen_row():
+    """Bulyan's Krum rounds are sequential by definition: Python grows by a fixed few calls per
+    chosen row, and nothing else grows with the clients."""
+    def calls(n):
+        prof = cProfile.Profile()
+        prof.runcall(Bulyan(1).aggregate_stack, _stack(n), np.ones(n), np.random.default_rng(0))
+        return pstats.Stats(prof).total_calls
+
+    per_row = (calls(200) - calls(40)) / 160
+    assert 0 < per_row <= 12, per_row
 
 
 def test_an_algorithm_that_combines_its_own_way_refuses_a_rule():

@@ -81,11 +81,13 @@ class FedAvgHParams:
         ε of the adaptive rules (1e-8, outside the root; ``docs/papers/fadamgc.md`` §3.5).
     robust : str
         The server's aggregation rule (:mod:`wirelessfl.server.robust`): ``mean`` (the
-        weighted mean, default), ``median``, ``trimmed_mean``, ``krum``, ``norm_bounded``.
+        weighted mean, default), ``median``, ``trimmed_mean``, ``krum``, ``bulyan``,
+        ``norm_bounded``.
     trim : float
         β of ``trimmed_mean``: the fraction dropped at each end per coordinate [0.1].
     byzantine : int
-        f of ``krum``: the attackers its scores allow for [1].
+        f of ``krum`` and ``bulyan``: the attackers they allow for (Bulyan needs 4f + 3
+        clients a round) [1].
     krum_select : int
         m of ``krum``: the rows of least score averaged (1: Krum, more: multi-Krum) [1].
     norm_bound : float
@@ -169,11 +171,11 @@ class FedAvgHParams:
             raise ValueError(f"`attack` must be one of {', '.join(ATTACKS)}, got {self.attack!r}")
         as_float("attackers", self.attackers, lo=0, hi=1)
         as_float("attack_scale", self.attack_scale, lo=0, hi=1e6)
-        for key, rule in (("trim", "trimmed_mean"), ("byzantine", "krum"),
-                          ("krum_select", "krum"), ("norm_bound", "norm_bounded")):
-            if getattr(self, key) != getattr(FedAvgHParams, key) and self.robust != rule:
-                raise ValueError(f"`{key}` is a setting of robust: {rule}; set robust: {rule} "
-                                 "or remove it")
+        for key, rules in (("trim", ("trimmed_mean",)), ("byzantine", ("krum", "bulyan")),
+                           ("krum_select", ("krum",)), ("norm_bound", ("norm_bounded",))):
+            if getattr(self, key) != getattr(FedAvgHParams, key) and self.robust not in rules:
+                raise ValueError(f"`{key}` is a setting of robust: {' or '.join(rules)}; set "
+                                 f"robust: {rules[0]} or remove it")
         if (self.attackers > 0) != (self.attack != "none"):
             raise ValueError("`attack` and `attackers` go together: name the attack and the "
                              "fraction of clients that makes it (or neither)")
@@ -319,6 +321,11 @@ class FedAvg(FederatedAlgorithm):
                 select=hp.krum_select, norm_bound=hp.norm_bound)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if hp.robust == "bulyan" and (hp.clients_per_round or env.num_clients) < 4 * hp.byzantine + 3:
+            raise ConfigError(f"algorithm.robust bulyan with byzantine {hp.byzantine} needs at "
+                              f"least 4f + 3 = {4 * hp.byzantine + 3} clients a round, this run "
+                              f"has {hp.clients_per_round or env.num_clients}: lower byzantine or "
+                              "raise clients_per_round")
         if (hp.robust != "mean" or hp.attack != "none" or hp.dp != "none") and aggregator is None \
                 and not type(self).reads_deltas_through_combine():
             raise ConfigError(f"algorithm.robust / attack / dp: {type(self).__name__} combines "

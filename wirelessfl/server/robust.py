@@ -10,11 +10,16 @@ few tensor operations, with no Python per client:
 - ``krum``: the row with the least sum of squared distances to its C − f − 2 nearest rows
   (Blanchard et al., NeurIPS 2017; f = ``byzantine``), and multi-Krum, the mean of the
   ``krum_select`` = m rows of least score (El Mhamdi et al., ICML 2018);
+- ``bulyan``: θ = C − 2f rows chosen by Krum one after another (each time among the rows
+  not yet chosen), then per coordinate the mean of the β = θ − 2f chosen values closest to
+  their median (El Mhamdi, Guerraoui, Rouault, ICML 2018; f = ``byzantine``, C ≥ 4f + 3; a
+  round with fewer arrivals tolerates the f it can). Its selection is sequential by
+  definition: θ Krum rounds of a fixed few operators each;
 - ``norm_bounded``: every Δ_i scaled to norm ≤ ``norm_bound`` (the whole vector, all keys),
   then the link's own sum: the exact weighted mean, or over the air the noisy one
   (Sun et al., "Can you really backdoor FL?", 2019).
 
-The first three are order statistics or selections, not sums: they cannot be computed over
+The first four are order statistics or selections, not sums: they cannot be computed over
 the air, where the server receives only the noisy sum, and are refused there. They ignore
 the sample weights (each client one vote), as their papers define them.
 """
@@ -31,7 +36,7 @@ from wirelessfl.models.base import Params
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, _rows_of
 
 #: The rules of ``algorithm.robust`` (``mean``: the plain weighted mean, no rule).
-ROBUST_RULES = ("mean", "median", "trimmed_mean", "krum", "norm_bounded")
+ROBUST_RULES = ("mean", "median", "trimmed_mean", "krum", "bulyan", "norm_bounded")
 
 
 def _flat(stack: Params) -> torch.Tensor:
@@ -146,6 +151,59 @@ class Krum(_Stacked):
         return f"Krum(byzantine={self.byzantine}, select={self.select})"
 
 
+class Bulyan(_Stacked):
+    """Bulyan: θ = C − 2f rows by repeated Krum, then a trimmed mean around each median.
+
+    Of the θ chosen rows, each coordinate averages the β = θ − 2f values closest to the
+    coordinate's median (NumPy's: the mean of the two middle values for an even θ; ties to
+    the earlier chosen row). ``byzantine`` f is capped per round at ⌊(C − 3)/4⌋, what C rows
+    can tolerate.
+    """
+
+    def __init__(self, byzantine: int) -> None:
+        if int(byzantine) < 0:
+            raise ValueError(f"Bulyan needs byzantine >= 0, got {byzantine!r}")
+        self.byzantine = int(byzantine)
+
+    @staticmethod
+    def needs(byzantine: int) -> int:
+        """The fewest rows Bulyan needs to tolerate ``byzantine`` of them: 4f + 3."""
+        return 4 * int(byzantine) + 3
+
+    def chosen(self, flat: torch.Tensor, f: int) -> torch.Tensor:
+        """The θ = C − 2f rows Krum picks one after another, in the order picked."""
+        n = flat.shape[0]
+        d = torch.cdist(flat.double(), flat.double()).pow(2)
+        d.fill_diagonal_(float("inf"))
+        alive = torch.ones(n, dtype=torch.bool, device=flat.device)
+        picks = []
+        for left in range(n, 2 * f, -1):  # θ Krum rounds among the rows not yet chosen
+            near = max(1, min(left - 1, left - f - 2))
+            scores = d.masked_fill(~alive[None, :], float("inf")).sort(1).values[:, :near].sum(1)
+            scores = scores.masked_fill(~alive, float("inf")) if left > 1 else alive.double().neg()
+            pick = torch.argmin(scores)  # the first of equal scores
+            picks.append(pick)
+            alive[pick] = False
+        return torch.stack(picks)
+
+    @override
+    def aggregate_stack(self, stack: Params, weights: np.ndarray, rng: np.random.Generator, *,
+                        unit: float | None = None,
+                        channel: np.random.Generator | None = None) -> tuple[Params, AggregateInfo]:
+        flat = _flat(stack)
+        n = flat.shape[0]
+        f = min(self.byzantine, max(0, (n - 3) // 4))
+        picked = flat[self.chosen(flat, f)]
+        theta = picked.shape[0]
+        ordered = picked.sort(0).values
+        median = (ordered[(theta - 1) // 2] + ordered[theta // 2]) / 2
+        closest = (picked - median).abs().argsort(dim=0, stable=True)[:theta - 2 * f]
+        return _unflat(picked.gather(0, closest).mean(0), stack), AggregateInfo()
+
+    def __repr__(self) -> str:
+        return f"Bulyan(byzantine={self.byzantine})"
+
+
 class NormBounded(Aggregator):
     """Every row scaled to norm ≤ ``bound``, then ``inner``'s sum (the exact mean, or over the air)."""
 
@@ -198,4 +256,6 @@ def robust_aggregator(rule: str, uplink: Aggregator | None, *, trim: float = 0.1
         return Median()
     if rule == "trimmed_mean":
         return TrimmedMean(trim)
+    if rule == "bulyan":
+        return Bulyan(byzantine)
     return Krum(byzantine, select)
