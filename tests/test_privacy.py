@@ -290,3 +290,90 @@ def test_the_channel_alone_is_refused_under_normalisation_and_counted_only_witho
     exp = open_run(raw).exp
     state, report = exp.algorithm.apply(exp.initial_state())
     assert state.privacy.multipliers == (0.5,)
+
+
+CELLS = {"name": "hist", "cells": 2, "split": False, "edge_rounds": 3, "dp": "central",
+         "dp_noise": 1.5, "dp_clip": 0.5}
+
+
+def test_an_edge_aggregation_with_dp_is_the_clipped_mean_plus_its_noise_written_out():
+    """PrivateMean: rows clipped to C, then central N(0, (zC/K)²) on the mean, or local
+    N(0, (zC)²) on each row, from a generator seeded by the aggregation's stream."""
+    import numpy as np
+
+    from wirelessfl.server.privacy import PrivateMean
+    from wirelessfl.server.robust import clip_rows
+
+    g = torch.Generator().manual_seed(0)
+    stack = {"w": torch.randn(5, 3, 4, generator=g), "b": 3 * torch.randn(5, 4, generator=g)}
+    w = np.ones(5)
+    for mode in ("central", "local"):
+        got, _ = PrivateMean(mode, 0.7, 2.0).aggregate_stack(stack, w, np.random.default_rng(9))
+        seed = int(np.random.default_rng(9).integers(2**62))
+        gen = torch.Generator().manual_seed(seed)
+        clipped = clip_rows(stack, 0.7)
+        if mode == "local":
+            noisy = {k: v + 1.4 * torch.randn(v.shape, generator=gen) for k, v in clipped.items()}
+            want = {k: v.mean(0) for k, v in noisy.items()}
+        else:
+            want = {k: v.mean(0) + 1.4 / 5 * torch.randn(v.shape[1:], generator=gen)
+                    for k, v in clipped.items()}
+        for k in stack:
+            torch.testing.assert_close(got[k], want[k])
+
+
+@pytest.mark.parametrize("mode, share", [("central", 1 / 25), ("local", 1 / 5)])
+def test_the_edge_noise_has_the_configured_variance(mode, share):
+    """Monte Carlo on zero updates: the mean carries (zC)²/K² (central) or (zC)²/K (local)."""
+    import numpy as np
+
+    from wirelessfl.server.privacy import PrivateMean
+
+    zero = {"w": torch.zeros(5, 4000)}
+    got, _ = PrivateMean(mode, 1.0, 3.0).aggregate_stack(zero, np.ones(5),
+                                                         np.random.default_rng(1))
+    assert float(got["w"].var()) == pytest.approx(9.0 * share, rel=0.06)
+
+
+def test_dp_in_cells_reports_the_accountant_s_epsilon_for_every_edge_release(tmp_path):
+    """Every client is released E times a global round at z, no sampling: ε after t rounds is
+    the RDP accountant's for t·E Gaussian events (written out with the library); a target
+    stops the run before it is exceeded; HIST's submodel cells are accounted alike."""
+    dp = library()
+    for algorithm in (CELLS, {**CELLS, "split": True, "dp": "local"}):
+        raw = {**RAW, "rounds": 4, "eval_every": 1, "algorithm": algorithm}
+        run_job(open_run(raw), tmp_path / algorithm["dp"], quiet=True)
+        for row in RunRecord(tmp_path / algorithm["dp"]).rows()[1:]:
+            acc = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+            acc.compose(dp.GaussianDpEvent(1.5 / 2), row["round"] * 3)
+            assert row["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    raw = {**RAW, "rounds": 30, "eval_every": 1,
+           "algorithm": {**CELLS, "dp_target_epsilon": 60.0}}
+    run_job(open_run(raw), tmp_path / "target", quiet=True)
+    rows = RunRecord(tmp_path / "target").rows()
+    algo = open_run(raw).exp.algorithm
+    assert rows[-1]["round"] < 30 and rows[-1]["epsilon"] <= 60.0 < algo.epsilon(rows[-1]["round"] + 1)
+
+
+def test_dp_in_cells_resumes_to_its_uninterrupted_rows(cut_and_resume):
+    full, resumed = cut_and_resume({**RAW, "algorithm": CELLS}, after=3)
+    assert resumed == full
+
+
+@pytest.mark.parametrize("algorithm, match", [
+    ({**CELLS, "dp": "over_the_air"}, "is exact"),
+    ({**CELLS, "split": True, "aggregation": "aircomp"}, "dp over_the_air"),
+    ({**CELLS, "dp": "over_the_air", "dp_noise": 0.0, "aggregation": "aircomp"}, "FedAvg family"),
+    ({"name": "hist", "dp_clip": 2.0}, "dp_clip"),
+])
+def test_bad_dp_settings_in_cells_are_one_line(cli_error, algorithm, match):
+    assert match in cli_error({**RAW, "algorithm": algorithm})
+
+
+def test_hist_over_the_air_edges_top_the_channel_up():
+    """HIST's AirComp cells with dp over_the_air train, log their MSE and ε at z."""
+    raw = {**RAW, "algorithm": {**CELLS, "split": True, "aggregation": "aircomp",
+                                "dp": "over_the_air"}}
+    exp = open_run(raw).exp
+    state, report = exp.algorithm.apply(exp.initial_state())
+    assert report.aircomp_mse is not None and report.epsilon == exp.algorithm.epsilon(1)

@@ -42,7 +42,7 @@ from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
 from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
 from wirelessfl.server.privacy import (
-    DP_MODES,
+    PrivacySettings,
     PrivacyState,
     RoundAccountant,
     grid_down,
@@ -60,7 +60,7 @@ ATTACKS = ("none", "sign_flip", "scaled", "noise", "label_flip")
 
 
 @dataclass(frozen=True)
-class FedAvgHParams:
+class FedAvgHParams(PrivacySettings):
     """FedAvg: local SGD on sampled clients, weighted averaging, an optional server optimiser.
 
     Attributes
@@ -103,20 +103,10 @@ class FedAvgHParams:
         stream) [0].
     attack_scale : float
         s of the attack [1.0].
-    dp : str
-        Differential privacy (:mod:`wirelessfl.server.privacy`): ``none`` (default),
-        ``central`` (the server adds N(0, (zC)²) to the sum of the clipped updates),
-        ``local`` (each client adds it to its own) or ``over_the_air`` (the channel's noise,
-        topped up by the clients to multiplier z, and accounted round by round).
-    dp_clip : float
-        C, the norm every Δ_i is scaled down to under ``dp`` [1.0].
-    dp_noise : float
-        z, the noise's standard deviation in units of C; over the air 0 adds nothing (the
-        channel's noise alone) [1.0].
-    dp_delta : float
-        δ of the (ε, δ) the rows report [1e-5].
-    dp_target_epsilon : float or None
-        Stop before a round that would spend more than this ε (None: run every round).
+    dp, dp_clip, dp_noise, dp_delta, dp_target_epsilon
+        Differential privacy (:class:`~wirelessfl.server.privacy.PrivacySettings`); over the
+        air each round is accounted at its own multiplier, and ``dp_noise`` 0 is the
+        channel's noise alone.
     dp_clip_quantile : float or None
         Adaptive clipping (central DP; Andrew et al. 2021): the quantile γ ∈ (0, 1) of the
         update norms the clip norm follows, starting at ``dp_clip`` (None: the fixed
@@ -144,11 +134,6 @@ class FedAvgHParams:
     attack: str = "none"
     attackers: float = 0.0
     attack_scale: float = 1.0
-    dp: str = "none"
-    dp_clip: float = 1.0
-    dp_noise: float = 1.0
-    dp_delta: float = 1e-5
-    dp_target_epsilon: float | None = None
     dp_clip_quantile: float | None = None
     dp_clip_lr: float = 0.2
     dp_count_noise: float | None = None
@@ -182,20 +167,7 @@ class FedAvgHParams:
         if self.attack_scale != 1.0 and self.attack in ("none", "label_flip"):
             raise ValueError("`attack_scale` is a setting of the sign_flip, scaled and noise "
                              "attacks: set one of them, or remove it")
-        if self.dp not in DP_MODES:
-            raise ValueError(f"`dp` must be one of {', '.join(DP_MODES)}, got {self.dp!r}")
-        as_float("dp_clip", self.dp_clip, lo=0, hi=1e12, lo_open=True)
-        as_float("dp_noise", self.dp_noise, lo=0, hi=1e6)
-        if self.dp_noise == 0 and self.dp != "over_the_air":
-            raise ValueError("`dp_noise` 0 adds no noise: give a noise multiplier > 0 (0 is for "
-                             "dp: over_the_air, where it accounts the channel's noise alone)")
-        as_float("dp_delta", self.dp_delta, lo=0, hi=1, lo_open=True, hi_open=True)
-        if self.dp_target_epsilon is not None:
-            as_float("dp_target_epsilon", self.dp_target_epsilon, lo=0, hi=1e6, lo_open=True)
-        for key in ("dp_clip", "dp_noise", "dp_delta", "dp_target_epsilon", "dp_clip_quantile"):
-            if getattr(self, key) != getattr(FedAvgHParams, key) and self.dp == "none":
-                raise ValueError(f"`{key}` is a setting of differential privacy: set dp: "
-                                 "central or local, or remove it")
+        self.check_privacy(also=("dp_clip_quantile",))
         if self.dp != "none" and self.weighting != "uniform":
             raise ValueError("`dp` bounds each client's part of the mean: set weighting: uniform "
                              "(sample weights would give a large client more than C)")

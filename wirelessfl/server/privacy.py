@@ -53,16 +53,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+from typing_extensions import override
 
+from channels.validation import as_float
 from wirelessfl.errors import ConfigError
+from wirelessfl.models.base import Params
+from wirelessfl.server.aggregation import Aggregator, Mean
+from wirelessfl.server.robust import clip_rows
 from wirelessfl.server.state import AlgorithmState
 
 #: ``algorithm.dp``: no privacy, noise added by the server, by every client, or the
 #: over-the-air channel's own noise topped up to the target.
 DP_MODES = ("none", "central", "local", "over_the_air")
 
-__all__ = ["DP_MODES", "PrivacyState", "ClipState", "RoundAccountant", "epsilon", "grid_down",
-           "library", "next_clip", "round_event", "top_up", "update_noise"]
+__all__ = ["DP_MODES", "PrivacySettings", "PrivateMean", "PrivacyState", "ClipState",
+           "RoundAccountant", "epsilon", "grid_down", "library", "next_clip", "round_event",
+           "top_up", "update_noise"]
 
 
 @functools.cache
@@ -99,6 +106,115 @@ def epsilon(mode: str, noise_multiplier: float, rounds: int, population: int, sa
     acc.compose(dp.SelfComposedDpEvent(round_event(mode, noise_multiplier, population, sample),
                                        int(rounds)))
     return float(acc.get_epsilon(delta))
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """The settings of differential privacy an algorithm's hyperparameters take (a mixin).
+
+    Attributes
+    ----------
+    dp : str
+        Differential privacy: ``none`` (default), ``central`` (the server adds N(0, (zC)²) to
+        the sum of the clipped updates), ``local`` (each client adds it to its own) or
+        ``over_the_air`` (the channel's noise, topped up by the clients to multiplier z).
+    dp_clip : float
+        C, the norm every Δ_i is scaled down to under ``dp`` [1.0].
+    dp_noise : float
+        z, the noise's standard deviation in units of C; over the air 0 adds nothing (the
+        channel's noise alone, where the algorithm accounts it) [1.0].
+    dp_delta : float
+        δ of the (ε, δ) the rows report [1e-5].
+    dp_target_epsilon : float or None
+        Stop before a round that would spend more than this ε (None: run every round).
+    """
+
+    dp: str = "none"
+    dp_clip: float = 1.0
+    dp_noise: float = 1.0
+    dp_delta: float = 1e-5
+    dp_target_epsilon: float | None = None
+
+    def check_privacy(self, also: tuple[str, ...] = ()) -> None:
+        """Refuse bad privacy settings in one line each (``also``: the class's own DP keys)."""
+        if self.dp not in DP_MODES:
+            raise ValueError(f"`dp` must be one of {', '.join(DP_MODES)}, got {self.dp!r}")
+        as_float("dp_clip", self.dp_clip, lo=0, hi=1e12, lo_open=True)
+        as_float("dp_noise", self.dp_noise, lo=0, hi=1e6)
+        if self.dp_noise == 0 and self.dp != "over_the_air":
+            raise ValueError("`dp_noise` 0 adds no noise: give a noise multiplier > 0 (0 is for "
+                             "dp: over_the_air, where it accounts the channel's noise alone)")
+        as_float("dp_delta", self.dp_delta, lo=0, hi=1, lo_open=True, hi_open=True)
+        if self.dp_target_epsilon is not None:
+            as_float("dp_target_epsilon", self.dp_target_epsilon, lo=0, hi=1e6, lo_open=True)
+        base = type(self)
+        for key in ("dp_clip", "dp_noise", "dp_delta", "dp_target_epsilon", *also):
+            if getattr(self, key) != getattr(base, key) and self.dp == "none":
+                raise ValueError(f"`{key}` is a setting of differential privacy: set dp: "
+                                 "central or local, or remove it")
+
+
+class PrivateMean(Aggregator):
+    """The clipped mean of a stack with Gaussian noise: DP at an edge server or a server.
+
+    Every row is scaled to norm ≤ C (``clip``); then ``local``: each row gets N(0, (zC)²)
+    per entry before ``inner`` sums; ``central``: the mean gets N(0, (zC/K)²);
+    ``over_the_air``: the inner (over-the-air) aggregation's own noise on the mean is topped
+    up to zC/K (:func:`top_up`). The noise comes from a generator seeded by ``rng`` after
+    ``inner`` has drawn from it (``local``: before), so an inner over-the-air aggregation
+    draws the channel it draws without DP. Uniform weights (every client one vote of norm
+    ≤ C) are the caller's.
+    """
+
+    exact = False
+
+    def __init__(self, mode: str, clip: float, noise: float, inner: Aggregator | None = None
+                 ) -> None:
+        if mode not in DP_MODES or mode == "none":
+            raise ValueError(f"PrivateMean's mode must be central, local or over_the_air, got "
+                             f"{mode!r}")
+        self.mode, self.clip, self.noise = mode, float(clip), float(noise)
+        self.inner = inner or Mean()
+        if mode == "over_the_air" and self.inner.exact:
+            raise ValueError("dp over_the_air counts the channel's noise, but this aggregation "
+                             "is exact: aggregate over the air (network.aggregation "
+                             "over_the_air, HIST's aggregation: aircomp) or use dp central")
+        if mode != "over_the_air" and not self.inner.exact:
+            raise ValueError(f"dp {mode} adds its noise to an exact sum, but this aggregation is "
+                             "over the air (its noise would go uncounted): use dp over_the_air")
+        self.needs_clients = self.inner.needs_clients
+
+    @override
+    def aggregate(self, deltas, weights, rng, *, unit=None, channel=None):
+        if isinstance(deltas, dict) or not len(deltas):
+            raise ValueError("PrivateMean needs a non-empty sequence of parameter trees")
+        return self.aggregate_stack({k: torch.stack([d[k] for d in deltas]) for k in deltas[0]},
+                                    weights, rng, unit=unit, channel=channel)
+
+    @override
+    def aggregate_stack(self, stack, weights, rng, **kwargs):
+        stack = clip_rows(stack, self.clip)
+        zc = self.noise * self.clip
+        if self.mode == "local":
+            stack = _noisy(stack, zc, rng)
+        update, info = self.inner.aggregate_stack(stack, weights, rng, **kwargs)
+        std = zc / max(len(weights), 1)
+        if self.mode == "over_the_air" and info.noise_std is not None:
+            std = top_up(info.noise_std, std)
+        if self.mode != "local" and std > 0:
+            update = _noisy(update, std, rng)
+        return update, info
+
+    def __repr__(self) -> str:
+        return (f"PrivateMean({self.mode}, clip={self.clip}, noise={self.noise}, "
+                f"inner={self.inner!r})")
+
+
+def _noisy(tree: Params, std: float, rng: np.random.Generator) -> Params:
+    """``tree`` plus N(0, std²) per entry, from a generator seeded by ``rng``."""
+    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
+            for k, v in tree.items()}
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.engine.batch import ClientResults
 from wirelessfl.engine.client import ClientResult
+from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import (
@@ -40,12 +41,14 @@ from wirelessfl.server.aggregation import (
     segment_means,
     weighted_mean,
 )
+from wirelessfl.server.privacy import PrivacySettings, PrivateMean
+from wirelessfl.server.privacy import epsilon as dp_epsilon
 from wirelessfl.server.state import RoundPlan
 from wirelessfl.server.topology import Topology
 
 
 @dataclass(frozen=True)
-class HFedAvgHParams:
+class HFedAvgHParams(PrivacySettings):
     """HFedAvg: hierarchical FedAvg, E edge averagings per global round, then the cloud.
 
     Attributes
@@ -54,6 +57,9 @@ class HFedAvgHParams:
         Number of cells N; client u belongs to cell ⌊u / (U // N)⌋.
     edge_rounds : int
         Edge aggregations E per global round.
+    dp, dp_clip, dp_noise, dp_delta, dp_target_epsilon
+        Differential privacy at the edge servers
+        (:class:`~wirelessfl.server.privacy.PrivacySettings`, :class:`HFedAvg`).
     """
 
     cells: int = 2
@@ -62,6 +68,18 @@ class HFedAvgHParams:
     def __post_init__(self) -> None:
         as_int("cells", self.cells, lo=1, hi=10**4)
         as_int("edge_rounds", self.edge_rounds, lo=1, hi=10**4)
+        self.check_privacy()
+        if self.dp == "over_the_air" and self.dp_noise == 0:
+            raise ValueError("`dp_noise` 0 (the channel alone) is accounted for the FedAvg "
+                             "family only; in cells give a multiplier > 0, which the clients "
+                             "top the channel's noise up to")
+
+
+@dataclass(frozen=True)
+class CellsReport(RoundReport):
+    """A hierarchical round's report: with ``dp``, the ε spent so far (None without)."""
+
+    epsilon: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +103,19 @@ class CellsOutcome:
 
 
 class HFedAvg(FederatedAlgorithm):
-    """Hierarchical FedAvg with uniform weights at edge and cloud."""
+    """Hierarchical FedAvg with uniform weights at edge and cloud.
+
+    **Differential privacy at the edge** (``dp``): each edge aggregation clips every
+    client's Δ_i to norm ≤ C and adds Gaussian noise of multiplier z
+    (:class:`~wirelessfl.server.privacy.PrivateMean`): ``central`` by the edge server on its
+    cell's sum (private against the cloud and the other cells, the edge server trusted),
+    ``local`` by each client on its own, ``over_the_air`` the cell's channel noise topped up
+    to z. Every client trains in every edge round, so a client's data is released E times a
+    global round, each a Gaussian mechanism at z with no sampling: after t rounds ε is the
+    RDP accountant's for t·E such releases (the cells hold disjoint clients, so a client's
+    privacy is its own cell's). Over the air each release is accounted at z, the floor the
+    top-up guarantees.
+    """
 
     #: The plan a round's configure phase returns (HIST's carries its submodels too).
     plan_type: type[CellsPlan] = CellsPlan
@@ -96,6 +126,39 @@ class HFedAvg(FederatedAlgorithm):
         self.hp = hp
         self.topology = Topology.even(env.num_clients, hp.cells)
         self.aggregator = aggregator or Mean()
+        if type(self).cell_aggregator is HFedAvg.cell_aggregator:  # (else: once it has them)
+            self.check_private()
+
+    def check_private(self) -> None:
+        """Refuse ``dp`` where the cells' aggregation does not fit it (one line)."""
+        if self.hp.dp == "none":
+            return
+        try:
+            for j in range(self.topology.num_cells):
+                self.edge_aggregator(j)
+        except ValueError as exc:
+            raise ConfigError(f"algorithm.{exc}") from None
+
+    def edge_aggregator(self, j: int) -> Aggregator:
+        """Cell j's edge aggregation: its aggregator, behind DP when ``dp`` is on."""
+        inner, hp = self.cell_aggregator(j), self.hp
+        if hp.dp == "none":
+            return inner
+        return PrivateMean(hp.dp, hp.dp_clip, hp.dp_noise, inner)
+
+    def epsilon(self, rounds: int) -> float | None:
+        """ε at ``dp_delta`` after ``rounds`` global rounds: rounds·E releases at z (None: no DP)."""
+        hp = self.hp
+        if hp.dp == "none":
+            return None
+        return dp_epsilon("local" if hp.dp == "local" else "central", hp.dp_noise,
+                          int(rounds) * hp.edge_rounds, 1, 1, hp.dp_delta)
+
+    @override
+    def spent(self, rounds_done: int, state: ServerState | None = None) -> bool:
+        """Whether one more round would spend more than ``dp_target_epsilon``."""
+        target = self.hp.dp_target_epsilon
+        return target is not None and self.epsilon(rounds_done + 1) > target
 
     def cell_aggregator(self, j: int) -> Aggregator:
         """The aggregator of cell j's edge server (one for all cells here)."""
@@ -116,7 +179,7 @@ class HFedAvg(FederatedAlgorithm):
         sizes = np.array([len(c) for c in cells])
         cell_of = np.repeat(np.arange(len(cells)), sizes)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        exact = all(type(self.cell_aggregator(j)) is Mean for j in range(len(cells)))
+        exact = all(type(self.edge_aggregator(j)) is Mean for j in range(len(cells)))
         edge = list(starts)
         parts: list[ClientResults] = []
         infos: list[AggregateInfo] = []
@@ -129,7 +192,7 @@ class HFedAvg(FederatedAlgorithm):
             else:
                 updates = []
                 for j in range(len(cells)):
-                    update, info = self.cell_aggregator(j).aggregate_stack(
+                    update, info = self.edge_aggregator(j).aggregate_stack(
                         out.delta_stack(slice(bounds[j], bounds[j + 1])), np.ones(sizes[j]),
                         self.env.seeds.generator("noise", t, e, j))
                     updates.append(update)
@@ -162,5 +225,5 @@ class HFedAvg(FederatedAlgorithm):
         loss, diag = client_diagnostics(outcome.results)
         new = ServerState(params, t + 1, state.opt_state, state.client_states, state.buffers,
                           schedule_origin=state.schedule_origin)
-        return new, RoundReport(uplink_params=float(self.hp.edge_rounds * num_params(params)),
-                                train_loss=loss, clients=diag)
+        return new, CellsReport(uplink_params=float(self.hp.edge_rounds * num_params(params)),
+                                train_loss=loss, clients=diag, epsilon=self.epsilon(t + 1))

@@ -31,12 +31,11 @@ from solvers import mask_sizes
 from solvers.latency import size_cap, uniform_sizes
 from wirelessfl.algorithms.base import (
     Environment,
-    RoundReport,
     ServerState,
     client_diagnostics,
     num_params,
 )
-from wirelessfl.algorithms.hist.hfedavg import CellsOutcome, CellsPlan, HFedAvg
+from wirelessfl.algorithms.hist.hfedavg import CellsOutcome, CellsPlan, CellsReport, HFedAvg
 from wirelessfl.algorithms.hist.hparams import HISTHParams, table_uplink_mb
 from wirelessfl.engine.client import steps_per_call
 from wirelessfl.models.base import Params
@@ -56,7 +55,7 @@ class HISTPlan(CellsPlan):
 
 
 @dataclass(frozen=True)
-class HISTReport(RoundReport):
+class HISTReport(CellsReport):
     """A HIST round's report, with what it logs.
 
     Attributes
@@ -121,6 +120,7 @@ class HIST(HFedAvg):
                                         method=hp.beamforming, real_part=hp.real_part_noise,
                                         tight_power=hp.tight_power)
                                 for snr in by_half(hp.cells, *hp.snr_db)]
+        self.check_private()  # (its cells' aggregators now known)
 
     @override
     def cell_aggregator(self, j: int) -> Aggregator:
@@ -202,7 +202,7 @@ class HIST(HFedAvg):
                                train_loss=loss, latency_s=latency, clients=diag,
                                cumulative=cumulative, submodel_params=sub_sizes.tolist(),
                                mask_sizes=[s.tolist() for s in sizes] if sizes else None,
-                               aircomp_mse=mse)
+                               aircomp_mse=mse, epsilon=self.epsilon(t + 1))
 
     def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
         """Eq. (7): split entries from their owner cell, the rest averaged over cells.
