@@ -377,3 +377,27 @@ def test_hist_over_the_air_edges_top_the_channel_up():
     exp = open_run(raw).exp
     state, report = exp.algorithm.apply(exp.initial_state())
     assert report.aircomp_mse is not None and report.epsilon == exp.algorithm.epsilon(1)
+
+
+@pytest.mark.parametrize("snr_db, above", [(20.0, False), (-25.0, True)])
+def test_adaptive_clipping_over_the_air_tops_up_to_z_delta_and_counts_a_louder_channel(
+        snr_db, above):
+    """Over the air the sum is topped up to z_Δ (the count's share paid); a round whose channel
+    gives less is accounted at z exactly, one that gives more at the joint multiplier of its
+    sum max(z_Δ, z_t) and the count (z_t on the 1 % grid); C_t moves and is logged."""
+    from wirelessfl.server.privacy import grid_down, joint_noise, update_noise
+
+    raw = {**RAW, "algorithm": {**ADAPTIVE, "dp": "over_the_air"},
+           "network": {**OTA, "snr_db": snr_db}}
+    exp = open_run(raw).exp
+    algo, state = exp.algorithm, exp.initial_state()
+    z_delta = update_noise(1.0, 2.0)
+    assert joint_noise(z_delta, 2.0) == pytest.approx(1.0)
+    for _ in range(3):
+        state, report = algo.apply(state)
+        z_t = report.dp_channel_noise
+        want = (joint_noise(max(z_delta, grid_down(z_t)), 2.0) if grid_down(z_t) > z_delta
+                else 1.0)
+        assert state.privacy.multipliers[-1] == want and report.dp_clip_norm is not None
+    assert (max(state.privacy.multipliers) > 1.0) == above
+    assert len(set(state.privacy.multipliers)) >= 1 and state.privacy.clip != 0.5

@@ -46,6 +46,7 @@ from wirelessfl.server.privacy import (
     PrivacyState,
     RoundAccountant,
     grid_down,
+    joint_noise,
     next_clip,
     top_up,
     update_noise,
@@ -108,9 +109,9 @@ class FedAvgHParams(PrivacySettings):
         air each round is accounted at its own multiplier, and ``dp_noise`` 0 is the
         channel's noise alone.
     dp_clip_quantile : float or None
-        Adaptive clipping (central DP; Andrew et al. 2021): the quantile γ ∈ (0, 1) of the
-        update norms the clip norm follows, starting at ``dp_clip`` (None: the fixed
-        ``dp_clip``) [None].
+        Adaptive clipping (central DP and over the air; Andrew et al. 2021): the quantile
+        γ ∈ (0, 1) of the update norms the clip norm follows, starting at ``dp_clip`` (None:
+        the fixed ``dp_clip``) [None].
     dp_clip_lr : float
         η_C, the geometric step of the clip norm per round [0.2].
     dp_count_noise : float or None
@@ -176,9 +177,14 @@ class FedAvgHParams(PrivacySettings):
         if self.dp_clip_quantile is not None:
             as_float("dp_clip_quantile", self.dp_clip_quantile, lo=0, hi=1, lo_open=True,
                      hi_open=True)
-            if self.dp != "central":
-                raise ValueError("`dp_clip_quantile` (adaptive clipping) is built for dp: "
-                                 "central; set it, or use a fixed dp_clip")
+            if self.dp not in ("central", "over_the_air"):
+                raise ValueError("`dp_clip_quantile` (adaptive clipping) releases a noisy count "
+                                 "at the server: it is built for dp: central and over_the_air; "
+                                 "set one, or use a fixed dp_clip")
+            if self.dp_noise == 0:
+                raise ValueError("`dp_clip_quantile` pays for its count out of the noise "
+                                 "multiplier z: give dp_noise > 0 (the channel alone has no "
+                                 "z to share)")
         as_float("dp_clip_lr", self.dp_clip_lr, lo=0, hi=10, lo_open=True)
         if self.dp_count_noise is not None:
             as_float("dp_count_noise", self.dp_count_noise, lo=0, hi=1e6, lo_open=True)
@@ -460,8 +466,11 @@ class FedAvg(FederatedAlgorithm):
             if clients and not (infos and infos[0].received_nothing):  # something released
                 std = infos[0].noise_std if infos else None
                 z_t = std * clients / self.clip_norm(state) if std is not None else 0.0
-                mults = (*mults, max(hp.dp_noise, grid_down(z_t)) if self.channel_counted
-                         else hp.dp_noise)
+                floor = self.noise_multiplier(clients)  # z, or z_Δ beside a noisy count
+                z_sum = max(floor, grid_down(z_t)) if self.channel_counted else floor
+                mults = (*mults, hp.dp_noise if z_sum == floor else
+                         joint_noise(z_sum, self.count_noise(clients))
+                         if hp.dp_clip_quantile is not None else z_sum)
         return PrivacyState(clip if hp.dp_clip_quantile is not None else None, mults)
 
     def dp_noise(self, tree: Params, t: int, std: float) -> Params:
@@ -580,6 +589,8 @@ class FedAvg(FederatedAlgorithm):
             channel = infos[0].noise_std * len(results) / self.clip_norm(state)  # z_t of the model's
         return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent, epsilon=eps,
                                  dp_channel_noise=channel,
+                                 dp_clip_norm=self.clip_norm(state)
+                                 if self.hp.dp_clip_quantile is not None else None,
                                  cumulative={"empty_rounds": float(nothing)})
 
     def uplink_sum(self, state: ServerState, trees: list[Params] | Params,

@@ -36,12 +36,15 @@ with the largest update's RMS, a level that depends on the data: then only the t
 counted (every round at z), and the channel alone is refused. Threat model: the server sees
 only the received sum; the channel's noise is unknown to it.
 
-**Adaptive clipping** (``dp_clip_quantile`` γ, central DP; Andrew et al., NeurIPS 2021): the
-clip norm starts at ``dp_clip`` and follows the γ-quantile of the update norms,
-C_{t+1} = C_t·exp(−η_C(b̃_t − γ)) (:func:`next_clip`), from the noisy count b̃_t of updates
+**Adaptive clipping** (``dp_clip_quantile`` γ, central DP and over the air; Andrew et al.,
+NeurIPS 2021): the clip norm starts at ``dp_clip`` and follows the γ-quantile of the update
+norms, C_{t+1} = C_t·exp(−η_C(b̃_t − γ)) (:func:`next_clip`), from the noisy count b̃_t of updates
 within C_t; the count's noise σ_b (``dp_count_noise``, default K/20) is paid for by a larger
 noise on the sum (:func:`update_noise`), so every round is still accounted at z. C_t is
-state (:class:`ClipState`, in the checkpoint).
+state (:class:`PrivacyState`, in the checkpoint). Over the air the sum's noise is topped up
+to z_Δ; a round whose channel gives more is accounted at the joint multiplier of its sum and
+the count (:func:`joint_noise`). Local DP has no server-side count to release and keeps a
+fixed clip.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ from wirelessfl.server.state import AlgorithmState
 DP_MODES = ("none", "central", "local", "over_the_air")
 
 __all__ = ["DP_MODES", "PrivacySettings", "PrivateMean", "PrivacyState", "ClipState",
-           "RoundAccountant", "epsilon", "grid_down", "library", "next_clip", "round_event",
+           "RoundAccountant", "epsilon", "grid_down", "joint_noise", "library", "next_clip", "round_event",
            "top_up", "update_noise"]
 
 
@@ -311,6 +314,17 @@ def update_noise(noise_multiplier: float, count_noise: float) -> float:
                          f"{noise_multiplier:g}: adaptive clipping needs 2·dp_count_noise > "
                          "dp_noise (raise dp_count_noise, or lower dp_noise)")
     return float((noise_multiplier ** -2 - (2.0 * count_noise) ** -2) ** -0.5)
+
+
+def joint_noise(sum_noise: float, count_noise: float) -> float:
+    """The one multiplier of a sum at ``sum_noise`` released beside a count at σ_b.
+
+    The inverse of :func:`update_noise`: (z_Δ⁻² + (2σ_b)⁻²)^(−1/2) (Andrew et al. 2021,
+    Thm. 1); without a count (σ_b = ∞) the sum's own.
+    """
+    if math.isinf(count_noise):
+        return float(sum_noise)
+    return float((sum_noise ** -2 + (2.0 * count_noise) ** -2) ** -0.5)
 
 
 def next_clip(clip: float, within: int, clients: int, quantile: float, lr: float,
