@@ -117,7 +117,7 @@ def test_bad_cap_is_refused():
 
 def test_a_link_adds_its_time_to_every_request_and_none_adds_nothing():
     """LinkLatency: FedAST's compute latency plus the link's time of one download and one
-    upload (fixed: 2·32·d/R exactly), from the same stream after the compute draw."""
+    upload (fixed: 2·32·d/R), from the same stream after the compute draw."""
     from wirelessfl.net.delays import LinkLatency
     from wirelessfl.net.links import NetworkConfig, make_link
 
@@ -133,6 +133,52 @@ def test_a_link_adds_its_time_to_every_request_and_none_adds_nothing():
     extra = [tdma.sample(0, 1, np.random.default_rng(s)) - base.sample(0, 1, np.random.default_rng(s))
              for s in range(50)]
     assert min(extra) > 0 and np.std(extra) > 0   # a fresh Rayleigh channel per request
+
+
+def test_a_request_s_download_is_a_unicast_over_its_own_channel_and_free_keeps_the_old_clock():
+    """``unicast`` (the default): a TDMA download of d over a channel drawn for it, then the
+    upload over the next draw, each d·32/R(h); ``free``: the earlier single call, which
+    TDMA times by the upload alone. Two requests issued together are each timed alone."""
+    from wirelessfl.net.delays import LinkLatency
+    from wirelessfl.net.links import NetworkConfig, RoundCost, make_link
+
+    base = ShiftedExponential(task_constants=[0.148], speed=[1.0, 1.3], steps=[27])
+    link = make_link(NetworkConfig.of("tdma", snr_db=0.0))
+    d = 2e5
+    unicast, free = LinkLatency(base, link, [d]), LinkLatency(base, link, [d], download="free")
+    for client in (0, 1):  # two overlapping requests: neither waits for the other
+        rng = np.random.default_rng(11 + client)
+        compute = base.sample(client, 0, rng)
+        legs = [link.timed(RoundCost(uplink=d, downlink=0.0, max_steps=0, clients=1), rng)
+                for _ in range(2)]
+        assert unicast.sample(client, 0, np.random.default_rng(11 + client)) == pytest.approx(
+            compute + sum(legs), rel=1e-12)
+        assert legs[0] != legs[1]  # a channel each way
+        rng = np.random.default_rng(11 + client)
+        compute = base.sample(client, 0, rng)
+        up = link.timed(RoundCost(uplink=d, downlink=0.0, max_steps=0, clients=1), rng)
+        assert free.sample(client, 0, np.random.default_rng(11 + client)) == pytest.approx(
+            compute + up, rel=1e-12)
+    with pytest.raises(ValueError, match="unicast"):
+        LinkLatency(base, link, [d], download="broadcast")
+
+
+def test_pool_download_is_versioned_and_moot_without_a_link():
+    from wirelessfl.run.config import ConfigError
+    from wirelessfl.run.configtypes import key_view
+    from wirelessfl.run.kinds import open_run
+
+    base = {"tasks": ["synthetic_linear"], "pool": {"clients": 20}, "max_rounds": 2,
+            "method": {"name": "fedast", "requests": 4, "ratio": 4}}
+    plain = open_run(base).cfg
+    assert plain.pool.download == "free" and "download" not in key_view(plain)["pool"]
+    linked = open_run({**base, "network": {"model": "tdma", "snr_db": 0.0}}).cfg
+    assert linked.pool.download == "unicast" and key_view(linked)["pool"]["download"] == "unicast"
+    old = open_run({**base, "network": {"model": "tdma", "snr_db": 0.0},
+                    "pool": {"clients": 20, "download": "free"}}).cfg
+    assert "download" not in key_view(old)["pool"]  # the key of a run made before
+    with pytest.raises(ConfigError, match="pool.download"):
+        open_run({**base, "pool": {"clients": 20, "download": "broadcast"}})
 
 
 def test_fedast_runs_over_a_link_from_its_config_and_refuses_shaping_settings(tmp_path):

@@ -114,8 +114,13 @@ class LinkLatency(LatencyModel):
 
     The link (any registered :class:`~wirelessfl.net.links.LinkModel`) times one client that
     downloads and uploads the task's model, drawn from the same ``delays`` stream after the
-    compute part (``tdma``: a fresh Rayleigh channel per request, as :class:`WirelessLatency`;
-    ``fixed``: d/R each way). Its seconds are added to the compute model's time units:
+    compute part. ``download`` ``unicast``: the download is a transmission to that client
+    alone, timed as one upload of d over the link (its own channel draw, before the
+    upload's: the computation separates them), then the upload (``tdma``: a fresh Rayleigh
+    channel each way; ``fixed``: d/R each way); ``free``: one call with the model as uplink
+    and downlink payload, which channel-drawn links time by the upload only (the convention
+    of runs made before 2026-11-26). A request is timed as if alone on the band: requests in
+    flight do not share it. Its seconds are added to the compute model's time units:
     FedAST's shifted exponential is read as seconds [default of this project; the paper's
     §4.2 leaves the unit open]. A link that shapes learning (deadlines, over-the-air
     aggregation) is refused by the multi-task config: requests have no round to drop from.
@@ -130,18 +135,25 @@ class LinkLatency(LatencyModel):
         Parameters each task's model exchanges per direction (``params_per_vector`` or d_m).
     """
 
-    def __init__(self, compute: LatencyModel, link: LinkModel, params) -> None:
+    def __init__(self, compute: LatencyModel, link: LinkModel, params,
+                 download: str = "unicast") -> None:
         if not isinstance(compute, LatencyModel) or not isinstance(link, LinkModel):
             raise TypeError("`compute` must be a LatencyModel and `link` a LinkModel")
-        self.compute, self.link = compute, link
+        if download not in ("unicast", "free"):
+            raise ValueError(f"`download` must be 'unicast' or 'free', got {download!r}")
+        self.compute, self.link, self.download = compute, link, download
         self.params = as_finite("params", params, lo=0)
 
     @override
     def sample(self, client: int, task: int, rng: np.random.Generator) -> float:
         compute = self.compute.sample(client, task, rng)
         d = float(self.params[task])
-        extra = self.link.timed(RoundCost(uplink=d, downlink=d, max_steps=0, clients=1), rng)
-        return compute + (extra or 0.0)
+        if self.download == "free":
+            return compute + (self.link.timed(RoundCost(uplink=d, downlink=d, max_steps=0,
+                                                        clients=1), rng) or 0.0)
+        one_way = RoundCost(uplink=d, downlink=0.0, max_steps=0, clients=1)
+        down = self.link.timed(one_way, rng) or 0.0  # the unicast download, then the upload
+        return compute + down + (self.link.timed(one_way, rng) or 0.0)
 
 
 def speed_classes(num_clients: int, rng: np.random.Generator,

@@ -507,6 +507,10 @@ BEFORE: dict[str, dict[str, Any]] = {
     # client's seed, computed for every client at once (engine/schedule.py); runs made before
     # drew it from a NumPy PCG64 generator per client.
     'wirelessfl.engine.client.LocalHParams': {'batch_order': 'pcg64'},
+    # 2026-11-26 (issue 71): a FedAST request's model download is timed over its link as a
+    # unicast to that client (net/delays.py, LinkLatency); runs made before timed the upload
+    # only on channel-drawn links.
+    'wirelessfl.run.multitask.PoolConfig': {'download': 'free'},
 }
 
 
@@ -518,6 +522,8 @@ STORED_BEFORE: dict[str, dict[str, Any]] = {
     # 2026-11-26 (issue 68): mini-batch orders; also each task's ``local``/``sync_local``
     "local": {"batch_order": "pcg64"},
     "sync_local": {"batch_order": "pcg64"},
+    # 2026-11-26 (issue 71): FedAST's downloads timed as unicasts
+    "pool": {"download": "free"},
 }
 
 

@@ -53,6 +53,10 @@ from wirelessfl.run.tasks import TaskConfig, build_tasks, task_from_registry
 MAX_TASKS = 64
 
 
+#: ``pool.download``: how a request's model download is timed over a link.
+DOWNLOADS = ("unicast", "free")
+
+
 @dataclass(frozen=True)
 class PoolConfig:
     """The shared client pool (§4.1–4.2).
@@ -69,6 +73,13 @@ class PoolConfig:
         Latency scale κ (1/2 [code]).
     free_on_cancel : bool
         Free a client when its request is cancelled (default: it keeps computing, §7 item 18).
+    download : str
+        How a request's model download is timed over the run's ``network`` link:
+        ``unicast`` (default since 2026-11-26: a transmission to that one client over the
+        link, timed as its upload is, over a channel drawn for it, before its computation)
+        or ``free`` (only the upload timed; runs made before have it). Either way a request
+        is timed as if alone on the band: requests in flight do not share it. Without a
+        ``network`` link there is no download to time and the setting reads ``free``.
     """
 
     clients: int = 1000
@@ -77,8 +88,12 @@ class PoolConfig:
     speed_multipliers: tuple[float, float, float] = (1.3, 1.0, 0.7)
     kappa: float = 0.5
     free_on_cancel: bool = False
+    download: str = "unicast"
 
     def __post_init__(self) -> None:
+        if self.download not in DOWNLOADS:
+            raise ConfigError(f"pool.download must be one of {', '.join(DOWNLOADS)}, got "
+                              f"{str(self.download)[:40]!r}")
         checked("pool.", clients=(self.clients, 1, 10**6), available=(self.available, 1, 10**6),
                 kappa=(self.kappa, 0, 1e6, "open"))
         for i, (share, mult) in enumerate(zip(self.speed_shares, self.speed_multipliers)):
@@ -138,11 +153,15 @@ class MultiTaskConfig:
             raise ConfigError("network.step_seconds: a multi-task run's computing time is its "
                               "latency model's (pool.kappa, the tasks' latency constants and "
                               "speed classes); the link times only the transfers (remove it)")
-        shaping = make_link(self.network).shaping()
+        link = make_link(self.network)
+        shaping = link.shaping()
         if shaping:
             raise ConfigError(f"network.{shaping[0]}: a multi-task run's requests have no round "
                               "to drop, schedule or aggregate over the air from; its link only "
                               "times them (remove it)")
+        if not link.clocked and self.pool.download != "free":  # no link, no download to time:
+            object.__setattr__(self, "pool",  # recorded as runs made before have it
+                               dataclasses.replace(self.pool, download="free"))
 
 
 def is_multitask(raw: dict[str, Any]) -> bool:
@@ -260,7 +279,8 @@ def build_simulator(cfg: MultiTaskConfig) -> tuple[Any, list[TaskEnv]]:
     if link.clocked:  # each request also crosses the link (the round-based runs' seam)
         per = cfg.network.params_per_vector
         latency = LinkLatency(latency, link, [per or sum(int(v.numel()) for v in
-                                                         t.init_params.values()) for t in tasks])
+                                                         t.init_params.values()) for t in tasks],
+                              download=p.download)
     pool = ClientPool(latency, p.clients, cap=None if sync else p.available,
                       free_on_cancel=p.free_on_cancel)
     sim = sim_cls(tasks, pool, make_executor(cfg.engine, device), seeds, cfg.method.hparams)
