@@ -189,7 +189,10 @@ class NetworkConfig:
     model : str
         A registered link model (:data:`LINK_MODELS`).
     step_seconds : float
-        Time of one local step [s] (0: communication only).
+        Time of one local step [s] (0: communication only). Every client of a round is
+        clocked as computing the round's most local steps: with unequal steps (clients of
+        unequal data under an epoch budget) the round time is an upper bound on the slowest
+        client's, since a client with fewer steps could upload earlier.
     bits_per_param : int
         Bits per parameter (32: fp32).
     params_per_vector : int or None
