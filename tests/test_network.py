@@ -280,3 +280,66 @@ def test_a_user_link_model_s_seconds_are_checked_wherever_a_clock_reads_them(tmp
     link = make_link(resolve({**RAW, "network": {"model": "shadowed"}}).network)
     cost = RoundCost(1.0, 1.0, 3, 0, 10, ())
     assert link.timed(cost, np.random.default_rng(0)) == pytest.approx(3 * link.cfg.step_seconds)
+
+
+CELLS = {"name": "hist", "cells": 2, "edge_rounds": 3, "clock": "link"}
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_hierarchical_round_is_clocked_cell_by_cell_by_the_named_link(split):
+    """Under a named link an HFedAvg/HIST round lasts E edge rounds, each its slowest cell's
+    uploads (the cells' bands in parallel, each cell's clients under the link alone),
+    written out here from the round's stream; without one HIST keeps its own clock."""
+    from wirelessfl.net.links import RoundCost
+
+    raw = {**RAW, "data": {**RAW["data"], "num_clients": 8}, "model": {"name": "fcnn",
+           "options": {"hidden": 16}}, "algorithm": {**CELLS, "split": split},
+           "network": {"model": "tdma", "snr_db": 10.0, "step_seconds": 0.01}}
+    exp = open_run(raw).exp
+    state, report = exp.algorithm.apply(exp.initial_state())
+    cost = exp.link.cost(report)
+    assert cost.cells == (0, 0, 0, 0, 1, 1, 1, 1) and cost.edge_rounds == 3
+    assert cost.cell_uplink == tuple(float(v) for v in report.submodel_params)
+    rng, want = exp.seeds.generator("network", 1), 0.0
+    for _ in range(3):
+        want += max(exp.link.seconds(RoundCost(size, size, cost.max_steps, 4, 8,
+                                               tuple(range(4 * j, 4 * j + 4))), rng)
+                    for j, size in enumerate(cost.cell_uplink))
+    assert exp.link.timed(cost, exp.seeds.generator("network", 1)) == pytest.approx(want, rel=1e-12)
+    assert RoundCost.from_list(cost.as_list()) == cost
+    assert "cell_of" not in report.logged()  # for the clock, not the rows
+
+
+def test_a_hierarchical_run_retimed_under_a_link_is_the_run_trained_under_it(tmp_path):
+    base = {**RAW, "rounds": 3, "data": {**RAW["data"], "num_clients": 8},
+            "model": {"name": "fcnn", "options": {"hidden": 16}}}
+    link = {"model": "tdma", "snr_db": 10.0}
+    run_job(open_run({**base, "name": "own", "algorithm": {**CELLS, "clock": "own"}}),
+            tmp_path / "own", quiet=True)
+    run_job(open_run({**base, "name": "tdma", "algorithm": CELLS, "network": link}),
+            tmp_path / "tdma", quiet=True)
+    from wirelessfl.run.retime import retime_run
+
+    trained = RunRecord(tmp_path / "tdma").rows()
+    retimed = retime_run(tmp_path / "own", [f"network.{k}={v}" for k, v in link.items()])
+    assert [r["sim_time_s"] for r in retimed[1:]] == [r["sim_time_s"] for r in trained[1:]]
+    own = RunRecord(tmp_path / "own").rows()
+    assert own[-1]["sim_time_s"] != trained[-1]["sim_time_s"]  # HIST's own (18) without a link
+    assert [r["test_accuracy"] for r in own] == [r["test_accuracy"] for r in trained]
+
+
+def test_hist_s_link_clock_needs_a_link(cli_error):
+    err = cli_error({**RAW, "model": {"name": "fcnn", "options": {"hidden": 8}},
+                     "algorithm": CELLS})
+    assert "clock: own" in err
+
+
+def test_a_damaged_hierarchical_round_cost_is_refused():
+    from wirelessfl.net.links import RoundCost
+
+    good = [10.0, 10.0, 3, 2, 4, [0, 1], [0, 1], [5.0, 6.0], 2]
+    assert RoundCost.from_list(good).cells == (0, 1)
+    for bad in ([*good[:6], [0, 2], [5.0, 6.0], 2], [*good[:6], [0], [5.0, 6.0], 2],
+                [*good[:8], 0], [*good[:6], [0, 1], [5.0, -1.0], 2]):
+        with pytest.raises(ValueError):
+            RoundCost.from_list(bad)

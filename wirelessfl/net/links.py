@@ -270,6 +270,11 @@ class RoundCost:
     how many took part; ``ids`` which (sorted) and ``population`` N, so ``tdma``/``fdma``
     read each client's own channel of the round's N (None in rows written before: the
     channels of an S-client draw, as those runs were timed).
+
+    A hierarchical round (HFedAvg, HIST) adds its cells: ``cells[i]`` is the cell of
+    ``ids[i]``, ``cell_uplink[j]`` what each client of cell j uploads per edge round (HIST's
+    submodels differ by cell), ``edge_rounds`` E. :meth:`LinkModel.timed` then times it per
+    cell (:meth:`LinkModel.cells_seconds`); ``max_steps`` is per edge round.
     """
 
     uplink: float
@@ -278,6 +283,9 @@ class RoundCost:
     clients: int
     population: int | None = None
     ids: tuple[int, ...] | None = None
+    cells: tuple[int, ...] | None = None
+    cell_uplink: tuple[float, ...] | None = None
+    edge_rounds: int = 1
 
     @classmethod
     def from_report(cls, report: Any, scale: float = 1.0,
@@ -293,20 +301,31 @@ class RoundCost:
         up = report.uplink_params
         down = up if report.downlink_params is None else report.downlink_params
         known = population is not None and ids and ids[-1] < population
+        cell_of = getattr(report, "cell_of", None)
+        if known and cell_of is not None:  # a hierarchical round: its cells, per edge round
+            ids = tuple(sorted(set(ids)))  # (each client once: it trained in every edge round)
+            sizes = getattr(report, "cell_params", None) or ()
+            return cls(float(up) * scale, float(down) * scale, max(steps), len(ids), population,
+                       ids, tuple(int(cell_of[i]) for i in ids),
+                       tuple(float(v) * scale for v in sizes), int(report.edge_rounds))
         return cls(float(up) * scale, float(down) * scale, max(steps), len(steps),
                    population if known else None, ids if known else None)
 
     def as_list(self) -> list[Any]:
-        """``[uplink, downlink, max_steps, clients(, N, ids)]``, as logged in metrics rows."""
+        """``[uplink, downlink, max_steps, clients(, N, ids(, cells, cell_uplink, E))]``, as logged."""
         head = [self.uplink, self.downlink, self.max_steps, self.clients]
-        return head if self.ids is None else [*head, self.population, list(self.ids)]
+        if self.ids is None:
+            return head
+        head = [*head, self.population, list(self.ids)]
+        return head if self.cells is None else [*head, list(self.cells), list(self.cell_uplink),
+                                                self.edge_rounds]
 
     @classmethod
     def from_list(cls, values: Any) -> RoundCost:
         """The inverse of :meth:`as_list` (checked: a damaged row raises ValueError)."""
-        if not isinstance(values, (list, tuple)) or len(values) not in (4, 6):
+        if not isinstance(values, (list, tuple)) or len(values) not in (4, 6, 9):
             raise ValueError(f"a round cost is [uplink, downlink, max_steps, clients(, N, "
-                             f"ids)], got {str(values)[:60]}")
+                             f"ids(, cells, cell_uplink, E))], got {str(values)[:60]}")
         up = as_float("uplink", values[0], lo=0, hi=1e15)
         down = as_float("downlink", values[1], lo=0, hi=1e15)
         steps = as_float("max_steps", values[2], lo=0, hi=1e12)
@@ -319,7 +338,17 @@ class RoundCost:
                 or not all(isinstance(i, int) and 0 <= i < n for i in ids)):
             raise ValueError(f"a round cost's ids must be {clients} client ids below {n}, got "
                              f"{str(ids)[:60]}")
-        return cls(up, down, steps, clients, n, tuple(ids))
+        if len(values) == 6:
+            return cls(up, down, steps, clients, n, tuple(ids))
+        cells, sizes = values[6], values[7]
+        edge = as_int("edge_rounds", values[8], lo=1, hi=10**6)
+        if (not isinstance(cells, (list, tuple)) or len(cells) != clients
+                or not isinstance(sizes, (list, tuple))
+                or not all(isinstance(c, int) and 0 <= c < len(sizes) for c in cells)):
+            raise ValueError(f"a round cost's cells must give each of its {clients} clients a "
+                             f"cell with an upload size, got {str(values[6:8])[:60]}")
+        sizes = tuple(as_float("cell_uplink", v, lo=0, hi=1e15) for v in sizes)
+        return cls(up, down, steps, clients, n, tuple(ids), tuple(cells), sizes, edge)
 
 
 #: Longest round a link may report [s] (about 30,000 years: past it, a clock is broken).
@@ -378,6 +407,38 @@ class LinkModel(ABC):
         stops the run with one line naming the model, rather than a clock gone null or
         negative without a word.
         """
+        if cost.cells is not None:
+            return self.cells_seconds(cost, rng)
+        return self._checked(cost, rng)
+
+    def cells_seconds(self, cost: RoundCost, rng: np.random.Generator) -> float | None:
+        """A hierarchical round: E edge rounds, each as long as its slowest cell.
+
+        The cells are separate base stations (or sectors) with their own band, so they
+        upload in parallel; within cell j its clients upload ``cell_uplink[j]`` each as this
+        link times a round of those clients alone (``tdma``: one after another on the cell's
+        band; ``nr``: the sector's scheduler). Every edge round draws its channels anew, cell
+        after cell, from ``rng``.
+        """
+        ids, cells = np.asarray(cost.ids), np.asarray(cost.cells)
+        members = [ids[cells == j] for j in range(len(cost.cell_uplink))]
+        total = 0.0
+        for _ in range(cost.edge_rounds):
+            slowest = 0.0
+            for j, mine in enumerate(members):
+                if not len(mine):
+                    continue
+                size = cost.cell_uplink[j]
+                got = self._checked(RoundCost(size, size, cost.max_steps, len(mine),
+                                              cost.population, tuple(mine.tolist())), rng)
+                if got is None:
+                    return None
+                slowest = max(slowest, got)
+            total += slowest
+        return total
+
+    def _checked(self, cost: RoundCost, rng: np.random.Generator) -> float | None:
+        """One :meth:`seconds`, checked (:meth:`timed`)."""
         name = getattr(self.cfg, "model", type(self).__name__)
         try:
             got = self.seconds(cost, rng)

@@ -193,6 +193,10 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     algorithm = algo_cls(env, cfg.algorithm.hparams)
+    if getattr(cfg.algorithm.hparams, "clock", None) == "link" and not link.clocked:
+        raise ConfigError("algorithm.clock link times HIST's rounds by the run's network link, "
+                          "cell by cell, but network.model is none: name a link (tdma, nr, "
+                          "...) or use clock: own")
     k = algorithm.clients_per_round
     if k is not None and k > len(client_indices):
         raise ConfigError(f"algorithm.clients_per_round = {k} is more than the "
@@ -427,7 +431,7 @@ class RoundsJob(Job):
         self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
         self.totals = dict(ckpt.get("totals", {}))
         costs = ckpt.get("round_costs", [])
-        if not isinstance(costs, list) or not all(isinstance(c, list) and len(c) in (4, 6)
+        if not isinstance(costs, list) or not all(isinstance(c, list) and len(c) in (4, 6, 9)
                                                   for c in costs):
             raise RunFolderError("--resume: the checkpoint's round costs are damaged; start the "
                                  "run again with another --out")
@@ -490,7 +494,7 @@ class RoundsJob(Job):
             cost = exp.link.cost(report) if exp.link is not None else RoundCost.from_report(report)
             self.costs.append(cost.as_list())  # what re-timing the run needs
             latency = report.latency_s
-            if latency is None and exp.link is not None:
+            if latency is None and exp.link is not None:  # (a hierarchical round: per cell)
                 latency = exp.link.timed(cost, exp.seeds.generator("network", t))
             if latency is not None:
                 self.sim_time = (self.sim_time or 0.0) + latency

@@ -181,9 +181,13 @@ class RoundReport:
     delivery: Any = None
 
     def logged(self) -> dict[str, Any]:
-        """The set fields a subclass adds (mask sizes, coverage, ...) and the delivery's."""
+        """The set fields a subclass adds (mask sizes, coverage, ...) and the delivery's.
+
+        A field with ``metadata={"logged": False}`` is for the clock only (a round's cells).
+        """
         base = {f.name for f in dataclasses.fields(RoundReport)}
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in base and getattr(self, f.name) is not None}
+               if f.name not in base and getattr(self, f.name) is not None
+               and f.metadata.get("logged", True)}
         return out if self.delivery is None else {**out, **self.delivery.logged()}
 

@@ -12,8 +12,9 @@ cell, eq. (4)) and the assembly (eq. (7)).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -77,9 +78,17 @@ class HFedAvgHParams(PrivacySettings):
 
 @dataclass(frozen=True)
 class CellsReport(RoundReport):
-    """A hierarchical round's report: with ``dp``, the ε spent so far (None without)."""
+    """A hierarchical round's report: with ``dp``, the ε spent so far (None without).
+
+    ``cell_of`` (client id → cell, −1: in none), ``cell_params`` (what each client of a
+    cell uploads per edge round) and ``edge_rounds`` E let a run's network link time the
+    round per cell (:meth:`~wirelessfl.net.links.LinkModel.cells_seconds`); not logged.
+    """
 
     epsilon: float | None = None
+    cell_of: np.ndarray | None = field(default=None, metadata={"logged": False})
+    cell_params: tuple[float, ...] | None = field(default=None, metadata={"logged": False})
+    edge_rounds: int | None = field(default=None, metadata={"logged": False})
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,5 +234,20 @@ class HFedAvg(FederatedAlgorithm):
         loss, diag = client_diagnostics(outcome.results)
         new = ServerState(params, t + 1, state.opt_state, state.client_states, state.buffers,
                           schedule_origin=state.schedule_origin)
-        return new, CellsReport(uplink_params=float(self.hp.edge_rounds * num_params(params)),
-                                train_loss=loss, clients=diag, epsilon=self.epsilon(t + 1))
+        d = float(num_params(params))
+        return new, CellsReport(uplink_params=self.hp.edge_rounds * d, train_loss=loss,
+                                clients=diag, epsilon=self.epsilon(t + 1),
+                                **self.cells_cost([d] * self.topology.num_cells))
+
+    def cells_cost(self, sizes: Sequence[float]) -> dict[str, Any]:
+        """A :class:`CellsReport`'s clock fields: cells, each cell's upload ``sizes``, E."""
+        return {"cell_of": self.topology_cell_of, "cell_params": tuple(float(v) for v in sizes),
+                "edge_rounds": self.hp.edge_rounds}
+
+    @functools.cached_property
+    def topology_cell_of(self) -> np.ndarray:
+        """Client id → its cell (−1: a client no cell holds)."""
+        out = np.full(self.env.num_clients, -1, np.int64)
+        for j, c in enumerate(self.topology.cells):
+            out[list(c)] = j
+        return out

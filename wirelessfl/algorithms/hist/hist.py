@@ -199,10 +199,12 @@ class HIST(HFedAvg):
         new = ServerState(new_params, t + 1, state.opt_state, state.client_states, state.buffers,
                           schedule_origin=state.schedule_origin)
         return new, HISTReport(uplink_params=hp.edge_rounds * float(sub_sizes[per_client].mean()),
-                               train_loss=loss, latency_s=latency, clients=diag,
+                               train_loss=loss, latency_s=latency if hp.clock == "own" else None,
+                               clients=diag,
                                cumulative=cumulative, submodel_params=sub_sizes.tolist(),
                                mask_sizes=[s.tolist() for s in sizes] if sizes else None,
-                               aircomp_mse=mse, epsilon=self.epsilon(t + 1))
+                               aircomp_mse=mse, epsilon=self.epsilon(t + 1),
+                               **self.cells_cost(sub_sizes.tolist()))
 
     def _assemble(self, params: Params, subs: list[Submodel], edge: list[Params]) -> Params:
         """Eq. (7): split entries from their owner cell, the rest averaged over cells.

@@ -60,6 +60,12 @@ class HISTHParams(HFedAvgHParams):
         ``fc2.bias`` and LeNet-5's unsplit FC biases — drawn with the submodel's fan-in, and
         never send them back: the global model keeps its initial FC biases; convolution
         biases are aggregated as usual).
+    clock : str
+        What times a round: ``own`` (default: HIST's eqs. (18)/(35), its own channels and CPU
+        draws, whatever the network section says) or ``link`` (the run's ``network`` link,
+        cell by cell: each cell's clients upload under the link on their cell's band, the
+        cells in parallel, E edge rounds; needs a named link, e.g. ``nr`` with
+        ``network.cells`` = ``cells`` so that each cell is a sector).
     split : bool
         False: no submodels (every cell trains the full model) — HFedAvg with the same
         physical layer and accounting.
@@ -77,6 +83,7 @@ class HISTHParams(HFedAvgHParams):
     cpu_redraw: bool = False
     bias_mode: str = "split_and_average"
     split: bool = True
+    clock: str = "own"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,6 +92,8 @@ class HISTHParams(HFedAvgHParams):
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation mode {self.aggregation!r}; use one of "
                              f"{AGGREGATIONS}")
+        if self.clock not in ("own", "link"):
+            raise ValueError(f"clock must be 'own' or 'link', got {str(self.clock)[:40]!r}")
         if self.bias_mode not in BIAS_MODES:
             raise ValueError(f"bias_mode must be one of {BIAS_MODES}, got {self.bias_mode!r}")
         check_scenario(self.snr_db, self.cpu_ghz)
