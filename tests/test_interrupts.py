@@ -93,3 +93,24 @@ def test_a_second_ctrl_c_ends_the_command_at_once(tmp_path):
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, [p.pid for p in alive]
 
+
+
+@pytest.mark.slow  # a distributed run's start-up and a real signal: about 20 s
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
+def test_ctrl_c_of_a_distributed_run_is_one_line_without_a_worker_s_traceback(tmp_path):
+    """The terminal's Ctrl-C reaches rank 0 and the worker ranks: the workers end quietly,
+    rank 0 says what is kept and how to continue (a worker printed a 19-line traceback)."""
+    (tmp_path / "d.yaml").write_text(CONFIG.replace("rounds: 30", "rounds: 3000")
+                                     + "engine: distributed\nworkers: 2\n")
+    proc = subprocess.Popen([sys.executable, "-m", "wirelessfl.cli", "run", "d.yaml", "--out",
+                             "dist", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.rglob("metrics.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)  # some rounds in: the workers are training
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "terminate called" not in err, err
+    assert "Continue with: wirelessfl run --resume" in err, err

@@ -141,6 +141,8 @@ def _serve(rank: int, world: int, port: int, device: str, threads: int,
                 out = ("error", f"{type(exc).__name__}: {exc}"[:500] + " | "
                        + traceback.format_exc(limit=2)[-300:])
             dist.gather_object(out, None, dst=0)
+    except KeyboardInterrupt:
+        pass  # a terminal's Ctrl-C reaches the whole group: rank 0 stops the run and says so
     finally:
         dist.destroy_process_group()
 
