@@ -729,7 +729,30 @@ def cli_args(p: Probes, box: Path) -> None:
             "algorithm.name=hist,algorithm.cells=0", "algorithm.name=hfedavg,algorithm.cells=7",
             "server_opt.name=adam,server_opt.lr=-1", "clients_per_round=99",
             "network.model=aircomp,network.antennas=0", "network.model=tdma,network.deadline_s=nan",
-            "network.model=fdma,network.scheduler=proportional_fair,network.clients_per_slot=0"]
+            "network.model=fdma,network.scheduler=proportional_fair,network.clients_per_slot=0",
+            # issue 71 (twelfth session): this round's new settings, hostile values
+            "network.model=nr,network.bandwidth_mhz=7", "network.model=nr,network.alpha=1.5",
+            "network.model=nr,network.scenario=moon", "network.model=nr,network.cells=0",
+            "network.model=nr,network.cells=22", "network.model=nr,network.interference=maybe",
+            "network.model=nr,network.bler_target=0", "network.model=nr,network.scs_khz=17",
+            "algorithm.dp=central,algorithm.weighting=uniform,algorithm.dp_noise=-1",
+            "algorithm.dp=central,algorithm.weighting=uniform,algorithm.dp_noise=nan",
+            "algorithm.dp=central,algorithm.weighting=uniform,algorithm.dp_noise=0",
+            "algorithm.dp=central,algorithm.weighting=uniform,algorithm.dp_delta=1",
+            "algorithm.dp=central,algorithm.weighting=uniform,algorithm.dp_target_epsilon=0",
+            "algorithm.dp=central,algorithm.weighting=uniform,algorithm.dp_clip_quantile=1",
+            "algorithm.dp=local,algorithm.weighting=uniform,algorithm.dp_clip_quantile=0.5",
+            "algorithm.dp=shuffle", "algorithm.dp=over_the_air,algorithm.weighting=uniform",
+            "algorithm.dp_noise=2",
+            "algorithm.name=hist,algorithm.dp=central,algorithm.dp_clip=-1",
+            "algorithm.name=hist,algorithm.dp=over_the_air",
+            "algorithm.name=hist,algorithm.dp=over_the_air,algorithm.dp_noise=0",
+            "algorithm.name=hist,algorithm.clock=wallclock", "algorithm.name=hist,algorithm.clock=link",
+            "algorithm.robust=bulyan,algorithm.byzantine=5", "algorithm.robust=bulyan,algorithm.byzantine=-1",
+            "algorithm.robust=krum,algorithm.krum_select=0",
+            "algorithm.robust=trimmed_mean,algorithm.trim=0.7",
+            "algorithm.attack=label_flip", "algorithm.attack=label_flip,algorithm.attackers=1.5",
+            "algorithm.robust=bulyan,network.model=aircomp,network.aggregation=over_the_air"]
     for i, s in enumerate(sets):
         argv = ["run", "t.yaml", "--quiet", "--out", f"o{i}"]
         for item in _split_sets(s):
@@ -755,6 +778,10 @@ def cli_args(p: Probes, box: Path) -> None:
                     ("beamform sca on 100000 cells (work estimate)",
                      ["beamform", "--cells", "100000", "--method", "sca"]),
                     ("beamform --max-minutes 0", ["beamform", "--max-minutes", "0"]),
+                    ("figures --style poster", ["figures", "codesign", "--style", "poster"]),
+                    ("figures --seeds 3-1", ["figures", "codesign", "--seeds", "3-1"]),
+                    ("figures --only nope", ["figures", "codesign", "--only", "nope"]),
+                    ("figures --no-title=1", ["figures", "codesign", "--no-title=1"]),
                     ("plot missing", ["plot", "nowhere"]),
                     ("plot a file", ["plot", "file"]),
                     ("plot a non-run folder", ["plot", "dir.yaml"]),
