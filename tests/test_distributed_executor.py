@@ -136,3 +136,18 @@ def test_workers_are_capped_by_the_clients():
            "data": {"dataset": "synthetic", "num_clients": 4}}
     with pytest.raises(ConfigError, match="more than the 4 clients"):
         open_run(raw)
+
+
+def test_a_worker_that_dies_before_the_group_joins_is_named_within_seconds():
+    """The join is watched as a round is (before: 300 s of silence, then a line blaming
+    memory): rank 1 exits at start-up and the executor says so, naming it, in seconds."""
+    import functools
+    import os
+    import time
+
+    ex = DistributedExecutor(workers=2, threads=1, worker_init=functools.partial(os._exit, 3))
+    t0 = time.monotonic()
+    with pytest.raises(ClientError, match=r"rank 1 .* died \(exit code 3\); the run cannot start"):
+        ex._start()
+    assert time.monotonic() - t0 < 60
+    assert not ex._procs  # nothing left behind

@@ -219,12 +219,16 @@ class DistributedExecutor(Executor):
             p.start()
         if self.device == "cuda":
             torch.cuda.set_device(0)
-        try:
-            dist.init_process_group("nccl" if self.device == "cuda" else "gloo",
-                                    init_method=f"tcp://127.0.0.1:{port}", rank=0,
-                                    world_size=self.workers,
-                                    timeout=timedelta(seconds=JOIN_TIMEOUT_S))
-        except Exception as exc:  # a worker that could not start or join
+        try:  # watched as a round is: a worker that dies or stops before joining is named
+            self._watched("join", lambda: dist.init_process_group(
+                "nccl" if self.device == "cuda" else "gloo",
+                init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=self.workers,
+                timeout=timedelta(seconds=JOIN_TIMEOUT_S)), JOIN_TIMEOUT_S,
+                then="the run cannot start: check the machine's memory and processes, or use "
+                     "fewer --workers", settle=0.5)
+        except ClientError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything else the join raised
             self._abandon()
             raise ClientError(f"distributed workers did not join within {JOIN_TIMEOUT_S} s "
                               f"({type(exc).__name__}); check the machine's memory and "
@@ -254,13 +258,16 @@ class DistributedExecutor(Executor):
                     p.kill()
             self._procs, self._data_id = [], None
 
-    def _watched(self, what: str, call: Any, limit: float) -> None:
+    def _watched(self, what: str, call: Any, limit: float,
+                 then: str = "the round cannot finish: resume the run (--resume)",
+                 settle: float = 10.0) -> None:
         """``call()`` (a collective) on a helper thread while the workers are watched.
 
         A worker that dies or is stopped is reported within :data:`POLL_S`; a collective not
         done within ``limit`` seconds is reported then. Either way the workers are killed
-        and the round fails with one line naming the worker (a run then stops, resumable
-        from its checkpoint); nothing waits on a peer that will never answer.
+        and the round fails with one line naming the worker and ``then`` (a run then stops,
+        resumable from its checkpoint); nothing waits on a peer that will never answer. The
+        group's join is watched the same way.
         """
         import threading
 
@@ -289,8 +296,8 @@ class DistributedExecutor(Executor):
                 f"distributed {what} failed ({type(failure[0]).__name__}: "
                 f"{str(failure[0]).splitlines()[0][:120] if str(failure[0]) else ''})")
         if problem is not None:
-            self._abandon(helper)
-            raise ClientError(f"{problem}; the round cannot finish: resume the run (--resume)")
+            self._abandon(helper, settle)
+            raise ClientError(f"{problem}; {then}")
 
     def _lost_worker(self) -> str | None:
         """The first worker that died or is stopped, described; None if all are running."""
@@ -301,8 +308,12 @@ class DistributedExecutor(Executor):
                 return f"distributed worker rank {r} (pid {p.pid}) is stopped"
         return None
 
-    def _abandon(self, helper: Any = None) -> None:
-        """Kill the workers and drop the process group without talking to them."""
+    def _abandon(self, helper: Any = None, settle: float = 10.0) -> None:
+        """Kill the workers and drop the process group without talking to them.
+
+        ``helper`` is a thread still in a collective: it is given ``settle`` seconds to fail
+        once the peers' sockets close (a join waiting for a dead peer never does).
+        """
         import torch.distributed as dist
 
         for p in self._procs:
@@ -312,7 +323,7 @@ class DistributedExecutor(Executor):
             p.join(timeout=5)
         self._procs, self._data_id = [], None
         if helper is not None:  # its collective fails once the peers' sockets close
-            helper.join(timeout=10)
+            helper.join(timeout=settle)
         try:
             if dist.is_initialized() and (helper is None or not helper.is_alive()):
                 dist.destroy_process_group()
