@@ -7,7 +7,8 @@ For each algorithm (FedAvg, HFedAvg N = 4, HIST N = 4, SCAFFOLD, FAdamGC, FedAvg
 RA-Fed, MOON) one round on the FCNN (the MLP for RA-Fed), batched engine, ``replay: on``, one
 thread, ``low_rank: off`` (the path a GPU takes), batch 50, at every C clients x H local steps
 of the grid (C in {16, 60, 240}, H in {2, 4}; E = 5 edge rounds for the hierarchical ones) is
-counted twice after a warm-up round:
+counted twice after two warm-up rounds (a recorded step's first replay is checked against
+the eager step, which a stateful rule's short rounds may reach only in their second):
 
 - ``python``: cProfile's ``total_calls`` (every Python and C function call the interpreter
   makes), the host work that does not move to the device;
@@ -66,13 +67,15 @@ def config(algo: str, clients: int, steps: int, dataset: str = "fashion_mnist",
 
 
 def count(raw: dict) -> dict:
-    """Python and aten calls of the second and third rounds of the run ``raw`` describes."""
+    """Python and aten calls of the third and fourth rounds of the run ``raw`` describes."""
     from torch.profiler import ProfilerActivity, profile
 
     from wirelessfl.run.kinds import open_run
 
     exp = open_run(raw).exp
-    state, _ = exp.algorithm.apply(exp.initial_state())  # warm-up: records, caches
+    state = exp.initial_state()
+    for _ in range(2):  # warm-up: records, their first (checked) replays, caches
+        state, _ = exp.algorithm.apply(state)
     prof = cProfile.Profile()
     t = time.perf_counter()
     prof.enable()
