@@ -50,6 +50,8 @@ def draw(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], roun
          rng: np.random.Generator, *, gamma_min: int = 1) -> list[dict[str, torch.Tensor]]:
     """The round's selections, one per client (ratio ``ratios[n]``).
 
+    The selections of :func:`draw_levels`, client by client.
+
     Parameters
     ----------
     policy : str
@@ -64,8 +66,6 @@ def draw(policy: str, groups: Sequence[UnitGroup], ratios: Sequence[float], roun
         The round's mask stream (``static`` passes round 0's).
     gamma_min : int
         Γ_min of ``coverage_aware``.
-
-    The selections of :func:`draw_levels`, client by client.
     """
     out: list[dict[str, torch.Tensor]] = [{} for _ in range(_checked_len(ratios))]
     for rows, sel in draw_levels(policy, groups, ratios, round_, rng, gamma_min=gamma_min):
