@@ -797,3 +797,26 @@ def test_the_guide_s_worked_figure_loads_at_both_scales(tmp_path, monkeypatch):
     for scale, n in (("quick", 18), ("paper", 30)):
         (fig,) = load_figures("mystudy", scale)
         assert len(fig.runs) == n and fig.spec["claim"]["better"] == "over the air"
+
+
+def test_a_figure_with_a_run_stopped_part_way_says_which_and_where(toy):
+    """A run that stopped before its last round (diverged, or cut short) keeps its figure
+    undrawn, and the README names the run and its last round instead of "run again"."""
+    import shutil
+
+    from wirelessfl.run.kinds import open_run
+    from wirelessfl.run.shell import execute as run_execute
+
+    figs = load_figures("toy", "quick", only=["tab"])
+    regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lambda _: None)
+    cut = figs[0].runs[0]
+    folder = run_folder(toy, cut)
+    shutil.rmtree(folder)
+    run_execute(RunRecord(folder), open_run({**cut.raw, "name": "cut"}), quiet=True,
+                until=lambda row: row["round"] >= 1)
+    from wirelessfl.report.figures import render
+
+    render(figs, toy)  # (the figures command renders so after training what it can)
+    readme = (toy / "README.md").read_text()
+    assert "Not drawn: 1 of its runs stopped before their last round" in readme
+    assert f"{cut.label} (stopped after round 1)" in readme

@@ -56,6 +56,24 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
         execute_local(runs, root, quiet=quiet, log=log, jobs=jobs, batch_runs=batch_runs)
 
 
+def _unfinished(runs: list[RunSpec], root: Path) -> str:
+    """Why a figure is not drawn: its runs never started, or stopped part-way (each named)."""
+    stopped = []
+    for r in runs:
+        rows = RunRecord(run_folder(root, r)).rows() if RunRecord(run_folder(root, r)).exists() \
+            else []
+        if rows:
+            stopped.append(f"{r.label} (stopped after round {rows[-1].get('round', '?')})")
+    if not stopped:
+        return "Runs missing: run `wirelessfl figures` again."
+    shown = "; ".join(stopped[:6]) + (f"; and {len(stopped) - 6} more" if len(stopped) > 6 else "")
+    return (f"Not drawn: {len(stopped)} of its runs stopped before their last round, diverged or "
+            f"interrupted: {shown}. `wirelessfl figures` again resumes interrupted ones; a "
+            "diverged run diverges again (its log line says so)"
+            + (f"; {len(runs) - len(stopped)} more never started." if len(runs) > len(stopped)
+               else "."))
+
+
 def render(figures: list[Figure], root: Path, style: str = "report",
            title: bool | None = None) -> list[Path]:
     """Write every figure's outputs and a README with, per figure, its claim checked.
@@ -71,9 +89,10 @@ def render(figures: list[Figure], root: Path, style: str = "report",
     sections = _readme_sections(readme)
     outputs = []
     for fig in figures:
-        if any(RunRecord(run_folder(root, r)).summary() is None for r in fig.runs):
-            sections[fig.name] = (f"## {fig.name}\n\n{fig.title}\n\nRuns missing: run "
-                                  "`wirelessfl figures` again.\n")
+        unfinished = [r for r in fig.runs if RunRecord(run_folder(root, r)).summary() is None]
+        if unfinished:
+            sections[fig.name] = (f"## {fig.name}\n\n{fig.title}\n\n"
+                                  f"{_unfinished(unfinished, root)}\n")
             continue
         with figure_style(style, title):
             paths = RENDERERS[fig.spec["kind"]](fig, root, root)
