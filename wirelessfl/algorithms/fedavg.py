@@ -45,6 +45,7 @@ from wirelessfl.server.privacy import (
     PrivacySettings,
     PrivacyState,
     RoundAccountant,
+    gaussian,
     grid_down,
     joint_noise,
     next_clip,
@@ -464,8 +465,7 @@ class FedAvg(FederatedAlgorithm):
         if hp.dp == "over_the_air":
             mults = mults or ()
             if clients and not (infos and infos[0].received_nothing):  # something released
-                std = infos[0].noise_std if infos else None
-                z_t = std * clients / self.clip_norm(state) if std is not None else 0.0
+                z_t = self.channel_multiplier(state, infos, clients) or 0.0
                 floor = self.noise_multiplier(clients)  # z, or z_Δ beside a noisy count
                 z_sum = max(floor, grid_down(z_t)) if self.channel_counted else floor
                 mults = (*mults, hp.dp_noise if z_sum == floor else
@@ -473,11 +473,15 @@ class FedAvg(FederatedAlgorithm):
                          if hp.dp_clip_quantile is not None else z_sum)
         return PrivacyState(clip if hp.dp_clip_quantile is not None else None, mults)
 
+    def channel_multiplier(self, state: ServerState, infos: Sequence[AggregateInfo],
+                           clients: int) -> float | None:
+        """z_t = σ_t·K/C of the round's first (the model's) aggregation (None: no channel noise)."""
+        std = infos[0].noise_std if infos else None
+        return None if std is None else std * clients / self.clip_norm(state)
+
     def dp_noise(self, tree: Params, t: int, std: float) -> Params:
         """``tree`` plus N(0, std²) per entry, from round t's ``dp`` stream."""
-        gen = torch.Generator().manual_seed(self.env.seeds.int_seed("dp", t))
-        return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
-                for k, v in tree.items()}
+        return gaussian(tree, std, torch.Generator().manual_seed(self.env.seeds.int_seed("dp", t)))
 
     def _sample_size(self) -> int:
         n = self.env.num_clients
@@ -584,9 +588,8 @@ class FedAvg(FederatedAlgorithm):
                 if self.hp.dp_clip_quantile is not None else None))
         nothing = bool(infos) and infos[0].received_nothing  # the model's own: all silent
         mse, silent = AggregateInfo.merged(infos)
-        channel = None
-        if self.hp.dp == "over_the_air" and infos and infos[0].noise_std is not None:
-            channel = infos[0].noise_std * len(results) / self.clip_norm(state)  # z_t of the model's
+        channel = self.channel_multiplier(state, infos, len(results)) \
+            if self.hp.dp == "over_the_air" else None
         return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent, epsilon=eps,
                                  dp_channel_noise=channel,
                                  dp_clip_norm=self.clip_norm(state)

@@ -28,7 +28,7 @@ from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
-from wirelessfl.engine.batch import ClientBatch
+from wirelessfl.engine.batch import ClientBatch, per_row
 from wirelessfl.engine.client import (
     Carry,
     ClientResult,
@@ -98,7 +98,7 @@ class ContrastiveSGD(LocalSGD):
         if prev is None:
             return {"prev": client_store.repeated(start, n, start)}
         held = torch.as_tensor(client_store.holds(batch.states, n), device=device)
-        return {"prev": {k: torch.where(held.view(-1, *[1] * v.dim()), prev[k], v)
+        return {"prev": {k: torch.where(per_row(held, prev[k]), prev[k], v)
                          for k, v in start.items()}}
 
     @override

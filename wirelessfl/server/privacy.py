@@ -63,7 +63,7 @@ from channels.validation import as_float
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
 from wirelessfl.server.aggregation import Aggregator, Mean
-from wirelessfl.server.robust import clip_rows
+from wirelessfl.server.robust import StackedRule, clip_rows
 from wirelessfl.server.state import AlgorithmState
 
 #: ``algorithm.dp``: no privacy, noise added by the server, by every client, or the
@@ -71,8 +71,8 @@ from wirelessfl.server.state import AlgorithmState
 DP_MODES = ("none", "central", "local", "over_the_air")
 
 __all__ = ["DP_MODES", "PrivacySettings", "PrivateMean", "PrivacyState", "ClipState",
-           "RoundAccountant", "epsilon", "grid_down", "joint_noise", "library", "next_clip", "round_event",
-           "top_up", "update_noise"]
+           "RoundAccountant", "epsilon", "gaussian", "grid_down", "joint_noise", "library",
+           "next_clip", "round_event", "top_up", "update_noise"]
 
 
 @functools.cache
@@ -87,6 +87,12 @@ def library() -> Any:
         raise ConfigError("algorithm.dp needs Google's dp-accounting: pip install "
                           f"'wirelessfl[privacy]' ({type(exc).__name__}: {str(exc)[:60]})") from None
     return dp_accounting
+
+
+def _rdp_accountant() -> Any:
+    """An empty RDP accountant of ``dp-accounting`` under replace-one adjacency."""
+    dp = library()
+    return dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
 
 
 def round_event(mode: str, noise_multiplier: float, population: int, sample: int) -> Any:
@@ -105,7 +111,7 @@ def epsilon(mode: str, noise_multiplier: float, rounds: int, population: int, sa
     if rounds <= 0:
         return 0.0
     dp = library()
-    acc = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+    acc = _rdp_accountant()
     acc.compose(dp.SelfComposedDpEvent(round_event(mode, noise_multiplier, population, sample),
                                        int(rounds)))
     return float(acc.get_epsilon(delta))
@@ -157,7 +163,7 @@ class PrivacySettings:
                                  "central or local, or remove it")
 
 
-class PrivateMean(Aggregator):
+class PrivateMean(StackedRule):
     """The clipped mean of a stack with Gaussian noise: DP at an edge server or a server.
 
     Every row is scaled to norm ≤ C (``clip``); then ``local``: each row gets N(0, (zC)²)
@@ -188,24 +194,17 @@ class PrivateMean(Aggregator):
         self.needs_clients = self.inner.needs_clients
 
     @override
-    def aggregate(self, deltas, weights, rng, *, unit=None, channel=None):
-        if isinstance(deltas, dict) or not len(deltas):
-            raise ValueError("PrivateMean needs a non-empty sequence of parameter trees")
-        return self.aggregate_stack({k: torch.stack([d[k] for d in deltas]) for k in deltas[0]},
-                                    weights, rng, unit=unit, channel=channel)
-
-    @override
     def aggregate_stack(self, stack, weights, rng, **kwargs):
         stack = clip_rows(stack, self.clip)
         zc = self.noise * self.clip
         if self.mode == "local":
-            stack = _noisy(stack, zc, rng)
+            stack = gaussian(stack, zc, _generator(rng))
         update, info = self.inner.aggregate_stack(stack, weights, rng, **kwargs)
         std = zc / max(len(weights), 1)
         if self.mode == "over_the_air" and info.noise_std is not None:
             std = top_up(info.noise_std, std)
         if self.mode != "local" and std > 0:
-            update = _noisy(update, std, rng)
+            update = gaussian(update, std, _generator(rng))
         return update, info
 
     def __repr__(self) -> str:
@@ -213,11 +212,18 @@ class PrivateMean(Aggregator):
                 f"inner={self.inner!r})")
 
 
-def _noisy(tree: Params, std: float, rng: np.random.Generator) -> Params:
-    """``tree`` plus N(0, std²) per entry, from a generator seeded by ``rng``."""
-    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+def gaussian(tree: Params, std: float, gen: torch.Generator) -> Params:
+    """``tree`` plus N(0, std²) per entry, drawn on the CPU from ``gen``.
+
+    A tree on any device gets the same numbers.
+    """
     return {k: v + std * torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
             for k, v in tree.items()}
+
+
+def _generator(rng: np.random.Generator) -> torch.Generator:
+    """A CPU generator seeded from ``rng``'s next draw."""
+    return torch.Generator().manual_seed(int(rng.integers(2**62)))
 
 
 @dataclass(frozen=True)
@@ -264,9 +270,8 @@ class RoundAccountant:
         self._acc: Any = None
 
     def _accountant(self, multipliers: tuple[float, ...]) -> Any:
-        dp = library()
         if self._acc is None or multipliers[:len(self._done)] != self._done:
-            self._acc = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+            self._acc = _rdp_accountant()
             self._done = ()
             counts: dict[float, int] = {}
             for z in multipliers:
@@ -294,9 +299,8 @@ class RoundAccountant:
 
     def next_epsilon(self, multipliers: tuple[float, ...], z: float) -> float:
         """ε after one more round of multiplier ``z`` (the rounds so far kept as they are)."""
-        acc = copy.deepcopy(self._accountant(tuple(multipliers))) if multipliers else \
-            library().rdp.RdpAccountant(
-                neighboring_relation=library().NeighboringRelation.REPLACE_ONE)
+        acc = copy.deepcopy(self._accountant(tuple(multipliers))) if multipliers \
+            else _rdp_accountant()
         self._compose(acc, z, 1)
         return float(acc.get_epsilon(self.delta))
 

@@ -70,8 +70,11 @@ def clip_rows(stack: Params, bound: float, norms: torch.Tensor | None = None) ->
     return {k: v * scale.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1)) for k, v in stack.items()}
 
 
-class _Stacked(Aggregator):
-    """A rule defined on the stack: :meth:`aggregate` stacks per-client trees and calls it."""
+class StackedRule(Aggregator):
+    """A rule defined on the stack (its ``aggregate_stack``).
+
+    :meth:`aggregate` stacks the per-client trees and calls it.
+    """
 
     @override
     def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
@@ -83,7 +86,7 @@ class _Stacked(Aggregator):
                                     weights, rng, unit=unit, channel=channel)
 
 
-class Median(_Stacked):
+class Median(StackedRule):
     """The coordinate-wise median of the rows (even count: the mean of the two middle values)."""
 
     @override
@@ -98,7 +101,7 @@ class Median(_Stacked):
         return out, AggregateInfo()
 
 
-class TrimmedMean(_Stacked):
+class TrimmedMean(StackedRule):
     """Per coordinate, the mean of the rows less the ⌊β·C⌋ largest and ⌊β·C⌋ smallest values."""
 
     def __init__(self, trim: float) -> None:
@@ -118,7 +121,7 @@ class TrimmedMean(_Stacked):
         return f"TrimmedMean(trim={self.trim})"
 
 
-class Krum(_Stacked):
+class Krum(StackedRule):
     """Krum (``select`` = 1) or multi-Krum: the mean of the ``select`` rows of least score.
 
     A row's score is the sum of its squared distances to its C − f − 2 nearest other rows
@@ -151,7 +154,7 @@ class Krum(_Stacked):
         return f"Krum(byzantine={self.byzantine}, select={self.select})"
 
 
-class Bulyan(_Stacked):
+class Bulyan(StackedRule):
     """Bulyan: θ = C − 2f rows by repeated Krum, then a trimmed mean around each median.
 
     Of the θ chosen rows, each coordinate averages the β = θ − 2f values closest to the
@@ -204,7 +207,7 @@ class Bulyan(_Stacked):
         return f"Bulyan(byzantine={self.byzantine})"
 
 
-class NormBounded(Aggregator):
+class NormBounded(StackedRule):
     """Every row scaled to norm ≤ ``bound``, then ``inner``'s sum (the exact mean, or over the air)."""
 
     def __init__(self, bound: float, inner: Aggregator | None = None) -> None:
@@ -216,14 +219,6 @@ class NormBounded(Aggregator):
     def clipped(self, stack: Params) -> Params:
         """The stack with each row's norm (over all keys) capped at the bound."""
         return clip_rows(stack, self.bound)
-
-    @override
-    def aggregate(self, deltas: Sequence[Params], weights: np.ndarray,
-                  rng: np.random.Generator, **kwargs) -> tuple[Params, AggregateInfo]:
-        if isinstance(deltas, dict) or not len(deltas):
-            raise ValueError("NormBounded needs a non-empty sequence of parameter trees")
-        return self.aggregate_stack({k: torch.stack([d[k] for d in deltas]) for k in deltas[0]},
-                                    weights, rng, **kwargs)
 
     @override
     def aggregate_stack(self, stack: Params, weights: np.ndarray, rng: np.random.Generator,

@@ -140,20 +140,19 @@ class HFedAvg(FederatedAlgorithm):
 
     def check_private(self) -> None:
         """Refuse ``dp`` where the cells' aggregation does not fit it (one line)."""
-        if self.hp.dp == "none":
-            return
         try:
-            for j in range(self.topology.num_cells):
-                self.edge_aggregator(j)
+            self.edge_aggregators  # noqa: B018 - built once, here, where it can be refused
         except ValueError as exc:
             raise ConfigError(f"algorithm.{exc}") from None
 
-    def edge_aggregator(self, j: int) -> Aggregator:
-        """Cell j's edge aggregation: its aggregator, behind DP when ``dp`` is on."""
-        inner, hp = self.cell_aggregator(j), self.hp
+    @functools.cached_property
+    def edge_aggregators(self) -> tuple[Aggregator, ...]:
+        """Each cell's edge aggregation: its aggregator, behind DP when ``dp`` is on."""
+        hp = self.hp
+        inner = [self.cell_aggregator(j) for j in range(self.topology.num_cells)]
         if hp.dp == "none":
-            return inner
-        return PrivateMean(hp.dp, hp.dp_clip, hp.dp_noise, inner)
+            return tuple(inner)
+        return tuple(PrivateMean(hp.dp, hp.dp_clip, hp.dp_noise, a) for a in inner)
 
     def epsilon(self, rounds: int) -> float | None:
         """ε at ``dp_delta`` after ``rounds`` global rounds: rounds·E releases at z (None: no DP)."""
@@ -188,7 +187,8 @@ class HFedAvg(FederatedAlgorithm):
         sizes = np.array([len(c) for c in cells])
         cell_of = np.repeat(np.arange(len(cells)), sizes)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        exact = all(type(self.edge_aggregator(j)) is Mean for j in range(len(cells)))
+        edges = self.edge_aggregators
+        exact = all(type(a) is Mean for a in edges)
         edge = list(starts)
         parts: list[ClientResults] = []
         infos: list[AggregateInfo] = []
@@ -201,7 +201,7 @@ class HFedAvg(FederatedAlgorithm):
             else:
                 updates = []
                 for j in range(len(cells)):
-                    update, info = self.edge_aggregator(j).aggregate_stack(
+                    update, info = edges[j].aggregate_stack(
                         out.delta_stack(slice(bounds[j], bounds[j + 1])), np.ones(sizes[j]),
                         self.env.seeds.generator("noise", t, e, j))
                     updates.append(update)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from wirelessfl.engine import client_store
+from wirelessfl.engine.batch import per_row
 from wirelessfl.engine.client_store import ClientStore, StateStack
 from wirelessfl.models.base import Params, UnitGroup
 from wirelessfl.server.state import AlgorithmState, RoundReport
@@ -130,8 +131,8 @@ def coverage_aggregate(params: Params, subs: Submodels, deltas: Sequence[Params]
             for k, v in stack.scatter_rows(symbols).items():
                 sent[k].index_copy_(0, at, v.expand(len(rows), *v.shape[1:]).to(sent[k].dtype))
         else:
-            stack.add_into(acc, {k: v * _rows(wt, v) for k, v in symbols.items()})
-        stack.add_into(cov, {k: _rows(wt, v).expand_as(v) for k, v in symbols.items()})
+            stack.add_into(acc, {k: v * per_row(wt, v) for k, v in symbols.items()})
+        stack.add_into(cov, {k: per_row(wt, v).expand_as(v) for k, v in symbols.items()})
     if sent is not None and len(subs):
         w_round = np.zeros(len(subs))
         w_round[subs.order] = np.concatenate([np.asarray(w, float) for w in weights])
@@ -143,11 +144,6 @@ def coverage_aggregate(params: Params, subs: Submodels, deltas: Sequence[Params]
     new = {k: params[k] - lr * (usum[k].to(params[k]) / n + acc[k] / covered[k])
            for k in params}
     return new, {k: usum[k] + client_store.to_host(dsum[k]) for k in params}, memory, cov
-
-
-def _rows(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Weights ``(C,)`` shaped to multiply the rows of a ``(C, …)`` stack."""
-    return w.view(-1, *[1] * (like.dim() - 1))
 
 
 def _written(stack: Params, dtype: str) -> StateStack:
