@@ -200,11 +200,37 @@ def test_runs_that_cannot_share_are_not_grouped(toy_data):
         assert lockstep_groups(RUNS, None) == [[r] for r in RUNS]
 
 
+def test_runs_beyond_one_group_are_split_into_groups_of_equal_rounds(toy_data):
+    """Two long and four short runs in groups of at most 3: each group gets one long run and
+    two short ones (not the long runs together), in the runs' order."""
+    long = [_run(f"l{i}", i, rounds=30) for i in range(2)]
+    short = [_run(f"s{i}", i, rounds=10) for i in range(4)]
+    runs = [long[0], long[1], *short]
+    groups = lockstep_groups(runs, 3)
+    assert len(groups) == 2 and sorted(map(len, groups)) == [3, 3]
+    for g in groups:
+        assert sum(int(r.raw["rounds"]) for r in g) == 50
+        assert [runs.index(r) for r in g] == sorted(runs.index(r) for r in g)
+    assert sorted(r.series for g in groups for r in g) == sorted(r.series for r in runs)
+
+
 def test_the_group_engine_merges_each_steps_calls_into_one(toy_data, tmp_path):
     lines = []
     run_group(RUNS, tmp_path, quiet=True, log=lines.append)
     calls, merged = map(int, np.array(lines[-1].split())[[2, 6]])
     assert merged == 3 * calls and calls == 5  # one engine call per round for three runs
+
+
+def test_a_groups_merged_step_is_replayed_whichever_run_arrives_first(toy_data, tmp_path):
+    """The merged call is served in the members' order, so it is trained with the same run's
+    model every round and the step replay keeps its recording (keyed by the model): with
+    ``replay: on`` every step but the recording and its check is replayed (two merged calls a
+    round: one per learning rate, 0.05 for runs a and c, 0.1 for b). Served in the order the
+    threads arrived, a recording was dropped whenever another run came first."""
+    runs = [RunSpec(r.panel, r.series, r.value, r.seed, {**r.raw, "replay": "on"}) for r in RUNS]
+    lines = []
+    run_group(runs, tmp_path, quiet=True, log=lines.append)
+    assert lines[-1].endswith(f"; {2 * (5 * 3 - 2)} local steps replayed"), lines[-1]
 
 
 def test_dynamic_client_sessions_join_a_group_with_their_solo_rows(fmnist, tmp_path):

@@ -56,6 +56,7 @@ class _Call:
     results: Sequence[ClientResult] | None = None
     error: BaseException | None = None
     batch: ClientBatch | None = None
+    order: int = 0  # the member's place in the group: calls are served in this order
 
     def __len__(self) -> int:
         return len(self.batch) if self.batch is not None else len(self.tasks)
@@ -86,10 +87,13 @@ class Lockstep:
         self.building = threading.Lock()
         self.calls = 0  # combined executor calls made (for the group's report)
         self.merged = 0  # run calls they served
+        self._members = 0
 
     def member(self) -> LockstepMember:
-        """The executor one run of the group trains with."""
-        return LockstepMember(self)
+        """The executor one run of the group trains with (the next place in the group's order)."""
+        with self._cv:
+            self._members += 1
+            return LockstepMember(self, self._members - 1)
 
     def leave(self) -> None:
         """A run has ended: the others no longer wait for it."""
@@ -119,7 +123,10 @@ class Lockstep:
         """With the lock held: once every active run waits, train all waiting calls."""
         if not self._pending or len(self._pending) < self.active:
             return
-        pending, self._pending = self._pending, []
+        # In the members' order, whichever thread came first: a merged call's rows, and the
+        # update (model) it is trained with, are then the same every round, so the engine's
+        # step replay keeps its recording (it is keyed by the model).
+        pending, self._pending = sorted(self._pending, key=lambda c: c.order), []
         try:
             groups: dict[Any, list[_Call]] = {}
             for c in pending:
@@ -178,8 +185,9 @@ class Lockstep:
 class LockstepMember(Executor):
     """One run's executor in a :class:`Lockstep` group: its calls are trained with the group's."""
 
-    def __init__(self, group: Lockstep) -> None:
+    def __init__(self, group: Lockstep, order: int = 0) -> None:
         self.group = group
+        self.order = order
         self.device = getattr(group.executor, "device", torch.device("cpu"))
 
     def __repr__(self) -> str:
@@ -190,14 +198,15 @@ class LockstepMember(Executor):
             hp: LocalHParams, fold: DeltaFold | None = None) -> list[ClientResult]:
         if not tasks:
             return []
-        return list(self.group.submit(_Call(update, data, list(tasks), hp, fold)))
+        return list(self.group.submit(_Call(update, data, list(tasks), hp, fold,
+                                            order=self.order)))
 
     @override
     def run_batch(self, update: ClientUpdate, data: Any, batch: ClientBatch,
                   hp: LocalHParams, fold: DeltaFold | None = None) -> ClientResults:
         if not len(batch):
             return ClientResults.from_list([])
-        got = self.group.submit(_Call(update, data, [], hp, fold, batch=batch))
+        got = self.group.submit(_Call(update, data, [], hp, fold, batch=batch, order=self.order))
         return ClientResults.from_list(got)
 
 

@@ -99,7 +99,14 @@ def share_signature(run: RunSpec) -> tuple | None:
 
 
 def lockstep_groups(runs: list[RunSpec], batch_runs: int | None) -> list[list[RunSpec]]:
-    """``runs`` in lockstep groups (order kept within a group); a run that cannot share alone."""
+    """``runs`` in lockstep groups (order kept within a group); a run that cannot share alone.
+
+    Runs that can share but are more than ``batch_runs`` go into as few groups as that
+    allows, of equal work: dealt by their rounds, longest first, to the group with the
+    fewest rounds so far (a figure's long series would otherwise fill one group and its
+    short ones another, which ``--jobs 2`` then finishes one long group after the other's
+    end).
+    """
     buckets: dict[Any, list[RunSpec]] = {}
     for r in runs:
         sig = share_signature(r) if batch_runs != 1 else None
@@ -107,8 +114,23 @@ def lockstep_groups(runs: list[RunSpec], batch_runs: int | None) -> list[list[Ru
     out = []
     for members in buckets.values():
         cap = batch_runs or auto_batch_runs(members[0])
-        out += [members[i:i + cap] for i in range(0, len(members), cap)]
+        out += _balanced(members, cap)
     return out
+
+
+def _balanced(members: list[RunSpec], cap: int) -> list[list[RunSpec]]:
+    """``members`` in ⌈n / cap⌉ groups of at most ``cap`` runs and about equal rounds."""
+    count = -(-len(members) // cap)
+    if count == 1:
+        return [members]
+    rounds = [int(canonical(r.raw)["rounds"]) for r in members]
+    groups: list[list[int]] = [[] for _ in range(count)]
+    load = [0] * count
+    for i in sorted(range(len(members)), key=lambda i: -rounds[i]):
+        g = min((g for g in range(count) if len(groups[g]) < cap), key=lambda g: load[g])
+        groups[g].append(i)
+        load[g] += rounds[i]
+    return [[members[i] for i in sorted(g)] for g in groups]
 
 
 def auto_batch_runs(run: RunSpec) -> int:
@@ -209,7 +231,10 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
         log(line)
     if errors:  # the other runs have finished; their folders are complete
         raise errors[0]
-    log(f"  {len(runs)} runs: {group.calls} engine calls served {group.merged} run calls")
+    replay = getattr(group.executor, "replay", None)
+    replayed = "" if replay is None else f"; {replay.replayed} local steps replayed"
+    log(f"  {len(runs)} runs: {group.calls} engine calls served {group.merged} run calls"
+        f"{replayed}")
 
 
 def _rounds_done(files: list[Path]) -> int:
