@@ -53,6 +53,11 @@ or slots):
   T_slot = 1 ms / 2^μ. The clock uses this mean: over the hundreds of blocks of a model
   update the HARQ draws' spread, √(TBLER/K) relative for K blocks, is a few percent.
 
+**Outer-loop link adaptation** (``link_adaptation: outer``): each slot fades anew and the
+MCS is chosen on the client's mean SINR lowered by OLLA's offset, which HARQ feedback moves
+(:mod:`wirelessfl.net.olla`); the clock uses the offset's long-run law, solved once per run
+(:meth:`NRLink.outer_loop`).
+
 Deadlines, ``late``, schedulers and compression are those of every digital link
 (:mod:`wirelessfl.net.digital`), on these rates; ``retime`` re-clocks a run under ``nr``.
 The link's few tensors (N clients) live on the CPU: they make the clock, not the model.
@@ -100,6 +105,12 @@ THERMAL_DBM_HZ = -174.0
 MAX_CELLS = 21
 #: The highest TBLER the clock uses (a client in a deep fade still ends its upload).
 TBLER_CAP = 0.999
+#: Link adaptation: the inner loop on each round's SINR, or the outer loop on the mean SINR.
+LINK_ADAPTATION = ("inner", "outer")
+#: Points of the fading quadrature for a slot's error rate averaged over its fading.
+FADING_POINTS = 32
+#: MCS indices of PUSCH table 1.
+MCS_COUNT = 28
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,12 @@ class NRSettings(ShapingSettings):
     interference : bool
         Whether the other sectors' transmitters interfere (their mean interference, module
         docstring) [default false: thermal noise only].
+    link_adaptation : str
+        ``inner`` (default): block fading per round, the MCS chosen on that round's SINR
+        (inner loop only). ``outer``: fading per slot, the MCS chosen on the client's mean
+        SINR lowered by outer-loop link adaptation's offset (module docstring).
+    olla_step_db : float
+        OLLA's NACK step δ_up [dB] (``outer``; Sionna's default) [default 1].
     deadline_s, scheduler, compression, max_bits, late
         How the uplink shapes learning (:class:`~wirelessfl.net.digital.ShapingSettings`).
     """
@@ -153,6 +170,8 @@ class NRSettings(ShapingSettings):
     bler_target: float = 0.1
     cells: int = 1
     interference: bool = False
+    link_adaptation: str = "inner"
+    olla_step_db: float = 1.0
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -176,6 +195,10 @@ class NRSettings(ShapingSettings):
         as_int("cells", self.cells, lo=1, hi=MAX_CELLS)
         if not isinstance(self.interference, bool):
             raise ValueError(f"`interference` must be true or false, got {self.interference!r}")
+        if self.link_adaptation not in LINK_ADAPTATION:
+            raise ValueError(f"`link_adaptation` must be one of {', '.join(LINK_ADAPTATION)}, "
+                             f"got {self.link_adaptation!r}")
+        as_float("olla_step_db", self.olla_step_db, lo=0, hi=10, lo_open=True)
         super().__post_init__()
 
     @property
@@ -338,6 +361,39 @@ def _loss_db(lsp: Any) -> np.ndarray:
     return lsp.pathloss[0].numpy() - 10 * np.log10(lsp.sf[0].numpy())
 
 
+@dataclass(frozen=True)
+class OuterLoop:
+    """Each client's outer-loop link adaptation in the long run (``link_adaptation: outer``).
+
+    Over the lattice of offsets Δ_k (:func:`wirelessfl.net.olla.offsets`): the MCS chosen
+    at each, its transport-block size and its error rate averaged over the slot's fading,
+    and π, the offset's stationary law (:func:`wirelessfl.net.olla.stationary_law`).
+
+    Attributes
+    ----------
+    offsets_db : np.ndarray
+        (K+1,) the lattice [dB].
+    law, mcs, bits, bler : np.ndarray
+        (N, K+1) π; m(Δ_k); TBS(m(Δ_k)) [bits]; p̄(Δ_k).
+    """
+
+    offsets_db: np.ndarray
+    law: np.ndarray
+    mcs: np.ndarray
+    bits: np.ndarray
+    bler: np.ndarray
+
+    @property
+    def achieved_bler(self) -> np.ndarray:
+        """(N,) Σ_k π_k p̄_k: the fraction of a long upload's blocks that fail."""
+        return np.sum(self.law * self.bler, -1)
+
+    @property
+    def bits_per_slot(self) -> np.ndarray:
+        """(N,) Σ_k π_k TBS_k (1 − p̄_k): a long upload's mean decoded bits per slot."""
+        return np.sum(self.law * self.bits * (1.0 - np.minimum(self.bler, TBLER_CAP)), -1)
+
+
 class NRLink(DigitalLink):
     """A 5G NR uplink (module docstring): Sionna's radio, the digital links' shaping."""
 
@@ -348,6 +404,7 @@ class NRLink(DigitalLink):
         super().__init__(*args, **kwargs)
         self._drops: dict[int, Deployment] = {}
         self._interference: dict[int, np.ndarray] = {}
+        self._outer: dict[int, OuterLoop] = {}
         sionna()  # without the extra: one line naming it, before anything trains
 
     def deployment(self, n: int) -> Deployment:
@@ -421,18 +478,73 @@ class NRLink(DigitalLink):
         sinr_t = torch.as_tensor(np.maximum(sinr, 1e-30), dtype=torch.float64)
         res = torch.as_tensor(12 * DATA_SYMBOLS * prbs, dtype=torch.int32)
         mcs = illa(sinr_eff=sinr_t, num_allocated_re=res)
-        order, rate = sionna().phy.nr.utils.decode_mcs_index(mcs, table_index=1, is_pusch=True,
-                                                             device="cpu")
-        tbs = sionna().phy.nr.utils.calculate_tb_size(
-            modulation_order=order, target_coderate=rate, num_coded_bits=res * order,
-            return_cw_length=False, device="cpu")[0]
+        tbs = self.block_bits(mcs, res)
         tbler = phy(mcs, sinr_eff=sinr_t, num_allocated_re=res,
                     check_mcs_index_validity=False)[3]
         return mcs.numpy(), tbs.numpy().astype(float), tbler.numpy().astype(float)
 
+    def mean_sinr(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each client's SINR averaged over the fading (linear; A·P_u/(PL_u·noise)) and PRBs."""
+        prbs, power, noise = self.budget(n)
+        gain = self.settings.bs_antennas  # E‖h‖² of A unit-power Rayleigh antennas
+        return power * gain / (10.0 ** (self.deployment(n).pathloss_db / 10.0) * noise), prbs
+
+    def outer_loop(self, n: int) -> OuterLoop:
+        """OLLA's long run for n clients (once per n; ``link_adaptation: outer``).
+
+        The base station's estimate is the client's mean SINR S̄_u; a slot's SINR is
+        S̄_u·G/A with G ~ Gamma(A, 1) (maximum-ratio combining of A Rayleigh antennas, a new
+        draw each slot), so p̄ of an MCS is its TBLER averaged over G, by the midpoint rule
+        on :data:`FADING_POINTS` equiprobable quantiles of G.
+        """
+        if n in self._outer:
+            return self._outer[n]
+        from scipy.stats import gamma
+
+        from wirelessfl.net import olla
+
+        s = self.settings
+        mean, prbs = self.mean_sinr(n)
+        lattice = olla.offsets(s.olla_step_db, s.bler_target)
+        phy, illa = radio()
+        illa.bler_target = s.bler_target
+        states, q = lattice.numel(), FADING_POINTS
+        res = torch.as_tensor(12 * DATA_SYMBOLS * prbs, dtype=torch.int32)
+        mean_t = torch.as_tensor(mean, dtype=torch.float64)
+        estimate = mean_t[None, :] * 10.0 ** (-lattice[:, None] / 10.0)  # (K+1, N)
+        mcs = illa(sinr_eff=estimate, num_allocated_re=res.expand(states, n)).long()
+        g = torch.as_tensor(gamma.ppf((np.arange(q) + 0.5) / q, s.bs_antennas)
+                            / s.bs_antennas, dtype=torch.float64)
+        every = torch.arange(MCS_COUNT, dtype=torch.int32)[:, None].expand(MCS_COUNT, n)
+        faded = (mean_t[None, None, :] * g[:, None, None]).expand(q, MCS_COUNT, n)
+        table = phy(every.expand(q, MCS_COUNT, n), sinr_eff=faded,
+                    num_allocated_re=res.expand(q, MCS_COUNT, n),
+                    check_mcs_index_validity=False)[3].mean(0)  # (MCS, N); inf: invalid
+        bits = self.block_bits(every, res.expand(MCS_COUNT, n))
+        bler = table.gather(0, mcs).clamp(max=1.0).T  # (N, K+1)
+        law = olla.stationary_law(bler, s.olla_step_db, s.bler_target, lattice)
+        self._outer[n] = OuterLoop(lattice.numpy(), law.numpy(), mcs.T.numpy(),
+                                   bits.gather(0, mcs).T.numpy().astype(float), bler.numpy())
+        return self._outer[n]
+
+    @staticmethod
+    def block_bits(mcs: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        """TBS [bits] of PUSCH table 1's ``mcs`` on ``res`` resource elements (TS 38.214)."""
+        nr = sionna().phy.nr.utils
+        order, rate = nr.decode_mcs_index(mcs, table_index=1, is_pusch=True, device="cpu")
+        return nr.calculate_tb_size(modulation_order=order, target_coderate=rate,
+                                    num_coded_bits=res * order, return_cw_length=False,
+                                    device="cpu")[0]
+
     @override
     def rates(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """R_u = TBS_u·(1 − TBLER_u) / T_slot of n clients this round [bit/s], (n,)."""
+        """R_u = TBS_u·(1 − TBLER_u) / T_slot of n clients this round [bit/s], (n,).
+
+        ``link_adaptation: outer``: OLLA's long-run decoded bits per slot over T_slot, the
+        same every round (:meth:`outer_loop`).
+        """
+        if self.settings.link_adaptation == "outer":
+            return self.outer_loop(n).bits_per_slot / self.settings.slot_s
         sinr, prbs = self.sinr(n, rng)
         _, tbs, tbler = self.transport(sinr, prbs)
         return tbs * (1.0 - np.minimum(tbler, TBLER_CAP)) / self.settings.slot_s
