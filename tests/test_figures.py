@@ -820,3 +820,42 @@ def test_a_figure_with_a_run_stopped_part_way_says_which_and_where(toy):
     readme = (toy / "README.md").read_text()
     assert "Not drawn: 1 of its runs stopped before their last round" in readme
     assert f"{cut.label} (stopped after round 1)" in readme
+
+
+def test_a_final_accuracy_figure_draws_diverged_runs_as_diverged(tmp_path, monkeypatch):
+    """FedAvg at a learning rate of 1e6 diverges in both seeds: its runs are recorded as
+    diverged (round and reason), not retrained by the next regeneration, left out of the
+    means (the cell says "diverged: 2 of 2 seeds"), marked in the plot's legend, and the
+    claim at that value has no seeds; the other sweep value is drawn and checked as usual."""
+    spec = {"base": {**TOY["base"], "algorithm": {"name": "fedavg"}, "rounds": 3},
+            "scales": {"quick": {"seeds": [0, 1], "overrides": {}}},
+            "figures": {"lr": {
+                "kind": "final_accuracy", "last": 1,
+                "claim": {"finding": "more steps help", "better": "more", "than": "fewer",
+                          "measure": "final_accuracy", "lower": False},
+                "series": {"more": {"local.steps": 4}, "fewer": {}},
+                "sweep": {"key": "local.lr", "label": "lr", "values": [0.05, 1.0e6]}}}}
+    root = tmp_path / "experiments"
+    (root / "toy").mkdir(parents=True)
+    (root / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    out = tmp_path / "report"
+    lines = []
+    regenerate("toy", "quick", out, quiet=True, log=lines.append)
+    (fig,) = load_figures("toy", "quick")
+    gone = [r for r in fig.runs if RunRecord(run_folder(out, r)).diverged()]
+    assert {r.seed for r in gone} == {0, 1} and {r.raw["local"]["lr"] for r in gone} == {1e6}
+    record = RunRecord(run_folder(out, gone[0])).diverged()
+    assert record["round"] >= 1 and "NaN" in record["reason"]
+    assert missing_runs([fig], out) == []  # not retrained
+    table = {(r["series"], r["lr"]): r for r in csv.DictReader(open(out / "lr.csv"))}
+    assert table[("fewer", "1000000.0")]["diverged"] == "2"
+    assert table[("fewer", "0.05")]["diverged"] == "0"
+    assert float(table[("fewer", "0.05")]["final_accuracy_mean"]) > 0
+    readme = (out / "README.md").read_text()
+    assert "Not drawn" not in readme and "diverged: 2 of 2 seeds" in readme
+    assert "lr=0.05: more" in readme and (out / "lr.png").is_file()
+    assert "diverged in 2 of more's and 2 of fewer's seeds" in readme
+    lines.clear()
+    regenerate("toy", "quick", out, quiet=True, log=lines.append)  # nothing to train again
+    assert any(": 0 of 8 runs to do" in line for line in lines), lines

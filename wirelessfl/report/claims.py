@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from wirelessfl.report.metrics import (
+    diverged,
     final_accuracy,
     group_runs,
     run_finals,
@@ -91,8 +92,11 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
         mine, theirs = (_values(fig, claim, on, r, root) for r in (runs, rivals))
         got = compare(mine, theirs, lower, ([r.seed for r in runs], [r.seed for r in rivals]))
         where = " ".join(x for x in (panel, _at(fig, value)) if x)
+        gone = [sum(diverged(root, r) for r in side) for side in (runs, rivals)]
+        note = (f" (training diverged in {gone[0]} of {better}'s and {gone[1]} of {than}'s "
+                "seeds: no value)") if any(gone) else ""
         ours.append(f"{where + ': ' if where else ''}{better} {_show(mine)} vs {than} "
-                    f"{_show(theirs)} → {got.text()}")
+                    f"{_show(theirs)} → {got.text()}{note}")
         verdicts.append(got)
     seeds = min((len(r) for r in groups.values()), default=0)
     return Verdict(finding, tuple(ours), overall(verdicts, seeds), _measured(fig, claim, on, lower))
@@ -132,8 +136,9 @@ def _values(fig: Figure, claim: dict[str, Any], on: str, runs: list[RunSpec],
             out.append(time_to_target(r, rows, "all_done" if on == "all_done" else "mean_accuracy"))
         elif on == "final_accuracy" and "tasks" in r.raw:
             out.append(run_finals(r, rows, False)["mean"]["accuracy"])
-        elif on == "final_accuracy":
-            out.append(final_accuracy(rows, int(claim.get("last", fig.spec.get("last", 10)))))
+        elif on == "final_accuracy":  # a diverged run has none
+            out.append(math.nan if diverged(root, r) else
+                       final_accuracy(rows, int(claim.get("last", fig.spec.get("last", 10)))))
         elif on == "transition_accuracy":  # the mean over the figure's transitions
             pilot = canonical(r.raw)["initial_model"]["pilot_sessions"]
             window = int(fig.spec.get("window", 10))

@@ -18,6 +18,7 @@ from typing import Any
 from wirelessfl.errors import parse_yaml, short
 from wirelessfl.report.claims import Verdict, check_claim
 from wirelessfl.report.local import execute_local
+from wirelessfl.report.metrics import diverged
 from wirelessfl.report.ray_executor import RayOptions, execute_ray
 from wirelessfl.report.renderers import RENDERERS, figure_style
 from wirelessfl.report.spec import (
@@ -56,6 +57,10 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
         execute_local(runs, root, quiet=quiet, log=log, jobs=jobs, batch_runs=batch_runs)
 
 
+#: Figure kinds that draw a run whose training diverged (as diverged); the others wait for it.
+DRAWS_DIVERGED = frozenset({"final_accuracy"})
+
+
 def _unfinished(runs: list[RunSpec], root: Path) -> str:
     """Why a figure is not drawn: its runs never started, or stopped part-way (each named)."""
     stopped = []
@@ -89,7 +94,9 @@ def render(figures: list[Figure], root: Path, style: str = "report",
     sections = _readme_sections(readme)
     outputs = []
     for fig in figures:
-        unfinished = [r for r in fig.runs if RunRecord(run_folder(root, r)).summary() is None]
+        draws_diverged = fig.spec["kind"] in DRAWS_DIVERGED
+        unfinished = [r for r in fig.runs if RunRecord(run_folder(root, r)).summary() is None
+                      and not (draws_diverged and diverged(root, r))]
         if unfinished:
             sections[fig.name] = (f"## {fig.name}\n\n{fig.title}\n\n"
                                   f"{_unfinished(unfinished, root)}\n")

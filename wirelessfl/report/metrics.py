@@ -21,6 +21,12 @@ def run_rows(root: Path, run: RunSpec) -> list[dict[str, Any]]:
     return RunRecord(run_folder(root, run)).rows()
 
 
+def diverged(root: Path, run: RunSpec) -> bool:
+    """Whether ``run``'s training diverged (it has a divergence record and no summary)."""
+    record = RunRecord(run_folder(root, run))
+    return record.summary() is None and record.diverged() is not None
+
+
 def row_value(row: dict[str, Any], key: str) -> float:
     """A row's ``key``; the §6.6 MB fall back to exact MB when the model has no convention."""
     if key == "uplink_mb_paper_per_client" and key not in row:

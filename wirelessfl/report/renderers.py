@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from wirelessfl.report.metrics import (
+    diverged,
     final_accuracy,
     group_runs,
     mean_steps,
@@ -424,24 +425,43 @@ def render_final(fig: Figure, root: Path, out: Path) -> list[Path]:
     return _finish(fig, f, ax, out, table)
 
 
+def _mark_diverged(a: plt.Axes, pts: list[dict[str, Any]], series: str, color: str) -> None:
+    """An × at the foot of the axis, in the series' colour, where a sweep value's runs diverged."""
+    gone = [p for p in pts if p["diverged"]]
+    if not gone:
+        return
+    import matplotlib.transforms as mtransforms
+
+    foot = mtransforms.blended_transform_factory(a.transData, a.transAxes)
+    counts = ", ".join(f"{p['diverged']}/{p['seeds']}" for p in gone)
+    a.plot([show_value(p["value"]) for p in gone], [0.03] * len(gone), ls="none", marker="x",
+           ms=8, mew=2, color=color, transform=foot, clip_on=False,
+           label=f"{series}: diverged ({counts} seeds)")
+
+
 def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
     """Final accuracy per series (rows) and panel × sweep value (columns), mean ± sample std over seeds.
 
     The PNG has one axis per panel: bars per series, or lines against the sweep values (a
     series that is not swept is a dashed reference line). ``also`` adds the mean over
     seeds of other row keys at the last evaluation (e.g. the realised parameter fraction).
+    A run whose training diverged has no final accuracy: the mean is over the other seeds,
+    the table counts the diverged ones, and the plot marks their sweep values with an × at
+    the axis' foot.
     """
     last, also = int(fig.spec.get("last", 10)), as_list(fig.spec.get("also", []))
     groups = group_runs(fig)
     table = []
     for (panel, series, value), runs in groups.items():
-        rows = [run_rows(root, r) for r in runs]
+        gone = [diverged(root, r) for r in runs]
+        rows = [run_rows(root, r) for r, d in zip(runs, gone) if not d]
         finals = np.array([final_accuracy(r, last) for r in rows])
         table.append({"panel": panel, "series": series, sweep_label(fig, "sweep"): show_value(value),
-                      "final_accuracy_mean": float(finals.mean()),
-                      "final_accuracy_std": float(finals.std(ddof=1)) if len(finals) > 1 else 0.0,
-                      "seeds": len(finals),
-                      **{k: nanmean([row_value(r[-1], k) for r in rows]) for k in also}})
+                      "final_accuracy_mean": float(finals.mean()) if len(finals) else math.nan,
+                      "final_accuracy_std": float(finals.std(ddof=1)) if len(finals) > 1 else
+                      (0.0 if len(finals) else math.nan),
+                      "seeds": len(runs), "diverged": sum(gone),
+                      **{k: nanmean([row_value(r[-1], k) for r in rows if r]) for k in also}})
     f, ax, panels = _panels(fig, 1)
     lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row, (panel, series, value) in zip(table, groups):
@@ -451,9 +471,11 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
         if pts[0]["value"] is None and fig.spec.get("sweep"):
             a.axhline(pts[0]["final_accuracy_mean"], ls="--", color="0.4", label=series)
         elif fig.spec.get("sweep"):
-            a.errorbar([show_value(p["value"]) for p in pts], [p["final_accuracy_mean"] for p in pts],
-                       yerr=[p["final_accuracy_std"] for p in pts], marker="o", capsize=3,
-                       label=series)
+            drawn = a.errorbar([show_value(p["value"]) for p in pts],
+                               [p["final_accuracy_mean"] for p in pts],
+                               yerr=[p["final_accuracy_std"] for p in pts], marker="o", capsize=3,
+                               label=series)
+            _mark_diverged(a, pts, series, drawn.lines[0].get_color())
         else:
             x = [s for (p, s) in lines if p == panel].index(series)
             a.bar(x, pts[0]["final_accuracy_mean"], yerr=pts[0]["final_accuracy_std"],

@@ -385,11 +385,17 @@ def run_folder(root: Path, run: RunSpec) -> Path:
 
 
 def missing_runs(figures: list[Figure], root: Path) -> list[RunSpec]:
-    """Runs without a finished summary, each once."""
+    """Runs without a finished summary, each once; a run recorded as diverged is not one.
+
+    Its rerun would resume from its last checkpoint and diverge again with the same
+    numbers (:meth:`~wirelessfl.run.records.RunRecord.mark_diverged`); remove its folder
+    to train it anew.
+    """
     seen: dict[str, RunSpec] = {}
     for fig in figures:
         for r in fig.runs:
-            if RunRecord(run_folder(root, r)).summary() is None:
+            record = RunRecord(run_folder(root, r))
+            if record.summary() is None and record.diverged() is None:
                 seen.setdefault(r.key, r)
     return list(seen.values())
 

@@ -140,6 +140,10 @@ def final_markdown(fig: Figure, table: list[dict[str, Any]], last: int) -> str:
         body.append([series, *row])
     note = (f"\nFinal test accuracy [%]: the mean of each run's last {last} evaluations, "
             "mean ± sample std over seeds (— : no seed has a value).\n")
+    if any(r.get("diverged") for r in table):
+        note += ("A run whose training diverged (its model became NaN/Inf) has no final "
+                 "accuracy: the cell's mean is over the other seeds, and it says how many "
+                 "diverged.\n")
     also = as_list(fig.spec.get("also", []))
     if also and any(not _finite(r.get(k)) for r in table for k in also):
         note += (f"A cell lists {', '.join(also)} where its runs measure it (a link that does "
@@ -154,6 +158,8 @@ def _final_cell(r: dict[str, Any], fig: Figure) -> str:
     mean, std = r["final_accuracy_mean"], r["final_accuracy_std"]
     text = "—" if not _finite(mean) else f"{100 * mean:.2f}" + (
         f" ± {100 * std:.2f}" if _finite(std) else "")
+    if r.get("diverged"):
+        text += f" (diverged: {r['diverged']} of {r['seeds']} seeds)"
     return text + "".join(f"; {k} {r[k]:.3g}" for k in as_list(fig.spec.get("also", []))
                           if _finite(r.get(k)))
 

@@ -138,6 +138,7 @@ class RunRecord:
 
     # ------------------------------------------------------------------ lock and ownership
     FILES = ("config.yaml", "meta.json", "metrics.jsonl", "metrics.csv", "summary.json",
+             "diverged.json",
              "checkpoint.pt", "accuracy.png", LOCK)
 
     def _lock(self, resume: bool = False) -> None:
@@ -212,7 +213,7 @@ class RunRecord:
         """Remove a run that failed before its first round (only what this run created)."""
         self.close()
         for name in ("config.yaml", "meta.json", "metrics.jsonl", "metrics.csv",
-                     "checkpoint.pt", "summary.json", self.LOCK):
+                     "checkpoint.pt", "summary.json", "diverged.json", self.LOCK):
             (self.folder / name).unlink(missing_ok=True)
         if self._created_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -438,10 +439,34 @@ class RunRecord:
         return ckpt
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        """Write ``summary.json``."""
+        """Write ``summary.json`` (a finished run: any record of an earlier divergence goes)."""
         atomic_write(self.folder / "summary.json",
                      lambda fh: fh.write((json.dumps(_finite_json(summary), indent=2, allow_nan=False)
                                           + "\n").encode()))
+        (self.folder / "diverged.json").unlink(missing_ok=True)
+
+    def mark_diverged(self, reason: str) -> None:
+        """Record that training diverged after the last row (``diverged.json``: round, reason).
+
+        A figure draws such a run as diverged instead of waiting for it; rerunning it from
+        its last checkpoint diverges again (the same numbers), so it is not retrained.
+        """
+        rows = self.rows()
+        record = {"round": int(rows[-1].get("round", 0)) + 1 if rows else 1,
+                  "reason": str(reason).splitlines()[0][:500] if str(reason) else "diverged"}
+        atomic_write(self.folder / "diverged.json",
+                     lambda fh: fh.write((json.dumps(record, indent=2) + "\n").encode()))
+
+    def diverged(self) -> dict[str, Any] | None:
+        """The divergence record (the round whose training diverged, why), if the run diverged."""
+        path = self.folder / "diverged.json"
+        if not path.is_file() or path.is_symlink():
+            return None
+        try:
+            got = parse_json(path.read_text(), str(path))
+        except (ConfigError, UnicodeDecodeError):
+            return None
+        return got if isinstance(got, dict) else None
 
     def summary(self) -> dict[str, Any] | None:
         """The stored summary, if the run finished."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from wirelessfl.errors import TrainingDiverged
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.threads import MAX_THREADS, ThreadGovernor, torch_threads
 from wirelessfl.run.trackers import Tracker, open_trackers, step_of
@@ -215,6 +216,9 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
         try:
             job.advance(out)
             finished = True
+        except TrainingDiverged as exc:  # its rows so far stay; a figure draws it as diverged
+            record.mark_diverged(str(exc))
+            raise
         finally:
             bar.close()
             for t in out.trackers:
