@@ -459,19 +459,16 @@ class RunRecord:
 
     def diverged(self) -> dict[str, Any] | None:
         """The divergence record (the round whose training diverged, why), if the run diverged."""
-        path = self.folder / "diverged.json"
-        if not path.is_file() or path.is_symlink():
-            return None
-        try:
-            got = parse_json(path.read_text(), str(path))
-        except (ConfigError, UnicodeDecodeError):
-            return None
-        return got if isinstance(got, dict) else None
+        return self._json("diverged.json")
 
     def summary(self) -> dict[str, Any] | None:
         """The stored summary, if the run finished."""
-        path = self.folder / "summary.json"
-        if not path.is_file():
+        return self._json("summary.json")
+
+    def _json(self, name: str) -> dict[str, Any] | None:
+        """The folder's JSON object ``name``; None if missing, a link, damaged or not an object."""
+        path = self.folder / name
+        if not path.is_file() or path.is_symlink():
             return None
         try:
             got = parse_json(path.read_text(), str(path))
