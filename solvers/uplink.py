@@ -8,8 +8,9 @@ Carlo draws) without Python loops over instances, validated, and returns typed r
 - :func:`aircomp_mse`: the per-entry MSE (25) of over-the-air aggregation of a given
   selection of clients with a given (or solved) receive beam and aggregation weights;
 - :func:`deadline_outage`: which clients' digital uploads meet a round deadline, under
-  ``tdma`` (the full band, one client after another, shortest upload first) or ``fdma``
-  (the band split equally, everyone at once), and how long the round lasts;
+  ``tdma`` (the full band, one client after another, shortest upload first), ``fdma``
+  (the band split equally, everyone at once) or ``round_robin`` (the slots shared equally
+  among the clients still uploading), and how long the round lasts;
 - :func:`fit_bit_widths`: per client, the most bits per parameter (stochastic b-bit
   quantisation) or the most entries (top-k) whose upload meets the deadline in the client's
   equal share of the link.
@@ -18,6 +19,11 @@ Rates are full-band rates R_i = B log2(1 + SNR ‖h_i‖²) (:func:`channels.tdm
 ``fdma`` each of the S clients gets B/S at the same SNR, rate R_i / S (as RA-Fed's FDMA);
 under ``tdma`` a client's share is the time (T − c)/S at rate R_i, so both give a client
 the same budget R_i (T − c)/S bits for a deadline T after c seconds of computation.
+Under ``round_robin`` the clients take the link's slots in turn, each at its rate R_i when
+it transmits: while k clients are still uploading each has 1/k of the slots, so with the
+solo times u_(1) ≤ … ≤ u_(S) (u_i = b_i / R_i) the j-th to finish ends at
+c + Σ_{i≤j} (S − i + 1)(u_(i) − u_(i−1)) and the last at c + Σ_i u_i, as under ``tdma``;
+its equal share of a deadline is again R_i (T − c)/S.
 
 Examples
 --------
@@ -41,7 +47,7 @@ from channels.aircomp import AirCompCell
 from channels.units import db_to_lin
 from channels.validation import as_finite, as_float, as_int, as_mask
 
-ACCESS = ("tdma", "fdma")
+ACCESS = ("tdma", "fdma", "round_robin")
 OPERATORS = ("quantize", "topk")
 #: A deadline is met up to this relative rounding (a fitted upload ends at the deadline exactly).
 _RTOL = 1e-9
@@ -61,7 +67,7 @@ class DeadlineResult:
         The round's duration: the last upload's end when everyone arrives, else the deadline
         (the server waits until it).
     access : str
-        ``tdma`` or ``fdma``.
+        ``tdma``, ``fdma`` or ``round_robin``.
     """
 
     arrived: np.ndarray
@@ -98,14 +104,15 @@ def deadline_outage(rate_bps: ArrayLike, payload_bits: ArrayLike, deadline_s: fl
     access : str
         ``tdma``: the clients upload one after another on the full band, the shortest upload
         first (the order that lets the most clients finish by T); ``fdma``: all at once, each
-        on B/S.
+        on B/S; ``round_robin``: the slots shared equally among the clients still uploading
+        (module notes).
     compute_s : float or array_like, shape (...), [s]
         Time before the uploads start (the slowest client's local computation).
 
     Returns
     -------
     DeadlineResult
-        Without a deadline, ``seconds`` is c + Σ_i b_i / R_i (``tdma``) or
+        Without a deadline, ``seconds`` is c + Σ_i b_i / R_i (``tdma``, ``round_robin``) or
         c + max_i S b_i / R_i (``fdma``), exactly the clock of ``network.model``.
     """
     rate, compute, deadline = _iv(rate_bps, access, compute_s, deadline_s)
@@ -114,9 +121,14 @@ def deadline_outage(rate_bps: ArrayLike, payload_bits: ArrayLike, deadline_s: fl
     with np.errstate(divide="ignore", invalid="ignore"):
         up = np.where(bits > 0, bits / np.where(rate > 0, rate, 1.0), 0.0)
         up = np.where((rate == 0) & (bits > 0), np.inf, up)
-    if access == "tdma":
+    if access in ("tdma", "round_robin"):
         order = np.argsort(up, axis=-1, kind="stable")
-        done = compute[..., None] + np.cumsum(np.take_along_axis(up, order, -1), axis=-1)
+        solo = np.take_along_axis(up, order, -1)
+        if access == "round_robin":  # phase i: S − i + 1 clients share the slots
+            with np.errstate(invalid="ignore"):  # inf − inf of two rate-0 clients
+                gaps = np.nan_to_num(np.diff(solo, axis=-1, prepend=0.0), nan=0.0, posinf=np.inf)
+            solo = gaps * np.arange(s, 0, -1)
+        done = compute[..., None] + np.cumsum(solo, axis=-1)
         finish = np.empty_like(done)
         np.put_along_axis(finish, order, done, axis=-1)
         total = compute + up.sum(-1)  # in client order: the clock of network.model tdma
@@ -191,7 +203,7 @@ def fit_bit_widths(rate_bps: ArrayLike, num_params: int, deadline_s: float, *,
     operator : str
         ``quantize`` or ``topk``.
     access : str
-        ``tdma`` or ``fdma`` (the same budget, see the module notes).
+        ``tdma``, ``fdma`` or ``round_robin`` (the same budget, see the module notes).
     compute_s : float or array_like, shape (...)
         c, time before the uploads start.
     full_bits, max_bits : int

@@ -57,11 +57,37 @@ def test_tdma_serves_the_shortest_uploads_first_and_fdma_splits_the_band():
 def test_no_deadline_is_the_link_models_clock_and_an_infinite_deadline_drops_nobody():
     rng = np.random.default_rng(1)
     rates = rng.uniform(1e6, 9e6, (50, 7))
-    for access in ("tdma", "fdma"):
+    for access in ("tdma", "round_robin", "fdma"):
         free = deadline_outage(rates, 3e6, None, access=access, compute_s=0.1)
         late = deadline_outage(rates, 3e6, 1e12, access=access, compute_s=0.1)
         assert late.arrived.all() and np.array_equal(free.seconds, late.seconds)
     np.testing.assert_allclose(free.seconds, 0.1 + (7 * 3e6 / rates).max(-1), rtol=1e-15)
+
+
+def test_round_robin_finishes_as_its_slots_served_one_by_one_say():
+    """Equal shares of the slots among the clients still uploading, against the slots served
+    one by one (0.1 ms each, a client's turn carrying 0.1 ms of its upload): every finish
+    within a few slots, the last at Σ uploads as under tdma, and the deadline's arrivals a
+    subset of tdma's (shortest first lets the most finish)."""
+    rng = np.random.default_rng(3)
+    rate, bits = rng.uniform(1e6, 9e6, 6), rng.uniform(1e5, 6e5, 6)
+    out = deadline_outage(rate, bits, None, access="round_robin", compute_s=0.02)
+    slot, left, now, finish = 1e-4, bits / rate, 0.02, np.zeros(6)
+    while (left > 0).any():  # the test's own loop over slots
+        for i in np.flatnonzero(left > 0):
+            left[i] -= slot
+            now += slot
+            if left[i] <= 0:
+                finish[i] = now + left[i]  # its last slot, only the part it used
+                now += left[i]
+    np.testing.assert_allclose(out.finish_s, finish, atol=6 * slot)
+    tdma = deadline_outage(rate, bits, None, access="tdma", compute_s=0.02)
+    assert float(out.seconds) == pytest.approx(float(tdma.seconds), rel=1e-12)
+    assert np.all(out.finish_s >= tdma.finish_s - 1e-12)
+    for t in np.quantile(tdma.finish_s, [0.2, 0.5, 0.8]):
+        rr = deadline_outage(rate, bits, t, access="round_robin", compute_s=0.02).arrived
+        td = deadline_outage(rate, bits, t, access="tdma", compute_s=0.02).arrived
+        assert not (rr & ~td).any() and rr.sum() <= td.sum()
 
 
 def test_deadline_outage_is_batched():

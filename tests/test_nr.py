@@ -269,20 +269,28 @@ def test_the_sector_pattern_is_tr38901_s_horizontal_element_pattern():
     np.testing.assert_allclose(att[1], [0.0] * 5 + [-12 * (70 / 65) ** 2])  # own links: 0 dB
 
 
-def test_a_deadline_drops_exactly_the_clients_whose_nr_upload_misses_it(tmp_path):
+@pytest.mark.parametrize("sharing", ["tdma", "round_robin"])
+def test_a_deadline_drops_exactly_the_clients_whose_nr_upload_misses_it(tmp_path, sharing):
+    """Under both ways of sharing a sector's slots; round robin, where every upload but the
+    last ends later than shortest first, drops at least as many in every round."""
     deadline = 3.0
-    raw = {**RAW, "rounds": 2, "network": {**NR, "deadline_s": deadline}}
-    run_job(open_run(raw), tmp_path / "d", quiet=True)
-    rows = _rows(tmp_path / "d")
+    rows = {}
+    for how in {"tdma", sharing}:
+        raw = {**RAW, "rounds": 2, "network": {**NR, "deadline_s": deadline, "sharing": how}}
+        run_job(open_run(raw), tmp_path / how, quiet=True)
+        rows[how] = _rows(tmp_path / how)
     link = _link(12, seed=4)
-    for row in rows[1:]:
+    for row in rows[sharing][1:]:
         t = row["round"]
         ids = np.array(sorted(row["arrived"] + row["dropped"]))
         rates = link.rates(12, Seeds(4).generator("network", t))[ids]
-        out = deadline_outage(rates, 32e6, deadline, access="tdma", compute_s=3 * 0.01)
+        out = deadline_outage(rates, 32e6, deadline, access=sharing, compute_s=3 * 0.01)
         assert sorted(row["arrived"]) == ids[out.arrived].tolist()
         assert sorted(row["dropped"]) == ids[~out.arrived].tolist()
-    assert any(r["dropped"] for r in rows[1:]) and any(r["arrived"] for r in rows[1:])
+    got = rows[sharing][1:]
+    assert any(r["dropped"] for r in got) and any(r["arrived"] for r in got)
+    for mine, td in zip(got, rows["tdma"][1:]):
+        assert len(mine["dropped"]) >= len(td["dropped"])
 
 
 def test_an_nr_run_cut_and_resumed_gives_the_uninterrupted_rows(cut_and_resume):
@@ -310,6 +318,7 @@ def test_a_tdma_run_retimed_under_nr_is_the_run_trained_under_nr(tmp_path):
     ("network.interference=maybe", "interference"),
     ("network.link_adaptation=fast", "link_adaptation"),
     ("network.olla_step_db=0", "olla_step_db"),
+    ("network.sharing=pf", "sharing"),
 ])
 def test_bad_nr_settings_are_one_line_each(cli_error, setting, match):
     assert match in cli_error({**RAW, "network": {"model": "nr"}}, "--set", setting)

@@ -47,7 +47,8 @@ or slots):
   on 12·M_u subcarriers × 12 data symbols of a slot's 14 (2 DM-RS); TBLER from Sionna's
   PHY abstraction (``PHYAbstraction``: EESM effective SINR and BLER tables);
 - upload: the round's clients take the band one after another (time division, shortest
-  first, as ``tdma``), each slot carrying one transport block that is decoded with
+  first, as ``tdma``; with ``sharing: round_robin`` they take its slots in turn, each an
+  equal share while it still uploads), each slot carrying one transport block that is decoded with
   probability 1 − TBLER; HARQ resends a failed block until it is decoded. A payload of P
   bits so takes on average P / R_u with R_u = TBS_u·(1 − TBLER_u) / T_slot and
   T_slot = 1 ms / 2^μ. The clock uses this mean: over the hundreds of blocks of a model
@@ -107,6 +108,8 @@ MAX_CELLS = 21
 TBLER_CAP = 0.999
 #: Link adaptation: the inner loop on each round's SINR, or the outer loop on the mean SINR.
 LINK_ADAPTATION = ("inner", "outer")
+#: How a sector's slots are shared among the round's uploads (solvers.uplink's access modes).
+SHARING = ("tdma", "round_robin")
 #: Points of the fading quadrature for a slot's error rate averaged over its fading.
 FADING_POINTS = 32
 #: MCS indices of PUSCH table 1.
@@ -154,6 +157,11 @@ class NRSettings(ShapingSettings):
         SINR lowered by outer-loop link adaptation's offset (module docstring).
     olla_step_db : float
         OLLA's NACK step δ_up [dB] (``outer``; Sionna's default) [default 1].
+    sharing : str
+        How the round's uploading clients of a sector share its slots: ``tdma`` (default:
+        one after another, the shortest upload first) or ``round_robin`` (each slot to the
+        next client still uploading: equal shares of the slots, everyone ends later but the
+        last; :func:`solvers.uplink.deadline_outage`).
     deadline_s, scheduler, compression, max_bits, late
         How the uplink shapes learning (:class:`~wirelessfl.net.digital.ShapingSettings`).
     """
@@ -172,6 +180,7 @@ class NRSettings(ShapingSettings):
     interference: bool = False
     link_adaptation: str = "inner"
     olla_step_db: float = 1.0
+    sharing: str = "tdma"
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -199,6 +208,9 @@ class NRSettings(ShapingSettings):
             raise ValueError(f"`link_adaptation` must be one of {', '.join(LINK_ADAPTATION)}, "
                              f"got {self.link_adaptation!r}")
         as_float("olla_step_db", self.olla_step_db, lo=0, hi=10, lo_open=True)
+        if self.sharing not in SHARING:
+            raise ValueError(f"`sharing` must be one of {', '.join(SHARING)}, got "
+                             f"{self.sharing!r}")
         super().__post_init__()
 
     @property
@@ -398,7 +410,11 @@ class NRLink(DigitalLink):
     """A 5G NR uplink (module docstring): Sionna's radio, the digital links' shaping."""
 
     Settings: ClassVar[type] = NRSettings
-    access: ClassVar[str] = "tdma"
+
+    @property  # type: ignore[override]
+    def access(self) -> str:
+        """The uploads' sharing of the slots (``sharing``): ``tdma`` or ``round_robin``."""
+        return str(self.settings.sharing)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
