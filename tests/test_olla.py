@@ -61,3 +61,12 @@ def test_bad_settings_are_refused():
         olla.offsets(1.0, 1.0)
     with pytest.raises(ValueError, match="delta_up"):
         olla.offsets(0.0, 0.1)
+    lattice = olla.offsets(1.0, 0.1)
+    with pytest.raises(ValueError, match="shape"):
+        olla.stationary_law(torch.zeros(3, 7, dtype=torch.float64), 1.0, 0.1, lattice)
+    for bad in (float("nan"), 1.5, -0.1):
+        with pytest.raises(ValueError, match="probabilities"):
+            olla.stationary_law(torch.full((lattice.numel(),), bad, dtype=torch.float64),
+                                1.0, 0.1, lattice)
+    with pytest.raises(TypeError, match="floating"):
+        olla.transitions(torch.zeros(lattice.numel(), dtype=torch.int64), 1.0, 0.1, lattice)

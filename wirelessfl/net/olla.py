@@ -66,12 +66,26 @@ def _moves(states: int, step: float, sign: int) -> tuple[torch.Tensor, torch.Ten
     return near, far, frac
 
 
+def _check(bler: torch.Tensor, lattice: torch.Tensor) -> None:
+    """Refuse error rates that are not probabilities on the lattice's offsets."""
+    if not isinstance(bler, torch.Tensor) or not bler.is_floating_point():
+        raise TypeError(f"bler must be a floating-point tensor, got {type(bler).__name__}")
+    if lattice.dim() != 1 or lattice.numel() < 2:
+        raise ValueError("lattice must be the 1-D offsets of olla.offsets(...)")
+    if bler.dim() < 1 or bler.shape[-1] != lattice.numel():
+        raise ValueError(f"bler must have shape (..., {lattice.numel()}) (one error rate per "
+                         f"offset of the lattice), got {tuple(bler.shape)}")
+    if not bool(((bler >= 0) & (bler <= 1)).all()):
+        raise ValueError("bler must hold probabilities in [0, 1] (no NaN)")
+
+
 def transitions(bler: torch.Tensor, delta_up: float, bler_target: float,
                 lattice: torch.Tensor) -> torch.Tensor:
     """(…, K+1, K+1) the offset chain's transition matrix on ``lattice``.
 
     ``bler`` (…, K+1): p̄ at each offset, the slot's error rate averaged over the fading.
     """
+    _check(bler, lattice)
     unit = float(lattice[1] - lattice[0])
     states = lattice.numel()
     out = torch.zeros((*bler.shape, states), dtype=bler.dtype)
