@@ -44,7 +44,9 @@ def run_one(run: RunSpec, root: Path, *, index: str = "[1/1]", quiet: bool = Fal
     try:
         job = open_run({**run.raw, "name": run_name(run)})
         run_job(job, folder, resume=RunRecord(folder).exists(), quiet=quiet)
-    except (ValueError, TrainingDiverged) as exc:  # e.g. locked by another process
+    except TrainingDiverged as exc:  # recorded in its folder: a figure draws it as diverged
+        log(f"  diverged (recorded; not trained again): {str(exc).splitlines()[0]}")
+    except ValueError as exc:  # e.g. locked by another process
         log(f"  skipped: {str(exc).splitlines()[0]}")
 
 
@@ -200,7 +202,10 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
                 job = open_run({**run.raw, "name": run_name(run)}, lockstep=group)
             execute(RunRecord(folder), job, resume=RunRecord(folder).exists(), quiet=True,
                     estimate=False, govern=False)
-        except (ValueError, TrainingDiverged) as exc:
+        except TrainingDiverged as exc:
+            lines.append(f"  diverged (recorded; not trained again) {run.label}: "
+                         f"{str(exc).splitlines()[0]}")
+        except ValueError as exc:
             lines.append(f"  skipped {run.label}: {str(exc).splitlines()[0]}")
         except BaseException as exc:  # raised again below, as a run alone would raise it
             errors.append(exc)
