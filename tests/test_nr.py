@@ -318,6 +318,7 @@ def test_a_tdma_run_retimed_under_nr_is_the_run_trained_under_nr(tmp_path):
     ("network.interference=maybe", "interference"),
     ("network.link_adaptation=fast", "link_adaptation"),
     ("network.olla_step_db=0", "olla_step_db"),
+    ("network.olla_step_db=0.5", "link_adaptation: outer"),
     ("network.sharing=pf", "sharing"),
 ])
 def test_bad_nr_settings_are_one_line_each(cli_error, setting, match):

@@ -208,6 +208,9 @@ class NRSettings(ShapingSettings):
             raise ValueError(f"`link_adaptation` must be one of {', '.join(LINK_ADAPTATION)}, "
                              f"got {self.link_adaptation!r}")
         as_float("olla_step_db", self.olla_step_db, lo=0, hi=10, lo_open=True)
+        if self.olla_step_db != 1.0 and self.link_adaptation != "outer":
+            raise ValueError("`olla_step_db` is outer-loop link adaptation's step: set "
+                             "link_adaptation: outer with it, or leave it out")
         if self.sharing not in SHARING:
             raise ValueError(f"`sharing` must be one of {', '.join(SHARING)}, got "
                              f"{self.sharing!r}")
