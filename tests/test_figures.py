@@ -859,3 +859,26 @@ def test_a_final_accuracy_figure_draws_diverged_runs_as_diverged(tmp_path, monke
     lines.clear()
     regenerate("toy", "quick", out, quiet=True, log=lines.append)  # nothing to train again
     assert any(": 0 of 8 runs to do" in line for line in lines), lines
+
+
+def test_a_transition_table_draws_diverged_runs_as_diverged(tmp_path, monkeypatch):
+    """A panel whose runs diverge (lr 10⁶) leaves its cells without a mean and says so; the
+    other panel's cells are drawn from their runs as usual."""
+    import copy
+
+    spec = copy.deepcopy(SESSIONS_TOY)
+    spec["figures"] = {"tab": {**spec["figures"]["tab"], "panels": [
+        {"A": {}}, {"FedAvg": {"algorithm": {"name": "fedavg"}},
+                    "Hot": {"algorithm": {"name": "fedavg"}, "local.lr": 1.0e6}}]}}
+    root = tmp_path / "experiments"
+    (root / "dyn").mkdir(parents=True)
+    (root / "dyn" / "figures.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    out = tmp_path / "report"
+    regenerate("dyn", "quick", out, quiet=True, log=lambda _: None)
+    table = {r["setting"]: r for r in csv.DictReader(open(out / "tab.csv"))}
+    assert table["A Hot"]["Proposed T1 diverged"] == "2/2"
+    assert table["A FedAvg"]["Proposed T1 diverged"] == "0/2"
+    assert math.isfinite(float(table["A FedAvg"]["Proposed T1"]))
+    text = (out / "tab.md").read_text()
+    assert "— (diverged: 2 of 2 seeds)" in text and "Not drawn" not in (out / "README.md").read_text()

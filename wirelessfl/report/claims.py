@@ -139,6 +139,8 @@ def _values(fig: Figure, claim: dict[str, Any], on: str, runs: list[RunSpec],
         elif on == "final_accuracy":  # a diverged run has none
             out.append(math.nan if diverged(root, r) else
                        final_accuracy(rows, int(claim.get("last", fig.spec.get("last", 10)))))
+        elif on == "transition_accuracy" and diverged(root, r):
+            out.append(math.nan)
         elif on == "transition_accuracy":  # the mean over the figure's transitions
             pilot = canonical(r.raw)["initial_model"]["pilot_sessions"]
             window = int(fig.spec.get("window", 10))

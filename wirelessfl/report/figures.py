@@ -58,7 +58,7 @@ def execute(runs: list[RunSpec], root: Path, *, quiet: bool = False,
 
 
 #: Figure kinds that draw a run whose training diverged (as diverged); the others wait for it.
-DRAWS_DIVERGED = frozenset({"final_accuracy"})
+DRAWS_DIVERGED = frozenset({"final_accuracy", "transitions"})
 
 
 def _unfinished(runs: list[RunSpec], root: Path) -> str:

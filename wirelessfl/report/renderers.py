@@ -159,7 +159,8 @@ def render_transitions(fig: Figure, root: Path, out: Path) -> list[Path]:
     :func:`transition_accuracy` at session P + 1 + k (``docs/papers/dynamic_clients.md`` §4.3, P the
     run's pilot sessions). ``reference``: per panel the paper's cells in the same column
     order (per sweep value when swept). With ``method`` the note counts, per transition,
-    the rows where it is ≥ each other series and where it is best.
+    the rows where it is ≥ each other series and where it is best. A run whose training
+    diverged is left out of its cell's mean, which says how many did.
     """
     ks, window = fig.spec.get("transitions", [1, 2, 3]), fig.spec.get("window", 10)
     groups = group_runs(fig)
@@ -175,13 +176,15 @@ def render_transitions(fig: Figure, root: Path, out: Path) -> list[Path]:
         for k in ks:
             for name in series:
                 runs = groups.get((panel, name, value), [])
+                kept = [r for r in runs if not diverged(root, r)]  # a diverged run has none
                 vals = np.array([transition_accuracy(run_rows(root, r), pilot[r.key] + 1 + k, window)
-                                 for r in runs]) * 100
+                                 for r in kept]) * 100
                 mean = float(np.mean(vals)) if vals.size else math.nan
                 std = float(np.std(vals, ddof=1)) if vals.size > 1 else math.nan
                 cells[(panel, value, k, name)] = mean
                 row.update({f"{name} T{k}": round(mean, 2), f"{name} T{k} std": round(std, 2),
-                            f"{name} T{k} paper": next(ref, None)})
+                            f"{name} T{k} paper": next(ref, None),
+                            f"{name} T{k} diverged": f"{len(runs) - len(kept)}/{len(runs)}"})
         rows.append(row)
     md = out / f"{fig.name}.md"
     write_text(md, transitions_markdown(fig, rows, keys, ks, series, cells))

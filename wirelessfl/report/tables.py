@@ -84,6 +84,9 @@ def transitions_markdown(fig: Figure, rows: list[dict[str, Any]], keys: list, ks
             mean, std, ref = r[c], r[f"{c} std"], r[f"{c} paper"]
             text = "—" if math.isnan(mean) else f"{mean:.2f}" + (
                 "" if math.isnan(std) else f" ± {std:.2f}")
+            gone = r.get(f"{c} diverged", "0/0")
+            if not gone.startswith("0/"):
+                text += f" (diverged: {gone.replace('/', ' of ')} seeds)"
             out.append(text + ("" if ref is None else f" ({ref})"))
         body.append([r["setting"], *([r[label]] if swept else []), *out])
     note = (f"\nT{{k}}: mean active-label test accuracy (%) over the first {fig.spec.get('window', 10)} "
