@@ -167,6 +167,7 @@ def render_transitions(fig: Figure, root: Path, out: Path) -> list[Path]:
     series = list(dict.fromkeys(s for _, s, _ in groups))
     keys = list(dict.fromkeys((p, v) for p, _, v in groups))
     pilot = {r.key: canonical(r.raw)["initial_model"]["pilot_sessions"] for r in fig.runs}
+    gone = {r.key for r in fig.runs if diverged(root, r)}  # read once, not per transition
     rows, cells = [], {}
     for panel, value in keys:
         ref = (fig.spec.get("reference") or {}).get(panel)
@@ -176,7 +177,7 @@ def render_transitions(fig: Figure, root: Path, out: Path) -> list[Path]:
         for k in ks:
             for name in series:
                 runs = groups.get((panel, name, value), [])
-                kept = [r for r in runs if not diverged(root, r)]  # a diverged run has none
+                kept = [r for r in runs if r.key not in gone]  # a diverged run has none
                 vals = np.array([transition_accuracy(run_rows(root, r), pilot[r.key] + 1 + k, window)
                                  for r in kept]) * 100
                 mean = float(np.mean(vals)) if vals.size else math.nan
