@@ -568,8 +568,9 @@ def test_estimate_is_within_an_order_of_magnitude_of_the_run_it_estimates(toy):
     (1, 1e9, 1e9, [3], 4), (1, 0.0, 1e9, [3], 2), (1, 1e9, 0.0, [3], 3), (2, 1e9, 1e9, [3, 1], 3)])
 def test_estimate_samples_rounds_by_their_clock_and_stops_when_it_has_enough(
         toy, monkeypatch, eval_every, long_round, sample_s, ran, rows):
-    """One run of 1 + 2 rounds, ended after a long first round or once the sample has taken
-    SAMPLE_S; with rows not every round, a 1-round run beside it times the difference."""
+    """After a 1-round probe (short here), one run of 1 + 2 rounds, ended after a long first
+    round or once the sample has taken SAMPLE_S; with rows not every round, a 1-round run
+    beside it times the difference."""
     from wirelessfl.report import estimate
     from wirelessfl.run.records import RunRecord
 
@@ -586,10 +587,39 @@ def test_estimate_samples_rounds_by_their_clock_and_stops_when_it_has_enough(
     monkeypatch.setattr(estimate, "execute", execute)
     monkeypatch.setattr(estimate, "LONG_ROUND_S", long_round)
     monkeypatch.setattr(estimate, "SAMPLE_S", sample_s)
+    monkeypatch.setattr(estimate, "PROBE_KEEP_S", 1e9)
     figs = load_figures("toy", "quick", only=["tab"], extra=[f"eval_every={eval_every}"])
     (est,) = estimate.estimate(figs, toy, log=lambda _: None)
-    assert jobs == ran and folders[0] == rows  # rows of the timed run: round 0 and its rounds
+    assert jobs == [1, *ran] and folders[1] == rows  # the timed run's rows: round 0 and its rounds
     assert est.runs == 2 and est.seconds > 0
+
+
+def test_a_heavy_setting_keeps_its_probe_and_settings_of_one_cost_are_timed_once(toy, monkeypatch):
+    """Settings that differ only in a learning rate are timed once; a setting whose probed
+    round reaches PROBE_KEEP_S keeps the probe (clients trained within PROBE_CALL_S, the
+    rest extrapolated; evaluation apart), counted in the table."""
+    from wirelessfl.report import estimate
+    from wirelessfl.report.estimate import estimate_table
+
+    spec = {**TOY, "base": {**TOY["base"], "max_batch": 4},  # chunks of 4: the first of 1
+            "figures": {"lr": {"kind": "curves", "x": ["round"],
+                                      "series": {"a": {}, "b": {"local.lr": 0.01},
+                                                 "c": {"local.steps": 3}}}}}
+    (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec))
+    figs = load_figures("toy", "quick")
+    assert estimate.cost_key(figs[0].runs[0]) == estimate.cost_key(
+        next(r for r in figs[0].runs if r.series == "b"))
+    logs: list[str] = []
+    monkeypatch.setattr(estimate, "PROBE_KEEP_S", 1e9)
+    (whole,) = estimate.estimate(figs, toy, log=logs.append)
+    assert len(logs) == 2 and whole.sampled == 0  # a and b: one timing; c: its own
+    monkeypatch.setattr(estimate, "PROBE_KEEP_S", 0.0)
+    monkeypatch.setattr(estimate, "PROBE_CALL_S", 0.0)
+    logs.clear()
+    (probed,) = estimate.estimate(figs, toy, log=logs.append)
+    assert len(logs) == 2 and all("on a sample of its clients" in m for m in logs)
+    assert probed.sampled == 2 and probed.runs == whole.runs and probed.seconds > 0
+    assert "2 settings from a sample of each round's clients" in estimate_table([probed], "CPU")
 
 
 def test_a_stand_in_has_the_datasets_shapes_and_classes(monkeypatch):
@@ -602,7 +632,16 @@ def test_a_stand_in_has_the_datasets_shapes_and_classes(monkeypatch):
     splits = load_dataset(name)
     assert splits.train.x.shape == (300, 3, 32, 32) and splits.test.x.shape == (40, 3, 32, 32)
     assert splits.train.num_classes == 100 and set(splits.train.y.tolist()) == set(range(100))
-    assert estimate.stand_in("ag_news") is None
+    monkeypatch.setitem(estimate.TEXT_SHAPES, "ag_news", (50, 12, 4))
+    text = load_dataset(estimate.stand_in("ag_news", test=5, length=16))
+    assert text.train.x.shape == (50, 16) and text.test.x.shape == (5, 16)
+    assert text.train.x.min() >= 0 and text.train.x.max() < estimate.TEXT_VOCAB
+    assert text.train.x.equal(text.train.x.round()) and text.train.num_classes == 4
+    monkeypatch.setattr(estimate, "SHAKESPEARE", (90, 10, 80, 80))
+    leaf = load_dataset(estimate.stand_in("shakespeare", clients=9))
+    assert leaf.train.x.shape == (90, 80) and leaf.train.x.max() < 80
+    assert [len(p) for p in leaf.natural_partition] == [10] * 9
+    assert estimate.stand_in("nosuch") is None
 
 
 def test_estimate_times_a_dynamic_population_s_sessions_inside_its_sample(toy, monkeypatch):

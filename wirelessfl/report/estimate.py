@@ -1,21 +1,33 @@
 """How long a figure set takes on this machine: ``wirelessfl figures PAPER --estimate``.
 
-Each distinct setting of a figure (its panel, series and sweep value; seeds cost the same) is
-timed on random tensors of its dataset's shapes (:func:`stand_in`), so the estimate needs no
-dataset files: the runs of CIFAR-100 or Tiny ImageNet figures are timed on a machine that
-does not hold them. One run of the setting is timed by its rows' clock: a first round of
-:data:`LONG_ROUND_S` or more alone, else the rounds after the first (up to ``sample_rounds``,
-fewer once they have taken :data:`SAMPLE_S`). A setting's run costs its start (data,
-partition, model, the first round's warm-up) plus its rounds at the timed seconds per round:
+Each distinct setting of a figure (its panel, series and sweep value; seeds cost the same,
+and so do settings that differ only in :data:`COST_NEUTRAL` keys, such as a learning rate
+or a Dirichlet α: :func:`cost_key`) is timed on random tensors of its dataset's shapes
+(:func:`stand_in`), so the estimate needs no dataset files: the runs of CIFAR-100 or Tiny
+ImageNet figures are timed on a machine that does not hold them.
 
-    time = Σ_runs to do (start + rounds × seconds per round),
+A setting is first probed: one round in which each engine call trains random clients for
+:data:`PROBE_CALL_S`, each for at most :data:`PROBE_STEPS` local steps
+(:class:`~wirelessfl.engine.sampled.SampledExecutor`, whose eq. (1) scales their seconds to
+their own steps and to every client), its evaluation timed apart on :data:`EVAL_SAMPLE`
+samples and scaled to the real test set. A setting whose probed round takes
+:data:`PROBE_KEEP_S` or more (a ResNet on CIFAR on a CPU) keeps the probe's cost,
 
-an upper bound for runs that stop at their target. Multi-task runs in simulated time
-(FedAST) and text datasets are not estimated; the table says so.
+    run = start + rounds × training round + evaluations × evaluation;
+
+a shorter one is timed whole, by its rows' clock: a first round of :data:`LONG_ROUND_S` or
+more alone, else the rounds after the first (up to ``sample_rounds``, fewer once they have
+taken :data:`SAMPLE_S`), at
+
+    run = start + rounds × seconds per round.
+
+A figure's time sums its runs still to do: an upper bound for runs that stop at their
+target. Multi-task runs in simulated time (FedAST) are not estimated; the table says so.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 import time
@@ -24,10 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from wirelessfl.data import datasets
 from wirelessfl.data.arrays import ArrayDataset, DatasetSplits
+from wirelessfl.engine.evaluate import evaluate
+from wirelessfl.engine.sampled import SampledExecutor
 from wirelessfl.errors import TrainingDiverged
 from wirelessfl.report.metrics import group_runs
 from wirelessfl.report.spec import Figure, RunSpec, missing_runs
@@ -52,22 +67,83 @@ SHAPES: dict[str, tuple[int, int, tuple[int, ...], int]] = {
 #: its CIFAR-10 ones 64 s.
 LONG_ROUND_S, SAMPLE_S = 10.0, 5.0
 
+#: A setting whose probed round (sampled training and a full evaluation) takes at least this
+#: many seconds keeps the probe's cost; a shorter one is timed whole.
+PROBE_KEEP_S = 10.0
+
+#: Seconds each engine call of a probe trains before it estimates its other clients
+#: (:class:`~wirelessfl.engine.sampled.SampledExecutor`).
+PROBE_CALL_S = 1.0
+
+#: Local steps a probe's trained client takes at most, its seconds scaled to its own steps
+#: (a client's 60 steps of a ResNet-18: 45 s on 2 CPU cores).
+PROBE_STEPS = 2
+
 #: A stand-in's training set is capped at this many bytes (Tiny ImageNet's would be 4.9 GB);
 #: a round's cost does not depend on it when clients take a fixed number of steps.
 MAX_TRAIN_BYTES = 2**30
 
 
-def stand_in(dataset: str) -> str | None:
+#: Test samples of a probe's stand-in (:func:`_time_setting`), and the samples an
+#: evaluation is timed on apart, then scaled to the real test set's size (GPT-2 small
+#: evaluates 100 samples of 128 tokens in about 20 s on 2 CPU cores).
+EVAL_RUN, EVAL_SAMPLE = 8, 100
+
+
+#: Text dataset → (train samples, test samples, classes) of the real sets; a sample is the
+#: run's ``data.max_length`` token ids (GLUE's test labels are hidden: its dev set tests).
+TEXT_SHAPES: dict[str, tuple[int, int, int]] = {
+    "ag_news": (120_000, 7_600, 4),
+    "20newsgroups": (11_314, 7_532, 20),
+    "sst2": (67_349, 872, 2),
+    "qnli": (104_743, 5_463, 2),
+    "qqp": (363_846, 40_430, 2),
+}
+
+#: Token ids a text stand-in draws from: inside BERT's (30,522) and GPT-2's (50,257)
+#: vocabularies.
+TEXT_VOCAB = 30_000
+
+#: LEAF Shakespeare (4,226,158 windows of 80 characters over 1,129 roles, split 80/20):
+#: (train, test, window, characters).
+SHAKESPEARE = (3_380_926, 845_232, 80, 80)
+
+
+def real_test_size(dataset: str) -> int:
+    """Test samples of ``dataset``'s real files (0: not known here)."""
+    if dataset in SHAPES:
+        return SHAPES[dataset][1]
+    if dataset in TEXT_SHAPES:
+        return TEXT_SHAPES[dataset][1]
+    return SHAKESPEARE[1] if dataset == "shakespeare" else 0
+
+
+def stand_in(dataset: str, test: int | None = None, length: int = 128,
+             clients: int = 100) -> str | None:
     """The registered name of random tensors shaped as ``dataset`` (None: no stand-in).
 
-    Inputs are uniform in [0, 1), labels balanced over the classes, drawn from a fixed
-    seed; the training set keeps the real size up to :data:`MAX_TRAIN_BYTES`.
+    Images (:data:`SHAPES`): inputs uniform in [0, 1). Text (:data:`TEXT_SHAPES`): ``length``
+    token ids below :data:`TEXT_VOCAB`, unpadded. Shakespeare: 80-character windows, split
+    naturally into ``clients`` equal clients. Labels are balanced over the classes, everything
+    drawn from a fixed seed; the training set keeps the real size up to
+    :data:`MAX_TRAIN_BYTES`, the test set the real size or ``test`` samples if fewer.
     """
-    if dataset not in SHAPES:
-        return None
-    name = f"estimate_{dataset}"
-    if name not in datasets.USER_DATASETS:
+    natural = False
+    if dataset in SHAPES:
         train_n, test_n, shape, classes = SHAPES[dataset]
+        top, tag = 0, ""
+    elif dataset in TEXT_SHAPES:
+        (train_n, test_n, classes), shape = TEXT_SHAPES[dataset], (int(length),)
+        top, tag = TEXT_VOCAB, f"_len{int(length)}"
+    elif dataset == "shakespeare":
+        train_n, test_n, window, classes = SHAKESPEARE
+        shape, top, tag, natural = (window,), classes, f"_c{int(clients)}", True
+    else:
+        return None
+    if test is not None and test < test_n:
+        test_n, tag = test, f"{tag}_test{test}"
+    name = f"estimate_{dataset}{tag}"
+    if name not in datasets.USER_DATASETS:
         train_n = min(train_n, MAX_TRAIN_BYTES // (4 * math.prod(shape)))
 
         def load(_: Path | None) -> DatasetSplits:
@@ -75,9 +151,12 @@ def stand_in(dataset: str) -> str | None:
 
             def split(n: int) -> ArrayDataset:
                 y = torch.arange(n) % classes
-                return ArrayDataset(torch.rand((n, *shape), generator=gen),
-                                    y[torch.randperm(n, generator=gen)], classes)
-            return DatasetSplits(name, split(train_n), split(test_n))
+                x = (torch.randint(0, top, (n, *shape), generator=gen).float() if top
+                     else torch.rand((n, *shape), generator=gen))
+                return ArrayDataset(x, y[torch.randperm(n, generator=gen)], classes)
+            parts = (tuple(np.array_split(np.arange(train_n), int(clients))) if natural
+                     else None)
+            return DatasetSplits(name, split(train_n), split(test_n), parts)
 
         datasets.register_dataset(name, load)
     return name
@@ -87,7 +166,9 @@ def stand_in(dataset: str) -> str | None:
 class Estimate:
     """A figure's estimated time and what was not estimated.
 
-    Its runs to do (those not counted for an earlier figure), their rounds and seconds.
+    Its runs to do (those not counted for an earlier figure), their rounds and seconds;
+    ``sampled``: how many of its settings were timed on a sample of each round's clients
+    (:class:`~wirelessfl.engine.sampled.SampledExecutor`).
     """
 
     figure: str
@@ -95,73 +176,214 @@ class Estimate:
     rounds: int
     seconds: float
     note: str = ""
+    sampled: int = 0
+
+
+@dataclass(frozen=True)
+class _Cost:
+    """A setting's timed cost: ``start + rounds × per_round + evaluations × per_eval``."""
+
+    start: float
+    per_round: float
+    per_eval: float = 0.0  # 0: each evaluation is in per_round (timed whole)
+    sampled: bool = False
+
+    def of(self, cfg: dict[str, Any]) -> float:
+        """Seconds of a run of resolved config ``cfg``."""
+        n, every = int(cfg["rounds"]), int(cfg.get("eval_every") or 1)
+        evals = 1 + n // every + (1 if n % every else 0)  # round 0, every eval_every-th, the last
+        return self.start + n * self.per_round + evals * self.per_eval
+
+
+#: Keys whose value does not change what a round computes (rates, Dirichlet α, which
+#: samples a client holds, the seed, how many rounds): settings that differ only in them are
+#: timed once (:func:`cost_key`).
+COST_NEUTRAL = frozenset({
+    "seed", "rounds", "name", "target_accuracy", "stop_at_target", "checkpoint_every",
+    "data.alpha", "data.overlap", "data.partition", "data.unseen_labels",
+    "local.lr", "local.schedule_rounds", "local.schedule_floor", "local.schedule_power",
+    "algorithm.server_lr", "algorithm.beta", "algorithm.lam", "algorithm.gamma_min",
+    "algorithm.snr_db", "initial_model.scale", "population.rounds_per_session",
+    "population.order"})
+
+
+def cost_key(run: RunSpec) -> str:
+    """The part of ``run``'s resolved config that sets a round's cost (all but :data:`COST_NEUTRAL`)."""
+    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+    if "tasks" in run.raw:  # multi-task: not estimated, one note per run
+        return run.key
+    kept = {k: v for k, v in flat(canonical(run.raw)).items() if k not in COST_NEUTRAL}
+    return json.dumps(kept, sort_keys=True, default=str)
 
 
 def estimate(figures: list[Figure], root: Path, *, sample_rounds: int = 2,
              log: Callable[[str], None] = print) -> list[Estimate]:
-    """Time a sample of every figure's settings and estimate its runs still to do."""
+    """Time a sample of every figure's settings and estimate its runs still to do.
+
+    Settings of equal :func:`cost_key` (e.g. other learning rates or Dirichlet α) are timed
+    once, also across figures.
+    """
     todo = {r.key for r in missing_runs(figures, root)}  # a run two figures share counts once
-    timed: dict[str, tuple[float, float] | str] = {}  # a setting's (start, per round) or why not
+    timed: dict[str, _Cost | str] = {}  # a cost key's timing, or why not
     out = []
     for fig in figures:
         runs = list({r.key: r for r in fig.runs if r.key in todo}.values())
-        total, rounds, notes = 0.0, 0, set()
+        total, rounds, notes, sampled = 0.0, 0, set(), set()
         for group in group_runs(fig).values():
             mine = list({r.key: r for r in group if r.key in todo}.values())
             todo -= {r.key for r in mine}
             if not mine:
                 continue
-            sample = mine[0]
-            if sample.key not in timed:
-                timed[sample.key] = _time_setting(sample, sample_rounds, log)
-            cost = timed[sample.key]
+            key = cost_key(mine[0])
+            if key not in timed:
+                timed[key] = _time_setting(mine[0], sample_rounds, log)
+            cost = timed[key]
             if isinstance(cost, str):
                 notes.add(cost)
                 continue
-            start, per_round = cost
+            if cost.sampled:
+                sampled.add(key)
             for r in mine:
-                n = int(canonical(r.raw)["rounds"])
-                total, rounds = total + start + n * per_round, rounds + n
-        out.append(Estimate(fig.name, len(runs), rounds, total, "; ".join(sorted(notes))))
+                cfg = canonical(r.raw)
+                total, rounds = total + cost.of(cfg), rounds + int(cfg["rounds"])
+        out.append(Estimate(fig.name, len(runs), rounds, total, "; ".join(sorted(notes)),
+                            len(sampled)))
     return out
 
 
-def _time_setting(run: RunSpec, sample_rounds: int,
-                  log: Callable[[str], None]) -> tuple[float, float] | str:
-    """(start, seconds per round) of ``run``'s setting on a stand-in of its data, or why not."""
+def _stand_in_config(run: RunSpec, test: int | None = None) -> dict[str, Any] | str:
+    """``run``'s config on a stand-in of its data (a test set of ``test`` samples), or why not.
+
+    A ``pretrained`` weights file is left out, and GPT-2 is built from its default config
+    (GPT-2 small) instead of a user's folder: their numbers do not change the time.
+    """
     if "tasks" in run.raw:
         return "multi-task runs in simulated time are not estimated"
-    data = dict(run.raw.get("data") or {})
+    cfg = canonical(run.raw)
+    data, model = dict(run.raw.get("data") or {}), dict(cfg.get("model") or {})
+    raw = dict(run.raw)
     if data.get("dataset", "synthetic") != "synthetic":
-        name = stand_in(data["dataset"])
+        d = cfg["data"]
+        name = stand_in(data["dataset"], test, length=int(d["max_length"]),
+                        clients=int(d["num_clients"]))
         if name is None:
-            return f"{data['dataset']}: no stand-in (text datasets are not estimated)"
-        data.update(dataset=name, data_dir=None, normalization="auto")
-    base = _sessions_inside({**run.raw, "data": data, "stop_at_target": False,
-                             "name": "estimate"}, 1 + sample_rounds)
+            return f"{data['dataset']}: no stand-in"
+        data.update(dataset=name, data_dir=None, normalization="auto", tokenizer=None)
+        options = dict(model.get("options") or {})
+        if "pretrained" in options or "model_dir" in options:
+            options.pop("pretrained", None)
+            if options.pop("model_dir", None) is not None and model.get("name") == "gpt2_lora":
+                options["config"] = {"eos_token_id": 50256}  # GPT-2 small's defaults
+            raw["model"] = {**model, "options": options}
+    return {**raw, "data": data, "stop_at_target": False, "name": "estimate"}
+
+
+def _time_setting(run: RunSpec, sample_rounds: int,
+                  log: Callable[[str], None]) -> _Cost | str:
+    """``run``'s setting's cost on a stand-in of its data, or why it is not timed.
+
+    First a probe: one round in which each engine call trains clients for
+    :data:`PROBE_CALL_S` and estimates the rest
+    (:class:`~wirelessfl.engine.sampled.SampledExecutor`), with a test set of
+    :data:`EVAL_RUN` samples, evaluation timed apart on :data:`EVAL_SAMPLE`. A setting whose
+    probed round takes :data:`PROBE_KEEP_S` or more keeps the probe's cost (eq. (1) of
+    :mod:`wirelessfl.engine.sampled`); a shorter one is timed whole, as it runs
+    (:func:`_time_whole`).
+    """
+    probe_raw = _stand_in_config(run, EVAL_RUN)
+    if isinstance(probe_raw, str):
+        return probe_raw
+    # one round; two for alternating client groups (sessions of one round: one must end)
+    rounds = 2 if (canonical(run.raw).get("population") or {}).get("kind") == "alternating" else 1
+    base = _sessions_inside(probe_raw, rounds)
+    real_test = real_test_size(str((run.raw.get("data") or {}).get("dataset", "")))
     with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
-        sample = _Sample()
         try:
-            total = _timed_job({**base, "rounds": 1 + sample_rounds}, Path(tmp) / "0", sample)
+            probe = _probe({**base, "rounds": rounds}, Path(tmp) / "probe", real_test)
         except TrainingDiverged as exc:  # one setting's sample: the others are still timed
             return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
-        walls = sample.walls
-        last = max(walls, default=0)
-        if 0 in walls and 1 in walls and last == 1:  # a long first round, timed alone
-            per_round = walls[1] - walls[0]
-            start = max(0.0, total - per_round)
-        elif 1 in walls and last >= 2:  # rounds 2 .. last after the warm-up round
-            per_round = max(0.0, (walls[last] - walls[1]) / (last - 1))
-            start = max(0.0, total - last * per_round)
-        else:  # rows not every round (eval_every > 1): a 1-round run beside it
-            try:
-                first = _timed_job({**base, "rounds": 1}, Path(tmp) / "1", None)
-            except TrainingDiverged as exc:
-                return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
-            per_round = max(0.0, (total - first) / sample_rounds)
-            start = max(0.0, first - per_round)
+        if probe.per_round + probe.per_eval >= PROBE_KEEP_S:
+            log(f"  timed {run.label} on a sample of its clients: {probe.per_round:.3g} s a "
+                f"round, {probe.per_eval:.3g} s an evaluation, {probe.start:.3g} s to start")
+            return probe
+        whole = _stand_in_config(run)
+        assert not isinstance(whole, str)
+        return _time_whole(run, _sessions_inside(whole, 1 + sample_rounds), sample_rounds,
+                           Path(tmp), log)
+
+
+def _probe(raw: dict[str, Any], folder: Path, real_test: int) -> _Cost:
+    """One round of ``raw`` with sampled training; its evaluations timed apart.
+
+    The run evaluates on the stand-in's few test samples; an evaluation is timed on
+    :data:`EVAL_SAMPLE` training samples and scaled to ``real_test`` (0: the run's own test
+    set).
+    """
+    made: list[SampledExecutor] = []
+
+    def wrap(inner: Any) -> SampledExecutor:
+        made.append(SampledExecutor(inner, PROBE_CALL_S, steps=PROBE_STEPS))
+        return made[0]
+
+    job = open_run(raw, executor_wrap=wrap)
+    exp = job.exp  # type: ignore[attr-defined]
+    params, test, train = exp.initial_state().params, exp.splits.test, exp.splits.train
+
+    def timed(data: ArrayDataset) -> float:
+        t0 = time.perf_counter()
+        evaluate(exp.model, params, data, device=exp.device)
+        return time.perf_counter() - t0
+
+    timed(test)  # warm-up
+    small = timed(test)  # an evaluation inside the run
+    m = min(EVAL_SAMPLE, len(train))
+    rate = timed(ArrayDataset(train.x[:m], train.y[:m], train.num_classes)) / max(1, m)
+    passes = 2 if exp.config.population.dynamic else 1  # and the active labels' test set (§4.3)
+    t0 = time.perf_counter()
+    record = RunRecord(folder)
+    execute(record, job, quiet=True, estimate=False)
+    total = time.perf_counter() - t0
+    walls = {int(row["round"]): float(row["wall_s"]) for row in record.rows()}
+    sampler = made[0]
+    correction = sampler.extrapolated - sampler.seconds  # eq. (1): the clients not trained
+    last = max(walls, default=0)
+    after = walls.get(last, total) - walls.get(0, 0.0)  # the wall of every round after round 0
+    evals = passes * small * sum(1 for r in walls if r > 0)
+    per_round = max(0.0, (after + correction - evals) / max(1, last))
+    start = max(0.0, total - after - passes * small)  # round 0's evaluation: in per_eval
+    per_eval = passes * rate * (real_test or len(test))
+    return _Cost(start, per_round, per_eval, sampled=sampler.asked > sampler.trained)
+
+
+def _time_whole(run: RunSpec, base: dict[str, Any], sample_rounds: int, tmp: Path,
+                log: Callable[[str], None]) -> _Cost | str:
+    """(start, seconds per round) of ``run``'s setting run as it is, on a stand-in of its data."""
+    sample = _Sample()
+    try:
+        total = _timed_job({**base, "rounds": 1 + sample_rounds}, tmp / "0", sample)
+    except TrainingDiverged as exc:  # one setting's sample: the others are still timed
+        return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
+    walls = sample.walls
+    last = max(walls, default=0)
+    if 0 in walls and 1 in walls and last == 1:  # a long first round, timed alone
+        per_round = walls[1] - walls[0]
+        start = max(0.0, total - per_round)
+    elif 1 in walls and last >= 2:  # rounds 2 .. last after the warm-up round
+        per_round = max(0.0, (walls[last] - walls[1]) / (last - 1))
+        start = max(0.0, total - last * per_round)
+    else:  # rows not every round (eval_every > 1): a 1-round run beside it
+        try:
+            first = _timed_job({**base, "rounds": 1}, tmp / "1", None)
+        except TrainingDiverged as exc:
+            return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
+        per_round = max(0.0, (total - first) / sample_rounds)
+        start = max(0.0, first - per_round)
     log(f"  timed {run.label}: {per_round:.3g} s a round, {start:.3g} s to start")
-    return start, per_round
+    return _Cost(start, per_round)
 
 
 def _sessions_inside(raw: dict[str, Any], rounds: int) -> dict[str, Any]:
@@ -221,6 +443,8 @@ def estimate_table(rows: list[Estimate], device: str) -> str:
     lines = [f"{'figure':14s} {'runs':>5s} {'rounds':>7s} {'hours':>8s}  (on {device})"]
     for e in rows:
         lines.append(f"{e.figure:14s} {e.runs:5d} {e.rounds:7d} {e.seconds / 3600:8.2f}"
+                     + (f"  {e.sampled} setting{'s' * (e.sampled != 1)} from a sample of "
+                        "each round's clients" if e.sampled else "")
                      + (f"  not all estimated: {e.note}" if e.note else ""))
     total = sum(e.seconds for e in rows)
     lines.append(f"{'total':14s} {sum(e.runs for e in rows):5d} "

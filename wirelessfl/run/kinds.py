@@ -63,11 +63,13 @@ class RunKind(ABC):
         """The typed config as a plain mapping (round-trips through :meth:`resolve`)."""
 
     @abstractmethod
-    def open(self, cfg: Any, *, checkpoint_every_s: float, lockstep: Any = None) -> Job:
+    def open(self, cfg: Any, *, checkpoint_every_s: float, lockstep: Any = None,
+             executor_wrap: Any = None) -> Job:
         """The run, built and validated (data, model, algorithm), before anything is written.
 
         ``lockstep``: a :class:`~wirelessfl.engine.lockstep.Lockstep` group the run trains in
-        (a kind whose runs cannot join one refuses it).
+        (a kind whose runs cannot join one refuses it); ``executor_wrap``: what wraps its
+        client engine (``--estimate``'s sampled training; refused likewise).
         """
 
     def __repr__(self) -> str:
@@ -95,10 +97,10 @@ class Rounds(RunKind):
 
     @override
     def open(self, cfg: single.RunConfig, *, checkpoint_every_s: float,
-             lockstep: Any = None) -> Job:
+             lockstep: Any = None, executor_wrap: Any = None) -> Job:
         from wirelessfl.run.rounds import RoundsJob, prepare
 
-        return RoundsJob(prepare(cfg, lockstep=lockstep))
+        return RoundsJob(prepare(cfg, lockstep=lockstep, executor_wrap=executor_wrap))
 
 
 class MultiTask(RunKind):
@@ -120,10 +122,13 @@ class MultiTask(RunKind):
 
     @override
     def open(self, cfg: multitask.MultiTaskConfig, *, checkpoint_every_s: float,
-             lockstep: Any = None) -> Job:
+             lockstep: Any = None, executor_wrap: Any = None) -> Job:
         if lockstep is not None:
             raise single.ConfigError("a multi-task run cannot train in a lockstep group; "
                                      "run it alone (--batch-runs 1)")
+        if executor_wrap is not None:
+            raise single.ConfigError("a multi-task run's client engines cannot be wrapped "
+                                     "(its tasks build their own)")
         return multitask.SimulationJob(cfg, checkpoint_every_s)
 
 
@@ -154,7 +159,8 @@ def canonical(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConfig, *,
-             checkpoint_every_s: float = 60.0, lockstep: Any = None) -> Job:
+             checkpoint_every_s: float = 60.0, lockstep: Any = None,
+             executor_wrap: Any = None) -> Job:
     """The run a config describes, built and checked, ready for :func:`run_job`.
 
     Parameters
@@ -167,6 +173,10 @@ def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConf
     lockstep : Lockstep, optional
         A group of runs trained as one computation
         (:class:`~wirelessfl.engine.lockstep.Lockstep`); this run joins it.
+    executor_wrap : callable, optional
+        Wraps the run's client engine (an :class:`~wirelessfl.engine.loop.Executor` in, one
+        out): ``--estimate`` trains a sample of each round's clients
+        (:class:`~wirelessfl.engine.sampled.SampledExecutor`).
 
     Raises
     ------
@@ -176,7 +186,8 @@ def open_run(config: dict[str, Any] | single.RunConfig | multitask.MultiTaskConf
     """
     kind = kind_of(config)
     cfg = config if not isinstance(config, dict) else kind.resolve(config)
-    return kind.open(cfg, checkpoint_every_s=checkpoint_every_s, lockstep=lockstep)
+    return kind.open(cfg, checkpoint_every_s=checkpoint_every_s, lockstep=lockstep,
+                     executor_wrap=executor_wrap)
 
 
 def run_job(job: Job, out: str | Path, *, resume: bool = False, quiet: bool = False,

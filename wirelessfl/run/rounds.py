@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from wirelessfl.engine.client import ClientResult, LocalSGD, evaluate
 from wirelessfl.engine.client_store import ClientStore
 from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.engine.lockstep import Lockstep
+from wirelessfl.engine.loop import Executor
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.links import LinkModel, RoundCost, make_link
@@ -93,11 +95,14 @@ def shared_dataset(name: str) -> bool:
     return name in SHARED_DATASETS or name in USER_DATASETS
 
 
-def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None) -> Experiment:
+def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None,
+            executor_wrap: Callable[[Executor], Executor] | None = None) -> Experiment:
     """Load data, partition it, build model, client engine and algorithm.
 
     With ``lockstep`` (:class:`~wirelessfl.engine.lockstep.Lockstep`) the run trains in that
     group: its clients on the group's engine, from the group's copy of a file dataset.
+    ``executor_wrap`` wraps the client engine built (``--estimate``'s
+    :class:`~wirelessfl.engine.sampled.SampledExecutor`).
 
     Raises ``ValueError`` (a :class:`~wirelessfl.run.config.ConfigError` or a data error) for
     any bad input; writes nothing.
@@ -137,11 +142,12 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
     uplink = link.aggregator(cfg.local.lr)
     shaping = link.shaping() if uplink is None else []
     digital = link.digital_uplink(len(client_indices), seeds)
+    executor = lockstep.member() if lockstep is not None else make_executor(
+        cfg.engine, device, cfg.max_batch, model, cfg.workers, cfg.compile, cfg.replay,
+        cfg.low_rank, worker_init=plugins.load_in_worker)
     env = Environment(model=model, train=train, client_indices=tuple(client_indices),
                       local=cfg.local, update=LocalSGD(model, cfg.local),
-                      executor=lockstep.member() if lockstep is not None else make_executor(
-                          cfg.engine, device, cfg.max_batch, model, cfg.workers, cfg.compile,
-                          cfg.replay, cfg.low_rank, worker_init=plugins.load_in_worker),
+                      executor=executor if executor_wrap is None else executor_wrap(executor),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
                       link=digital)
