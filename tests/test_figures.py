@@ -921,3 +921,32 @@ def test_a_transition_table_draws_diverged_runs_as_diverged(tmp_path, monkeypatc
     assert math.isfinite(float(table["A FedAvg"]["Proposed T1"]))
     text = (out / "tab.md").read_text()
     assert "— (diverged: 2 of 2 seeds)" in text and "Not drawn" not in (out / "README.md").read_text()
+
+
+def _killed_worker(run, sample_rounds):
+    """An estimate's worker killed while it times a setting (as the out-of-memory killer does)."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_an_isolated_estimate_survives_a_worker_killed_by_the_system(toy):
+    """Settings timed in a worker process: the same figures, runs and rounds as in-process;
+    a worker killed mid-setting makes that setting a note and the next gets a new worker."""
+    from wirelessfl.report import estimate
+
+    figs = load_figures("toy", "quick", only=["tab"])
+    (inside,) = estimate.estimate(figs, toy, log=lambda _: None)
+    logs: list[str] = []
+    (isolated,) = estimate.estimate(figs, toy, log=logs.append, isolate=True)
+    assert (isolated.runs, isolated.rounds) == (inside.runs, inside.rounds)
+    assert isolated.seconds > 0 and any(m.startswith("  timed") for m in logs)
+    run = figs[0].runs[0]
+    with estimate.Isolated(2, work=_killed_worker) as timer:
+        note = timer(run, logs.append)
+        assert "died" in note and "out of memory" in note and timer.pool is None
+        timer.work = estimate._time_in_worker  # the next setting: a new worker
+        assert isinstance(timer(run, logs.append), estimate._Cost)
+        assert timer.pool is not None
+    assert timer.pool is None  # stopped at the block's end

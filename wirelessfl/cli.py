@@ -344,7 +344,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
         figures = load_figures(args.paper, args.scale, args.only, extra, seeds)
         print(f"timing a sample of each setting ({args.paper}, {args.scale} scale) ...", flush=True)
-        rows = estimate(figures, out, log=lambda m: print(m, flush=True))
+        rows = estimate(figures, out, log=lambda m: print(m, flush=True), isolate=True)
         print(estimate_table(rows, describe_device(figures[0].runs[0].raw)))
         return 0
     ray = _ray_options(args)

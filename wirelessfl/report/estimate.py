@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -221,12 +222,23 @@ def cost_key(run: RunSpec) -> str:
 
 
 def estimate(figures: list[Figure], root: Path, *, sample_rounds: int = 2,
-             log: Callable[[str], None] = print) -> list[Estimate]:
+             log: Callable[[str], None] = print, isolate: bool = False) -> list[Estimate]:
     """Time a sample of every figure's settings and estimate its runs still to do.
 
     Settings of equal :func:`cost_key` (e.g. other learning rates or Dirichlet α) are timed
-    once, also across figures.
+    once, also across figures. With ``isolate`` (the command line's), settings are timed in
+    a worker process (:class:`Isolated`): a setting whose round does not fit this machine's
+    memory is reported as such instead of ending the estimate, and the memory of a large one
+    goes back to the system.
     """
+    if isolate:
+        with Isolated(sample_rounds) as timer:
+            return _estimate(figures, root, lambda run: timer(run, log))
+    return _estimate(figures, root, lambda run: _time_setting(run, sample_rounds, log))
+
+
+def _estimate(figures: list[Figure], root: Path,
+              time_setting: Callable[[RunSpec], _Cost | str]) -> list[Estimate]:
     todo = {r.key for r in missing_runs(figures, root)}  # a run two figures share counts once
     timed: dict[str, _Cost | str] = {}  # a cost key's timing, or why not
     out = []
@@ -240,7 +252,7 @@ def estimate(figures: list[Figure], root: Path, *, sample_rounds: int = 2,
                 continue
             key = cost_key(mine[0])
             if key not in timed:
-                timed[key] = _time_setting(mine[0], sample_rounds, log)
+                timed[key] = time_setting(mine[0])
             cost = timed[key]
             if isinstance(cost, str):
                 notes.add(cost)
@@ -253,6 +265,106 @@ def estimate(figures: list[Figure], root: Path, *, sample_rounds: int = 2,
         out.append(Estimate(fig.name, len(runs), rounds, total, "; ".join(sorted(notes)),
                             len(sampled)))
     return out
+
+
+#: A worker that holds more than this share of the machine's memory after a setting is
+#: replaced by a fresh one (freed tensors stay in the allocator's arenas otherwise: three
+#: paper-scale RA-Fed settings in one process held 17 GB, and a fourth was killed).
+RESTART_SHARE = 0.25
+
+
+class Isolated:
+    """Times settings in one spawned worker process at a time (``estimate(isolate=True)``).
+
+    The worker loads the command's plug-ins and uses every core. A worker that dies while it
+    times a setting (the system's out-of-memory killer) makes that setting a note, and the
+    next setting gets a new worker; so does one that holds more than :data:`RESTART_SHARE`
+    of the memory afterwards. Ctrl-C or an error stops the worker (``with`` block).
+
+    Parameters
+    ----------
+    sample_rounds : int
+        As :func:`estimate`'s.
+    work : callable
+        What the worker runs for a setting: ``work(run, sample_rounds)`` returns the cost,
+        the log lines and the worker's resident bytes (default: :func:`_time_in_worker`).
+    """
+
+    def __init__(self, sample_rounds: int, work: Callable[..., tuple] | None = None) -> None:
+        self.sample_rounds, self.work = sample_rounds, work or _time_in_worker
+        self.pool: Any = None
+
+    def __enter__(self) -> Isolated:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker (terminated, then killed if it does not end)."""
+        if self.pool is not None:
+            from wirelessfl.report.local import _stop_pool
+
+            pool, self.pool = self.pool, None
+            _stop_pool(pool)
+
+    def __call__(self, run: RunSpec, log: Callable[[str], None]) -> _Cost | str:
+        """``run``'s setting timed in the worker (one started if none is running)."""
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        from wirelessfl.report.local import _ignore_interrupts, _interrupts_ignored
+
+        if self.pool is None:
+            with _interrupts_ignored():
+                self.pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"),
+                                                initializer=_ignore_interrupts)
+                future = self.pool.submit(self.work, run, self.sample_rounds)
+        else:
+            future = self.pool.submit(self.work, run, self.sample_rounds)
+        try:
+            cost, lines, rss = future.result()
+        except BrokenProcessPool:
+            self.close()
+            return (f"{run.label}: its timing process died (out of memory on this machine, "
+                    f"{_memory_total() / 2**30:.0f} GB)")
+        for line in lines:
+            log(line)
+        if rss > RESTART_SHARE * _memory_total():
+            self.close()
+        return cost
+
+
+def _memory_total() -> int:
+    """The machine's memory in bytes (16 GiB where /proc/meminfo cannot say)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 16 << 30
+
+
+def _time_in_worker(run: RunSpec, sample_rounds: int) -> tuple[_Cost | str, list[str], int]:
+    """In an :class:`Isolated` worker: the setting's cost, its log lines, the worker's bytes."""
+    import resource
+
+    from wirelessfl.report.local import _worker_setup
+
+    if not getattr(_time_in_worker, "ready", False):
+        _worker_setup(os.cpu_count() or 1)
+        _time_in_worker.ready = True  # type: ignore[attr-defined]
+    lines: list[str] = []
+    cost = _time_setting(run, sample_rounds, lines.append)
+    try:  # resident now; else the peak (kB on Linux, bytes on macOS: an upper bound either way)
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return cost, lines, rss
 
 
 def _stand_in_config(run: RunSpec, test: int | None = None) -> dict[str, Any] | str:
