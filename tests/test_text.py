@@ -268,7 +268,9 @@ def test_fadamgc_table2_text_smoke_run_on_a_hand_made_folder(text_dir):
     raw = apply_overrides(spec.raw, [f"data.data_dir={text_dir}", "data.tokenizer=tok",
                                      f"model.options={json.dumps({'config': TINY, 'r': 4})}",
                                      "data.max_length=12", "rounds=1", "data.num_clients=10",
-                                     "data.alpha=1.0", "data.min_size=2"])
+                                     "data.alpha=1.0", "data.min_size=2",
+                                     "data.samples_per_client=100"])  # the folder's 1,600
+    assert raw["data"]["partition"] == "dirichlet_per_client"  # two classes: per client mix
     exp = open_run(raw).exp
     run_job(RoundsJob(exp), text_dir / "run", quiet=True)
     rows = RunRecord(text_dir / "run").rows()

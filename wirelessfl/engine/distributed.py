@@ -302,9 +302,10 @@ class DistributedExecutor(Executor):
     def _lost_worker(self) -> str | None:
         """The first worker that died or is stopped, described; None if all are running."""
         for r, p in enumerate(self._procs, start=1):
-            if not p.is_alive():
+            stopped = _stopped(p.pid)  # read first: a worker that exits in between is a zombie,
+            if not p.is_alive():       # which is_alive reaps, and is named as dead
                 return f"distributed worker rank {r} (pid {p.pid}) died (exit code {p.exitcode})"
-            if _stopped(p.pid):
+            if stopped:
                 return f"distributed worker rank {r} (pid {p.pid}) is stopped"
         return None
 

@@ -45,21 +45,12 @@ from wirelessfl.data.arrays import ArrayDataset, DatasetSplits
 from wirelessfl.engine.evaluate import evaluate
 from wirelessfl.engine.sampled import SampledExecutor
 from wirelessfl.errors import TrainingDiverged
+from wirelessfl.report.data_shapes import SHAPES
 from wirelessfl.report.metrics import group_runs
 from wirelessfl.report.spec import Figure, RunSpec, missing_runs
 from wirelessfl.run.kinds import canonical, open_run
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.shell import execute
-
-#: Dataset → (train samples, test samples, sample shape, classes) of the real files.
-SHAPES: dict[str, tuple[int, int, tuple[int, ...], int]] = {
-    "fashion_mnist": (60_000, 10_000, (1, 28, 28), 10),
-    "mnist": (60_000, 10_000, (1, 28, 28), 10),
-    "cifar10": (50_000, 10_000, (3, 32, 32), 10),
-    "cifar100": (50_000, 10_000, (3, 32, 32), 100),
-    "svhn": (73_257, 26_032, (3, 32, 32), 10),
-    "tinyimagenet": (100_000, 10_000, (3, 64, 64), 200),
-}
 
 #: A setting whose first round takes at least this many seconds is timed by that round alone
 #: (its warm-up, a few allocations and lazy initialisations, is then a small part of it);
@@ -297,16 +288,19 @@ class Isolated:
     def __enter__(self) -> Isolated:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        self.close(now=kind is not None)
 
-    def close(self) -> None:
-        """Stop the worker (terminated, then killed if it does not end)."""
+    def close(self, now: bool = False) -> None:
+        """Let the idle worker end; ``now``: stop it (terminated, then killed if it does not end)."""
         if self.pool is not None:
             from wirelessfl.report.local import _stop_pool
 
             pool, self.pool = self.pool, None
-            _stop_pool(pool)
+            if now:
+                _stop_pool(pool)
+            else:
+                pool.shutdown(wait=True)
 
     def __call__(self, run: RunSpec, log: Callable[[str], None]) -> _Cost | str:
         """``run``'s setting timed in the worker (one started if none is running)."""
@@ -326,7 +320,7 @@ class Isolated:
         try:
             cost, lines, rss = future.result()
         except BrokenProcessPool:
-            self.close()
+            self.close(now=True)
             return (f"{run.label}: its timing process died (out of memory on this machine, "
                     f"{_memory_total() / 2**30:.0f} GB)")
         for line in lines:

@@ -149,7 +149,7 @@ def auto_batch_runs(run: RunSpec) -> int:
     import torch
 
     from wirelessfl.models import build_model
-    from wirelessfl.report.estimate import SHAPES
+    from wirelessfl.report.data_shapes import SHAPES
 
     cfg = canonical(run.raw)
     if not (torch.cuda.is_available() and cfg["device"] in ("auto", "cuda")):
