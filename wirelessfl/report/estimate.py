@@ -47,7 +47,7 @@ from wirelessfl.engine.sampled import SampledExecutor
 from wirelessfl.errors import TrainingDiverged
 from wirelessfl.report.data_shapes import SHAPES
 from wirelessfl.report.metrics import group_runs
-from wirelessfl.report.spec import Figure, RunSpec, missing_runs
+from wirelessfl.report.spec import Figure, RunSpec, flat_settings, missing_runs
 from wirelessfl.run.kinds import canonical, open_run
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.shell import execute
@@ -201,14 +201,9 @@ COST_NEUTRAL = frozenset({
 
 def cost_key(run: RunSpec) -> str:
     """The part of ``run``'s resolved config that sets a round's cost (all but :data:`COST_NEUTRAL`)."""
-    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-        return out
     if "tasks" in run.raw:  # multi-task: not estimated, one note per run
         return run.key
-    kept = {k: v for k, v in flat(canonical(run.raw)).items() if k not in COST_NEUTRAL}
+    kept = {k: v for k, v in flat_settings(canonical(run.raw)).items() if k not in COST_NEUTRAL}
     return json.dumps(kept, sort_keys=True, default=str)
 
 
@@ -331,15 +326,11 @@ class Isolated:
 
 
 def _memory_total() -> int:
-    """The machine's memory in bytes (16 GiB where /proc/meminfo cannot say)."""
+    """The machine's physical memory in bytes (16 GiB where the system cannot say)."""
     try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) << 10
-    except (OSError, ValueError, IndexError):
-        pass
-    return 16 << 30
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX
+        return 16 << 30
 
 
 def _time_in_worker(run: RunSpec, sample_rounds: int) -> tuple[_Cost | str, list[str], int]:
