@@ -97,3 +97,12 @@ def test_a_client_s_steps_can_be_cut_and_its_seconds_scaled_to_its_own():
     assert same.extrapolated == pytest.approx(same.seconds)
     with pytest.raises(ValueError, match="steps"):
         SampledExecutor(LoopExecutor(), steps=0)
+
+
+def test_a_run_refuses_an_executor_wrap_that_is_not_callable():
+    from wirelessfl.errors import ConfigError
+    from wirelessfl.run.kinds import open_run
+
+    with pytest.raises(ConfigError, match="executor_wrap must be a callable"):
+        open_run({"rounds": 1, "data": {"dataset": "synthetic", "num_clients": 4}},
+                 executor_wrap=3)

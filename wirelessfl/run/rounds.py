@@ -107,6 +107,9 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
     Raises ``ValueError`` (a :class:`~wirelessfl.run.config.ConfigError` or a data error) for
     any bad input; writes nothing.
     """
+    if executor_wrap is not None and not callable(executor_wrap):
+        raise ConfigError(f"executor_wrap must be a callable that wraps an Executor (or None), "
+                          f"got {type(executor_wrap).__name__}")
     cfg = config if isinstance(config, RunConfig) else resolve(config)
     device = resolve_device(cfg.device)
     seeds = Seeds(cfg.seed)
