@@ -209,6 +209,56 @@ MULTI = {
 }
 
 
+def test_estimate_times_a_multi_task_figure_against_its_simulated_time(tmp_path, monkeypatch):
+    """FedAST's runs are estimated: a simulation that ends within MULTI_S is its own sample,
+    within an order of magnitude of the runs it estimates; one cut short is extrapolated
+    from the slope of its cost; a server learning rate or a seed does not change the cost."""
+    import time
+
+    from wirelessfl.report import estimate
+
+    root = tmp_path / "experiments"
+    (root / "multi").mkdir(parents=True)
+    spec = {**MULTI, "figures": {"fin": {
+        "kind": "final", "y": ["accuracy"],
+        "series": {"FedAST": {}, "slower": {"method.server_lr": 0.05},
+                   "NoBuffer": {"method.buffer": 1}}}}}
+    (root / "multi" / "figures.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    (fig,) = load_figures("multi", "quick")
+    by = {r.series: r for r in fig.runs}
+    assert estimate.cost_key(by["FedAST"]) == estimate.cost_key(by["slower"])
+    assert estimate.cost_key(by["FedAST"]) != estimate.cost_key(by["NoBuffer"])
+    report, logs = tmp_path / "report", []
+    regenerate("multi", "quick", tmp_path / "warm", quiet=True, log=lambda _: None)  # imports
+    (whole,) = estimate.estimate([fig], report, log=logs.append)
+    assert whole.runs == 3 and whole.rounds == 0 and whole.seconds > 0 and not whole.note
+    assert len(logs) == 2 and all("of simulated time" in m for m in logs)
+    assert whole.simulated == 2 and "simulated time to max_time" in estimate.estimate_table(
+        [whole], "CPU")
+    t0 = time.perf_counter()
+    regenerate("multi", "quick", report, quiet=True, log=lambda _: None)
+    took = time.perf_counter() - t0
+    assert took / 10 < whole.seconds < took * 10, (whole.seconds, took)
+    monkeypatch.setattr(estimate, "MULTI_S", 0.0)  # cut at the first aggregation
+    (cut,) = estimate.estimate([fig], tmp_path / "none", log=lambda _: None)
+    assert math.isfinite(cut.seconds) and cut.seconds > 0 and cut.runs == 3
+
+
+def test_a_multi_task_cost_reads_its_sample_to_the_run_s_horizon():
+    from wirelessfl.report.estimate import STOP_HORIZON, _SimCost
+
+    cost = _SimCost(((0.0, 0.0), (10.0, 5.0), (20.0, 8.0)), per_t=0.3, rounds_per_t=0.5, tasks=2)
+    run = {"max_time": 100.0, "stop_at_target": False, "max_rounds": None}
+    assert cost.of(run) == pytest.approx(8 + 0.3 * 80)  # beyond the sample: its slope
+    assert cost.of({**run, "max_time": 15.0}) == 8.0  # inside: the aggregation that ends it
+    assert cost.of({**run, "max_time": 5.2e5, "stop_at_target": True}) == pytest.approx(
+        8 + 0.3 * (STOP_HORIZON - 20))  # stops at its targets: the stated horizon
+    assert cost.of({**run, "max_time": 1e6, "max_rounds": 10}) == pytest.approx(
+        8 + 0.3 * (10 * 2 / 0.5 - 20))  # 10 rounds of 2 tasks at 0.5 aggregations a unit
+    assert cost.rounds_of(run) == 0
+
+
 def test_final_figures_sweep_points_and_draw_reference_lines(tmp_path, monkeypatch):
     root = tmp_path / "experiments"
     (root / "multi").mkdir(parents=True)

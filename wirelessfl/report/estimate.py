@@ -22,7 +22,16 @@ taken :data:`SAMPLE_S`), at
     run = start + rounds × seconds per round.
 
 A figure's time sums its runs still to do: an upper bound for runs that stop at their
-target. Multi-task runs in simulated time (FedAST) are not estimated; the table says so.
+target.
+
+A multi-task run in simulated time (FedAST) is timed by :func:`_time_multitask`: its
+simulation runs on stand-ins with sampled training for :data:`MULTI_S` seconds, and the cost
+of its simulated time after the first half of that sample is extrapolated to the run's end,
+
+    run = cost(T_end) + (H − T_end) · (cost(T_end) − cost(T_mid)) / (T_end − T_mid),
+
+``H`` its ``max_time``, or :data:`STOP_HORIZON` for a run that stops at its targets (a time
+nobody knows ahead), and its ``max_rounds`` where those come first.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from wirelessfl.report.data_shapes import SHAPES
 from wirelessfl.report.metrics import group_runs
 from wirelessfl.report.spec import Figure, RunSpec, flat_settings, missing_runs
 from wirelessfl.run.kinds import canonical, open_run
+from wirelessfl.run.multitask import build_simulator, resolve_multitask
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.shell import execute
 
@@ -99,6 +109,15 @@ TEXT_VOCAB = 30_000
 #: LEAF Shakespeare (4,226,158 windows of 80 characters over 1,129 roles, split 80/20):
 #: (train, test, window, characters).
 SHAKESPEARE = (3_380_926, 845_232, 80, 80)
+
+
+#: Wall seconds a multi-task run's simulation is sampled for (:func:`_time_multitask`).
+MULTI_S = 15.0
+
+#: Simulated time a multi-task run that stops at its targets is estimated to: FedAST's
+#: finish times in the paper are about 99 and 619 (Fig. 7), Sync-ST's up to 1/(1 − 0.46)
+#: times FedAST's (its largest gain, E4), and E2/E3/E9 train for a fixed 1,000.
+STOP_HORIZON = 2_000.0
 
 
 def real_test_size(dataset: str) -> int:
@@ -160,7 +179,8 @@ class Estimate:
 
     Its runs to do (those not counted for an earlier figure), their rounds and seconds;
     ``sampled``: how many of its settings were timed on a sample of each round's clients
-    (:class:`~wirelessfl.engine.sampled.SampledExecutor`).
+    (:class:`~wirelessfl.engine.sampled.SampledExecutor`); ``simulated``: how many are
+    multi-task runs in simulated time (no rounds counted; :func:`_time_multitask`).
     """
 
     figure: str
@@ -169,6 +189,7 @@ class Estimate:
     seconds: float
     note: str = ""
     sampled: int = 0
+    simulated: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,6 +207,47 @@ class _Cost:
         evals = 1 + n // every + (1 if n % every else 0)  # round 0, every eval_every-th, the last
         return self.start + n * self.per_round + evals * self.per_eval
 
+    def rounds_of(self, cfg: dict[str, Any]) -> int:
+        """Rounds of a run of resolved config ``cfg``."""
+        return int(cfg["rounds"])
+
+
+@dataclass(frozen=True)
+class _SimCost:
+    """A multi-task setting's cost against its simulated time (:func:`_time_multitask`).
+
+    ``points``: (simulated time, cost) read after each aggregation of the sample, the last at
+    ``T_end``; ``per_t``: a later unit of simulated time's cost; ``rounds_per_t``:
+    aggregations of all tasks per unit of simulated time (for ``max_rounds``); ``tasks``: M.
+    """
+
+    points: tuple[tuple[float, float], ...]
+    per_t: float
+    rounds_per_t: float
+    tasks: int
+    sampled: bool = True
+
+    def horizon(self, cfg: dict[str, Any]) -> float:
+        """Simulated time a run of resolved config ``cfg`` is estimated to (see the module)."""
+        h = float(cfg["max_time"])
+        if cfg.get("stop_at_target", True):
+            h = min(h, STOP_HORIZON)
+        if cfg.get("max_rounds") is not None and self.rounds_per_t > 0:
+            h = min(h, int(cfg["max_rounds"]) * self.tasks / self.rounds_per_t)
+        return h
+
+    def of(self, cfg: dict[str, Any]) -> float:
+        """Seconds of a run of resolved config ``cfg``: read from the sample up to ``T_end``."""
+        h = self.horizon(cfg)
+        t_end, c_end = self.points[-1]
+        if h >= t_end:
+            return c_end + self.per_t * (h - t_end)
+        return next(c for t, c in self.points if t >= h)  # the first aggregation at or after H
+
+    def rounds_of(self, cfg: dict[str, Any]) -> int:
+        """Multi-task runs count simulated time, not rounds: 0."""
+        return 0
+
 
 #: Keys whose value does not change what a round computes (rates, Dirichlet α, which
 #: samples a client holds, the seed, how many rounds): settings that differ only in them are
@@ -199,11 +261,28 @@ COST_NEUTRAL = frozenset({
     "population.order"})
 
 
+#: A multi-task run's keys (top level, then each task's) that do not change what a unit of
+#: its simulated time computes; the horizon keys are read by :meth:`_SimCost.horizon`.
+COST_NEUTRAL_MULTI = frozenset({
+    "seed", "name", "description", "max_time", "max_rounds", "stop_at_target",
+    "method.server_lr"})
+COST_NEUTRAL_TASK = frozenset({"name", "target", "local.lr", "sync_local.lr", "data.alpha"})
+
+
 def cost_key(run: RunSpec) -> str:
-    """The part of ``run``'s resolved config that sets a round's cost (all but :data:`COST_NEUTRAL`)."""
-    if "tasks" in run.raw:  # multi-task: not estimated, one note per run
-        return run.key
-    kept = {k: v for k, v in flat_settings(canonical(run.raw)).items() if k not in COST_NEUTRAL}
+    """The part of ``run``'s resolved config that sets a round's cost (all but :data:`COST_NEUTRAL`).
+
+    A multi-task run's: all but :data:`COST_NEUTRAL_MULTI` and each task's
+    :data:`COST_NEUTRAL_TASK`.
+    """
+    cfg = canonical(run.raw)
+    if "tasks" in cfg:
+        top = {k: v for k, v in flat_settings({**cfg, "tasks": []}).items()
+               if k not in COST_NEUTRAL_MULTI}
+        tasks = [{k: v for k, v in flat_settings(t).items() if k not in COST_NEUTRAL_TASK}
+                 for t in cfg["tasks"]]
+        return json.dumps([top, tasks], sort_keys=True, default=str)
+    kept = {k: v for k, v in flat_settings(cfg).items() if k not in COST_NEUTRAL}
     return json.dumps(kept, sort_keys=True, default=str)
 
 
@@ -230,7 +309,7 @@ def _estimate(figures: list[Figure], root: Path,
     out = []
     for fig in figures:
         runs = list({r.key: r for r in fig.runs if r.key in todo}.values())
-        total, rounds, notes, sampled = 0.0, 0, set(), set()
+        total, rounds, notes, sampled, simulated = 0.0, 0, set(), set(), set()
         for group in group_runs(fig).values():
             mine = list({r.key: r for r in group if r.key in todo}.values())
             todo -= {r.key for r in mine}
@@ -245,11 +324,13 @@ def _estimate(figures: list[Figure], root: Path,
                 continue
             if cost.sampled:
                 sampled.add(key)
+            if isinstance(cost, _SimCost):
+                simulated.add(key)
             for r in mine:
                 cfg = canonical(r.raw)
-                total, rounds = total + cost.of(cfg), rounds + int(cfg["rounds"])
+                total, rounds = total + cost.of(cfg), rounds + cost.rounds_of(cfg)
         out.append(Estimate(fig.name, len(runs), rounds, total, "; ".join(sorted(notes)),
-                            len(sampled)))
+                            len(sampled), len(simulated)))
     return out
 
 
@@ -358,8 +439,6 @@ def _stand_in_config(run: RunSpec, test: int | None = None) -> dict[str, Any] | 
     A ``pretrained`` weights file is left out, and GPT-2 is built from its default config
     (GPT-2 small) instead of a user's folder: their numbers do not change the time.
     """
-    if "tasks" in run.raw:
-        return "multi-task runs in simulated time are not estimated"
     cfg = canonical(run.raw)
     data, model = dict(run.raw.get("data") or {}), dict(cfg.get("model") or {})
     raw = dict(run.raw)
@@ -389,8 +468,10 @@ def _time_setting(run: RunSpec, sample_rounds: int,
     :data:`EVAL_RUN` samples, evaluation timed apart on :data:`EVAL_SAMPLE`. A setting whose
     probed round takes :data:`PROBE_KEEP_S` or more keeps the probe's cost (eq. (1) of
     :mod:`wirelessfl.engine.sampled`); a shorter one is timed whole, as it runs
-    (:func:`_time_whole`).
+    (:func:`_time_whole`). A multi-task run: :func:`_time_multitask`.
     """
+    if "tasks" in run.raw:
+        return _time_multitask(run, log)
     probe_raw = _stand_in_config(run, EVAL_RUN)
     if isinstance(probe_raw, str):
         return probe_raw
@@ -454,6 +535,94 @@ def _probe(raw: dict[str, Any], folder: Path, real_test: int) -> _Cost:
     start = max(0.0, total - after - passes * small)  # round 0's evaluation: in per_eval
     per_eval = passes * rate * (real_test or len(test))
     return _Cost(start, per_round, per_eval, sampled=sampler.asked > sampler.trained)
+
+
+class _Enough(Exception):
+    """A multi-task sample has run for :data:`MULTI_S` (raised between two aggregations)."""
+
+
+def _time_multitask(run: RunSpec, log: Callable[[str], None]) -> _SimCost | str:
+    """A multi-task setting's cost against simulated time, or why it is not timed.
+
+    Its tasks' data are stand-ins with :data:`EVAL_RUN` test samples; its engine trains each
+    call's requests as a probe does (:class:`~wirelessfl.engine.sampled.SampledExecutor`);
+    evaluations are counted and costed apart, each task's timed on :data:`EVAL_SAMPLE`
+    samples and scaled to its real test set (or ``test_samples``). The simulation runs for
+    :data:`MULTI_S` seconds or to its end (targets never stop it); the cost is read after
+    every aggregation, and its slope over the second half of the simulated time sampled is
+    what a later unit of time costs (the first half holds round 0 and the first requests).
+    """
+    cfg = canonical(run.raw)
+    tasks = []
+    for t in cfg["tasks"]:
+        d = t["data"]
+        if d["dataset"] == "synthetic":  # made, not read: the run's own
+            tasks.append(t)
+            continue
+        name = stand_in(d["dataset"], EVAL_RUN, length=int(d["max_length"]),
+                        clients=int(cfg["pool"]["clients"]))
+        if name is None:
+            return f"{d['dataset']}: no stand-in"
+        tasks.append({**t, "data": {**d, "dataset": name, "data_dir": None,
+                                    "normalization": "auto", "tokenizer": None}})
+    sim, envs = build_simulator(resolve_multitask(
+        {**cfg, "tasks": tasks, "test_samples": None, "name": "estimate"}))
+    sampler = sim.executor = SampledExecutor(sim.executor, PROBE_CALL_S, steps=PROBE_STEPS)
+    per_eval = {}
+    for env in envs:
+        real = real_test_size(next(t["data"]["dataset"] for t in cfg["tasks"]
+                                   if t["name"] == env.name))
+        real = min(real or len(env.splits.test), int(cfg.get("test_samples") or 2**62))
+        train, m = env.splits.train, min(EVAL_SAMPLE, len(env.splits.train))
+        sample = ArrayDataset(train.x[:m], train.y[:m], train.num_classes)
+        evaluate(env.model, env.init_params, sample, device=env.device)  # warm-up
+        t0 = time.perf_counter()
+        evaluate(env.model, env.init_params, sample, device=env.device)
+        per_eval[env.name] = (time.perf_counter() - t0) / max(1, m) * real
+    spent = {"evals": 0.0, "wall": 0.0}  # evaluations' cost (scaled), their wall here
+    points: list[tuple[float, float, int]] = [(0.0, 0.0, 0)]  # (simulated time, cost, rounds)
+    t0 = time.perf_counter()
+
+    def cost() -> float:
+        wall = time.perf_counter() - t0
+        return (wall - spent["wall"] - sampler.seconds + sampler.extrapolated + spent["evals"])
+
+    def on_eval(task: Any, st: Any, now: float) -> bool:
+        t1 = time.perf_counter()
+        task.evaluate(st.params)
+        spent["wall"] += time.perf_counter() - t1
+        spent["evals"] += per_eval[task.name]
+        return False  # a target never stops the sample
+
+    def on_checkpoint() -> None:
+        points.append((float(sim.time), cost(), sum(s.round for s in sim.states)))
+        if time.perf_counter() - t0 >= MULTI_S:
+            raise _Enough
+
+    try:
+        end = sim.run(on_eval, max_time=float(cfg["max_time"]),
+                      eval_every=int(cfg["eval_every"]), max_rounds=cfg.get("max_rounds"),
+                      on_checkpoint=on_checkpoint,
+                      **({} if cfg.get("eval_interval") is None
+                         else {"eval_interval": float(cfg["eval_interval"])}))
+    except _Enough:
+        end = None
+    except TrainingDiverged as exc:
+        return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
+    if end is not None:  # the whole simulation ran: its cost at its end time
+        points.append((float(end), cost(), sum(s.round for s in sim.states)))
+    t_end, c_end, r_end = points[-1]
+    mid = next(p for p in points if p[0] >= t_end / 2)
+    if t_end - mid[0] <= 0:  # one aggregation after a long start: the slope from 0
+        mid = points[0]
+    slope = t_end > 0 and end is None  # a sample cut short: later time costs as its second half
+    per_t = (c_end - mid[1]) / (t_end - mid[0]) if slope else 0.0
+    rounds_per_t = (r_end - mid[2]) / (t_end - mid[0]) if slope else 0.0
+    log(f"  timed {run.label} on a sample of its requests: {per_t * 1000:.3g} s per 1,000 of "
+        f"simulated time (t = {t_end:.4g} sampled in {c_end:.3g} s), "
+        f"{max(per_eval.values()):.3g} s an evaluation")
+    return _SimCost(tuple((t, c) for t, c, _ in points), per_t, rounds_per_t, len(envs),
+                    sampled=sampler.asked > sampler.trained)
 
 
 def _time_whole(run: RunSpec, base: dict[str, Any], sample_rounds: int, tmp: Path,
@@ -539,10 +708,17 @@ def estimate_table(rows: list[Estimate], device: str) -> str:
     """The estimate as text: a line per figure and the total in hours."""
     lines = [f"{'figure':14s} {'runs':>5s} {'rounds':>7s} {'hours':>8s}  (on {device})"]
     for e in rows:
+        said = []
+        if e.sampled:
+            said.append(f"{e.sampled} setting{'s' * (e.sampled != 1)} from a sample of "
+                        + ("their requests" if e.simulated else "each round's clients"))
+        if e.simulated:
+            said.append(f"simulated time to max_time, or t = {STOP_HORIZON:,.0f} where runs "
+                        "stop at their targets")
+        if e.note:
+            said.append(f"not all estimated: {e.note}")
         lines.append(f"{e.figure:14s} {e.runs:5d} {e.rounds:7d} {e.seconds / 3600:8.2f}"
-                     + (f"  {e.sampled} setting{'s' * (e.sampled != 1)} from a sample of "
-                        "each round's clients" if e.sampled else "")
-                     + (f"  not all estimated: {e.note}" if e.note else ""))
+                     + "".join(f"  {x}" for x in said))
     total = sum(e.seconds for e in rows)
     lines.append(f"{'total':14s} {sum(e.runs for e in rows):5d} "
                  f"{sum(e.rounds for e in rows):7d} {total / 3600:8.2f}  "

@@ -1,0 +1,98 @@
+"""How near ``--estimate``'s probe comes to timing the same setting whole.
+
+    python benchmarks/estimate_probe.py --json [--setting PAPER:FIGURE:PANEL:SERIES ...]
+
+For each setting (a paper-scale figure's panel and series, its first sweep value and seed)
+it times the probe (:func:`wirelessfl.report.estimate._probe`: one round with sampled
+training, evaluation timed on 100 samples and scaled) and the whole timing
+(:func:`wirelessfl.report.estimate._time_whole`: real rounds on the stand-in with its
+real-size test set), both on the same stand-in data, and reports each one's seconds a round,
+an evaluation and a run, and the ratio probe / whole of a run's seconds. The default
+settings have rounds short enough to time whole here: HIST Table I (LeNet-5, Fashion-MNIST),
+a co-design FCNN round, dynamic clients' Table 12 on SVHN (MOON, a CNN) and Table 3 on SVHN
+(FedAvg), both with the proposed initial model. Run it alone on the machine: both timings are wall clocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from wirelessfl.report import estimate
+from wirelessfl.report.spec import load_figures
+from wirelessfl.run.kinds import canonical
+
+DEFAULT = ("hist:table1::HIST", "codesign:clients::", "dynamic:table12:SVHN:Proposed",
+           "dynamic:table3:SVHN o=0.0 α=0.3 FedAvg:Proposed")
+
+
+def pick(setting: str) -> Any:
+    """The first run of ``PAPER:FIGURE:PANEL:SERIES`` (empty panel or series: the first)."""
+    paper, figure, panel, series = (setting.split(":") + ["", "", ""])[:4]
+    (fig,) = load_figures(paper, "paper", only=[figure])
+    for r in fig.runs:
+        if (not panel or panel in r.panel) and (not series or series == r.series):
+            return r
+    raise SystemExit(f"{setting}: no such run (panels {sorted({r.panel for r in fig.runs})}, "
+                     f"series {sorted({r.series for r in fig.runs})})")
+
+
+def measure(setting: str, sample_rounds: int = 2) -> dict[str, Any]:
+    """The probe's and the whole timing's costs of one setting, side by side."""
+    run = pick(setting)
+    cfg = canonical(run.raw)
+    probe_raw = estimate._stand_in_config(run, estimate.EVAL_RUN)
+    whole_raw = estimate._stand_in_config(run)
+    rounds = 2 if (cfg.get("population") or {}).get("kind") == "alternating" else 1
+    real_test = estimate.real_test_size(str((run.raw.get("data") or {}).get("dataset", "")))
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        probe = estimate._probe({**estimate._sessions_inside(probe_raw, rounds), "rounds": rounds},
+                                Path(tmp) / "probe", real_test)
+        probe_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        whole = estimate._time_whole(run, estimate._sessions_inside(whole_raw, 1 + sample_rounds),
+                                     sample_rounds, Path(tmp), lambda _: None)
+        whole_s = time.perf_counter() - t0
+    if isinstance(whole, str):
+        return {"setting": setting, "label": run.label, "error": whole}
+    every = int(cfg.get("eval_every") or 1)
+    return {"setting": setting, "label": run.label, "rounds": int(cfg["rounds"]),
+            "eval_every": every,
+            "probe": {"start_s": probe.start, "round_s": probe.per_round, "eval_s": probe.per_eval,
+                      "run_s": probe.of(cfg), "sampled": probe.sampled, "took_s": probe_s},
+            "whole": {"start_s": whole.start, "round_s": whole.per_round,
+                      "run_s": whole.of(cfg), "took_s": whole_s},
+            "probe_over_whole": probe.of(cfg) / max(whole.of(cfg), 1e-9)}
+
+
+def main() -> None:  # noqa: D103
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--setting", action="append", help="PAPER:FIGURE:PANEL:SERIES (repeatable)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for s in args.setting or DEFAULT:
+        rows.append(measure(s))
+        r = rows[-1]
+        if not args.json:
+            print(r if "error" in r else
+                  f"{r['label']}: probe {r['probe']['run_s'] / 3600:.3g} h a run "
+                  f"({r['probe']['round_s']:.3g} s a round + {r['probe']['eval_s']:.3g} s an "
+                  f"evaluation), whole {r['whole']['run_s'] / 3600:.3g} h "
+                  f"({r['whole']['round_s']:.3g} s a round): ratio {r['probe_over_whole']:.2f}",
+                  flush=True)
+    if args.json:
+        print(json.dumps({"machine": platform.processor() or platform.machine(),
+                          "threads": torch.get_num_threads(), "settings": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
