@@ -212,7 +212,8 @@ MULTI = {
 def test_estimate_times_a_multi_task_figure_against_its_simulated_time(tmp_path, monkeypatch):
     """FedAST's runs are estimated: a simulation that ends within MULTI_S is its own sample,
     within an order of magnitude of the runs it estimates; one cut short is extrapolated
-    from the slope of its cost; a server learning rate or a seed does not change the cost."""
+    from the slope of its cost; a server learning rate or a seed does not change the cost;
+    centralized training, which has no clock, runs whole."""
     import time
 
     from wirelessfl.report import estimate
@@ -222,7 +223,8 @@ def test_estimate_times_a_multi_task_figure_against_its_simulated_time(tmp_path,
     spec = {**MULTI, "figures": {"fin": {
         "kind": "final", "y": ["accuracy"],
         "series": {"FedAST": {}, "slower": {"method.server_lr": 0.05},
-                   "NoBuffer": {"method.buffer": 1}}}}}
+                   "NoBuffer": {"method.buffer": 1},
+                   "central": {"method": {"name": "centralized", "epochs": 2}, "copies": 1}}}}}
     (root / "multi" / "figures.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
     (fig,) = load_figures("multi", "quick")
@@ -232,9 +234,9 @@ def test_estimate_times_a_multi_task_figure_against_its_simulated_time(tmp_path,
     report, logs = tmp_path / "report", []
     regenerate("multi", "quick", tmp_path / "warm", quiet=True, log=lambda _: None)  # imports
     (whole,) = estimate.estimate([fig], report, log=logs.append)
-    assert whole.runs == 3 and whole.rounds == 0 and whole.seconds > 0 and not whole.note
-    assert len(logs) == 2 and all("of simulated time" in m for m in logs)
-    assert whole.simulated == 2 and "simulated time to max_time" in estimate.estimate_table(
+    assert whole.runs == 4 and whole.rounds == 0 and whole.seconds > 0 and not whole.note
+    assert len(logs) == 3 and all("of simulated time" in m for m in logs)
+    assert whole.simulated == 3 and "simulated time to max_time" in estimate.estimate_table(
         [whole], "CPU")
     t0 = time.perf_counter()
     regenerate("multi", "quick", report, quiet=True, log=lambda _: None)
@@ -242,7 +244,7 @@ def test_estimate_times_a_multi_task_figure_against_its_simulated_time(tmp_path,
     assert took / 10 < whole.seconds < took * 10, (whole.seconds, took)
     monkeypatch.setattr(estimate, "MULTI_S", 0.0)  # cut at the first aggregation
     (cut,) = estimate.estimate([fig], tmp_path / "none", log=lambda _: None)
-    assert math.isfinite(cut.seconds) and cut.seconds > 0 and cut.runs == 3
+    assert math.isfinite(cut.seconds) and cut.seconds > 0 and cut.runs == 4
 
 
 def test_a_multi_task_cost_reads_its_sample_to_the_run_s_horizon():
