@@ -149,7 +149,7 @@ def test_figures_yaml_is_not_a_preset_and_hist_figures_resolve():
     fedast = {f.name: f for f in load_figures("fedast", "quick")}
     assert {"e1", "e2", "e3", "e4", "e4_curves", "e7_pair", "e9", "e10"} == set(fedast)
     paper = {f.name for f in load_figures("fedast", "paper")}
-    assert paper == set(fedast) | {"e5", "e8", "e8_curves"}
+    assert paper == set(fedast) | {"e5", "e8", "e8_curves", "e10_fmnist"}
     assert {r.key for r in fedast["e4"].runs} == {r.key for r in fedast["e4_curves"].runs}
 
 
