@@ -433,6 +433,20 @@ def _time_in_worker(run: RunSpec, sample_rounds: int) -> tuple[_Cost | str, list
     return cost, lines, rss
 
 
+def _stand_in_data(data: dict[str, Any], test: int | None, *, length: int,
+                   clients: int) -> dict[str, Any] | None:
+    """A data config on a stand-in of its dataset (``test`` test samples), or None if none.
+
+    The stand-in has the real data's shapes and sizes (:func:`stand_in`); what reads a user's
+    files (its folder, tokenizer, normalization statistics) is reset to the defaults.
+    """
+    name = stand_in(data["dataset"], test, length=length, clients=clients)
+    if name is None:
+        return None
+    return {**data, "dataset": name, "data_dir": None, "normalization": "auto",
+            "tokenizer": None}
+
+
 def _stand_in_config(run: RunSpec, test: int | None = None) -> dict[str, Any] | str:
     """``run``'s config on a stand-in of its data (a test set of ``test`` samples), or why not.
 
@@ -444,11 +458,11 @@ def _stand_in_config(run: RunSpec, test: int | None = None) -> dict[str, Any] | 
     raw = dict(run.raw)
     if data.get("dataset", "synthetic") != "synthetic":
         d = cfg["data"]
-        name = stand_in(data["dataset"], test, length=int(d["max_length"]),
-                        clients=int(d["num_clients"]))
-        if name is None:
+        swapped = _stand_in_data(data, test, length=int(d["max_length"]),
+                                 clients=int(d["num_clients"]))
+        if swapped is None:
             return f"{data['dataset']}: no stand-in"
-        data.update(dataset=name, data_dir=None, normalization="auto", tokenizer=None)
+        data = swapped
         options = dict(model.get("options") or {})
         if "pretrained" in options or "model_dir" in options:
             options.pop("pretrained", None)
@@ -555,19 +569,17 @@ def _time_multitask(run: RunSpec, log: Callable[[str], None]) -> _SimCost | str:
         if d["dataset"] == "synthetic":  # made, not read: the run's own
             tasks.append(t)
             continue
-        name = stand_in(d["dataset"], EVAL_RUN, length=int(d["max_length"]),
-                        clients=int(cfg["pool"]["clients"]))
-        if name is None:
+        swapped = _stand_in_data(d, EVAL_RUN, length=int(d["max_length"]),
+                                 clients=int(cfg["pool"]["clients"]))
+        if swapped is None:
             return f"{d['dataset']}: no stand-in"
-        tasks.append({**t, "data": {**d, "dataset": name, "data_dir": None,
-                                    "normalization": "auto", "tokenizer": None}})
+        tasks.append({**t, "data": swapped})
     sim, envs = build_simulator(resolve_multitask(
         {**cfg, "tasks": tasks, "test_samples": None, "name": "estimate"}))
     sampler = sim.executor = SampledExecutor(sim.executor, PROBE_CALL_S, steps=PROBE_STEPS)
     per_eval = {}
-    for env in envs:
-        real = real_test_size(next(t["data"]["dataset"] for t in cfg["tasks"]
-                                   if t["name"] == env.name))
+    for task, env in zip(cfg["tasks"], envs, strict=True):  # the simulator keeps their order
+        real = real_test_size(task["data"]["dataset"])
         real = min(real or len(env.splits.test), int(cfg.get("test_samples") or 2**62))
         train, m = env.splits.train, min(EVAL_SAMPLE, len(env.splits.train))
         sample = ArrayDataset(train.x[:m], train.y[:m], train.num_classes)
