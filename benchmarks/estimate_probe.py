@@ -3,9 +3,9 @@
     python benchmarks/estimate_probe.py --json [--setting PAPER:FIGURE:PANEL:SERIES ...]
 
 For each setting (a paper-scale figure's panel and series, its first sweep value and seed)
-it times the probe (:func:`wirelessfl.report.estimate._probe`: one round with sampled
+it times the probe (:func:`wirelessfl.report.estimate.probe_setting`: one round with sampled
 training, evaluation timed on 100 samples and scaled) and the whole timing
-(:func:`wirelessfl.report.estimate._time_whole`: real rounds on the stand-in with its
+(:func:`wirelessfl.report.estimate.time_whole_setting`: real rounds on the stand-in with its
 real-size test set), both on the same stand-in data, and reports each one's seconds a round,
 an evaluation and a run, and the ratio probe / whole of a run's seconds. The default
 settings have rounds short enough to time whole here: HIST Table I (LeNet-5, Fashion-MNIST),
@@ -48,21 +48,16 @@ def measure(setting: str, sample_rounds: int = 2) -> dict[str, Any]:
     """The probe's and the whole timing's costs of one setting, side by side."""
     run = pick(setting)
     cfg = canonical(run.raw)
-    probe_raw = estimate._stand_in_config(run, estimate.EVAL_RUN)
-    whole_raw = estimate._stand_in_config(run)
-    rounds = 2 if (cfg.get("population") or {}).get("kind") == "alternating" else 1
-    real_test = estimate.real_test_size(str((run.raw.get("data") or {}).get("dataset", "")))
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        probe = estimate._probe({**estimate._sessions_inside(probe_raw, rounds), "rounds": rounds},
-                                Path(tmp) / "probe", real_test)
+        probe = estimate.probe_setting(run, Path(tmp) / "probe")
         probe_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        whole = estimate._time_whole(run, estimate._sessions_inside(whole_raw, 1 + sample_rounds),
-                                     sample_rounds, Path(tmp), lambda _: None)
+        whole = estimate.time_whole_setting(run, sample_rounds, Path(tmp), lambda _: None)
         whole_s = time.perf_counter() - t0
-    if isinstance(whole, str):
-        return {"setting": setting, "label": run.label, "error": whole}
+    for cost in (probe, whole):
+        if isinstance(cost, str):
+            return {"setting": setting, "label": run.label, "error": cost}
     every = int(cfg.get("eval_every") or 1)
     return {"setting": setting, "label": run.label, "rounds": int(cfg["rounds"]),
             "eval_every": every,

@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import json
 import math
 import os
 from pathlib import Path
@@ -581,6 +582,32 @@ def test_publish_copies_the_outputs_not_the_runs_and_never_a_foreign_folder(toy,
     assert main(["figures", "toy", "--only", "tab", "--out", str(toy), "--publish",
                  str(foreign)]) == 2
     assert (foreign / "notes.md").read_text() == "mine"
+
+
+def test_publish_adds_to_the_published_report_and_never_undraws_a_figure(toy, tmp_path):
+    """Figures finished in different report folders (sessions) publish into one page."""
+    from wirelessfl.report.figures import publish
+
+    dest = tmp_path / "docs" / "toy-paper"
+    regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lambda _: None)
+    publish(toy, dest)
+    tab = {n: (dest / n).read_bytes() for n in ("tab.md", "tab.csv")}
+    later = tmp_path / "later"  # another session's report: only "bars"
+    regenerate("toy", "quick", later, only=["bars"], quiet=True, log=lambda _: None)
+    publish(later, dest)
+    readme = (dest / "README.md").read_text()
+    assert "## tab\n" in readme and "## bars\n" in readme
+    assert {n: (dest / n).read_bytes() for n in tab} == tab and (dest / "bars.png").is_file()
+    undrawn = tmp_path / "undrawn"  # a report whose "tab" did not finish, with a stale file
+    undrawn.mkdir()
+    (undrawn / "README.md").write_text("# Regenerated figures and tables\n\n## tab\n\n"
+                                      "Runs missing: run `wirelessfl figures` again.\n")
+    (undrawn / "tab.csv").write_text("stale")
+    publish(undrawn, dest)
+    assert (dest / "README.md").read_text() == readme
+    assert {n: (dest / n).read_bytes() for n in tab} == tab and (dest / "bars.png").is_file()
+    publish(later, dest)  # "bars" again: "tab" still kept, and removable by the next publish
+    assert set(tab) <= set(json.loads((dest / ".wirelessfl-published").read_text())["files"])
 
 
 def test_adding_seeds_adds_runs_and_leaves_the_existing_keys(toy):

@@ -571,7 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--publish", metavar="DIR",
                     help="then copy the report's README, PNG, CSV and markdown (not the runs, "
                          "nor the PDF and SVG) to DIR, e.g. docs/papers/results/hist-quick for "
-                         "the paper's page")
+                         "the paper's page; adds to what was published there (figures this "
+                         "report did not draw keep their earlier outputs)")
     fg.add_argument("--style", choices=("report", "paper"), default="report",
                     help="figures as for a report (wide, titled; default) or for a paper "
                          "(3.5 in panels, 8-pt text, colour-blind-safe colours, the title only "

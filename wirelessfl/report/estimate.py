@@ -486,26 +486,41 @@ def _time_setting(run: RunSpec, sample_rounds: int,
     """
     if "tasks" in run.raw:
         return _time_multitask(run, log)
+    with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
+        probe = probe_setting(run, Path(tmp) / "probe")
+        if isinstance(probe, str) or probe.per_round + probe.per_eval >= PROBE_KEEP_S:
+            if not isinstance(probe, str):
+                log(f"  timed {run.label} on a sample of its clients: {probe.per_round:.3g} s a "
+                    f"round, {probe.per_eval:.3g} s an evaluation, {probe.start:.3g} s to start")
+            return probe
+        return time_whole_setting(run, sample_rounds, Path(tmp), log)
+
+
+def probe_setting(run: RunSpec, folder: Path) -> _Cost | str:
+    """The probe's cost of ``run``'s setting (:func:`_probe` on its stand-in), or why none.
+
+    One round; two for alternating client groups (sessions of one round: one must end).
+    """
     probe_raw = _stand_in_config(run, EVAL_RUN)
     if isinstance(probe_raw, str):
         return probe_raw
-    # one round; two for alternating client groups (sessions of one round: one must end)
     rounds = 2 if (canonical(run.raw).get("population") or {}).get("kind") == "alternating" else 1
-    base = _sessions_inside(probe_raw, rounds)
     real_test = real_test_size(str((run.raw.get("data") or {}).get("dataset", "")))
-    with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
-        try:
-            probe = _probe({**base, "rounds": rounds}, Path(tmp) / "probe", real_test)
-        except TrainingDiverged as exc:  # one setting's sample: the others are still timed
-            return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
-        if probe.per_round + probe.per_eval >= PROBE_KEEP_S:
-            log(f"  timed {run.label} on a sample of its clients: {probe.per_round:.3g} s a "
-                f"round, {probe.per_eval:.3g} s an evaluation, {probe.start:.3g} s to start")
-            return probe
-        whole = _stand_in_config(run)
-        assert not isinstance(whole, str)
-        return _time_whole(run, _sessions_inside(whole, 1 + sample_rounds), sample_rounds,
-                           Path(tmp), log)
+    try:
+        return _probe({**_sessions_inside(probe_raw, rounds), "rounds": rounds}, folder,
+                      real_test)
+    except TrainingDiverged as exc:  # one setting's sample: the others are still timed
+        return f"{run.label}: its timed sample diverged ({str(exc).splitlines()[0][:80]})"
+
+
+def time_whole_setting(run: RunSpec, sample_rounds: int, folder: Path,
+                       log: Callable[[str], None]) -> _Cost | str:
+    """``run``'s setting timed whole on its stand-in (:func:`_time_whole`), or why not."""
+    whole = _stand_in_config(run)
+    if isinstance(whole, str):
+        return whole
+    return _time_whole(run, _sessions_inside(whole, 1 + sample_rounds), sample_rounds, folder,
+                       log)
 
 
 def _probe(raw: dict[str, Any], folder: Path, real_test: int) -> _Cost:

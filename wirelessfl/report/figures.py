@@ -179,8 +179,11 @@ def publish(root: Path, dest: Path) -> list[Path]:
 
     For the docs (``docs/papers/results/<paper>-<scale>``): the paper pages include the
     copied README, so their results are the report's, generated, never typed. ``dest`` must
-    be new, empty, or a folder published here before (the outputs of the earlier publish are
-    replaced, its mark lists them; any other file there stays); no link is written through.
+    be new, empty, or a folder published here before; no link is written through. A publish
+    adds to the one before (figures of a paper finish in different sessions): a figure the
+    report drew replaces its earlier outputs and README section; a figure published before
+    keeps both when the report did not draw it (not run, or its runs unfinished). The files
+    of the earlier publish that no figure keeps are removed; any other file there stays.
     """
     check_publish_folder(dest)
     if not (root / "README.md").is_file():
@@ -189,18 +192,38 @@ def publish(root: Path, dest: Path) -> list[Path]:
     _mark(dest, PUBLISH_MARK)
     names = [src.name for src in sorted(root.iterdir())
              if src.suffix in PUBLISHED and src.is_file() and not src.is_symlink()]
-    for name in set(_published_before(dest)) - set(names):  # an earlier publish's, not ours
+    before = set(_published_before(dest))
+    sections = _readme_sections(dest / "README.md") if "README.md" in before else {}
+    earlier = set(sections)  # figures whose published section (and files) stay as they are
+    for name, section in _readme_sections(root / "README.md").items():
+        if _section_outputs(section) or not _section_outputs(sections.get(name, "")):
+            sections[name] = section  # an undrawn figure does not replace a drawn one
+            earlier.discard(name)
+    kept = {f for name in earlier for f in _section_outputs(sections[name])} & before
+    names = [n for n in names if n not in kept]
+    for name in before - set(names) - kept:  # an earlier publish's, not kept
         old = dest / name
         if old.is_file() and not old.is_symlink():
             old.unlink()
     out = []
     for name in names:
-        data = (root / name).read_bytes()
+        data = ((README_HEAD + "\n" + "\n".join(sections.values())).encode()
+                if name == "README.md" else (root / name).read_bytes())
         atomic_write(dest / name, lambda fh, data=data: fh.write(data))
         out.append(dest / name)
-    manifest = json.dumps({"files": names}, indent=1)
+    manifest = json.dumps({"files": sorted({*names, *kept})}, indent=1)
     atomic_write(dest / PUBLISH_MARK, lambda fh: fh.write(manifest.encode()))
     return out
+
+
+_OUTPUTS = re.compile(r"^Outputs: (.*)$", re.MULTILINE)
+
+
+def _section_outputs(section: str) -> set[str]:
+    """The published files a README section names on its ``Outputs:`` line (none if undrawn)."""
+    m = _OUTPUTS.search(section)
+    return {n for n in re.findall(r"`([^`/\\]+)`", m.group(1)) if Path(n).suffix in PUBLISHED} \
+        if m else set()
 
 
 def _published_before(dest: Path) -> list[str]:
