@@ -130,6 +130,56 @@ def test_a_claim_naming_a_series_the_figure_lacks_is_refused(toy):
         load_figures("toy", "quick")
 
 
+@pytest.mark.parametrize("claim, match", [
+    ({"close": "HIST", "to": "HFedAvg", "within": -1}, "claim.within -1 must be a positive"),
+    ({"close": "HIST", "to": "HFedAvg", "within": True}, "must be a positive number"),
+    ({"close": "HIST", "within": 1.0}, "names `close` and `to`"),
+    ({"better": "HIST", "than": "HFedAvg", "within": 1.0}, "names `close` and `to`"),
+    ({"close": "HIST", "to": "HFedAvg"}, "need `within`"),
+    ({"close": "HIST", "to": "FedAvg", "within": 1.0}, "claim.to 'FedAvg' is not one of"),
+])
+def test_a_closeness_claim_needs_two_series_and_a_positive_margin(toy, claim, match):
+    import copy
+
+    bad = copy.deepcopy(TOY)
+    bad["figures"]["curves"]["claim"] = {"finding": "about as accurate", **claim}
+    (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match=match):
+        load_figures("toy", "quick")
+
+
+def test_a_closeness_claim_is_decided_by_two_one_sided_tests_on_the_runs(toy):
+    """``close``/``to``/``within``: each setting's line is :func:`within` on the final
+    accuracies (paired over seeds 0-2), its 90% interval against the margin shown."""
+    import copy
+
+    import numpy as np
+
+    from wirelessfl.report.metrics import final_accuracy
+    from wirelessfl.report.verdict import within
+
+    spec = copy.deepcopy(TOY)
+    spec["figures"]["curves"]["claim"] = {"finding": "HIST learns about as well as HFedAvg",
+                                          "close": "HIST", "to": "HFedAvg", "within": 5.0,
+                                          "measure": "final_accuracy"}
+    (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec))
+    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None,
+               seeds=[0, 1, 2])
+    section = (toy / "README.md").read_text().split("## curves\n")[1]
+    assert "close: the gap's 90% interval inside ±5" in section
+    fig = load_figures("toy", "quick", only=["curves"], seeds=[0, 1, 2])[0]
+    for n in (2, 4):
+        acc = {s: 100 * np.array([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
+                                  for r in sorted(fig.runs, key=lambda r: r.seed)
+                                  if r.series == s and r.value == n])
+               for s in ("HIST", "HFedAvg")}
+        want = within(acc["HIST"], acc["HFedAvg"], 5.0, ([0, 1, 2], [0, 1, 2]))
+        line = next(x for x in section.splitlines() if f"N={n}: HIST" in x)
+        assert line.split("→ ")[1] == want.text(), line
+    verdict = next(x for x in section.splitlines() if x.startswith("- **Verdict:**"))
+    assert "two one-sided tests at the 5% level each (closeness within ±5)" in verdict
+
+
 def test_scales_change_the_runs_and_bad_names_are_refused(toy):
     paper = load_figures("toy", "paper", only=["tab"])
     assert len(paper[0].runs) == 1 and paper[0].runs[0].raw["rounds"] == 3

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from wirelessfl.report.verdict import ALPHA, Comparison, compare, overall
+from wirelessfl.report.verdict import ALPHA, Comparison, compare, overall, within
 
 NAN = float("nan")
 
@@ -84,3 +84,46 @@ def test_a_figure_says_how_many_settings_were_decided():
     assert overall([held, open_], seeds=5) == ("holds in 1, undecided in 1 of 2 settings; 1 of 2 "
                                                "decided by a two-sided test at the 5% level")
     assert "needs at least 3" in overall([open_], seeds=2)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_closeness_is_scipy_s_two_one_sided_tests(seed):
+    """TOST: p is the larger one-sided p of scipy's t-tests against -margin and +margin."""
+    rng = np.random.default_rng(200 + seed)
+    n, margin = 3 + seed % 4, 1.0
+    base = rng.normal(80, 3, size=n)
+    a, b = base + rng.normal((seed % 4) * 0.5 - 0.5, 0.4, size=n), base
+    if seed % 2:  # paired, the runs listed in another order
+        order = rng.permutation(n)
+        got = within(a[order], b, margin, seeds=(order.tolist(), list(range(n))))
+        d = a - b
+        lo = stats.ttest_1samp(d, -margin, alternative="greater")
+        hi = stats.ttest_1samp(d, margin, alternative="less")
+        ci = stats.ttest_1samp(d, 0).confidence_interval(1 - 2 * ALPHA)
+        assert got.test == "paired t"
+    else:
+        b = rng.normal(80, 2, size=n + 1)  # unpaired: Welch
+        got = within(a, b, margin)
+        lo = stats.ttest_ind(a + margin, b, equal_var=False, alternative="greater")
+        hi = stats.ttest_ind(a - margin, b, equal_var=False, alternative="less")
+        ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(1 - 2 * ALPHA)
+        assert got.test == "Welch t"
+    assert got.p == pytest.approx(max(lo.pvalue, hi.pvalue), rel=1e-9)
+    assert (got.low, got.high) == (pytest.approx(ci.low, rel=1e-9), pytest.approx(ci.high, rel=1e-9))
+    assert (got.verdict == "holds") == (got.p < ALPHA)
+    assert (got.verdict == "does not hold") == (ci.high < -margin or ci.low > margin)
+    assert "90% CI" in got.text() and "against ±1" in got.text()
+
+
+def test_closeness_decides_close_far_and_noisy_and_never_on_two_seeds():
+    s = [0, 1, 2, 3, 4]
+    ref = np.array([81.0, 81.6, 80.7, 81.2, 81.4])
+    assert within(ref + [0.1, -0.2, 0.15, 0.0, -0.1], ref, 1.0, (s, s)).verdict == "holds"
+    assert within(ref - [5.1, 4.2, 6.0, 5.5, 4.8], ref, 1.0, (s, s)).verdict == "does not hold"
+    assert within(ref + [3.0, -3.0, 2.5, -2.0, 0.1], ref, 1.0, (s, s)).verdict == "undecided"
+    assert within(ref[:2] + 0.01, ref[:2], 1.0, (s[:2], s[:2])).verdict == "undecided"
+    assert within(np.array([NAN, 81, 81]), ref[:3], 1.0).verdict == "undecided"
+    with pytest.raises(ValueError, match="margin"):
+        within(ref, ref, 0.0)
+    text = overall([within(ref + 0.01 * np.arange(5), ref, 1.0, (s, s))] * 2, 5)
+    assert text.startswith("holds in all 2 settings") and "two one-sided tests" in text

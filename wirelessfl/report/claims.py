@@ -19,6 +19,20 @@ for multi-task runs
 reaches its target). A claim without ``better``/``than`` gives its ``finding`` and says why
 it is not checked (``why``).
 
+A **closeness** claim ("learns about as well as") names ``close`` and ``to`` (two series)
+and a margin ``within`` in the measure's units (percentage points for accuracies)::
+
+    claim:
+      finding: "AirComp-HIST learns about as well as OMA-HIST"
+      close: AirComp-HIST
+      to: OMA-HIST
+      within: 1.0               # |gap| < 1 percentage point
+      measure: final_accuracy
+
+Each setting is then decided by two one-sided tests (:func:`~wirelessfl.report.verdict.within`):
+*holds* when the gap's 90% interval lies inside ``±within``, *does not hold* when it lies
+wholly outside, *undecided* otherwise.
+
 The comparison is made in every panel and sweep value that has both series, over seeds: each
 side's mean ± sample standard deviation and how many seeds reached the target. A setting's
 verdict comes from a two-sided test at the 5% level (:mod:`wirelessfl.report.verdict`): a
@@ -50,7 +64,7 @@ from wirelessfl.report.metrics import (
 )
 from wirelessfl.report.spec import Figure, RunSpec, show_value, sweep_label
 from wirelessfl.report.tables import LABELS
-from wirelessfl.report.verdict import compare, overall
+from wirelessfl.report.verdict import compare, overall, within
 from wirelessfl.run.config import ConfigError
 from wirelessfl.run.kinds import canonical
 
@@ -72,7 +86,9 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
     if not claim:
         return None
     finding = str(claim.get("finding", "")).strip()
-    better, than = claim.get("better"), claim.get("than")
+    margin = claim.get("within")  # a closeness claim: ``close`` within ``margin`` ``to``
+    better, than = ((claim.get("close"), claim.get("to")) if margin is not None
+                    else (claim.get("better"), claim.get("than")))
     if better is None or than is None:
         return Verdict(finding, (), f"not checked here: {claim.get('why', 'read the table')}")
     on, lower = str(claim.get("measure", "round")), bool(claim.get("lower", True))
@@ -90,7 +106,9 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
         if not rivals:
             continue
         mine, theirs = (_values(fig, claim, on, r, root) for r in (runs, rivals))
-        got = compare(mine, theirs, lower, ([r.seed for r in runs], [r.seed for r in rivals]))
+        pairs = ([r.seed for r in runs], [r.seed for r in rivals])
+        got = (compare(mine, theirs, lower, pairs) if margin is None
+               else within(mine, theirs, float(margin), pairs))
         where = " ".join(x for x in (panel, _at(fig, value)) if x)
         gone = [sum(diverged(root, r) for r in side) for side in (runs, rivals)]
         note = (f" (training diverged in {gone[0]} of {better}'s and {gone[1]} of {than}'s "
@@ -99,12 +117,15 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
                     f"{_show(theirs)} → {got.text()}{note}")
         verdicts.append(got)
     seeds = min((len(r) for r in groups.values()), default=0)
-    return Verdict(finding, tuple(ours), overall(verdicts, seeds), _measured(fig, claim, on, lower))
+    return Verdict(finding, tuple(ours), overall(verdicts, seeds),
+                   _measured(fig, claim, on, lower, margin))
 
 
-def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool) -> str:
+def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool,
+              margin: float | None = None) -> str:
     """What a claim's numbers are, for the README: ``global round at the target 70%``."""
-    better = "lower" if lower else "higher"
+    better = (f"close: the gap's 90% interval inside ±{float(margin):g}" if margin is not None
+              else f"{'lower' if lower else 'higher'} is better")
     if on == "final_accuracy":
         last = int(claim.get("last", fig.spec.get("last", 10)))
         what = f"final test accuracy [%] (mean of the last {last} evaluations)"
@@ -118,7 +139,7 @@ def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool) -> str:
         at = (f"{100 * float(next(iter(targets))):g}%" if len(targets) == 1 and None not in targets
               else "the run's target")
         what = f"{LABELS.get(on, on)} at the first evaluation reaching {at}"
-    return (f"{what}; mean ± sample std over the seeds that have it; {better} is better; the gap "
+    return (f"{what}; mean ± sample std over the seeds that have it; {better}; the gap "
             "is the first series minus the second")
 
 

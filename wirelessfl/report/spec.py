@@ -297,7 +297,8 @@ def run_settings(runs: tuple[RunSpec, ...] | list[RunSpec], scale: str = "",
 
 
 #: The keys of a figure's ``claim`` (:mod:`~wirelessfl.report.claims`).
-CLAIM_KEYS = ("finding", "better", "than", "measure", "lower", "target", "last", "why")
+CLAIM_KEYS = ("finding", "better", "than", "close", "to", "within", "measure", "lower", "target",
+              "last", "why")
 
 
 def check_claim_spec(spec: dict[str, Any], where: str) -> None:
@@ -311,7 +312,18 @@ def check_claim_spec(spec: dict[str, Any], where: str) -> None:
     if unknown:
         raise ConfigError(f"{where}: claim has unknown key {unknown[0]!r}; its keys are "
                           f"{', '.join(CLAIM_KEYS)}")
-    for key in ("better", "than"):
+    if "within" in claim:
+        margin = claim["within"]
+        if (isinstance(margin, bool) or not isinstance(margin, (int, float))
+                or not 0 < margin < float("inf")):
+            raise ConfigError(f"{where}: claim.within {margin!r} must be a positive number (the "
+                              "closeness margin, in the measure's units)")
+        if claim.get("close") is None or claim.get("to") is None or {"better", "than"} & set(claim):
+            raise ConfigError(f"{where}: a claim with `within` names `close` and `to` (two "
+                              "series), not `better`/`than`")
+    elif {"close", "to"} & set(claim):
+        raise ConfigError(f"{where}: claim.close/to need `within` (the closeness margin)")
+    for key in ("better", "than", "close", "to"):
         name = claim.get(key)
         if name is not None and name not in (spec.get("series") or {}):
             raise ConfigError(f"{where}: claim.{key} {name!r} is not one of its series "

@@ -73,6 +73,10 @@ class Comparison:
     high: float | None = None
     p: float | None = None
     reason: str = ""
+    #: The interval's confidence: 0.95, or 0.90 for a closeness test (:func:`within`).
+    confidence: float = 0.95
+    #: A closeness test's margin (the gap's bound), else None.
+    margin: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -80,14 +84,20 @@ class Comparison:
         return self.verdict != "undecided"
 
     def text(self) -> str:
-        """``holds (paired t, 3 df: gap 0.175, 95% CI [0.03, 0.32], p = 0.03)``."""
+        """``holds (paired t, 3 df: gap 0.175, 95% CI [0.03, 0.32], p = 0.03)``.
+
+        A closeness test adds its margin (``90% CI [-0.4, 0.2] against ±1``) and its p is
+        the larger of its two one-sided tests'.
+        """
         if not self.test:
             return f"{self.verdict} ({self.reason})" if self.reason else self.verdict
         if self.test == "Fisher exact":
             return f"{self.verdict} ({self.reason}; Fisher's exact test, p = {_p(self.p)})"
         df = f"{self.df:.3g}" if self.df is not None else "?"
-        return (f"{self.verdict} ({self.test}, {df} df: gap {self.gap:.3g}, 95% CI "
-                f"[{self.low:.3g}, {self.high:.3g}], p = {_p(self.p)})")
+        bound = "" if self.margin is None else f" against ±{self.margin:g}"
+        return (f"{self.verdict} ({self.test}, {df} df: gap {self.gap:.3g}, "
+                f"{100 * self.confidence:g}% CI [{self.low:.3g}, {self.high:.3g}]{bound}, "
+                f"p = {_p(self.p)})")
 
 
 def _p(p: float | None) -> str:
@@ -108,11 +118,75 @@ def compare(better: np.ndarray, other: np.ndarray, lower: bool,
         return Comparison("undecided", reason="neither side reached the target")
     if not fa.all() or not fb.all():
         return _reached(int(fa.sum()), a.size, int(fb.sum()), b.size, alpha)
-    if min(a.size, b.size) < MIN_SEEDS:
-        n = min(a.size, b.size)
-        return Comparison("undecided", gap=float(a.mean() - b.mean()),
-                          reason=f"{n} seed{'s' * (n != 1)} a side: a verdict needs at least "
-                                 f"{MIN_SEEDS} per series")
+    if (few := _few(a, b)) is not None:
+        return few
+    gap, se, df, test = _gap(a, b, seeds)
+    if se == 0:  # no spread at all: the gap is exact
+        if gap == 0:
+            return Comparison("undecided", test, df, 0.0, 0.0, 0.0, 1.0, "equal values")
+        p = 0.0
+    else:
+        p = float(2 * stats.t.sf(abs(gap) / se, df))
+    half = float(stats.t.ppf(0.975, df)) * se
+    ahead = (gap < 0) == lower
+    verdict = ("holds" if ahead else "does not hold") if p < alpha else "undecided"
+    return Comparison(verdict, test, df, gap, gap - half, gap + half, p)
+
+
+def within(a: np.ndarray, b: np.ndarray, margin: float,
+           seeds: tuple[Sequence[int], Sequence[int]] | None = None,
+           alpha: float = ALPHA) -> Comparison:
+    """Whether ``a`` and ``b`` are within ``margin`` of each other (one value per seed).
+
+    Two one-sided tests (TOST; Schuirmann 1987) at level ``alpha`` each, on the gap
+    ``a − b`` (paired or Welch t as in :func:`compare`): *holds* (close) when both reject,
+    i.e. the ``1 − 2α`` (90%) interval of the gap lies inside ``(−margin, margin)``; *does not
+    hold* when the gap is beyond the margin at the same level, i.e. the interval lies wholly
+    outside ``[−margin, margin]``; *undecided* otherwise. ``p`` is the TOST p-value (the
+    larger of the two one-sided p-values). A value of NaN (a diverged run) on either side
+    leaves the setting undecided.
+
+    >>> within(np.array([81.2, 80.9, 81.5]), np.array([81.0, 81.1, 81.3]), 1.0,
+    ...        seeds=([0, 1, 2], [0, 1, 2])).verdict
+    'holds'
+    """
+    if not margin > 0:
+        raise ValueError(f"within: margin must be a positive number, got {margin!r}")
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return Comparison("undecided", reason="a seed has no value (diverged)", margin=margin)
+    if (few := _few(a, b)) is not None:
+        return Comparison(few.verdict, gap=few.gap, reason=few.reason, margin=margin)
+    gap, se, df, test = _gap(a, b, seeds)
+    if se == 0:  # the gap is exact
+        inside = abs(gap) < margin
+        return Comparison("holds" if inside else "does not hold", test, df, gap, gap, gap,
+                          0.0 if inside else 1.0, confidence=1 - 2 * alpha, margin=margin)
+    half = float(stats.t.ppf(1 - alpha, df)) * se
+    low, high = gap - half, gap + half
+    p = float(max(stats.t.sf((gap + margin) / se, df), stats.t.cdf((gap - margin) / se, df)))
+    verdict = ("holds" if -margin < low and high < margin
+               else "does not hold" if high < -margin or low > margin else "undecided")
+    return Comparison(verdict, test, df, gap, low, high, p, confidence=1 - 2 * alpha,
+                      margin=margin)
+
+
+def _few(a: np.ndarray, b: np.ndarray) -> Comparison | None:
+    """Undecided with too few seeds a side (:data:`MIN_SEEDS`), else None."""
+    if min(a.size, b.size) >= MIN_SEEDS:
+        return None
+    n = min(a.size, b.size)
+    return Comparison("undecided", gap=float(a.mean() - b.mean()) if n else None,
+                      reason=f"{n} seed{'s' * (n != 1)} a side: a verdict needs at least "
+                             f"{MIN_SEEDS} per series")
+
+
+def _gap(a: np.ndarray, b: np.ndarray,
+         seeds: tuple[Sequence[int], Sequence[int]] | None) -> tuple[float, float, float, str]:
+    """The gap ``a − b``, its standard error, degrees of freedom and test (paired or Welch t).
+
+    Paired (seed with seed) when both sides ran the same seeds, else Welch–Satterthwaite.
+    """
     paired = seeds is not None and len(seeds[0]) == a.size and len(seeds[1]) == b.size \
         and sorted(seeds[0]) == sorted(seeds[1]) and len(set(seeds[0])) == a.size
     if paired:
@@ -125,16 +199,7 @@ def compare(better: np.ndarray, other: np.ndarray, lower: bool,
         gap, se, test = float(a.mean() - b.mean()), float(math.sqrt(va + vb)), "Welch t"
         df = float((va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))) \
             if va + vb > 0 else float(a.size + b.size - 2)
-    if se == 0:  # no spread at all: the gap is exact
-        if gap == 0:
-            return Comparison("undecided", test, df, 0.0, 0.0, 0.0, 1.0, "equal values")
-        p = 0.0
-    else:
-        p = float(2 * stats.t.sf(abs(gap) / se, df))
-    half = float(stats.t.ppf(0.975, df)) * se
-    ahead = (gap < 0) == lower
-    verdict = ("holds" if ahead else "does not hold") if p < alpha else "undecided"
-    return Comparison(verdict, test, df, gap, gap - half, gap + half, p)
+    return gap, se, df, test
 
 
 def _reached(got_a: int, n_a: int, got_b: int, n_b: int, alpha: float) -> Comparison:
@@ -167,8 +232,11 @@ def overall(comparisons: Sequence[Comparison], seeds: int) -> str:
         out = ("mixed: " if held and failed else "") + ", ".join(p for p in parts if p) \
             + f" of {n} settings"
     level = f"{100 * ALPHA:g}%"
-    out += (f"; {held + failed} of {n} decided by a two-sided test at the {level} level"
-            if n > 1 else f"; two-sided test at the {level} level")
+    margin = comparisons[0].margin
+    test, article = ((f"two one-sided tests at the {level} level each (closeness within "
+                      f"±{margin:g})", "") if margin is not None
+                     else (f"two-sided test at the {level} level", "a "))
+    out += f"; {held + failed} of {n} decided by {article}{test}" if n > 1 else f"; {test}"
     if seeds < MIN_SEEDS:
         out += (f" ({seeds} seed{'s' * (seeds != 1)}: a verdict needs at least {MIN_SEEDS} "
                 "a series)")
