@@ -83,26 +83,37 @@ def test_runs_are_shared_reused_and_rendered(toy):
     assert index.count("## tab\n") == 1 and index.count("**The paper:**") == 1
 
 
-def test_a_figure_section_gives_the_finding_ours_and_a_verdict_from_the_rows(toy):
-    """The README's verdict per setting is the paired t-test over the runs' own final
-    accuracies (both series ran seeds 0-2): scipy's p decides at 5%, and its interval shows."""
+def _curves_at_three_seeds(toy):
+    """The toy "curves" rendered at seeds 0-2: its README section and, per N, each series'
+    final accuracies [%] (in seed order) with the section's line for that N."""
     import numpy as np
-    from scipy import stats
 
     from wirelessfl.report.metrics import final_accuracy
 
     regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None,
                seeds=[0, 1, 2])
     section = (toy / "README.md").read_text().split("## curves\n")[1]
-    assert "- **The paper:** HIST ends more accurate" in section and "**Verdict:**" in section
-    assert "decided by a two-sided test at the 5% level" in section
     fig = load_figures("toy", "quick", only=["curves"], seeds=[0, 1, 2])[0]
+    lines = {}
     for n in (2, 4):
         acc = {s: 100 * np.array([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
                                   for r in sorted(fig.runs, key=lambda r: r.seed)
                                   if r.series == s and r.value == n])
                for s in ("HIST", "HFedAvg")}
-        line = next(x for x in section.splitlines() if f"N={n}: HIST" in x)
+        lines[n] = (acc, next(x for x in section.splitlines() if f"N={n}: HIST" in x))
+    return section, lines
+
+
+def test_a_figure_section_gives_the_finding_ours_and_a_verdict_from_the_rows(toy):
+    """The README's verdict per setting is the paired t-test over the runs' own final
+    accuracies (both series ran seeds 0-2): scipy's p decides at 5%, and its interval shows."""
+    import numpy as np
+    from scipy import stats
+
+    section, lines = _curves_at_three_seeds(toy)
+    assert "- **The paper:** HIST ends more accurate" in section and "**Verdict:**" in section
+    assert "decided by a two-sided test at the 5% level" in section
+    for acc, line in lines.values():
         assert f"HIST {acc['HIST'].mean():.4g} ± " in line, line  # in %, as the tables
         gap = acc["HIST"] - acc["HFedAvg"]
         if np.ptp(gap) == 0:
@@ -153,9 +164,6 @@ def test_a_closeness_claim_is_decided_by_two_one_sided_tests_on_the_runs(toy):
     accuracies (paired over seeds 0-2), its 90% interval against the margin shown."""
     import copy
 
-    import numpy as np
-
-    from wirelessfl.report.metrics import final_accuracy
     from wirelessfl.report.verdict import within
 
     spec = copy.deepcopy(TOY)
@@ -163,18 +171,10 @@ def test_a_closeness_claim_is_decided_by_two_one_sided_tests_on_the_runs(toy):
                                           "close": "HIST", "to": "HFedAvg", "within": 5.0,
                                           "measure": "final_accuracy"}
     (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec))
-    regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None,
-               seeds=[0, 1, 2])
-    section = (toy / "README.md").read_text().split("## curves\n")[1]
+    section, lines = _curves_at_three_seeds(toy)
     assert "close: the gap's 90% interval inside ±5" in section
-    fig = load_figures("toy", "quick", only=["curves"], seeds=[0, 1, 2])[0]
-    for n in (2, 4):
-        acc = {s: 100 * np.array([final_accuracy(RunRecord(run_folder(toy, r)).rows(), 10)
-                                  for r in sorted(fig.runs, key=lambda r: r.seed)
-                                  if r.series == s and r.value == n])
-               for s in ("HIST", "HFedAvg")}
+    for acc, line in lines.values():
         want = within(acc["HIST"], acc["HFedAvg"], 5.0, ([0, 1, 2], [0, 1, 2]))
-        line = next(x for x in section.splitlines() if f"N={n}: HIST" in x)
         assert line.split("→ ")[1] == want.text(), line
     verdict = next(x for x in section.splitlines() if x.startswith("- **Verdict:**"))
     assert "two one-sided tests at the 5% level each (closeness within ±5)" in verdict
