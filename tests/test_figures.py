@@ -144,8 +144,10 @@ def test_a_claim_naming_a_series_the_figure_lacks_is_refused(toy):
 @pytest.mark.parametrize("claim, match", [
     ({"close": "HIST", "to": "HFedAvg", "within": -1}, "claim.within -1 must be a positive"),
     ({"close": "HIST", "to": "HFedAvg", "within": True}, "must be a positive number"),
-    ({"close": "HIST", "within": 1.0}, "names `close` and `to`"),
-    ({"better": "HIST", "than": "HFedAvg", "within": 1.0}, "names `close` and `to`"),
+    ({"close": "HIST", "within": 1.0}, "names `close`"),
+    ({"better": "HIST", "than": "HFedAvg", "within": 1.0}, "names `close`"),
+    ({"close": [], "to": "HFedAvg", "within": 1.0}, "non-empty list of series"),
+    ({"close": ["HIST", "FedAvg"], "to": "HFedAvg", "within": 1.0}, "claim.close 'FedAvg' is"),
     ({"close": "HIST", "to": "HFedAvg"}, "need `within`"),
     ({"close": "HIST", "to": "FedAvg", "within": 1.0}, "claim.to 'FedAvg' is not one of"),
 ])
@@ -168,7 +170,7 @@ def test_a_closeness_claim_is_decided_by_two_one_sided_tests_on_the_runs(toy):
 
     spec = copy.deepcopy(TOY)
     spec["figures"]["curves"]["claim"] = {"finding": "HIST learns about as well as HFedAvg",
-                                          "close": "HIST", "to": "HFedAvg", "within": 5.0,
+                                          "close": ["HIST"], "to": "HFedAvg", "within": 5.0,
                                           "measure": "final_accuracy"}
     (toy.parent / "experiments" / "toy" / "figures.yaml").write_text(yaml.safe_dump(spec))
     section, lines = _curves_at_three_seeds(toy)

@@ -19,8 +19,9 @@ for multi-task runs
 reaches its target). A claim without ``better``/``than`` gives its ``finding`` and says why
 it is not checked (``why``).
 
-A **closeness** claim ("learns about as well as") names ``close`` and ``to`` (two series)
-and a margin ``within`` in the measure's units (percentage points for accuracies)::
+A **closeness** claim ("learns about as well as") names ``close`` (a series, or a list of
+series each checked alone) and ``to`` (the reference series) and a margin ``within`` in the
+measure's units (percentage points for accuracies)::
 
     claim:
       finding: "AirComp-HIST learns about as well as OMA-HIST"
@@ -94,13 +95,14 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
     on, lower = str(claim.get("measure", "round")), bool(claim.get("lower", True))
     groups = group_runs(fig)
     series = {s for _, s, _ in groups}
-    for name in (better, than):
+    checked = claim_series(better)  # ``close`` may name several series
+    for name in (*checked, than):
         if name not in series:
             raise ConfigError(f"figure {fig.name}: its claim names series {name!r}; the figure "
                               f"has {', '.join(sorted(series))}")
     ours, verdicts = [], []
     for (panel, s, value), runs in groups.items():
-        if s != better:
+        if s not in checked:
             continue
         rivals = groups.get((panel, than, value)) or groups.get((panel, than, None))
         if not rivals:
@@ -111,14 +113,19 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
                else within(mine, theirs, float(margin), pairs))
         where = " ".join(x for x in (panel, _at(fig, value)) if x)
         gone = [sum(diverged(root, r) for r in side) for side in (runs, rivals)]
-        note = (f" (training diverged in {gone[0]} of {better}'s and {gone[1]} of {than}'s "
+        note = (f" (training diverged in {gone[0]} of {s}'s and {gone[1]} of {than}'s "
                 "seeds: no value)") if any(gone) else ""
-        ours.append(f"{where + ': ' if where else ''}{better} {_show(mine)} vs {than} "
+        ours.append(f"{where + ': ' if where else ''}{s} {_show(mine)} vs {than} "
                     f"{_show(theirs)} → {got.text()}{note}")
         verdicts.append(got)
     seeds = min((len(r) for r in groups.values()), default=0)
     return Verdict(finding, tuple(ours), overall(verdicts, seeds),
                    _measured(fig, claim, on, lower, margin))
+
+
+def claim_series(names: str | list[str]) -> tuple[str, ...]:
+    """The series a claim checks: its ``better`` or ``close`` (a name, or for ``close`` a list)."""
+    return tuple(names) if isinstance(names, list) else (names,)
 
 
 def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool,

@@ -319,15 +319,19 @@ def check_claim_spec(spec: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: claim.within {margin!r} must be a positive number (the "
                               "closeness margin, in the measure's units)")
         if claim.get("close") is None or claim.get("to") is None or {"better", "than"} & set(claim):
-            raise ConfigError(f"{where}: a claim with `within` names `close` and `to` (two "
-                              "series), not `better`/`than`")
+            raise ConfigError(f"{where}: a claim with `within` names `close` (a series or a "
+                              "list) and `to`, not `better`/`than`")
     elif {"close", "to"} & set(claim):
         raise ConfigError(f"{where}: claim.close/to need `within` (the closeness margin)")
+    close = claim.get("close")
+    if isinstance(close, list) and (not close or not all(isinstance(c, str) for c in close)):
+        raise ConfigError(f"{where}: claim.close {close!r} must name a series or a non-empty "
+                          "list of series")
     for key in ("better", "than", "close", "to"):
-        name = claim.get(key)
-        if name is not None and name not in (spec.get("series") or {}):
-            raise ConfigError(f"{where}: claim.{key} {name!r} is not one of its series "
-                              f"({', '.join(spec.get('series') or {})})")
+        for name in (close if key == "close" and isinstance(close, list) else [claim.get(key)]):
+            if name is not None and name not in (spec.get("series") or {}):
+                raise ConfigError(f"{where}: claim.{key} {name!r} is not one of its series "
+                                  f"({', '.join(spec.get('series') or {})})")
 
 
 def _series_overrides(over: dict[str, Any] | None, panel: str) -> dict[str, Any]:
