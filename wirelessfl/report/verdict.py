@@ -86,18 +86,19 @@ class Comparison:
     def text(self) -> str:
         """``holds (paired t, 3 df: gap 0.175, 95% CI [0.03, 0.32], p = 0.03)``.
 
-        A closeness test adds its margin (``90% CI [-0.4, 0.2] against ±1``) and its p is
-        the larger of its two one-sided tests'.
+        A closeness test adds its margin (``90% CI [-0.4, 0.2] against ±1``), and its
+        ``TOST p`` is the larger of its two one-sided tests' (near 1 when the gap is beyond the
+        margin: the interval then says by how much).
         """
         if not self.test:
             return f"{self.verdict} ({self.reason})" if self.reason else self.verdict
         if self.test == "Fisher exact":
             return f"{self.verdict} ({self.reason}; Fisher's exact test, p = {_p(self.p)})"
         df = f"{self.df:.3g}" if self.df is not None else "?"
-        bound = "" if self.margin is None else f" against ±{self.margin:g}"
+        bound, p = ("", "p") if self.margin is None else (f" against ±{self.margin:g}", "TOST p")
         return (f"{self.verdict} ({self.test}, {df} df: gap {self.gap:.3g}, "
                 f"{100 * self.confidence:g}% CI [{self.low:.3g}, {self.high:.3g}]{bound}, "
-                f"p = {_p(self.p)})")
+                f"{p} = {_p(self.p)})")
 
 
 def _p(p: float | None) -> str:
