@@ -144,8 +144,8 @@ def within(a: np.ndarray, b: np.ndarray, margin: float,
     i.e. the ``1 − 2α`` (90%) interval of the gap lies inside ``(−margin, margin)``; *does not
     hold* when the gap is beyond the margin at the same level, i.e. the interval lies wholly
     outside ``[−margin, margin]``; *undecided* otherwise. ``p`` is the TOST p-value (the
-    larger of the two one-sided p-values). A value of NaN (a diverged run) on either side
-    leaves the setting undecided.
+    larger of the two one-sided p-values). A NaN on either side (a run that diverged or
+    missed its target) leaves the setting undecided.
 
     >>> within(np.array([81.2, 80.9, 81.5]), np.array([81.0, 81.1, 81.3]), 1.0,
     ...        seeds=([0, 1, 2], [0, 1, 2])).verdict
@@ -155,7 +155,8 @@ def within(a: np.ndarray, b: np.ndarray, margin: float,
         raise ValueError(f"within: margin must be a positive number, got {margin!r}")
     a, b = np.asarray(a, float), np.asarray(b, float)
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return Comparison("undecided", reason="a seed has no value (diverged)", margin=margin)
+        return Comparison("undecided", margin=margin,
+                          reason="a seed has no value (diverged, or did not reach the target)")
     if (few := _few(a, b)) is not None:
         return Comparison(few.verdict, gap=few.gap, reason=few.reason, margin=margin)
     gap, se, df, test = _gap(a, b, seeds)
