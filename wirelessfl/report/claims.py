@@ -63,7 +63,7 @@ from wirelessfl.report.metrics import (
     to_target,
     transition_accuracy,
 )
-from wirelessfl.report.spec import Figure, RunSpec, show_value, sweep_label
+from wirelessfl.report.spec import Figure, RunSpec, claim_series, show_value, sweep_label
 from wirelessfl.report.tables import LABELS
 from wirelessfl.report.verdict import compare, overall, within
 from wirelessfl.run.config import ConfigError
@@ -121,11 +121,6 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
     seeds = min((len(r) for r in groups.values()), default=0)
     return Verdict(finding, tuple(ours), overall(verdicts, seeds),
                    _measured(fig, claim, on, lower, margin))
-
-
-def claim_series(names: str | list[str]) -> tuple[str, ...]:
-    """The series a claim checks: its ``better`` or ``close`` (a name, or for ``close`` a list)."""
-    return tuple(names) if isinstance(names, list) else (names,)
 
 
 def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool,

@@ -488,10 +488,11 @@ def _time_setting(run: RunSpec, sample_rounds: int,
         return _time_multitask(run, log)
     with tempfile.TemporaryDirectory(prefix="wirelessfl-estimate-") as tmp:
         probe = probe_setting(run, Path(tmp) / "probe")
-        if isinstance(probe, str) or probe.per_round + probe.per_eval >= PROBE_KEEP_S:
-            if not isinstance(probe, str):
-                log(f"  timed {run.label} on a sample of its clients: {probe.per_round:.3g} s a "
-                    f"round, {probe.per_eval:.3g} s an evaluation, {probe.start:.3g} s to start")
+        if isinstance(probe, str):
+            return probe
+        if probe.per_round + probe.per_eval >= PROBE_KEEP_S:
+            log(f"  timed {run.label} on a sample of its clients: {probe.per_round:.3g} s a "
+                f"round, {probe.per_eval:.3g} s an evaluation, {probe.start:.3g} s to start")
             return probe
         return time_whole_setting(run, sample_rounds, Path(tmp), log)
 

@@ -301,6 +301,11 @@ CLAIM_KEYS = ("finding", "better", "than", "close", "to", "within", "measure", "
               "last", "why")
 
 
+def claim_series(names: str | list[str]) -> tuple[str, ...]:
+    """The series a claim key names: one name, or (``close``) a list of them."""
+    return tuple(names) if isinstance(names, list) else (names,)
+
+
 def check_claim_spec(spec: dict[str, Any], where: str) -> None:
     """A figure's ``claim`` (:mod:`~wirelessfl.report.claims`) names a finding and its series."""
     claim = spec.get("claim")
@@ -328,7 +333,7 @@ def check_claim_spec(spec: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: claim.close {close!r} must name a series or a non-empty "
                           "list of series")
     for key in ("better", "than", "close", "to"):
-        for name in (close if key == "close" and isinstance(close, list) else [claim.get(key)]):
+        for name in claim_series(claim.get(key)):
             if name is not None and name not in (spec.get("series") or {}):
                 raise ConfigError(f"{where}: claim.{key} {name!r} is not one of its series "
                                   f"({', '.join(spec.get('series') or {})})")

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -158,7 +158,7 @@ def within(a: np.ndarray, b: np.ndarray, margin: float,
         return Comparison("undecided", margin=margin,
                           reason="a seed has no value (diverged, or did not reach the target)")
     if (few := _few(a, b)) is not None:
-        return Comparison(few.verdict, gap=few.gap, reason=few.reason, margin=margin)
+        return replace(few, margin=margin)
     gap, se, df, test = _gap(a, b, seeds)
     if se == 0:  # the gap is exact
         inside = abs(gap) < margin
