@@ -123,7 +123,8 @@ def test_closeness_decides_close_far_and_noisy_and_never_on_two_seeds():
     assert within(ref + [3.0, -3.0, 2.5, -2.0, 0.1], ref, 1.0, (s, s)).verdict == "undecided"
     assert within(ref[:2] + 0.01, ref[:2], 1.0, (s[:2], s[:2])).verdict == "undecided"
     assert within(np.array([NAN, 81, 81]), ref[:3], 1.0).verdict == "undecided"
-    with pytest.raises(ValueError, match="margin"):
-        within(ref, ref, 0.0)
+    for bad in (0.0, -1.0, NAN, float("inf")):
+        with pytest.raises(ValueError, match="margin"):
+            within(ref, ref, bad)
     text = overall([within(ref + 0.01 * np.arange(5), ref, 1.0, (s, s))] * 2, 5)
     assert text.startswith("holds in all 2 settings") and "two one-sided tests" in text

@@ -151,8 +151,8 @@ def within(a: np.ndarray, b: np.ndarray, margin: float,
     ...        seeds=([0, 1, 2], [0, 1, 2])).verdict
     'holds'
     """
-    if not margin > 0:
-        raise ValueError(f"within: margin must be a positive number, got {margin!r}")
+    if not 0 < margin < math.inf:
+        raise ValueError(f"within: margin must be a positive finite number, got {margin!r}")
     a, b = np.asarray(a, float), np.asarray(b, float)
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return Comparison("undecided", margin=margin,
