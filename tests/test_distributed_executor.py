@@ -1,5 +1,7 @@
 """Clients over two gloo worker processes give the numbers of one process."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -121,6 +123,7 @@ def test_a_worker_killed_or_stopped_mid_run_is_one_line_within_a_bounded_time(ho
             ex.run(update, data, tasks, hp)
         assert time.perf_counter() - t < 30 and len(str(info.value).splitlines()) == 1
         assert "resume" in str(info.value)
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("wirelessfl-")]
         worker.join(timeout=10)
         assert not worker.is_alive() and ex._procs == []
         assert len(ex.run(update, data, tasks, hp)) == len(tasks)   # a fresh group
@@ -151,3 +154,6 @@ def test_a_worker_that_dies_before_the_group_joins_is_named_within_seconds():
         ex._start()
     assert time.monotonic() - t0 < 60
     assert not ex._procs  # nothing left behind
+    # ... and no thread still in a rendezvous (one that returned during the interpreter's
+    # shutdown aborted the whole process, test session included)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("wirelessfl-")]

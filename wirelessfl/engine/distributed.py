@@ -75,6 +75,11 @@ WAIT_FACTOR, MIN_WAIT_S, POLL_S = 20.0, 60.0, 0.2
 WORKER_BYTES = 300 << 20
 #: Seconds the workers have to start and join the group (and the group's own timeout).
 JOIN_TIMEOUT_S = 300
+#: The store key each worker rank adds 1 to once started; rank 0 polls it (see ``_start``).
+READY_KEY = "wirelessfl/ready"
+#: What a failed start tells the user to do.
+_START_ADVICE = ("the run cannot start: check the machine's memory and processes, or use "
+                 "fewer --workers")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the worker processes
@@ -117,9 +122,11 @@ def _serve(rank: int, world: int, port: int, device: str, threads: int,
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if device.startswith("cuda"):
         torch.cuda.set_device(rank)  # NCCL's object collectives use the current device
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                            init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=JOIN_TIMEOUT_S))
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False,
+                          timeout=timedelta(seconds=JOIN_TIMEOUT_S))
+    store.add(READY_KEY, 1)  # rank 0 joins the group only once every rank has said so
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", store=store,
+                            rank=rank, world_size=world, timeout=timedelta(seconds=JOIN_TIMEOUT_S))
     executor = BatchedExecutor(_device_of(device, rank), max_batch=max_batch, compile=compile,
                                replay=replay, low_rank=low_rank)
     data = None
@@ -219,13 +226,20 @@ class DistributedExecutor(Executor):
             p.start()
         if self.device == "cuda":
             torch.cuda.set_device(0)
-        try:  # watched as a round is: a worker that dies or stops before joining is named
+        timeout = timedelta(seconds=JOIN_TIMEOUT_S)
+        try:
+            # The store's server runs in this process and does not wait for the workers; this
+            # thread polls how many have started, so a worker that dies or stops before the
+            # join is named within POLL_S and no thread is left blocked in a rendezvous (one
+            # that returned during the interpreter's shutdown aborted the process).
+            store = dist.TCPStore("127.0.0.1", port, self.workers, is_master=True,
+                                  timeout=timeout, wait_for_workers=False)
+            self._await_ready(store)
+            # Every rank is at its own join: the rendezvous takes milliseconds, still watched.
             self._watched("join", lambda: dist.init_process_group(
-                "nccl" if self.device == "cuda" else "gloo",
-                init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=self.workers,
-                timeout=timedelta(seconds=JOIN_TIMEOUT_S)), JOIN_TIMEOUT_S,
-                then="the run cannot start: check the machine's memory and processes, or use "
-                     "fewer --workers", settle=0.5)
+                "nccl" if self.device == "cuda" else "gloo", store=store, rank=0,
+                world_size=self.workers, timeout=timeout), JOIN_TIMEOUT_S, then=_START_ADVICE,
+                settle=0.5)
         except ClientError:
             raise
         except Exception as exc:  # noqa: BLE001 - anything else the join raised
@@ -267,7 +281,9 @@ class DistributedExecutor(Executor):
         done within ``limit`` seconds is reported then. Either way the workers are killed
         and the round fails with one line naming the worker and ``then`` (a run then stops,
         resumable from its checkpoint); nothing waits on a peer that will never answer. The
-        group's join is watched the same way.
+        group's join is watched the same way, once :meth:`_await_ready` has seen every rank
+        start: a helper left in a collective fails as soon as the killed peers' sockets close,
+        while one left in a rendezvous would wait out the store's timeout.
         """
         import threading
 
@@ -308,6 +324,23 @@ class DistributedExecutor(Executor):
             if stopped:
                 return f"distributed worker rank {r} (pid {p.pid}) is stopped"
         return None
+
+    def _await_ready(self, store: Any) -> None:
+        """Wait until every worker rank has added itself to :data:`READY_KEY` of ``store``.
+
+        Polled from this thread every :data:`POLL_S` s: a worker that dies or is stopped
+        first is named (the workers are then killed), as is a start slower than
+        :data:`JOIN_TIMEOUT_S`.
+        """
+        t0 = time.perf_counter()
+        while store.add(READY_KEY, 0) < self.workers - 1:
+            problem = self._lost_worker()
+            if problem is None and time.perf_counter() - t0 > JOIN_TIMEOUT_S:
+                problem = f"distributed workers did not start within {JOIN_TIMEOUT_S} s"
+            if problem is not None:
+                self._abandon()
+                raise ClientError(f"{problem}; {_START_ADVICE}")
+            time.sleep(POLL_S)
 
     def _abandon(self, helper: Any = None, settle: float = 10.0) -> None:
         """Kill the workers and drop the process group without talking to them.
