@@ -297,15 +297,8 @@ class DistributedExecutor(Executor):
 
         helper = threading.Thread(target=body, daemon=True, name=f"wirelessfl-{what}")
         helper.start()
-        t0 = time.perf_counter()
-        problem = None
-        while problem is None:
-            helper.join(POLL_S)
-            problem = self._lost_worker()
-            if not helper.is_alive():
-                break
-            if problem is None and time.perf_counter() - t0 > limit:
-                problem = f"distributed workers did not answer within {limit:.0f} s ({what})"
+        problem = self._watch(lambda: helper.join(POLL_S), lambda: not helper.is_alive(),
+                              what, limit)
         if problem is None and failure:
             time.sleep(POLL_S)  # a peer's socket closes a moment before its process is reaped
             problem = self._lost_worker() or (
@@ -325,22 +318,34 @@ class DistributedExecutor(Executor):
                 return f"distributed worker rank {r} (pid {p.pid}) is stopped"
         return None
 
+    def _watch(self, pause: Callable[[], Any], done: Callable[[], bool], what: str,
+               limit: float) -> str | None:
+        """Call ``pause()`` (about :data:`POLL_S` s) until ``done()``; None, or the problem.
+
+        The problem is the first worker that died or is stopped, or ``limit`` seconds passed.
+        """
+        t0 = time.perf_counter()
+        while True:
+            pause()
+            problem = self._lost_worker()
+            if problem is not None or done():
+                return problem
+            if time.perf_counter() - t0 > limit:
+                return f"distributed workers did not answer within {limit:.0f} s ({what})"
+
     def _await_ready(self, store: Any) -> None:
         """Wait until every worker rank has added itself to :data:`READY_KEY` of ``store``.
 
-        Polled from this thread every :data:`POLL_S` s: a worker that dies or is stopped
-        first is named (the workers are then killed), as is a start slower than
-        :data:`JOIN_TIMEOUT_S`.
+        Polled from this thread every :data:`POLL_S` s (:meth:`_watch`): a worker that dies
+        or is stopped first is named (the workers are then killed), as is a start slower
+        than :data:`JOIN_TIMEOUT_S`.
         """
-        t0 = time.perf_counter()
-        while store.add(READY_KEY, 0) < self.workers - 1:
-            problem = self._lost_worker()
-            if problem is None and time.perf_counter() - t0 > JOIN_TIMEOUT_S:
-                problem = f"distributed workers did not start within {JOIN_TIMEOUT_S} s"
-            if problem is not None:
-                self._abandon()
-                raise ClientError(f"{problem}; {_START_ADVICE}")
-            time.sleep(POLL_S)
+        problem = self._watch(lambda: time.sleep(POLL_S),
+                              lambda: store.add(READY_KEY, 0) >= self.workers - 1, "start",
+                              JOIN_TIMEOUT_S)
+        if problem is not None:
+            self._abandon()
+            raise ClientError(f"{problem}; {_START_ADVICE}")
 
     def _abandon(self, helper: Any = None, settle: float = 10.0) -> None:
         """Kill the workers and drop the process group without talking to them.
