@@ -11,6 +11,7 @@ with code 2, before anything is written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -322,30 +323,31 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
+    from wirelessfl.report.archive import ARCHIVE, read_archive
     from wirelessfl.report.figures import regenerate
     from wirelessfl.report.spec import load_figures, missing_runs, parse_seeds
 
     out = Path(args.out or Path("reports") / args.paper / args.scale)
     extra = _report_args(args, out)
     seeds = None if args.seeds is None else parse_seeds(args.seeds)
-    if args.dry_run:
+    reuse = None if args.reuse is None else _archive(args.reuse)
+    if args.dry_run or args.estimate:
         figures = load_figures(args.paper, args.scale, args.only, extra, seeds)
         todo = {r.key for r in missing_runs(figures, out)}
-        for fig in figures:
-            left = len({r.key for r in fig.runs} & todo)
-            print(f"{fig.name:10s} {fig.spec['kind']:7s} {len(fig.runs):3d} runs, {left} to do  "
-                  f"{fig.title}")
-            if not args.quiet:  # every run: where it goes, what it is
-                for r in fig.runs:
-                    print(f"    {'to do' if r.key in todo else 'done ':5s}  runs/{r.key}  {r.label}")
+        archived = set() if reuse is None else set(read_archive(
+            reuse / ARCHIVE if reuse.is_dir() else reuse, todo))
+    if args.dry_run:
+        _dry_run(figures, todo, archived, args.quiet)
         return 0
     if args.estimate:
         from wirelessfl.report.estimate import describe_device, estimate, estimate_table
 
-        figures = load_figures(args.paper, args.scale, args.only, extra, seeds)
+        device = describe_device(figures[0].runs[0].raw)
+        figures = [dataclasses.replace(f, runs=tuple(r for r in f.runs if r.key not in archived))
+                   for f in figures]  # what --reuse gives costs nothing
         print(f"timing a sample of each setting ({args.paper}, {args.scale} scale) ...", flush=True)
         rows = estimate(figures, out, log=lambda m: print(m, flush=True), isolate=True)
-        print(estimate_table(rows, describe_device(figures[0].runs[0].raw)))
+        print(estimate_table(rows, device))
         return 0
     ray = _ray_options(args)
     if args.publish is not None:  # refused before anything trains
@@ -355,12 +357,44 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     code = _report(out, "figures", lambda: regenerate(
         args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
         log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray, seeds=seeds,
-        batch_runs=args.batch_runs, style=args.style, title=False if args.no_title else None))
+        batch_runs=args.batch_runs, style=args.style, title=False if args.no_title else None,
+        reuse=reuse, render_only=args.render_only))
     if args.publish is not None and code == 0:
         from wirelessfl.report.figures import publish
 
         print(f"published {len(publish(out, Path(args.publish)))} files to {args.publish}")
     return code
+
+
+def _dry_run(figures: list[Any], todo: set[str], archived: set[str], quiet: bool) -> None:
+    """``figures --dry-run``: each figure's runs to do (and those ``--reuse`` gives).
+
+    Unless ``quiet``, every run follows with where it goes.
+    """
+    for fig in figures:
+        left = {r.key for r in fig.runs} & todo
+        print(f"{fig.name:10s} {fig.spec['kind']:7s} {len(fig.runs):3d} runs, "
+              f"{len(left - archived)} to do"
+              + (f" ({len(left & archived)} more in --reuse)" if left & archived else "")
+              + f"  {fig.title}")
+        if not quiet:  # every run: where it goes, what it is
+            for r in fig.runs:
+                state = "reuse" if r.key in archived else "to do" if r.key in todo else "done"
+                print(f"    {state:5s}  runs/{r.key}  {r.label}")
+
+
+def _archive(given: str) -> Path:
+    """``--reuse``: a run archive, or a published report folder holding one (else ConfigError)."""
+    from wirelessfl.report.archive import ARCHIVE
+
+    path = Path(given)
+    if path.is_dir() and not (path / ARCHIVE).is_file():
+        raise ConfigError(f"--reuse {given}: the folder holds no {ARCHIVE}; give a report folder "
+                          "published with --publish, or the archive file itself")
+    if not path.is_dir() and not path.is_file():
+        raise ConfigError(f"--reuse {given}: no such file or folder; give a folder published "
+                          f"with --publish or its {ARCHIVE}")
+    return path
 
 
 def _report_args(args: argparse.Namespace, out: Path) -> list[str]:
@@ -568,11 +602,18 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("--seeds", metavar="SEEDS",
                     help="every figure's seeds, e.g. 0-9 or 0,1,2 (replaces the scale's; the "
                          "runs of seeds already done are reused)")
+    fg.add_argument("--reuse", metavar="DIR_OR_FILE",
+                    help="take the finished runs a published report folder (or its "
+                         "runs.jsonl.gz) holds instead of training them")
+    fg.add_argument("--render-only", action="store_true",
+                    help="train nothing: draw the figures whose runs are all there (with "
+                         "--reuse, restored ones too)")
     fg.add_argument("--publish", metavar="DIR",
-                    help="then copy the report's README, PNG, CSV and markdown (not the runs, "
-                         "nor the PDF and SVG) to DIR, e.g. docs/papers/results/hist-quick for "
-                         "the paper's page; adds to what was published there (figures this "
-                         "report did not draw keep their earlier outputs)")
+                    help="then copy the report's README, PNG, CSV and markdown (not the PDF "
+                         "and SVG) to DIR, e.g. docs/papers/results/hist-quick for the paper's "
+                         "page, and its finished runs (no checkpoints) into DIR/runs.jsonl.gz; "
+                         "adds to what was published there (figures this report did not draw "
+                         "keep their earlier outputs)")
     fg.add_argument("--style", choices=("report", "paper"), default="report",
                     help="figures as for a report (wide, titled; default) or for a paper "
                          "(3.5 in panels, 8-pt text, colour-blind-safe colours, the title only "

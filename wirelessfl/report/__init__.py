@@ -5,7 +5,9 @@ its runs are trained by the local executor (:mod:`~wirelessfl.report.local`) or 
 (:mod:`~wirelessfl.report.ray_executor`); what a figure reads off the runs' rows is in
 :mod:`~wirelessfl.report.metrics`, how it is drawn in :mod:`~wirelessfl.report.renderers`
 and tabulated in :mod:`~wirelessfl.report.tables`; :mod:`~wirelessfl.report.plotting` draws
-run folders. The entry points are :func:`regenerate` and :func:`sweep`.
+run folders. The entry points are :func:`regenerate` and :func:`sweep`. A published report
+carries its finished runs in one archive (:mod:`~wirelessfl.report.archive`), from which
+another machine re-draws it or adds seeds to it.
 """
 
 from wirelessfl.report.figures import execute, regenerate, render, sweep

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from wirelessfl.errors import parse_yaml, short
+from wirelessfl.report.archive import ARCHIVE, archive_runs, restore_runs
 from wirelessfl.report.claims import Verdict, check_claim
 from wirelessfl.report.local import execute_local
 from wirelessfl.report.metrics import diverged
@@ -161,7 +162,8 @@ def _readme_sections(readme: Path) -> dict[str, str]:
 #: Marks a folder as a published copy of a report (:func:`publish`).
 PUBLISH_MARK = ".wirelessfl-published"
 
-#: What a published report holds: the rendered outputs, never the run folders.
+#: What a published report holds: the rendered outputs, never the run folders (their
+#: finished runs go into one archive, :data:`~wirelessfl.report.archive.ARCHIVE`).
 PUBLISHED = (".png", ".csv", ".md")
 
 
@@ -175,7 +177,7 @@ def check_publish_folder(dest: Path) -> None:
 
 
 def publish(root: Path, dest: Path) -> list[Path]:
-    """Copy a report's outputs (README, PNG, CSV and markdown; not ``runs/``) to ``dest``.
+    """Copy a report's outputs (README, PNG, CSV and markdown) and its runs' archive to ``dest``.
 
     For the docs (``docs/papers/results/<paper>-<scale>``): the paper pages include the
     copied README, so their results are the report's, generated, never typed. ``dest`` must
@@ -184,6 +186,11 @@ def publish(root: Path, dest: Path) -> list[Path]:
     report drew replaces its earlier outputs and README section; a figure published before
     keeps both when the report did not draw it (not run, or its runs unfinished). The files
     of the earlier publish that no figure keeps are removed; any other file there stays.
+
+    The run folders are not copied (their checkpoints are large); their finished runs'
+    configs, rows and summaries are, into the archive ``runs.jsonl.gz``, added to the runs
+    published there before (:mod:`~wirelessfl.report.archive`): ``--reuse dest`` re-draws
+    the report, or extends it with more seeds, elsewhere, without training them again.
     """
     check_publish_folder(dest)
     if not (root / "README.md").is_file():
@@ -193,6 +200,9 @@ def publish(root: Path, dest: Path) -> list[Path]:
     names = [src.name for src in sorted(root.iterdir())
              if src.suffix in PUBLISHED and src.is_file() and not src.is_symlink()]
     before = set(_published_before(dest))
+    if (dest / ARCHIVE).exists() and ARCHIVE not in before:
+        raise ConfigError(f"--publish {dest}: its {ARCHIVE} was not published by this tool; "
+                          "move it away (nothing was changed)")
     sections = _readme_sections(dest / "README.md") if "README.md" in before else {}
     earlier = set(sections)  # figures whose published section (and files) stay as they are
     for name, section in _readme_sections(root / "README.md").items():
@@ -201,7 +211,8 @@ def publish(root: Path, dest: Path) -> list[Path]:
             earlier.discard(name)
     kept = {f for name in earlier for f in _section_outputs(sections[name])} & before
     names = [n for n in names if n not in kept]
-    for name in before - set(names) - kept:  # an earlier publish's, not kept
+    archived = archive_runs(root, dest / ARCHIVE)  # the earlier publish's runs and this one's
+    for name in before - set(names) - kept - {ARCHIVE}:  # an earlier publish's, not kept
         old = dest / name
         if old.is_file() and not old.is_symlink():
             old.unlink()
@@ -211,9 +222,9 @@ def publish(root: Path, dest: Path) -> list[Path]:
                 if name == "README.md" else (root / name).read_bytes())
         atomic_write(dest / name, lambda fh, data=data: fh.write(data))
         out.append(dest / name)
-    manifest = json.dumps({"files": sorted({*names, *kept})}, indent=1)
+    manifest = json.dumps({"files": sorted({*names, *kept, ARCHIVE})}, indent=1)
     atomic_write(dest / PUBLISH_MARK, lambda fh: fh.write(manifest.encode()))
-    return out
+    return [*out, *([dest / ARCHIVE] if archived else [])]
 
 
 _OUTPUTS = re.compile(r"^Outputs: (.*)$", re.MULTILINE)
@@ -236,7 +247,7 @@ def _published_before(dest: Path) -> list[str]:
     except (OSError, ValueError, AttributeError):
         return []
     return [n for n in names if isinstance(n, str) and n == Path(n).name
-            and Path(n).suffix in PUBLISHED]
+            and (Path(n).suffix in PUBLISHED or n == ARCHIVE)]
 
 
 def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = None,
@@ -244,15 +255,19 @@ def regenerate(paper: str, scale: str, root: Path, *, only: list[str] | None = N
                log: Callable[[str], None] = print, jobs: int = 1,
                ray: Any = None, seeds: list[int] | None = None,
                batch_runs: int | None = None, style: str = "report",
-               title: bool | None = None) -> list[Path]:
+               title: bool | None = None, reuse: Path | None = None,
+               render_only: bool = False) -> list[Path]:
     """Run what is missing (``jobs`` at a time, or as Ray tasks), then render; the written files.
 
     ``seeds`` replaces every figure's seeds (:func:`~wirelessfl.report.spec.load_figures`);
-    ``style`` and ``title`` are the figures' (:func:`render`).
+    ``style`` and ``title`` are the figures' (:func:`render`). ``reuse``: a run archive, or
+    a published report folder, whose runs are taken instead of trained
+    (:func:`~wirelessfl.report.archive.restore_runs`); ``render_only``: train nothing, draw
+    the figures whose runs are all there.
     """
     return _complete(load_figures(paper, scale, only, extra, seeds), root, f"{paper} ({scale})",
                      quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs,
-                     style=style, title=title)
+                     style=style, title=title, reuse=reuse, render_only=render_only)
 
 
 #: Marks a report folder as this tool's: its tables, plots and README may be rewritten.
@@ -312,14 +327,22 @@ def _is_report_folder(root: Path) -> bool:
 def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
               log: Callable[[str], None], jobs: int, ray: Any,
               batch_runs: int | None = None, style: str = "report",
-              title: bool | None = None) -> list[Path]:
-    """Train the figures' missing runs (each once), then render them under ``root``."""
+              title: bool | None = None, reuse: Path | None = None,
+              render_only: bool = False) -> list[Path]:
+    """Train the figures' missing runs (each once), then render them under ``root``.
+
+    Runs the archive ``reuse`` holds are taken from it first; ``render_only`` trains none.
+    """
     _claim_report_folder(root)
+    if reuse is not None:
+        restore_runs([r for f in figures for r in f.runs], root, reuse, log=log)
     todo = missing_runs(figures, root)
     log(f"{what}: {len(todo)} of {len({r.key for f in figures for r in f.runs})} runs to do; "
-        f"report folder {root}")
-    check_data(todo)
-    execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs)
+        f"report folder {root}" + ("; none trained (--render-only)" if render_only and todo
+                                   else ""))
+    if not render_only:
+        check_data(todo)
+        execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs)
     return render(figures, root, style, title)
 
 

@@ -91,9 +91,18 @@ class RunSpec:
         added after runs were made enter it only when they differ from their defaults, so a
         new option leaves existing runs' keys alone.
         """
-        config = key_view(resolve_config({**self.raw, "name": "run"}))
-        text = json.dumps({**config, "name": ""}, sort_keys=True)
-        return hashlib.sha1(text.encode()).hexdigest()[:12]
+        return config_key(self.raw)
+
+
+def config_key(raw: dict[str, Any]) -> str:
+    """A run's folder name: the hash of its resolved config's key view, without its name.
+
+    A run folder's stored ``config.yaml`` gives its own folder's name back (the check of a
+    run restored from an archive, :mod:`~wirelessfl.report.archive`).
+    """
+    config = key_view(resolve_config({**raw, "name": "run"}))
+    text = json.dumps({**config, "name": ""}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

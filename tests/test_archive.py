@@ -1,0 +1,187 @@
+"""Run archives: a published report re-drawn, and extended with seeds, without its run folders."""
+
+import gzip
+import json
+
+import pytest
+import yaml
+
+from wirelessfl.cli import main
+from wirelessfl.report import load_figures, missing_runs, regenerate, run_folder
+from wirelessfl.report.archive import ARCHIVE, KEPT, archive_runs, read_archive, restore_runs
+from wirelessfl.report.figures import publish
+from wirelessfl.run.config import ConfigError
+from wirelessfl.run.records import RunRecord
+
+TOY = {
+    "base": {"rounds": 2, "target_accuracy": 0.5,
+             "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 40},
+             "model": {"name": "fcnn", "options": {"hidden": 16}},
+             "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
+             "algorithm": {"name": "hist", "cells": 2, "edge_rounds": 1}},
+    "scales": {"quick": {"seeds": [0], "overrides": {}}},
+    "figures": {
+        "curves": {"kind": "curves", "x": "round",
+                   "claim": {"finding": "HIST ends more accurate", "better": "HIST",
+                             "than": "HFedAvg", "measure": "final_accuracy", "lower": False},
+                   "series": {"HIST": {}, "HFedAvg": {"algorithm.split": False}}},
+    },
+}
+
+QUIET = {"quiet": True, "log": lambda _: None}
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    root = tmp_path / "experiments"
+    (root / "toy").mkdir(parents=True)
+    (root / "toy" / "figures.yaml").write_text(yaml.safe_dump(TOY, sort_keys=False))
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    return tmp_path
+
+
+def _trained(monkeypatch):
+    """The runs each ``execute`` call is asked to train (the real executor still trains them)."""
+    import wirelessfl.report.figures as figures
+
+    asked: list[list[str]] = []
+    real = figures.execute
+
+    def spy(runs, root, **kw):
+        asked.append(sorted(r.label for r in runs))
+        return real(runs, root, **kw)
+
+    monkeypatch.setattr(figures, "execute", spy)
+    return asked
+
+
+def _kept(folder):
+    return {n: (folder / n).read_text() for n in KEPT if (folder / n).is_file()}
+
+
+def test_a_report_split_over_two_sessions_equals_one_run_straight_through(toy, monkeypatch):
+    """Session 1 trains seed 0 and publishes; session 2, with none of session 1's folders,
+    takes seed 0 from the archive, trains only seed 1 and draws what one session would."""
+    asked = _trained(monkeypatch)
+    dest = toy / "docs" / "toy-quick"
+    regenerate("toy", "quick", toy / "s1", seeds=[0], **QUIET)
+    assert ARCHIVE in {p.name for p in publish(toy / "s1", dest)}
+    regenerate("toy", "quick", toy / "s2", seeds=[0, 1], reuse=dest, **QUIET)
+    assert asked[-1] == ["HFedAvg · seed 1", "HIST · seed 1"]  # seed 0 came from the archive
+    fig = load_figures("toy", "quick", seeds=[0, 1])[0]
+    for r in fig.runs:
+        if r.seed == 0:  # restored byte for byte, without the checkpoint
+            assert _kept(run_folder(toy / "s2", r)) == _kept(run_folder(toy / "s1", r))
+            assert not RunRecord(run_folder(toy / "s2", r)).checkpoint_path.exists()
+    publish(toy / "s2", dest)
+    assert sorted(read_archive(dest / ARCHIVE)) == sorted(r.key for r in fig.runs)
+    regenerate("toy", "quick", toy / "straight", seeds=[0, 1], **QUIET)
+    for name in ("curves.csv", "README.md"):
+        assert (toy / "s2" / name).read_text() == (toy / "straight" / name).read_text()
+    # a third session re-draws the published report and trains nothing at all
+    calls = len(asked)
+    regenerate("toy", "quick", toy / "s3", seeds=[0, 1], reuse=dest / ARCHIVE,
+               render_only=True, **QUIET)
+    assert len(asked) == calls
+    assert (toy / "s3" / "curves.csv").read_text() == (toy / "straight" / "curves.csv").read_text()
+    # the same runs archive to the same bytes (no time stamp): a publish again changes nothing
+    before = (dest / ARCHIVE).read_bytes()
+    publish(toy / "s3", dest)
+    assert (dest / ARCHIVE).read_bytes() == before
+
+
+def test_render_only_trains_nothing_and_says_what_is_missing(toy, monkeypatch):
+    asked = _trained(monkeypatch)
+    regenerate("toy", "quick", toy / "r", render_only=True, **QUIET)
+    assert asked == [] and "Runs missing" in (toy / "r" / "README.md").read_text()
+    assert main(["figures", "toy", "--out", str(toy / "r"), "--render-only", "--quiet"]) == 0
+    assert asked == []
+
+
+def _archive_of(toy, monkeypatch, edit):
+    """A one-seed report's archive with each record passed through ``edit``, and its runs."""
+    regenerate("toy", "quick", toy / "s1", **QUIET)
+    path = toy / "edited.jsonl.gz"
+    archive_runs(toy / "s1", path)
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    path.write_bytes(gzip.compress("".join(edit(line) + "\n" for line in lines).encode()))
+    return path, load_figures("toy", "quick")[0].runs
+
+
+def _config_of_another_run(line):
+    entry = json.loads(line)
+    entry["files"]["config.yaml"] = entry["files"]["config.yaml"].replace("lr: 0.05", "lr: 0.5")
+    return json.dumps(entry)
+
+
+def _unfinished(line):
+    entry = json.loads(line)
+    del entry["files"]["summary.json"]
+    return json.dumps(entry)
+
+
+def _seed_changed(line):
+    entry = json.loads(line)
+    entry["files"]["meta.json"] = entry["files"]["meta.json"].replace('"seed": 0', '"seed": 3')
+    return json.dumps(entry)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_config_of_another_run, "config of another run"),
+    (_unfinished, "neither finished nor diverged"),
+    (_seed_changed, "is damaged"),
+    (lambda line: line.replace('"metrics.jsonl": "{', '"metrics.jsonl": "{oops'), "is damaged"),
+    (lambda line: line + "\n" + line, "recorded twice"),
+    (lambda line: line[:-5], "not a run record"),
+])
+def test_an_edited_archive_restores_nothing(toy, monkeypatch, edit, says):
+    """A record is used only if its config hashes to its key, its meta names its seed and it
+    is finished: else a ConfigError naming it, and no folder (nor a half-written one) stays."""
+    path, runs = _archive_of(toy, monkeypatch, edit)
+    root = toy / "s2"
+    (root / "runs").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=says):
+        restore_runs(runs, root, path, log=lambda _: None)
+    assert list((root / "runs").iterdir()) == []
+
+
+def test_an_archive_never_replaces_a_run_folder_and_refuses_what_is_not_one(toy, monkeypatch):
+    path, runs = _archive_of(toy, monkeypatch, lambda line: line)
+    root = toy / "s2"
+    interrupted = run_folder(root, runs[0])
+    interrupted.mkdir(parents=True)
+    (interrupted / "config.yaml").write_text("mine")
+    assert restore_runs(runs, root, path, log=lambda _: None) == 1
+    assert (interrupted / "config.yaml").read_text() == "mine"
+    assert missing_runs(load_figures("toy", "quick"), root) == [runs[0]]
+    (toy / "plain.jsonl.gz").write_text("not gzip")
+    with pytest.raises(ConfigError, match="not a readable run archive"):
+        read_archive(toy / "plain.jsonl.gz")
+    import wirelessfl.report.archive as archive
+
+    monkeypatch.setattr(archive, "MAX_BYTES", 1000)  # a bomb expands past the limit: refused
+    with pytest.raises(ConfigError, match="expands beyond"):
+        read_archive(path)
+
+
+def test_the_cli_takes_a_folder_or_file_and_refuses_what_it_cannot_use(toy, capsys):
+    out = str(toy / "r")
+    for bad in (str(toy / "none"), str(toy)):  # nothing there; a folder with no archive
+        assert main(["figures", "toy", "--out", out, "--reuse", bad]) == 2
+        assert "--reuse" in capsys.readouterr().err
+    regenerate("toy", "quick", toy / "s1", **QUIET)
+    publish(toy / "s1", toy / "pub")
+    assert main(["figures", "toy", "--out", out, "--reuse", str(toy / "pub"), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert "0 to do (2 more in --reuse)" in shown and shown.count("reuse  runs/") == 2
+    assert main(["figures", "toy", "--out", out, "--reuse", str(toy / "pub"), "--estimate"]) == 0
+    assert any(line.split()[:2] == ["curves", "0"] for line in capsys.readouterr().out.splitlines())
+    link = toy / "link.jsonl.gz"
+    link.symlink_to(toy / "pub" / ARCHIVE)
+    assert main(["figures", "toy", "--out", out, "--reuse", str(link)]) == 2
+    (toy / "pub" / ARCHIVE).unlink()
+    (toy / "pub" / ARCHIVE).write_text("a user's file")  # not the publish's: never rewritten
+    (toy / "pub" / ".wirelessfl-published").write_text('{"files": ["README.md"]}')
+    with pytest.raises(ConfigError, match="not published by this tool"):
+        publish(toy / "s1", toy / "pub")
+    assert (toy / "pub" / ARCHIVE).read_text() == "a user's file"
