@@ -94,6 +94,9 @@ def test_render_only_trains_nothing_and_says_what_is_missing(toy, monkeypatch):
     asked = _trained(monkeypatch)
     regenerate("toy", "quick", toy / "r", render_only=True, **QUIET)
     assert asked == [] and "Runs missing" in (toy / "r" / "README.md").read_text()
+    publish(toy / "r", toy / "pub")  # no finished run: no archive, none listed
+    assert not (toy / "pub" / ARCHIVE).exists()
+    assert ARCHIVE not in (toy / "pub" / ".wirelessfl-published").read_text()
     assert main(["figures", "toy", "--out", str(toy / "r"), "--render-only", "--quiet"]) == 0
     assert asked == []
 

@@ -123,8 +123,9 @@ def _lines(path: Path) -> Iterator[str]:
 def archive_runs(root: Path, dest: Path) -> int:
     """Write ``dest``: the finished runs under ``root/runs`` and those ``dest`` held before.
 
-    A run in both is taken from ``root``. Returns the number of runs archived. An earlier
-    ``dest`` that cannot be read is refused (ConfigError), not overwritten.
+    A run in both is taken from ``root``. Returns the number of runs archived (with none,
+    nothing is written). An earlier ``dest`` that cannot be read is refused (ConfigError),
+    not overwritten.
     """
     entries = {k: {"key": k, "files": f} for k, f in
                (read_archive(dest).items() if dest.exists() or dest.is_symlink() else ())}
@@ -134,6 +135,8 @@ def archive_runs(root: Path, dest: Path) -> int:
             if (_KEY.fullmatch(folder.name) and folder.is_dir() and not folder.is_symlink()
                     and _done(RunRecord(folder))):
                 entries[folder.name] = _entry(folder)
+    if not entries:
+        return 0
     text = "".join(json.dumps(entries[k], sort_keys=True) + "\n" for k in sorted(entries))
     data = gzip.compress(text.encode(), compresslevel=9, mtime=0)
     atomic_write(dest, lambda fh: fh.write(data))

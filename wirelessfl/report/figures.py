@@ -222,7 +222,8 @@ def publish(root: Path, dest: Path) -> list[Path]:
                 if name == "README.md" else (root / name).read_bytes())
         atomic_write(dest / name, lambda fh, data=data: fh.write(data))
         out.append(dest / name)
-    manifest = json.dumps({"files": sorted({*names, *kept, ARCHIVE})}, indent=1)
+    manifest = json.dumps({"files": sorted({*names, *kept, *([ARCHIVE] if archived else [])})},
+                          indent=1)
     atomic_write(dest / PUBLISH_MARK, lambda fh: fh.write(manifest.encode()))
     return [*out, *([dest / ARCHIVE] if archived else [])]
 
