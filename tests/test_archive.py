@@ -5,6 +5,7 @@ import json
 
 import pytest
 import yaml
+from test_figures import TOY as FIGURES_TOY
 
 from wirelessfl.cli import main
 from wirelessfl.report import load_figures, missing_runs, regenerate, run_folder
@@ -13,20 +14,10 @@ from wirelessfl.report.figures import publish
 from wirelessfl.run.config import ConfigError
 from wirelessfl.run.records import RunRecord
 
-TOY = {
-    "base": {"rounds": 2, "target_accuracy": 0.5,
-             "data": {"dataset": "synthetic", "num_clients": 8, "samples_per_client": 40},
-             "model": {"name": "fcnn", "options": {"hidden": 16}},
-             "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
-             "algorithm": {"name": "hist", "cells": 2, "edge_rounds": 1}},
-    "scales": {"quick": {"seeds": [0], "overrides": {}}},
-    "figures": {
-        "curves": {"kind": "curves", "x": "round",
-                   "claim": {"finding": "HIST ends more accurate", "better": "HIST",
-                             "than": "HFedAvg", "measure": "final_accuracy", "lower": False},
-                   "series": {"HIST": {}, "HFedAvg": {"algorithm.split": False}}},
-    },
-}
+# test_figures' toy study, its "curves" without the sweep: one HIST and one HFedAvg run a seed
+TOY = {**FIGURES_TOY, "scales": {"quick": {"seeds": [0], "overrides": {}}},
+       "figures": {"curves": {k: v for k, v in FIGURES_TOY["figures"]["curves"].items()
+                              if k != "sweep"}}}
 
 QUIET = {"quiet": True, "log": lambda _: None}
 
