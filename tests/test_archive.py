@@ -4,8 +4,8 @@ import gzip
 import json
 
 import pytest
-import yaml
 from test_figures import TOY as FIGURES_TOY
+from test_figures import write_study
 
 from wirelessfl.cli import main
 from wirelessfl.report import load_figures, missing_runs, regenerate, run_folder
@@ -24,10 +24,7 @@ QUIET = {"quiet": True, "log": lambda _: None}
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    root = tmp_path / "experiments"
-    (root / "toy").mkdir(parents=True)
-    (root / "toy" / "figures.yaml").write_text(yaml.safe_dump(TOY, sort_keys=False))
-    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+    write_study(tmp_path, monkeypatch, TOY)
     return tmp_path
 
 

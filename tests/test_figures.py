@@ -48,12 +48,17 @@ TOY = {
 }
 
 
-@pytest.fixture
-def toy(tmp_path, monkeypatch):
+def write_study(tmp_path, monkeypatch, study):
+    """``study`` as the paper ``toy`` (a figures.yaml in an experiments folder of the test's)."""
     root = tmp_path / "experiments"
     (root / "toy").mkdir(parents=True)
-    (root / "toy" / "figures.yaml").write_text(yaml.safe_dump(TOY, sort_keys=False))
+    (root / "toy" / "figures.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
     monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(root))
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    write_study(tmp_path, monkeypatch, TOY)
     return tmp_path / "report"
 
 
