@@ -323,7 +323,7 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from wirelessfl.report.archive import ARCHIVE, read_archive
+    from wirelessfl.report.archive import read_archive
     from wirelessfl.report.figures import regenerate
     from wirelessfl.report.spec import load_figures, missing_runs, parse_seeds
 
@@ -334,8 +334,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     if args.dry_run or args.estimate:
         figures = load_figures(args.paper, args.scale, args.only, extra, seeds)
         todo = {r.key for r in missing_runs(figures, out)}
-        archived = set() if reuse is None else set(read_archive(
-            reuse / ARCHIVE if reuse.is_dir() else reuse, todo))
+        archived = set() if reuse is None else set(read_archive(reuse, todo))
     if args.dry_run:
         _dry_run(figures, todo, archived, args.quiet)
         return 0
@@ -384,7 +383,7 @@ def _dry_run(figures: list[Any], todo: set[str], archived: set[str], quiet: bool
 
 
 def _archive(given: str) -> Path:
-    """``--reuse``: a run archive, or a published report folder holding one (else ConfigError)."""
+    """``--reuse``: the run archive given, or the one a published report folder holds."""
     from wirelessfl.report.archive import ARCHIVE
 
     path = Path(given)
@@ -394,7 +393,7 @@ def _archive(given: str) -> Path:
     if not path.is_dir() and not path.is_file():
         raise ConfigError(f"--reuse {given}: no such file or folder; give a folder published "
                           f"with --publish or its {ARCHIVE}")
-    return path
+    return path / ARCHIVE if path.is_dir() else path
 
 
 def _report_args(args: argparse.Namespace, out: Path) -> list[str]:
