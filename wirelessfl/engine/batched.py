@@ -391,7 +391,8 @@ class BatchedExecutor(Executor):
         fused = update.plain_sgd and self.compile == "off"
         low_rank = self._low_rank(update, batch, hp, steps, int(offsets[-1])) if fused else {}
         carry, contexts = self._group_carry(update, batch, hp, fused, low_rank)
-        loss_sum = torch.zeros(len(batch), device=self.device)
+        dtype = next(iter(carry.params.values())).dtype  # the model's: weights, loss sums
+        loss_sum = torch.zeros(len(batch), dtype=dtype, device=self.device)
         try:
             with forked_rng(self.device), float32_arithmetic(hp.precision):
                 torch.manual_seed(int(batch.seeds[0]))
@@ -468,7 +469,7 @@ class BatchedExecutor(Executor):
                index: np.ndarray, weight: np.ndarray, offsets: np.ndarray, seeds: np.ndarray,
                fused: bool, low_rank: dict[str, LowRankWeight], loss_sum: torch.Tensor) -> Carry:
         """Every local step of the group (replayed, fused or the rule's own); the final carry."""
-        batches = self._schedule(data, index, weight, offsets)  # one upload a call
+        batches = self._schedule(data, index, weight, offsets, loss_sum)  # one upload a call
         active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
                                        device=self.device)
         all_keys = step_keys(seeds, range(len(batches)), self.device)
@@ -530,15 +531,16 @@ class BatchedExecutor(Executor):
                 for c, t in enumerate(tasks)]
 
     def _schedule(self, data: ArrayDataset, index: np.ndarray, weight: np.ndarray,
-                  offsets: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
+                  offsets: np.ndarray, loss_sum: torch.Tensor
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every step's sample indices and loss weights, per step (of :func:`stacked_schedule`).
 
         Built on the host and moved to the devices in one transfer each (the indices to the
         dataset's, the weights to the compute device), then viewed per step: the step loop
-        itself sends nothing to the device.
+        itself sends nothing to the device. The weights take the loss sums' dtype (the model's).
         """
         idx = torch.as_tensor(index, device=data.x.device)
-        w = torch.as_tensor(weight, device=self.device)
+        w = torch.as_tensor(weight, dtype=loss_sum.dtype, device=self.device)
         return [(idx[:, offsets[s]:offsets[s + 1]], w[:, offsets[s]:offsets[s + 1]])
                 for s in range(len(offsets) - 1)]
 

@@ -295,7 +295,8 @@ class LocalSGD(ClientUpdate):
         every step would make the host wait for the device at every step.
         """
         params = {k: v.detach().requires_grad_(True) for k, v in carry.params.items()}
-        w = torch.full((len(y),), 1.0 / len(y), device=y.device)
+        dtype = next(iter(params.values())).dtype  # the model's, as the batched engine's weights
+        w = torch.full((len(y),), 1.0 / len(y), dtype=dtype, device=y.device)
         with client_noise(step_key(carry.seed, carry.step)), self.autocast(y.device.type):
             loss, data_loss = self.objective(params, carry.buffers, carry.start, x, y, w, carry.ctx)
         grads = self.unscaled_gradients(carry, loss, params)

@@ -149,7 +149,8 @@ def stacked_schedule(indices: Sequence[np.ndarray], seeds: np.ndarray, hp: _Loca
     takes columns ``offsets[s]:offsets[s + 1]``, as wide as its largest batch; client ``c``'s
     batch ``s`` fills the first of them with its samples and weight ``1 / len(batch)`` each,
     the rest stays 0 (no sample, no weight). Returns ``(index, weight, offsets, steps)``,
-    ``steps`` being each client's number of batches.
+    ``steps`` being each client's number of batches. The weights are float64: the engine
+    rounds them once, to the model's own dtype, when it uploads them.
     """
     size = np.fromiter(map(len, indices), np.int64, len(indices))
     bs, full, rem, cuts = _epoch_cuts(size, hp)
@@ -174,11 +175,11 @@ def stacked_schedule(indices: Sequence[np.ndarray], seeds: np.ndarray, hp: _Loca
            + col_k[None, :])
     if n_steps and (lengths == widths).all():  # every batch of every client full
         pos = pool[pool_at[:, None] + rel]
-        row = np.repeat(1.0 / np.maximum(widths, 1), widths).astype(np.float32)
+        row = np.repeat(1.0 / np.maximum(widths, 1), widths)
         return owned[owner_at[:, None] + pos], np.tile(row, (len(size), 1)), offsets, steps
     length = lengths[:, col_step]
     valid = col_k[None, :] < length
     pos = pool[np.where(valid, pool_at[:, None] + rel, 0)] if len(pool) else np.zeros(valid.shape, np.int64)
     index = np.where(valid, owned[np.where(valid, owner_at[:, None] + pos, 0)] if len(owned) else 0, 0)
-    weight = np.where(valid, 1.0 / np.maximum(length, 1), 0.0).astype(np.float32)
+    weight = np.where(valid, 1.0 / np.maximum(length, 1), 0.0)
     return index.astype(np.int64), weight, offsets, steps.astype(np.int64)
