@@ -23,23 +23,23 @@ def _relative(a, b):
 
 def test_low_rank_steps_give_the_stacked_weights_forward_gradient_and_delta():
     """Eq. (1): after recorded steps, forward, input gradient and Δ equal those of the
-    explicitly stepped stacked weights; a weight used twice a step (rank growing past the
-    capacity) steps with both uses' factors."""
+    explicitly stepped stacked weights; a weight used twice a step steps with both uses'
+    factors, which are the steps' own tensors (nothing copied)."""
     g = torch.Generator().manual_seed(0)
     n, b, cols, out, lr = 5, 4, 12, 9, 0.1
     w0 = torch.randn(out, cols, generator=g, dtype=torch.float64)
-    low = LowRankWeight(w0, n, capacity=b, lr=lr)
+    low = LowRankWeight(w0, n, lr=lr)
     dense = w0.expand(n, out, cols).clone()
     for _ in range(3):
         x1, x2 = (torch.randn(n, b, cols, generator=g, dtype=torch.float64) for _ in range(2))
         g1, g2 = (torch.randn(n, b, out, generator=g, dtype=torch.float64) for _ in range(2))
         for x in (x1, x2):
-            torch.testing.assert_close(low.forward(x, low.rank), torch.bmm(x, dense.transpose(1, 2)))
-        torch.testing.assert_close(low.input_grad(g1, low.rank), torch.bmm(g1, dense))
+            torch.testing.assert_close(low.forward(x, low.uses), torch.bmm(x, dense.transpose(1, 2)))
+        torch.testing.assert_close(low.input_grad(g1, low.uses), torch.bmm(g1, dense))
         low.record(x1, g1)
         low.record(x2, g2)
         dense -= lr * (torch.bmm(g1.transpose(1, 2), x1) + torch.bmm(g2.transpose(1, 2), x2))
-    assert low.rank == 6 * b and low.x.shape[1] >= low.rank
+    assert low.rank == 6 * b and low.uses == 6 and low.x[-1] is x2 and low.g[-1] is g2
     delta = low.delta()
     expected = w0 - dense
     assert delta.shape == expected.shape
@@ -51,9 +51,13 @@ def test_low_rank_steps_give_the_stacked_weights_forward_gradient_and_delta():
     with pytest.raises(ValueError, match="dim 0"):
         delta.index_select(1, index)
     with pytest.raises(ValueError, match="2-D"):
-        LowRankWeight(torch.zeros(2, 3, 4), 2, 4, lr)
+        LowRankWeight(torch.zeros(2, 3, 4), 2, lr)
     with pytest.raises(ValueError, match="do not stack"):
-        LowRankDelta(torch.zeros(2, 3, 4), torch.zeros(3, 3, 4))
+        low.record(x1[:2], g1[:2])
+    with pytest.raises(ValueError, match="do not stack"):
+        LowRankDelta([torch.zeros(2, 3, 4)], [torch.zeros(3, 3, 4)])
+    with pytest.raises(ValueError, match="do not stack"):
+        LowRankDelta([], [])
 
 
 def test_a_linear_layer_under_vmap_reads_and_steps_a_registered_low_rank_weight():
@@ -69,7 +73,7 @@ def test_a_linear_layer_under_vmap_reads_and_steps_a_registered_low_rank_weight(
     x = torch.randn(n, b, 1, 28, 28, generator=gen)
     y = torch.randint(0, 10, (n, b), generator=gen)
     stacked = {k: v.expand(n, *v.shape).clone() for k, v in params.items()}
-    low = LowRankWeight(params["fc2.weight"].clone(), n, capacity=b, lr=lr)
+    low = LowRankWeight(params["fc2.weight"].clone(), n, lr=lr)
     mixed = {**stacked, "fc2.weight": low.start}
 
     def loss(p, xb, yb):

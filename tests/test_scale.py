@@ -50,6 +50,47 @@ def test_default_cpu_chunks_hold_a_cache_sized_share_of_parameters():
     assert BatchedExecutor(max_batch=60).chunk_size(task, hp, data) == 60
 
 
+def test_a_weight_kept_low_rank_counts_its_factors_not_its_stack(monkeypatch):
+    """Cross-device (many clients, few small steps): fc1's weight stays factored
+    (:mod:`wirelessfl.models.lowrank`), so a client holds R · (out + in) numbers of it, not
+    out · in, and a budget that cuts the stacked weights into chunks of 4 trains all 12 at once,
+    with the chunks' numbers."""
+    from wirelessfl.engine.batched import CPU_CHUNK_BYTES
+
+    model = build_model("fcnn", (1, 28, 28), 10, seed=0)  # 784-300-10: fc1 0.94 MB
+    hp = LocalHParams(lr=0.05, batch_size=4, steps=3)     # R = 12 rows ≤ 300 / 2
+    g = torch.Generator().manual_seed(0)
+    data = ArrayDataset(torch.randn(144, 1, 28, 28, generator=g),
+                        torch.randint(0, 10, (144,), generator=g), 10)
+    params = model.params()  # one start for all (FedAvg's global model)
+    tasks = [ClientTask(c, params, np.arange(12 * c, 12 * c + 12), seed=c) for c in range(12)]
+    factored = {"fc1.weight": 12}
+    stacked = sum(v.numel() * 4 for v in params.values())
+    kept = stacked - 300 * 784 * 4 + 12 * (300 + 784) * 4
+    ex = BatchedExecutor()
+    assert (ex.client_bytes(tasks[0], hp, data, model)
+            - ex.client_bytes(tasks[0], hp, data, model, factored)) == 8 * (stacked - kept)
+    monkeypatch.setattr(BatchedExecutor, "memory_budget",
+                        lambda self: 4 * self.client_bytes(tasks[0], hp, data, model))
+    assert ex.chunk_size(tasks[0], hp, data, model) == 4
+    assert ex.chunk_size(tasks[0], hp, data, model, factored) == min(
+        ex.memory_budget() // ex.client_bytes(tasks[0], hp, data, model, factored),
+        CPU_CHUNK_BYTES // kept) >= 12
+    groups = []
+    real = BatchedExecutor._run_group
+    monkeypatch.setattr(BatchedExecutor, "_run_group",
+                        lambda self, u, d, t, *a: (groups.append(len(t)), real(self, u, d, t, *a))[1])
+    update = LocalSGD(model, hp)
+    whole = ex.run(update, data, tasks, hp)
+    assert groups == [12] and ex.low_ranked == 1
+    chunks = BatchedExecutor(max_batch=4)
+    by_four = chunks.run(update, data, tasks, hp)
+    assert groups[1:] == [4, 4, 4] and chunks.low_ranked == 3
+    for a, b in zip(whole, by_four):
+        for k in a.delta:
+            torch.testing.assert_close(a.delta[k], b.delta[k], rtol=1e-5, atol=1e-7)
+
+
 def test_mean_of_many_trees_in_chunks(monkeypatch):
     g = torch.Generator().manual_seed(1)
     trees = [{"w": torch.randn(3, 4, generator=g), "b": torch.randn(2, generator=g)}

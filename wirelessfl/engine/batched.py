@@ -55,7 +55,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,11 +79,10 @@ from wirelessfl.engine.client import (
     keep_where,
     on_device,
     task_lr,
-    tree_bytes,
 )
 from wirelessfl.engine.loop import Executor, LoopExecutor
 from wirelessfl.engine.replay import StepReplay, library_model
-from wirelessfl.engine.schedule import stacked_schedule
+from wirelessfl.engine.schedule import stacked_schedule, stacked_widths
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.models.layers import Linear, column_major, sgd_in_backward
 from wirelessfl.models.lowrank import LowRankDelta, LowRankWeight
@@ -259,24 +258,33 @@ class BatchedExecutor(Executor):
                 hp: LocalHParams, fold: DeltaFold | None, positions: np.ndarray) -> ClientResults:
         """``batch`` (one group) in chunks of equal size, to one client; ``positions`` in the call."""
         n = len(batch)
-        parts = -(-n // self.chunk_size(batch.task(0), hp, data, update.model))
+        factored = {}
+        if update.plain_sgd and self.compile == "off":  # fused: weights may stay factored
+            steps, widths = stacked_widths(batch.num_samples, hp)
+            factored = self._low_rank_names(update, batch, hp, steps, int(widths.sum()))
+        parts = -(-n // self.chunk_size(batch.task(0), hp, data, update.model, factored))
         cuts = [n * j // parts for j in range(parts + 1)]
         return ClientResults.concat([self._run_group(update, data, batch.take(slice(lo, hi)), hp,
                                                      fold, positions[lo:hi])
                                      for lo, hi in zip(cuts, cuts[1:])])
 
     def chunk_size(self, task: ClientTask, hp: LocalHParams, data: ArrayDataset,
-                   model: FLModel | None = None) -> int:
+                   model: FLModel | None = None, factored: Mapping[str, int] | None = None
+                   ) -> int:
         """Clients stacked at once for tasks like ``task``.
 
         ``max_batch``, else as many as :meth:`memory_budget` holds by :meth:`client_bytes`,
-        on the CPU at most :data:`CPU_CHUNK_BYTES` of parameters (at least one).
+        on the CPU at most :data:`CPU_CHUNK_BYTES` of stacked parameters (at least one).
+        ``factored``: the weights kept low-rank (:meth:`_low_rank_names`), each with its rows
+        of factors, which a client holds instead of the weight.
         """
         if self.max_batch:
             return self.max_batch
-        size = max(1, int(self.memory_budget() // self.client_bytes(task, hp, data, model)))
+        size = max(1, int(self.memory_budget()
+                          // self.client_bytes(task, hp, data, model, factored)))
         if self.device.type == "cpu":
-            size = min(size, max(1, CPU_CHUNK_BYTES // max(1, tree_bytes(task.params))))
+            stacked = _stacked_bytes(task.params, factored or {})
+            size = min(size, max(1, CPU_CHUNK_BYTES // max(1, stacked)))
         return size
 
     def memory_budget(self) -> int:
@@ -299,16 +307,18 @@ class BatchedExecutor(Executor):
 
     @staticmethod
     def client_bytes(task: ClientTask, hp: LocalHParams, data: ArrayDataset,
-                     model: FLModel | None = None) -> int:
+                     model: FLModel | None = None, factored: Mapping[str, int] | None = None
+                     ) -> int:
         """A stacked client's memory, estimated.
 
         Its parameters eight times over (start, current, gradient, update and the rule's
         context; twelve with Adam's moments) and its step's activations
         (:meth:`~wirelessfl.models.base.FLModel.activation_bytes`; without a model, its
         mini-batch four times over). A frozen base (GPT-2 under LoRA) is one copy for all
-        clients and not counted.
+        clients and not counted; nor is a ``factored`` weight, whose factors are counted
+        in its place, eight times over too.
         """
-        params = tree_bytes(task.params)
+        params = _stacked_bytes(task.params, factored or {})
         sample = data.x[0].numel() * data.x.element_size() if len(data.x) else 0
         batch = min(hp.batch_size, max(1, len(task.indices)))
         act = model.activation_bytes(batch, sample) if model is not None else 4 * batch * sample
@@ -346,9 +356,9 @@ class BatchedExecutor(Executor):
                       file=sys.stderr)
         return self._checked[rule]
 
-    def _low_rank(self, update: LocalSGD, batch: ClientBatch, hp: LocalHParams,
-                  steps: np.ndarray, rows: int) -> dict[str, LowRankWeight]:
-        """The linear weights this group keeps as a shared start plus low-rank steps.
+    def _low_rank_names(self, update: LocalSGD, batch: ClientBatch, hp: LocalHParams,
+                        steps: np.ndarray, rows: int) -> dict[str, int]:
+        """The linear weights this group keeps as a shared start plus low-rank steps, and their rows.
 
         :mod:`wirelessfl.models.lowrank`'s form, eq. (1), for a plain SGD step (the default
         loss, no drift, the default final step) in float32 (or tf32, which is float32 there)
@@ -370,16 +380,21 @@ class BatchedExecutor(Executor):
                 or not library_model(update.model) or update.drifts
                 or type(update).objective is not LocalSGD.objective
                 or type(update).client_final is not ClientUpdate.client_final
-                or steps.min() != steps.max() or rows < 1):
+                or len(steps) == 0 or steps.min() != steps.max() or rows < 1):
             return {}
         names = {f"{name}.weight" if name else "weight"
                  for name, m in update.model.named_modules() if isinstance(m, Linear)}
+        return {k: rows for k, v in batch.starts[0].items()
+                if k in names and v.dim() == 2 and v.dtype == torch.float32
+                and rows <= LOWRANK_MAX_SHARE * min(v.shape) and batch.one_start(k)}
+
+    def _low_rank(self, update: LocalSGD, batch: ClientBatch, hp: LocalHParams,
+                  steps: np.ndarray, rows: int) -> dict[str, LowRankWeight]:
+        """The weights of :meth:`_low_rank_names` as their shared start, factors to come."""
         lr = hp.lr if batch.lr is None else batch.lr
         first = batch.starts[0]
-        out = {k: LowRankWeight(first[k].detach().to(self.device), len(batch), rows, lr)
-               for k, v in first.items()
-               if k in names and v.dim() == 2 and v.dtype == torch.float32
-               and rows <= LOWRANK_MAX_SHARE * min(v.shape) and batch.one_start(k)}
+        out = {k: LowRankWeight(first[k].detach().to(self.device), len(batch), lr)
+               for k in self._low_rank_names(update, batch, hp, steps, rows)}
         self.low_ranked += len(out)
         return out
 
@@ -624,6 +639,16 @@ def _rule_step(update: LocalSGD, carry: Carry, x: torch.Tensor, y: torch.Tensor,
                 new[k] = old[k]
     carry.params = params
     return losses
+
+
+def _stacked_bytes(tree: Params, factored: Mapping[str, int]) -> int:
+    """A client's bytes of ``tree`` stacked.
+
+    A ``factored`` weight (out × in, R rows of factors) counts as its factors' R · (out + in)
+    numbers (:mod:`wirelessfl.models.lowrank`).
+    """
+    return sum(v.element_size() * (factored[k] * sum(v.shape) if k in factored else v.numel())
+               for k, v in tree.items())
 
 
 def _stacked_deltas(batch: ClientBatch, carry: Carry, device: torch.device,

@@ -140,6 +140,31 @@ def batch_schedule(num_samples: int, hp: _Local, seed: int | np.random.Generator
     return batches if hp.epochs is not None else batches[: hp.steps]
 
 
+def _stacked_layout(size: np.ndarray, hp: _Local) -> tuple[np.ndarray, ...]:
+    """The layout of clients of ``size`` samples.
+
+    Per client: batch size, remainder, batches and epochs, its steps; per client and step:
+    the batch within its epoch and the batch's length.
+    """
+    bs, full, rem, cuts = _epoch_cuts(size, hp)
+    epochs = _epochs(cuts, hp)
+    steps = cuts * epochs if hp.epochs is not None else np.where(cuts > 0, hp.steps, 0)
+    s = np.arange(int(steps.max(initial=0)))[None, :]
+    j = s % np.maximum(cuts, 1)[:, None]  # the batch within its epoch
+    lengths = np.where(s < steps[:, None], np.where(j < full[:, None], bs[:, None], rem[:, None]), 0)
+    return bs, rem, cuts, epochs, steps, j, lengths
+
+
+def stacked_widths(sizes: np.ndarray, hp: _Local) -> tuple[np.ndarray, np.ndarray]:
+    """Each client's number of batches and each step's width (its largest batch).
+
+    Those of :func:`stacked_schedule` for clients of ``sizes`` samples, without drawing any
+    order.
+    """
+    *_, steps, _, lengths = _stacked_layout(np.asarray(sizes, np.int64), hp)
+    return steps.astype(np.int64), lengths.max(axis=0, initial=0)
+
+
 def stacked_schedule(indices: Sequence[np.ndarray], seeds: np.ndarray, hp: _Local
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A group's batches as one padded ``(clients, Σ widths)`` array of sample indices and weights.
@@ -153,20 +178,15 @@ def stacked_schedule(indices: Sequence[np.ndarray], seeds: np.ndarray, hp: _Loca
     rounds them once, to the model's own dtype, when it uploads them.
     """
     size = np.fromiter(map(len, indices), np.int64, len(indices))
-    bs, full, rem, cuts = _epoch_cuts(size, hp)
-    epochs = _epochs(cuts, hp)
-    steps = cuts * epochs if hp.epochs is not None else np.where(cuts > 0, hp.steps, 0)
+    bs, rem, cuts, epochs, steps, j, lengths = _stacked_layout(size, hp)
+    widths = lengths.max(axis=0, initial=0)
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
     pool_at = np.concatenate([[0], np.cumsum(size * epochs)[:-1]]).astype(np.int64)
     pool = epoch_orders(seeds, epochs, size, hp.batch_order)
     owner_at = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
     owned = np.concatenate(indices).astype(np.int64) if len(indices) else np.zeros(0, np.int64)
-    n_steps = int(steps.max(initial=0))
-    s = np.arange(n_steps)[None, :]
+    n_steps = len(widths)
     safe = np.maximum(cuts, 1)[:, None]
-    j = s % safe  # the batch within its epoch
-    lengths = np.where(s < steps[:, None], np.where(j < full[:, None], bs[:, None], rem[:, None]), 0)
-    widths = lengths.max(axis=0, initial=0)
-    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
     col_step = np.repeat(np.arange(n_steps), widths)
     col_k = np.arange(int(offsets[-1])) - offsets[col_step]
     # each client's place in its pool of permutations, per column (one row when all are alike)

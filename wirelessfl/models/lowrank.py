@@ -17,9 +17,10 @@ steps each, the cross-device regime):
   shared W₀ (the fast shape, where a stacked ``x W_iᵀ`` of B rows a client is not) and two
   small batched products;
 - input gradient: ``g W_i = g W₀ + (g Ĝ_iᵀ) X̂_i`` likewise;
-- the step appends (X, −γ G) to the factors: no weight gradient is formed;
+- the step keeps (X, G) as factors, the very tensors of its forward and backward passes (no
+  copy; −γ enters each product as its ``alpha``): no weight gradient is formed;
 - the pseudo-gradient Δ_i = W₀ − W_end = −Ĝ_iᵀ X̂_i (:class:`LowRankDelta`), and a round's
-  weighted sum of them, Σ_i c_i Δ_i, is one GEMM over all clients' factors.
+  weighted sum of them, Σ_i c_i Δ_i, is one GEMM a step over all clients' factors.
 
 The numbers are those of the stacked weights to float rounding (the same products, summed in
 another order; tested against the stacked engine and the loop to 1e-5 relative). Measured
@@ -39,107 +40,130 @@ __all__ = ["LowRankDelta", "LowRankWeight"]
 class LowRankWeight:
     """A stacked linear weight as its shared start and its steps' factors, eq. (1).
 
+    The factors are the steps' own tensors, kept by reference: the layer's input rows (which
+    its forward pass saved anyway) and its output gradients, unscaled; −γ enters each product
+    as its ``alpha``. Nothing is copied per step.
+
     Parameters
     ----------
     start : Tensor
         W₀ (out × in), shared by every client.
     clients : int
         Clients stacked.
-    capacity : int
-        Rows of factors it holds before it grows: the sum of the steps' batch widths.
     lr : float
         γ of every step.
     """
 
-    def __init__(self, start: torch.Tensor, clients: int, capacity: int, lr: float) -> None:
+    def __init__(self, start: torch.Tensor, clients: int, lr: float) -> None:
         if start.dim() != 2:
             raise ValueError(f"a low-rank weight starts from one 2-D weight, got {tuple(start.shape)}")
-        if clients < 1 or capacity < 1:
-            raise ValueError(f"clients and capacity must be >= 1, got {clients} and {capacity}")
-        out, cols = start.shape
-        self.start, self.lr = start, float(lr)
-        self.x = start.new_empty(clients, capacity, cols)  # X̂: the steps' input rows
-        self.g = start.new_empty(clients, capacity, out)   # Ĝ: their output gradients × −γ
-        self.rank = 0  # rows of factors recorded so far
+        if clients < 1:
+            raise ValueError(f"clients must be >= 1, got {clients}")
+        self.start, self.clients, self.lr = start, int(clients), float(lr)
+        self.x: list[torch.Tensor] = []  # X̂ by use: (clients, B, in) input rows
+        self.g: list[torch.Tensor] = []  # Ĝ/(−γ) by use: (clients, B, out) output gradients
+
+    @property
+    def rank(self) -> int:
+        """Rows of factors recorded so far (Σ of the recorded uses' batch widths)."""
+        return sum(x.shape[1] for x in self.x)
+
+    @property
+    def uses(self) -> int:
+        """Uses recorded so far (a step of a layer used once a forward pass is one use)."""
+        return len(self.x)
 
     def record(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
-        """One step of every client: ``W_i ← W_i − γ grad_iᵀ rows_i`` (appends the factors)."""
-        width = rows.shape[1]
-        if self.rank + width > self.x.shape[1]:  # a weight used twice a step: room for more
-            more = max(self.rank + width, 2 * self.x.shape[1]) - self.x.shape[1]
-            n = self.x.shape[0]
-            self.x = torch.cat([self.x, self.x.new_empty(n, more, self.x.shape[2])], 1)
-            self.g = torch.cat([self.g, self.g.new_empty(n, more, self.g.shape[2])], 1)
-        self.x[:, self.rank:self.rank + width].copy_(rows)
-        torch.mul(grad, -self.lr, out=self.g[:, self.rank:self.rank + width])
-        self.rank += width
+        """One step of every client: ``W_i ← W_i − γ grad_iᵀ rows_i`` (keeps the factors)."""
+        if rows.shape[:2] != grad.shape[:2] or rows.shape[0] != self.clients:
+            raise ValueError(f"factors of shapes {tuple(rows.shape)} and {tuple(grad.shape)} do "
+                             f"not stack {self.clients} clients' rows")
+        self.x.append(rows)
+        self.g.append(grad)
 
-    def forward(self, rows: torch.Tensor, rank: int) -> torch.Tensor:
-        """``rows_i W_iᵀ`` for every client with the first ``rank`` rows of factors, (n, B, out)."""
+    def forward(self, rows: torch.Tensor, uses: int) -> torch.Tensor:
+        """``rows_i W_iᵀ`` for every client with the first ``uses`` recorded uses, (n, B, out)."""
         n, b, cols = rows.shape
         y = (rows.reshape(n * b, cols) @ self.start.t()).view(n, b, -1)
-        if rank:
-            y.baddbmm_(torch.bmm(rows, self.x[:, :rank].transpose(1, 2)), self.g[:, :rank])
+        for x, g in zip(self.x[:uses], self.g[:uses]):
+            y.baddbmm_(torch.bmm(rows, x.transpose(1, 2)), g, alpha=-self.lr)
         return y
 
-    def input_grad(self, grad: torch.Tensor, rank: int) -> torch.Tensor:
-        """``grad_i W_i`` for every client with the first ``rank`` rows of factors, (n, B, in)."""
+    def input_grad(self, grad: torch.Tensor, uses: int) -> torch.Tensor:
+        """``grad_i W_i`` for every client with the first ``uses`` recorded uses, (n, B, in)."""
         n, b, out = grad.shape
         gx = (grad.reshape(n * b, out) @ self.start).view(n, b, -1)
-        if rank:
-            gx.baddbmm_(torch.bmm(grad, self.g[:, :rank].transpose(1, 2)), self.x[:, :rank])
+        for x, g in zip(self.x[:uses], self.g[:uses]):
+            gx.baddbmm_(torch.bmm(grad, g.transpose(1, 2)), x, alpha=-self.lr)
         return gx
 
     def delta(self) -> LowRankDelta:
-        """Each client's Δ_i = W₀ − W_i = −Ĝ_iᵀ X̂_i, kept factored."""
-        return LowRankDelta(self.g[:, :self.rank], self.x[:, :self.rank])
+        """Each client's Δ_i = W₀ − W_i = γ Σ_r G_{i,r}ᵀ X_{i,r}, kept factored."""
+        return LowRankDelta(self.g, self.x, self.lr)
 
 
 class LowRankDelta:
-    """Stacked pseudo-gradients Δ_i = −G_iᵀ X_i, shape (clients, out, in), kept factored.
+    """Stacked pseudo-gradients Δ_i = scale · Σ_r G_{i,r}ᵀ X_{i,r}, kept factored.
+
+    Shape (clients, out, in), as the dense stack's.
 
     Parameters
     ----------
-    g : Tensor
-        The output gradients times −γ, one (R, out) matrix per client.
-    x : Tensor
-        The input rows, one (R, in) matrix per client.
+    g : list of Tensor
+        Output gradients, one (clients, B_r, out) stack per recorded use r.
+    x : list of Tensor
+        Input rows, one (clients, B_r, in) stack per use.
+    scale : float
+        The factor of every product (γ for SGD steps).
     """
 
-    def __init__(self, g: torch.Tensor, x: torch.Tensor) -> None:
-        if g.dim() != 3 or x.dim() != 3 or g.shape[:2] != x.shape[:2]:
-            raise ValueError(f"factors of shapes {tuple(g.shape)} and {tuple(x.shape)} do not "
-                             "stack the same clients and rows")
-        self.g, self.x = g, x
+    def __init__(self, g: list[torch.Tensor], x: list[torch.Tensor], scale: float = 1.0) -> None:
+        if not g or len(g) != len(x) or any(
+                a.dim() != 3 or b.dim() != 3 or a.shape[:2] != b.shape[:2]
+                or a.shape[0] != g[0].shape[0] for a, b in zip(g, x)):
+            raise ValueError("factors of shapes "
+                             f"{[tuple(a.shape) for a in g]} and {[tuple(b.shape) for b in x]} "
+                             "do not stack the same clients and rows")
+        self.g, self.x, self.scale = list(g), list(x), float(scale)
 
     @property
     def shape(self) -> torch.Size:
         """(clients, out, in), as the dense stack's."""
-        return torch.Size((self.g.shape[0], self.g.shape[2], self.x.shape[2]))
+        return torch.Size((self.g[0].shape[0], self.g[0].shape[2], self.x[0].shape[2]))
 
     @property
     def dtype(self) -> torch.dtype:  # noqa: D102
-        return self.g.dtype
+        return self.g[0].dtype
 
     @property
     def device(self) -> torch.device:  # noqa: D102
-        return self.g.device
+        return self.g[0].device
 
     def dense(self) -> torch.Tensor:
         """The stacked Δ_i, (clients, out, in) contiguous."""
-        return torch.bmm(self.g.transpose(1, 2), self.x).neg_()
+        out = torch.bmm(self.g[0].transpose(1, 2), self.x[0]).mul_(self.scale)
+        for g, x in zip(self.g[1:], self.x[1:]):
+            out.baddbmm_(g.transpose(1, 2), x, alpha=self.scale)
+        return out
 
     def weighted_sum(self, coef: torch.Tensor) -> torch.Tensor:
-        """Σ_i coef_i Δ_i, (out, in): one GEMM over every client's factor rows."""
-        n, r, out = self.g.shape
-        scaled = self.g * coef.to(self.g.dtype).view(n, 1, 1)
-        return (scaled.reshape(n * r, out).t() @ self.x.reshape(n * r, -1)).neg_()
+        """Σ_i coef_i Δ_i, (out, in): one GEMM a use over every client's factor rows."""
+        n, _, out = self.g[0].shape
+        coef = coef.to(self.dtype).view(n, 1, 1)
+        total = None
+        for g, x in zip(self.g, self.x):
+            scaled = (g * coef).reshape(-1, out).t()
+            rows = x.reshape(-1, x.shape[2])
+            total = (torch.mm(scaled, rows).mul_(self.scale) if total is None
+                     else total.addmm_(scaled, rows, alpha=self.scale))
+        return total
 
     def index_select(self, dim: int, index: torch.Tensor) -> LowRankDelta:
         """The clients at ``index`` (``dim`` must be 0, the clients')."""
         if dim != 0:
             raise ValueError(f"a low-rank delta selects clients (dim 0), not dim {dim}")
-        return LowRankDelta(self.g.index_select(0, index), self.x.index_select(0, index))
+        return LowRankDelta([g.index_select(0, index) for g in self.g],
+                            [x.index_select(0, index) for x in self.x], self.scale)
 
 
 class LowRankLinearFn(torch.autograd.Function):
@@ -152,18 +176,18 @@ class LowRankLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(rows: torch.Tensor, start: torch.Tensor, weight: LowRankWeight) -> torch.Tensor:
-        return weight.forward(rows, weight.rank)
+        return weight.forward(rows, weight.uses)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
         rows, _, ctx.weight = inputs
-        ctx.rank = ctx.weight.rank
+        ctx.uses = ctx.weight.uses
         ctx.save_for_backward(rows)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         (rows,) = ctx.saved_tensors
-        g_rows = ctx.weight.input_grad(grad, ctx.rank) if ctx.needs_input_grad[0] else None
+        g_rows = ctx.weight.input_grad(grad, ctx.uses) if ctx.needs_input_grad[0] else None
         ctx.weight.record(rows, grad)
         return g_rows, None, None
