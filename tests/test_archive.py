@@ -142,6 +142,11 @@ def test_an_archive_never_replaces_a_run_folder_and_refuses_what_is_not_one(toy,
     interrupted = run_folder(root, runs[0])
     interrupted.mkdir(parents=True)
     (interrupted / "config.yaml").write_text("mine")
+    linked = run_folder(root, runs[1])  # a dangling link is not replaced either
+    linked.symlink_to(toy / "elsewhere")
+    assert restore_runs(runs, root, path, log=lambda _: None) == 0
+    assert linked.is_symlink() and not (toy / "elsewhere").exists()
+    linked.unlink()
     assert restore_runs(runs, root, path, log=lambda _: None) == 1
     assert (interrupted / "config.yaml").read_text() == "mine"
     assert missing_runs(load_figures("toy", "quick"), root) == [runs[0]]

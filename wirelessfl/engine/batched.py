@@ -259,7 +259,7 @@ class BatchedExecutor(Executor):
         """``batch`` (one group) in chunks of equal size, to one client; ``positions`` in the call."""
         n = len(batch)
         factored = {}
-        if update.plain_sgd and self.compile == "off":  # fused: weights may stay factored
+        if self._fuses(update) and self._low_rank_rule(update, hp):  # weights may stay factored
             steps, widths = stacked_widths(batch.num_samples, hp)
             factored = self._low_rank_names(update, batch, hp, steps, int(widths.sum()))
         parts = -(-n // self.chunk_size(batch.task(0), hp, data, update.model, factored))
@@ -373,13 +373,7 @@ class BatchedExecutor(Executor):
         faster than estimated: the same numbers, less gain. On a GPU the weights stay
         stacked unless ``low_rank`` is ``on`` (not measured there yet), and in float32 only.
         """
-        cpu = self.device.type == "cpu"
-        # on the CPU tf32 is float32 arithmetic: the same path, the same numbers
-        if (self.low_rank == "off" or (self.low_rank == "auto" and not cpu)
-                or hp.precision not in (("fp32", "tf32") if cpu else ("fp32",))
-                or not library_model(update.model) or update.drifts
-                or type(update).objective is not LocalSGD.objective
-                or type(update).client_final is not ClientUpdate.client_final
+        if (not self._low_rank_rule(update, hp)
                 or len(steps) == 0 or steps.min() != steps.max() or rows < 1):
             return {}
         names = {f"{name}.weight" if name else "weight"
@@ -387,6 +381,20 @@ class BatchedExecutor(Executor):
         return {k: rows for k, v in batch.starts[0].items()
                 if k in names and v.dim() == 2 and v.dtype == torch.float32
                 and rows <= LOWRANK_MAX_SHARE * min(v.shape) and batch.one_start(k)}
+
+    def _low_rank_rule(self, update: LocalSGD, hp: LocalHParams) -> bool:
+        """Whether this engine and ``update``'s rule may keep weights low-rank at all."""
+        cpu = self.device.type == "cpu"
+        # on the CPU tf32 is float32 arithmetic: the same path, the same numbers
+        return not (self.low_rank == "off" or (self.low_rank == "auto" and not cpu)
+                    or hp.precision not in (("fp32", "tf32") if cpu else ("fp32",))
+                    or not library_model(update.model) or update.drifts
+                    or type(update).objective is not LocalSGD.objective
+                    or type(update).client_final is not ClientUpdate.client_final)
+
+    def _fuses(self, update: LocalSGD) -> bool:
+        """Whether ``update``'s plain SGD steps run fused into the backward pass."""
+        return update.plain_sgd and self.compile == "off"
 
     def _low_rank(self, update: LocalSGD, batch: ClientBatch, hp: LocalHParams,
                   steps: np.ndarray, rows: int) -> dict[str, LowRankWeight]:
@@ -403,7 +411,7 @@ class BatchedExecutor(Executor):
                    positions: Sequence[int] | np.ndarray = ()) -> ClientResults:
         """Train one group of equal shapes stacked: its results as arrays (or folded)."""
         index, weight, offsets, steps = stacked_schedule(batch.indices, batch.seeds, hp)
-        fused = update.plain_sgd and self.compile == "off"
+        fused = self._fuses(update)
         low_rank = self._low_rank(update, batch, hp, steps, int(offsets[-1])) if fused else {}
         carry, contexts = self._group_carry(update, batch, hp, fused, low_rank)
         dtype = next(iter(carry.params.values())).dtype  # the model's: weights, loss sums
@@ -484,7 +492,7 @@ class BatchedExecutor(Executor):
                index: np.ndarray, weight: np.ndarray, offsets: np.ndarray, seeds: np.ndarray,
                fused: bool, low_rank: dict[str, LowRankWeight], loss_sum: torch.Tensor) -> Carry:
         """Every local step of the group (replayed, fused or the rule's own); the final carry."""
-        batches = self._schedule(data, index, weight, offsets, loss_sum)  # one upload a call
+        batches = self._schedule(data, index, weight, offsets, loss_sum.dtype)  # one upload
         active_steps = torch.as_tensor(steps[None, :] > np.arange(len(batches))[:, None],
                                        device=self.device)
         all_keys = step_keys(seeds, range(len(batches)), self.device)
@@ -546,16 +554,16 @@ class BatchedExecutor(Executor):
                 for c, t in enumerate(tasks)]
 
     def _schedule(self, data: ArrayDataset, index: np.ndarray, weight: np.ndarray,
-                  offsets: np.ndarray, loss_sum: torch.Tensor
+                  offsets: np.ndarray, dtype: torch.dtype
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every step's sample indices and loss weights, per step (of :func:`stacked_schedule`).
 
         Built on the host and moved to the devices in one transfer each (the indices to the
         dataset's, the weights to the compute device), then viewed per step: the step loop
-        itself sends nothing to the device. The weights take the loss sums' dtype (the model's).
+        itself sends nothing to the device. The weights take ``dtype``, the model's.
         """
         idx = torch.as_tensor(index, device=data.x.device)
-        w = torch.as_tensor(weight, dtype=loss_sum.dtype, device=self.device)
+        w = torch.as_tensor(weight, dtype=dtype, device=self.device)
         return [(idx[:, offsets[s]:offsets[s + 1]], w[:, offsets[s]:offsets[s + 1]])
                 for s in range(len(offsets) - 1)]
 

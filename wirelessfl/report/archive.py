@@ -150,11 +150,11 @@ def restore_runs(runs: Iterable[RunSpec], root: Path, archive: Path, *,
     Returns the number restored. ``archive`` is a run archive or a published report folder
     holding one. Each restored run is checked (module docstring); one that fails is a
     ConfigError naming it, and no folder of it is left behind. A run whose folder exists
-    (finished, or interrupted and resumable) is left as it is.
+    (finished, or interrupted and resumable), or a link, is left as it is.
     """
     archive = archive / ARCHIVE if archive.is_dir() and not archive.is_symlink() else archive
-    todo = {r.key: r for r in runs if not RunRecord(root / "runs" / r.key).exists()
-            and not (root / "runs" / r.key).exists()}
+    todo = {r.key: r for r in runs  # no folder, nor a link (even a dangling one), there
+            if not (root / "runs" / r.key).exists() and not (root / "runs" / r.key).is_symlink()}
     found = read_archive(archive, todo) if todo else {}
     if found:
         refuse_link(root / "runs")
