@@ -300,3 +300,24 @@ def test_runs_with_stacked_client_stores_keep_their_solo_rows(toy_data, tmp_path
         assert len(together) == len(alone) == 6
         for x, y in zip(together, alone):
             assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
+
+
+def test_runs_are_dealt_by_their_work_not_their_rounds(toy_data):
+    """HIST at N = 2 trains half the model a round, at N = 4 a quarter: four 30-round runs in
+    groups of 2 get one of each, whatever their order (by rounds alone, the runs' order put
+    both N = 2 runs in one group)."""
+    from wirelessfl.algorithms.hist.hfedavg import HFedAvg
+    from wirelessfl.report.local import run_work
+
+    def hist(label, seed, cells):
+        return _run(label, seed, rounds=30, **{"algorithm.name": "hist", "algorithm.cells": cells})
+    runs = [hist("a", 0, 2), hist("b", 0, 4), hist("c", 1, 2), hist("d", 1, 4)]
+    assert run_work(runs[0]) == 30 * HFedAvg.round_work({"cells": 2, "edge_rounds": 5,
+                                                          "split": True}) == 30 * 3.5
+    assert run_work(runs[1]) == 30 * 2.25
+    assert HFedAvg.round_work({"cells": 4, "edge_rounds": 5, "split": False}) == 6.0
+    groups = lockstep_groups(runs, 2)
+    dealt = sorted(sorted(r.label[0] for r in g) for g in groups)
+    assert dealt in ([["a", "b"], ["c", "d"]], [["a", "d"], ["b", "c"]])  # an N = 2 run each
+    works = [sum(run_work(r) for r in g) for g in groups]
+    assert works[0] == works[1]

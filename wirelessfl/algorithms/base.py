@@ -185,6 +185,17 @@ class FederatedAlgorithm(ABC):
         return ServerState(state.params, state.round, None, self.session_client_states(state),
                            state.buffers, schedule_origin=t, privacy=state.privacy)
 
+    @classmethod
+    def round_work(cls, settings: Mapping[str, Any]) -> float:
+        """A round's work beside the other runs of its lockstep group.
+
+        It deals runs into groups of equal work (:func:`wirelessfl.report.local.lockstep_groups`).
+        ``settings`` is the run's resolved ``algorithm`` section; the runs of one group share
+        the algorithm, model and local settings. By default every round costs the same; an
+        algorithm whose settings change what a round trains (HIST's submodels) says so.
+        """
+        return 1.0
+
     def session_client_states(self, state: ServerState) -> Mapping[int, Any]:
         """Client states kept at a session start (none by default)."""
         return {}

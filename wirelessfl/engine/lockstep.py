@@ -263,8 +263,7 @@ class _Folds(DeltaFold):
     @override
     def add(self, positions: Sequence[int], deltas: Params) -> None:
         for m, rows, own in self._split(positions):
-            index = torch.as_tensor(rows, device=next(iter(deltas.values())).device)
-            self.folds[m].add(own, {k: d.index_select(0, index) for k, d in deltas.items()})
+            self.folds[m].add(own, {k: _rows_of(d, rows) for k, d in deltas.items()})
         self.folded += len(positions)
 
     @override
@@ -277,3 +276,13 @@ class _Folds(DeltaFold):
         self.folded += len(results)
         return out  # type: ignore[return-value]
 
+
+
+def _rows_of(stack: Any, rows: np.ndarray) -> Any:
+    """The clients at ``rows`` of a stacked Δ: a view where they lie together, else a copy.
+
+    A member's clients are consecutive in a merged call, so its share is a view.
+    """
+    if isinstance(stack, torch.Tensor) and len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return stack.narrow(0, int(rows[0]), len(rows))
+    return stack.index_select(0, torch.as_tensor(rows, device=stack.device))

@@ -22,6 +22,7 @@ from typing import Any
 from channels.validation import as_int
 from wirelessfl.errors import TrainingDiverged
 from wirelessfl.report.spec import RunSpec, run_folder
+from wirelessfl.run.heap import spawning_workers
 from wirelessfl.run.kinds import canonical, open_run, run_job
 from wirelessfl.run.records import RunRecord
 from wirelessfl.run.shell import Output, execute
@@ -104,10 +105,10 @@ def lockstep_groups(runs: list[RunSpec], batch_runs: int | None) -> list[list[Ru
     """``runs`` in lockstep groups (order kept within a group); a run that cannot share alone.
 
     Runs that can share but are more than ``batch_runs`` go into as few groups as that
-    allows, of equal work: dealt by their rounds, longest first, to the group with the
-    fewest rounds so far (a figure's long series would otherwise fill one group and its
-    short ones another, which ``--jobs 2`` then finishes one long group after the other's
-    end).
+    allows, of equal work: dealt by their work (:func:`run_work`), longest first, to the
+    group with the least work so far (a figure's long series would otherwise fill one group
+    and its short ones another, which ``--jobs 2`` then finishes one long group after the
+    other's end).
     """
     buckets: dict[Any, list[RunSpec]] = {}
     for r in runs:
@@ -121,18 +122,32 @@ def lockstep_groups(runs: list[RunSpec], batch_runs: int | None) -> list[list[Ru
 
 
 def _balanced(members: list[RunSpec], cap: int) -> list[list[RunSpec]]:
-    """``members`` in ⌈n / cap⌉ groups of at most ``cap`` runs and about equal rounds."""
+    """``members`` in ⌈n / cap⌉ groups of at most ``cap`` runs and about equal work.
+
+    A run's work is its rounds times its algorithm's
+    :meth:`~wirelessfl.algorithms.base.FederatedAlgorithm.round_work`; runs are dealt longest
+    first to the group with the least work so far.
+    """
     count = -(-len(members) // cap)
     if count == 1:
         return [members]
-    rounds = [int(canonical(r.raw)["rounds"]) for r in members]
+    work = [run_work(r) for r in members]
     groups: list[list[int]] = [[] for _ in range(count)]
-    load = [0] * count
-    for i in sorted(range(len(members)), key=lambda i: -rounds[i]):
+    load = [0.0] * count
+    for i in sorted(range(len(members)), key=lambda i: -work[i]):
         g = min((g for g in range(count) if len(groups[g]) < cap), key=lambda g: load[g])
         groups[g].append(i)
-        load[g] += rounds[i]
+        load[g] += work[i]
     return [[members[i] for i in sorted(g)] for g in groups]
+
+
+def run_work(run: RunSpec) -> float:
+    """A round-based run's work, to balance lockstep groups: rounds × the round's work."""
+    from wirelessfl.registry import get
+
+    cfg = canonical(run.raw)
+    _, algorithm = get(cfg["algorithm"]["name"])
+    return int(cfg["rounds"]) * float(algorithm.round_work(cfg["algorithm"]))
 
 
 def auto_batch_runs(run: RunSpec) -> int:
@@ -408,6 +423,9 @@ def _execute_parallel(groups: list[list[RunSpec]], root: Path, jobs: int,
                       log: Callable[[str], None]) -> None:
     """The groups in ``jobs`` worker processes; Ctrl-C or SIGTERM stops them all at once.
 
+    The workers start with :data:`wirelessfl.run.heap.REUSE` (freed tensors reused, not
+    mapped afresh; unless the environment sets ``MALLOC_`` variables itself).
+
     On an interrupt the queued groups are cancelled and the workers terminated (no run goes
     on); the runs keep their last checkpoints and the same command resumes the rest. A
     worker that dies ends the command (a broken pool), as a group's error does once the
@@ -423,7 +441,8 @@ def _execute_parallel(groups: list[list[RunSpec]], root: Path, jobs: int,
                                initializer=_ignore_interrupts)
     errors, pending = [], {}
     try:
-        with _interrupts_ignored():  # the workers start at the first submit
+        # the workers start at the submits, with a heap that reuses large tensors
+        with _interrupts_ignored(), spawning_workers():
             for g in groups:
                 index = (f"[{done + 1}/{total}]" if len(g) == 1
                          else f"[{done + 1}-{done + len(g)}/{total}]")
