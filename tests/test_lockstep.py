@@ -321,3 +321,25 @@ def test_runs_are_dealt_by_their_work_not_their_rounds(toy_data):
     assert dealt in ([["a", "b"], ["c", "d"]], [["a", "d"], ["b", "c"]])  # an N = 2 run each
     works = [sum(run_work(r) for r in g) for g in groups]
     assert works[0] == works[1]
+
+
+def test_runs_of_other_submodel_shapes_get_their_results_as_stacks(toy_data, tmp_path,
+                                                                   monkeypatch):
+    """HIST at N = 2 and 4 and HFedAvg in one group: each merged call holds one shape of
+    starts, so every run gets its clients' results as stacks (views of the engine's), not as
+    objects per client that it would stack again."""
+    from wirelessfl.engine.lockstep import Lockstep
+
+    hier = {"algorithm.name": "hist", "algorithm.edge_rounds": 2, "rounds": 2}
+    runs = [_run("h2", 0, **hier, **{"algorithm.cells": 2, "algorithm.split": False}),
+            _run("h4", 1, **hier, **{"algorithm.cells": 4}),
+            _run("s2", 2, **hier, **{"algorithm.cells": 2})]
+    seen, share = [], Lockstep._share
+
+    def recording(self, calls, batch):
+        share(self, calls, batch)
+        seen.extend((len(batch.shape_groups()), c.results.stacked) for c in calls)
+
+    monkeypatch.setattr(Lockstep, "_share", recording)
+    run_group(runs, tmp_path, quiet=True, log=lambda _: None)
+    assert len(seen) == 3 * 2 * 2 and all(seen[i] == (1, True) for i in range(len(seen))), seen

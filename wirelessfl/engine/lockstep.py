@@ -148,17 +148,21 @@ class Lockstep:
         """One executor call for ``calls``; each gets its own results (and fold terms).
 
         Calls that come as batches (a round's path) are trained as one
-        :class:`~wirelessfl.engine.batch.ClientBatch` per step size (the runs' clients one
-        after another, no object per client); per-client calls as one list of tasks.
+        :class:`~wirelessfl.engine.batch.ClientBatch` per step size and shapes of their starts
+        (the runs' clients one after another, no object per client: the engine gives a batch
+        of one shape its results as stacks, and each run a view of them; merged with other
+        shapes, as HIST's submodels at other N, every client's result would be an object the
+        run stacks again); per-client calls as one list of tasks.
         """
         self.calls += 1
         self.merged += len(calls)
         first = calls[0]
         if all(c.batch is not None for c in calls):
-            by_lr: dict[float, list[_Call]] = {}
+            shared: dict[tuple, list[_Call]] = {}
             for c in calls:
-                by_lr.setdefault(c.hp.lr if c.batch.lr is None else c.batch.lr, []).append(c)
-            for lr, group in by_lr.items():
+                lr = c.hp.lr if c.batch.lr is None else c.batch.lr
+                shared.setdefault((lr, _start_shapes(c.batch)), []).append(c)
+            for (lr, _), group in shared.items():
                 self._share(group, ClientBatch.concat([c.batch for c in group], lr=lr))
             return
         tasks = [t if t.lr is not None else dataclasses.replace(t, lr=task_lr(t, c.hp))
@@ -286,3 +290,8 @@ def _rows_of(stack: Any, rows: np.ndarray) -> Any:
     if isinstance(stack, torch.Tensor) and len(rows) and rows[-1] - rows[0] + 1 == len(rows):
         return stack.narrow(0, int(rows[0]), len(rows))
     return stack.index_select(0, torch.as_tensor(rows, device=stack.device))
+
+
+def _start_shapes(batch: ClientBatch) -> tuple:
+    """The parameter shapes of a batch's starts (each distinct set once, in order)."""
+    return tuple(sorted({tuple((k, tuple(v.shape)) for k, v in s.items()) for s in batch.starts}))
