@@ -281,7 +281,6 @@ class _Folds(DeltaFold):
         return out  # type: ignore[return-value]
 
 
-
 def _rows_of(stack: Any, rows: np.ndarray) -> Any:
     """The clients at ``rows`` of a stacked Δ: a view where they lie together, else a copy.
 
@@ -293,5 +292,5 @@ def _rows_of(stack: Any, rows: np.ndarray) -> Any:
 
 
 def _start_shapes(batch: ClientBatch) -> tuple:
-    """The parameter shapes of a batch's starts (each distinct set once, in order)."""
+    """The parameter shapes of a batch's starts (each distinct set once, sorted)."""
     return tuple(sorted({tuple((k, tuple(v.shape)) for k, v in s.items()) for s in batch.starts}))

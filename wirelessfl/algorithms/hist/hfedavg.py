@@ -135,8 +135,9 @@ class HFedAvg(FederatedAlgorithm):
         """1 + E/N: E edge rounds of every cell's clients on a 1/N submodel.
 
         With ``split`` off the whole model (1 + E); the round's cloud side and evaluation
-        count as one more pass of the whole model: the FCNN rounds of HIST's quick Fig. 3 measured 0.38, 0.64
-        and 1.1 s at E/N = 1.25, 2.5 and 5 on 2 cores, a + b·E/N with a ≈ b ≈ 0.18 s.
+        count as one more pass of the whole model: the FCNN rounds of HIST's quick Fig. 3
+        measured 0.38, 0.64 and 1.1 s at E/N = 1.25, 2.5 and 5 on 2 cores, a + b·E/N with
+        a ≈ b ≈ 0.18 s.
         """
         share = 1.0 / int(settings["cells"]) if settings.get("split", False) else 1.0
         return 1.0 + int(settings["edge_rounds"]) * share
