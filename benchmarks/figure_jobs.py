@@ -8,8 +8,8 @@ command into a fresh report folder: with its runs alone (``--batch-runs 1``, eve
 worker of its own, one after another) and with ``--batch-runs M`` (lockstep groups of at
 most M runs, dealt by work). The settings alternate (``--repeats`` passes, the order swapped
 each pass), so both see the machine's drift alike. Per command: wall seconds, the user and
-system CPU seconds, minor page faults and peak RSS of its processes (``getrusage`` of the
-children, which counts the workers the command waited for). Reported: each setting's
+system CPU seconds, minor page faults and peak RSS of its processes (``getrusage`` of a
+fresh parent's children, which counts the workers the command waited for). Reported: each setting's
 medians and ``groups_over_alone``, the median wall ratio (issue 68's CPU target: at most 1,
 "at least as fast"). Needs the figure's datasets (HIST: ``dataset-fashion-mnist``).
 """
@@ -20,15 +20,25 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+#: Runs a command and prints the rusage of its process tree (a fresh parent per command, so
+#: the peak RSS is that command's, not the largest of every command before it).
+_WRAP = """
+import json, resource, subprocess, sys, time
+start = time.perf_counter()
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+wall = time.perf_counter() - start
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps([wall, u.ru_utime, u.ru_stime, u.ru_minflt, u.ru_maxrss]))
+"""
 
 
 def measure(args: argparse.Namespace, batch_runs: int) -> dict[str, float]:
@@ -37,16 +47,24 @@ def measure(args: argparse.Namespace, batch_runs: int) -> dict[str, float]:
         cmd = [sys.executable, "-m", "wirelessfl", "figures", args.paper, "--scale", args.scale,
                "--only", args.only, "--jobs", str(args.jobs), "--batch-runs", str(batch_runs),
                "--out", str(Path(tmp) / "report"), "--quiet"]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall_s": round(wall, 2), "user_s": round(after.ru_utime - before.ru_utime, 2),
-            "system_s": round(after.ru_stime - before.ru_stime, 2),
-            "minor_faults": after.ru_minflt - before.ru_minflt,
-            "peak_rss_gb": round(after.ru_maxrss / 2**20, 2)}  # the largest child so far
+        out = subprocess.run([sys.executable, "-c", _WRAP, *cmd], cwd=ROOT, check=True,
+                             capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    wall, user, system, faults, rss_kb = json.loads(out.strip().splitlines()[-1])
+    return {"wall_s": round(wall, 2), "user_s": round(user, 2), "system_s": round(system, 2),
+            "minor_faults": faults, "peak_rss_gb": round(rss_kb / 2**20, 2)}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else the machine type."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def main() -> None:  # noqa: D103
@@ -70,8 +88,7 @@ def main() -> None:  # noqa: D103
     medians = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
     out = {"benchmark": "figure_jobs", "paper": args.paper, "scale": args.scale,
            "figure": args.only, "jobs": args.jobs, "batch_runs": args.batch_runs,
-           "machine": {"cpu": platform.processor() or platform.machine(),
-                       "cpus": os.cpu_count()},
+           "machine": {"cpu": cpu_model(), "cpus": os.cpu_count()},
            "runs": runs, "medians": medians,
            "groups_over_alone": round(medians["groups"]["wall_s"] / medians["alone"]["wall_s"], 3),
            "target_groups_over_alone": 1.0}
