@@ -1,6 +1,7 @@
 """Training workers start with a C heap that reuses large tensors (wirelessfl.run.heap)."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import pytest
 
 from wirelessfl.run.heap import REUSE, spawning_workers, worker_environment
 
-GLIBC = sys.platform == "linux" and __import__("platform").libc_ver()[0] == "glibc"
+GLIBC = platform.libc_ver()[0] == "glibc"
 
 #: A child whose thread makes and frees 80 MB tensors (above glibc's mmap threshold and a
 #: thread arena's heap), printing the minor page faults they cost.
