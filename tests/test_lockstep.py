@@ -323,6 +323,29 @@ def test_runs_are_dealt_by_their_work_not_their_rounds(toy_data):
     assert works[0] == works[1]
 
 
+@pytest.mark.parametrize("work", [float("nan"), -1.0, 0, float("inf"), "2", True])
+def test_a_plugins_round_work_that_is_no_positive_number_is_refused(toy_data, work):
+    """A plug-in's ``round_work`` is checked where groups are dealt: NaN or a negative work
+    would otherwise deal every run to one group without a word."""
+    from wirelessfl import registry
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+    from wirelessfl.errors import ConfigError
+    from wirelessfl.report.local import run_work
+
+    class Odd(FedAvg):
+        @classmethod
+        def round_work(cls, settings):
+            return work
+
+    registry.register("odd_work", FedAvgHParams, Odd)
+    try:
+        with pytest.raises(ConfigError, match="odd_work.*round_work returned.*finite number > 0"):
+            run_work(_run("a", 0, **{"algorithm.name": "odd_work"}))
+        assert run_work(_run("b", 0, **{"algorithm.name": "fedavg"})) == 5.0
+    finally:
+        registry.unregister("odd_work")
+
+
 def test_runs_of_other_submodel_shapes_get_their_results_as_stacks(toy_data, tmp_path,
                                                                    monkeypatch):
     """HIST at N = 2 and 4 and HFedAvg in one group: each merged call holds one shape of

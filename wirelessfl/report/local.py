@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import numbers
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from channels.validation import as_int
-from wirelessfl.errors import TrainingDiverged
+from wirelessfl.errors import ConfigError, TrainingDiverged, short
 from wirelessfl.report.spec import RunSpec, run_folder
 from wirelessfl.run.heap import spawning_workers
 from wirelessfl.run.kinds import canonical, open_run, run_job
@@ -146,8 +148,15 @@ def run_work(run: RunSpec) -> float:
     from wirelessfl.registry import get
 
     cfg = canonical(run.raw)
-    _, algorithm = get(cfg["algorithm"]["name"])
-    return int(cfg["rounds"]) * float(algorithm.round_work(cfg["algorithm"]))
+    name = cfg["algorithm"]["name"]
+    _, algorithm = get(name)
+    work = algorithm.round_work(cfg["algorithm"])
+    # a plug-in's answer, checked: NaN or a negative work would deal every run to one group
+    if isinstance(work, bool) or not isinstance(work, numbers.Real) or not 0 < work < math.inf:
+        raise ConfigError(f"algorithm {short(name)}: round_work returned {short(work)}; it "
+                          "must return a finite number > 0 (a round's work against a "
+                          "default round's 1.0)")
+    return int(cfg["rounds"]) * float(work)
 
 
 def auto_batch_runs(run: RunSpec) -> int:
