@@ -191,8 +191,9 @@ class FederatedAlgorithm(ABC):
 
         It deals runs into groups of equal work (:func:`wirelessfl.report.local.lockstep_groups`).
         ``settings`` is the run's resolved ``algorithm`` section; the runs of one group share
-        the algorithm, model and local settings. By default every round costs the same; an
-        algorithm whose settings change what a round trains (HIST's submodels) says so.
+        the algorithm, model and local settings. By default every round costs the same (1.0);
+        an algorithm whose settings change what a round trains (HIST's submodels) says so,
+        as a finite number > 0 (anything else is refused where groups are dealt).
         """
         return 1.0
 
