@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import numbers
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from channels.validation import as_int
+from channels.validation import as_float, as_int
 from wirelessfl.errors import ConfigError, TrainingDiverged, short
 from wirelessfl.report.spec import RunSpec, run_folder
 from wirelessfl.run.heap import spawning_workers
@@ -151,12 +149,13 @@ def run_work(run: RunSpec) -> float:
     name = cfg["algorithm"]["name"]
     _, algorithm = get(name)
     work = algorithm.round_work(cfg["algorithm"])
-    # a plug-in's answer, checked: NaN or a negative work would deal every run to one group
-    if isinstance(work, bool) or not isinstance(work, numbers.Real) or not 0 < work < math.inf:
+    try:  # a plug-in's answer, checked: NaN or a negative work would deal every run to one group
+        work = as_float("round_work", work, lo=0.0, lo_open=True)
+    except ValueError:
         raise ConfigError(f"algorithm {short(name)}: round_work returned {short(work)}; it "
                           "must return a finite number > 0 (a round's work against a "
-                          "default round's 1.0)")
-    return int(cfg["rounds"]) * float(work)
+                          "default round's 1.0)") from None
+    return int(cfg["rounds"]) * work
 
 
 def auto_batch_runs(run: RunSpec) -> int:
