@@ -22,6 +22,8 @@ RAW = {"seed": 4, "rounds": 4,
        "local": {"lr": 0.05, "batch_size": 10, "steps": 3},
        "algorithm": {"name": "fedavg", "clients_per_round": 6}}
 NR = {"model": "nr", "params_per_vector": 10**6, "step_seconds": 0.01}
+#: The link of runs made before 2026-11-28: one client a slot, HARQ without limit.
+LEGACY = {"sharing": "tdma", "harq_max": 0, "min_sinr_db": None}
 
 
 def _link(n=60, seed=0, **settings):
@@ -126,7 +128,7 @@ def test_outer_loop_link_adaptation_slot_by_slot_meets_the_target_and_our_long_r
     link's long-run law (``link_adaptation: outer``), which the clock uses."""
     from wirelessfl.net.nr import DATA_SYMBOLS, radio
 
-    link = _link(60, link_adaptation="outer")
+    link = _link(60, link_adaptation="outer", sharing="tdma")
     law = link.outer_loop(60)
     inside = np.flatnonzero((law.law[:, 0] < 1e-3) & (law.law[:, -1] < 1e-3))
     assert len(inside) >= 8
@@ -160,7 +162,8 @@ def test_outer_loop_clients_pay_for_not_knowing_the_fading():
     client whose offset settles inside the clip uploads slower under OLLA, whose MCS cannot
     follow the fades. A client OLLA holds at the top MCS (27) fails less often than the
     target: the offset sinks to its clip. The clock's rate is OLLA's law."""
-    outer, inner = _link(60, link_adaptation="outer"), _link(60)
+    outer = _link(60, link_adaptation="outer", sharing="tdma")
+    inner = _link(60, **LEGACY)
     law = outer.outer_loop(60)
     rate = outer.rates(60, np.random.default_rng(0))
     np.testing.assert_allclose(rate, law.bits_per_slot / outer.settings.slot_s)
@@ -174,7 +177,7 @@ def test_outer_loop_clients_pay_for_not_knowing_the_fading():
 
 def test_an_nr_upload_takes_longer_than_shannon_s_time_at_the_same_sinr():
     """R_u ≤ 12·M_u·Δf·log2(1 + SINR_u) for every client: the ratio is reported."""
-    link = _link(60)
+    link = _link(60, **LEGACY)
     rng = lambda: np.random.default_rng(5)  # noqa: E731
     rates = link.rates(60, rng())
     sinr, prbs = link.sinr(60, rng())
@@ -279,7 +282,7 @@ def test_a_deadline_drops_exactly_the_clients_whose_nr_upload_misses_it(tmp_path
         raw = {**RAW, "rounds": 2, "network": {**NR, "deadline_s": deadline, "sharing": how}}
         run_job(open_run(raw), tmp_path / how, quiet=True)
         rows[how] = _rows(tmp_path / how)
-    link = _link(12, seed=4)
+    link = _link(12, seed=4, sharing=sharing)
     for row in rows[sharing][1:]:
         t = row["round"]
         ids = np.array(sorted(row["arrived"] + row["dropped"]))
@@ -320,9 +323,19 @@ def test_a_tdma_run_retimed_under_nr_is_the_run_trained_under_nr(tmp_path):
     ("network.olla_step_db=0", "olla_step_db"),
     ("network.olla_step_db=0.5", "link_adaptation: outer"),
     ("network.sharing=pf", "sharing"),
+    ("network.harq_max=-1", "harq_max"),
+    ("network.harq_max=0", "arq_max"),  # with arq_max 3 below
+    ("network.min_sinr_db=nan", "min_sinr_db"),
+    ("network.link_adaptation=outer", "sharings in time"),
 ])
 def test_bad_nr_settings_are_one_line_each(cli_error, setting, match):
-    assert match in cli_error({**RAW, "network": {"model": "nr"}}, "--set", setting)
+    extra = ["--set", "network.arq_max=3"] if setting == "network.harq_max=0" else []
+    assert match in cli_error({**RAW, "network": {"model": "nr"}}, "--set", setting, *extra)
+
+
+def test_a_hierarchical_algorithm_s_cells_must_be_the_nr_sectors(cli_error):
+    raw = {**RAW, "algorithm": {"name": "hfedavg", "cells": 2}, "network": {"model": "nr"}}
+    assert "network.cells: 2" in cli_error(raw)
 
 
 def test_settings_are_checked_in_the_api_too():
@@ -399,3 +412,172 @@ def test_truncation_on_the_drop_silences_the_clients_with_the_most_loss():
 def test_bad_large_scale_settings_are_refused(setting, match):
     with pytest.raises(ValueError, match=match):
         NetworkConfig.of("aircomp", **{"aggregation": "over_the_air", **setting})
+
+
+# ------------------------------------------- issue 90: the band shared, HARQ that gives up
+def test_the_phy_tables_link_adaptation_equals_sionnas_inner_loop_and_phy_abstraction():
+    """The look-up the frequency sharings read (Sionna's TBLER on a 0.05 dB grid, linear in
+    the nearest point) picks Sionna's own MCS for ≥ 97% of random (SINR, PRBs), and its TBLER
+    and TBS there agree (TBS exactly; TBLER to 0.02 for ≥ 97% of them: on a waterfall
+    steeper than 0.02 per 0.025 dB the grid point is another SINR)."""
+    from wirelessfl.net.nr import phy_tables
+
+    link = _link(60, **LEGACY)
+    rng = np.random.default_rng(0)
+    sinr = 10 ** rng.uniform(-0.6, 3.0, 400)
+    prbs = rng.integers(1, 52, 400)
+    mcs, tbs, tbler = link.transport(sinr, prbs)
+    tables = phy_tables(51)
+    per = np.zeros((400, 51))
+    per[np.arange(400), prbs - 1] = sinr
+    got_mcs, got_tbs, got_tbler = (v[np.arange(400), prbs - 1]
+                                   for v in tables.adapt(per + 1e-30, 0.1))
+    same = got_mcs == mcs
+    assert same.mean() >= 0.97
+    np.testing.assert_array_equal(got_tbs[same], tbs[same])
+    assert (np.abs(got_tbler[same] - np.minimum(tbler[same], 1)) <= 0.02).mean() >= 0.97
+
+
+def test_legacy_settings_give_the_rates_and_clock_of_runs_made_before():
+    """sharing tdma, harq_max 0, min_sinr_db None: the plain rates of the open-loop PRBs (no
+    extra draw), as an old folder's stored config is read (``as_made``)."""
+    from wirelessfl.net.digital import RoundChannels, Upload
+    from wirelessfl.run.key_schema import as_made
+
+    old = as_made({"network": {"model": "nr", "sharing": "tdma"}})["network"]
+    assert old == {"model": "nr", **LEGACY}
+    assert as_made({"network": {"model": "tdma"}})["network"] == {"model": "tdma"}
+    link = _link(20, **LEGACY)
+    ch = link.channels(20, np.random.default_rng(2))
+    assert type(ch) is RoundChannels and not isinstance(ch, Upload)
+    sinr, prbs = link.sinr(20, np.random.default_rng(2))
+    _, tbs, tbler = link.transport(sinr, prbs)
+    np.testing.assert_allclose(ch.rates, tbs * (1 - np.minimum(tbler, 0.999)) / 0.5e-3)
+
+
+def test_alone_a_client_takes_the_prbs_that_maximise_its_rate_and_sharing_beats_one_a_slot():
+    """Per client, the rate alone is the best of its 51 PRB counts, never below the open-loop
+    count's; the round of 20 clients sharing the band in frequency ends sooner than one
+    client a slot (the same fading)."""
+    new, old = _link(20), _link(20, **LEGACY)
+    ch = new.channels(20, np.random.default_rng(1))
+    np.testing.assert_array_equal(ch.rates, ch.table.max(1))
+    ol = old.budget(20)[0]
+    assert (ch.rates >= ch.table[np.arange(20), ol - 1] - 1e-9).all()
+    ids, bits = np.arange(20), np.full(20, 7.6e6)
+    fast = ch.uplink(ids, bits, None, 0.0).seconds
+    slow = old.channels(20, np.random.default_rng(1)).uplink(ids, bits, None, 0.0).seconds
+    assert fast < slow
+
+
+def test_association_outage_matches_its_rayleigh_closed_form():
+    """A client is unserved when its SINR on one PRB, S̄·G with G ~ Gamma(A, 1)/... (MRC over
+    A Rayleigh antennas), is below min_sinr_db: over 400 rounds each client's unserved share
+    matches P(G < γ/S̄) (binomial 4σ)."""
+    from scipy.stats import gamma
+
+    link = _link(40, min_sinr_db=15.0)
+    draws = np.array([link.channels(40, np.random.default_rng(t)).associated
+                      for t in range(400)])
+    ch = link.channels(40, np.random.default_rng(0))
+    s = link.settings
+    pl = link.deployment(40).pathloss_db
+    p1 = np.minimum(s.ut_max_power_dbm, s.p0_dbm + s.alpha * pl) - 30
+    n_prb = 10 ** ((-174 + s.noise_figure_db - 30) / 10) * 12 * s.scs_khz * 1e3
+    mean = 10 ** (p1 / 10) / (10 ** (pl / 10) * n_prb)  # per antenna: E‖h‖² = A
+    want = gamma.cdf(10 ** 1.5 / mean, s.bs_antennas)
+    got = 1 - draws.mean(0)
+    assert ((want > 0.05) & (want < 0.95)).sum() >= 3
+    np.testing.assert_array_less(np.abs(got - want), 4 * np.sqrt(want * (1 - want) / 400) + 3 / 400)
+    assert ch.associated.dtype == bool
+
+
+def test_harq_failures_match_their_closed_form_and_never_exceed_the_transmission_limit():
+    """An upload of K blocks fails when a block loses all L = harq_max·(arq_max + 1)
+    transmissions: P = 1 − (1 − TBLER^L)^K. Forcing one client's TBLER, its failures over
+    4,000 geometric draws match; its time before failing is at most (J − 1) blocks and L
+    transmissions."""
+    import dataclasses
+
+    link = _link(20, harq_max=2, arq_max=0)
+    ch = link.channels(20, np.random.default_rng(0))
+    assert ch.transmissions == 2
+    rng = np.random.default_rng(9)
+    p, k = 0.3, 40
+    eps = p ** 2
+    u = rng.random(4000)
+    loss = np.maximum(np.ceil(np.log1p(-u) / np.log1p(-eps)), 1)
+    want = 1 - (1 - eps) ** k
+    assert abs((loss <= k).mean() - want) < 4 * np.sqrt(want * (1 - want) / 4000)
+    one = dataclasses.replace(ch, tbler=np.full_like(ch.tbler, p), associated=np.ones(20, bool),
+                              first_loss=np.full(20, 3.0))
+    tbs = one.tbs[0, one.prbs[0] - 1]
+    up = one.uplink(np.array([0]), np.array([k * tbs]), None, 0.0)
+    assert up.outage[0] and not up.arrived[0]
+    slots = up.finish_s[0] / link.settings.slot_s
+    assert slots <= (3 - 1) / (1 - p) + 2 + 1e-6
+
+
+def test_a_client_in_deep_outage_never_makes_the_round_longer_than_the_others_plus_l_slots():
+    import dataclasses
+
+    link = _link(12)
+    ch = link.channels(12, np.random.default_rng(3))
+    ids, bits = np.arange(12), np.full(12, 7.6e6)
+    others = ch.uplink(ids[1:], bits[1:], None, 0.0).seconds
+    deep = dataclasses.replace(ch, tbler=np.where(np.arange(12)[:, None] == 0, 0.999, ch.tbler),
+                               first_loss=np.where(np.arange(12) == 0, 1.0, ch.first_loss))
+    up = deep.uplink(ids, bits, None, 0.0)
+    assert up.outage[0] and up.radio["outage"] >= 1
+    assert up.seconds <= others + ch.transmissions * link.settings.slot_s * 12
+    unserved = dataclasses.replace(ch, associated=np.arange(12) != 0)
+    up = unserved.uplink(ids, bits, None, 0.0)
+    assert up.outage[0] and up.seconds <= others + 1e-9
+
+
+def test_an_nr_run_drops_clients_in_outage_and_logs_the_radio_of_each_round(tmp_path):
+    """A run whose association threshold leaves some clients unserved: they are dropped from
+    the aggregate, counted, and every row carries the round's per-client radio."""
+    raw = {**RAW, "rounds": 3, "eval_every": 1, "network": {**NR, "min_sinr_db": 28.0}}
+    run_job(open_run(raw), tmp_path / "o", quiet=True)
+    rows = _rows(tmp_path / "o")[1:]
+    assert sum(len(r["outage"]) for r in rows) > 0
+    for r in rows:
+        assert set(r["outage"]) <= set(r["dropped"])
+        radio = r["radio"]
+        assert radio["outage"] == len(r["outage"])
+        assert len(radio["mcs"]) == len(radio["clients"]) == len(r["arrived"] + r["dropped"])
+        assert all(1 <= m <= 51 for m in radio["prbs"])
+    assert rows[-1]["dropped_clients"] >= sum(len(r["outage"]) for r in rows)
+
+
+def test_the_radio_command_prints_plots_and_writes_the_distributions(tmp_path, capsys):
+    from wirelessfl.cli import main
+
+    raw = {**RAW, "rounds": 2, "eval_every": 1, "network": NR}
+    run_job(open_run(raw), tmp_path / "r", quiet=True)
+    png, csv_path = tmp_path / "radio.png", tmp_path / "radio.csv"
+    assert main(["radio", str(tmp_path / "r"), "--out", str(png), "--csv", str(csv_path)]) == 0
+    text = capsys.readouterr().out
+    assert "SINR [dB]" in text and "12 client-rounds" in text
+    assert png.stat().st_size > 1000
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].startswith("round,client,sinr_db") and len(lines) == 13
+    assert main(["radio", str(tmp_path / "r"), "--out", str(png)]) == 2  # never overwritten
+    assert "exists" in capsys.readouterr().err
+    run_job(open_run({**raw, "network": {"model": "tdma"}}), tmp_path / "t", quiet=True)
+    assert main(["radio", str(tmp_path / "t")]) == 2
+    assert "no radio rows" in capsys.readouterr().err
+
+
+def test_runs_made_before_keep_their_keys_and_the_new_default_gets_a_new_one():
+    """The link of runs made before (as an old folder's config is read) leaves the new fields
+    out of its run key, so its stored runs are found again; the new default enters them."""
+    from wirelessfl.run.config import resolve
+    from wirelessfl.run.configtypes import key_view
+    from wirelessfl.run.key_schema import as_made
+
+    old = key_view(resolve(as_made({**RAW, "network": {"model": "nr", "sharing": "tdma"}})))
+    new = key_view(resolve({**RAW, "network": {"model": "nr"}}))
+    assert not {"sharing", "harq_max", "min_sinr_db"} & set(old["network"])
+    assert {"sharing", "harq_max", "min_sinr_db"} <= set(new["network"])

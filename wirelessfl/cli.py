@@ -194,6 +194,35 @@ def _cmd_retime(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_radio(args: argparse.Namespace) -> int:
+    import csv
+
+    from wirelessfl.report.radio import FIELDS, format_summary, plot_radio, radio_records, radio_summary
+
+    if not (Path(args.run) / "metrics.jsonl").is_file():
+        raise ConfigError(f"{args.run} is not a run folder (no metrics.jsonl)")
+    for given, suffix in ((args.out, ".png"), (args.csv, ".csv")):
+        if given is None:
+            continue
+        path = Path(given)
+        if path.suffix.lower() != suffix:
+            raise ConfigError(f"{given}: give a file name ending in {suffix}")
+        if path.exists() or path.is_symlink():
+            raise ConfigError(f"{given} exists; give a new file name (nothing is overwritten)")
+        if not path.parent.is_dir():
+            raise ConfigError(f"{given}: folder {path.parent} does not exist")
+    print(format_summary(args.run, radio_summary(args.run)))
+    if args.csv is not None:
+        with open(args.csv, "x", newline="") as fh:  # exclusive: never replaces a file
+            w = csv.DictWriter(fh, fieldnames=["round", "client", *FIELDS, "capped", "outage"])
+            w.writeheader()
+            w.writerows(radio_records(args.run))
+        print(args.csv)
+    if args.out is not None:
+        print(plot_radio(args.run, args.out))
+    return 0
+
+
 def _cmd_masks(args: argparse.Namespace) -> int:
     import json
 
@@ -556,6 +585,12 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--out", help="CSV file to create (default: print the CSV)")
     _add_plugin_arg(rt)
     rt.set_defaults(func=_cmd_retime)
+    ra = sub.add_parser("radio", help="an nr run's per-client radio: SINR, MCS, PRBs, "
+                        "TBLER, rates, upload times, outage")
+    ra.add_argument("run", metavar="RUN_DIR", help="a run folder trained over network.model nr")
+    ra.add_argument("--out", help="PNG of the distributions to create")
+    ra.add_argument("--csv", help="CSV to create: one row per client and logged round")
+    ra.set_defaults(func=_cmd_radio)
     m = sub.add_parser("masks", help="latency-optimal HIST mask sizes for a drawn scenario")
     m.add_argument("--cells", type=_positive, default=4, help="N (default 4)")
     m.add_argument("--clients-per-cell", type=_positive, default=15, help="n (default 15)")

@@ -43,7 +43,7 @@ from channels.rates import SYMBOL_S
 from channels.units import db_to_lin
 from channels.validation import as_float, as_int
 from solvers.scheduling import POLICIES, schedule, update_age, update_average
-from solvers.uplink import deadline_outage, fit_bit_widths
+from solvers.uplink import DeadlineResult, deadline_outage, fit_bit_widths
 from wirelessfl.net.compression import compress
 from wirelessfl.net.links import NEVER, SHAPES_LEARNING, ChannelLink, ChannelSettings, RoundCost
 
@@ -150,8 +150,15 @@ class DigitalLink(ChannelLink):
     def seconds(self, cost: RoundCost, rng: np.random.Generator) -> float:
         compute = cost.max_steps * self.cfg.step_seconds  # the slowest client's compute
         up = cost.uplink * self.cfg.bits_per_param
-        return float(deadline_outage(self.round_rates(cost, rng), up, None, access=self.access,
-                                     compute_s=compute).seconds)
+        if cost.ids is None:  # rows written before ids: the channels of an S-client draw
+            channels, ids = self.channels(cost.clients, rng), np.arange(cost.clients)
+        else:
+            channels, ids = self.channels(cost.population, rng), np.asarray(cost.ids, int)
+        return float(channels.uplink(ids, np.full(len(ids), up), None, compute).seconds)
+
+    def channels(self, n: int, rng: np.random.Generator) -> RoundChannels:
+        """The round's channels of n clients (their rates alone, and how they share the link)."""
+        return RoundChannels(self.rates(n, rng), self.access)
 
     @override
     def digital_uplink(self, num_clients: int, seeds: Any) -> DigitalUplink | None:
@@ -193,13 +200,63 @@ class DigitalLink(ChannelLink):
 
 
 @dataclass(frozen=True)
+class Upload(DeadlineResult):
+    """A round's uploads: who met the deadline, when each ended, and who was in outage.
+
+    Attributes
+    ----------
+    outage : ndarray, shape (S,), bool
+        Clients whose upload failed on the radio (``nr``: not associated, or a block lost
+        after every HARQ and RLC transmission); they are never ``arrived``.
+    radio : dict or None
+        Per-client radio diagnostics of the round (``nr``), in the clients' order.
+    """
+
+    outage: np.ndarray | None = None
+    radio: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RoundChannels:
+    """One round's channels: each client's rate alone, and how the round's uploads share the link.
+
+    Attributes
+    ----------
+    rates : ndarray, shape (N,), [bit/s]
+        Each client's rate when it has the link alone (what the schedulers read).
+    access : str
+        How the uploads share it (:func:`solvers.uplink.deadline_outage`'s ``access``).
+    """
+
+    rates: np.ndarray
+    access: str
+
+    def uplink(self, ids: np.ndarray, payload_bits: np.ndarray, deadline_s: float | None,
+               compute_s: float) -> Upload:
+        """Who of clients ``ids`` uploading ``payload_bits`` meets the deadline, and when."""
+        out = deadline_outage(self.rates[ids], payload_bits, deadline_s, access=self.access,
+                              compute_s=compute_s)
+        return Upload(out.arrived, out.finish_s, out.seconds, out.access)
+
+    def fit_rates(self, ids: np.ndarray) -> np.ndarray:
+        """Rates R_i whose equal share R_i (T − c)/S is each client's budget for fitting widths."""
+        return self.rates[ids]
+
+    @property
+    def fit_access(self) -> str:
+        """The access :func:`solvers.uplink.fit_bit_widths` is told (its equal share)."""
+        return self.access
+
+
+@dataclass(frozen=True)
 class Delivery:
     """What reached the server in a round.
 
     Attributes
     ----------
     arrived, dropped : tuple of int
-        The clients whose uploads met the deadline, and those that did not (nor arrive late).
+        The clients whose uploads met the deadline, and those that did not (nor arrive late;
+        the clients in outage among them).
     seconds : float
         The round's duration [s].
     bits_per_param : tuple of float or None
@@ -213,6 +270,10 @@ class Delivery:
         Per client of the round, the mean upload in fp32-parameter units (bits / 32): every
         transmitted upload at its compressed width (dropped and late ones used the channel
         too), and only those that arrived (0 for the others).
+    outage : tuple of int
+        The clients whose upload failed on the radio (``nr``'s HARQ/RLC limits, association).
+    radio : dict or None
+        ``nr``: the round's per-client radio diagnostics (:meth:`wirelessfl.net.nr.NRRound.uplink`).
     """
 
     arrived: tuple[int, ...]
@@ -223,12 +284,17 @@ class Delivery:
     late: tuple[int, ...] = ()
     sent_params: float | None = None
     delivered_params: float | None = None
+    outage: tuple[int, ...] = ()
+    radio: dict[str, Any] | None = None
 
     def logged(self) -> dict[str, Any]:
-        """The fields logged in a metrics row (the round's arrivals and widths)."""
+        """The fields logged in a metrics row (the round's arrivals, widths and radio)."""
         out: dict[str, Any] = {"arrived": list(self.arrived), "dropped": list(self.dropped)}
         if self.late:
             out["late"] = list(self.late)
+        if self.radio is not None:
+            out["outage"] = list(self.outage)
+            out["radio"] = self.radio
         if self.bits_per_param is not None:
             out["bits_per_param"] = list(self.bits_per_param)
             out["mean_bits_per_param"] = (float(np.mean(self.bits_per_param))
@@ -256,7 +322,7 @@ class DigitalUplink:
 
     def __init__(self, link: DigitalLink, num_clients: int, seeds: Any) -> None:
         self.link, self.cfg, self.n, self.seeds = link, link.settings, int(num_clients), seeds
-        self._rates: dict[int, np.ndarray] = {}
+        self._channels: dict[int, RoundChannels] = {}
         self._sched: tuple[int, np.ndarray, np.ndarray] | None = None  # (next round, R̄, ages)
 
     @property
@@ -269,13 +335,17 @@ class DigitalUplink:
         """Whether a late upload joins the next round (``late: next_round``)."""
         return self.cfg.late != "drop"
 
+    def channels(self, t: int) -> RoundChannels:
+        """Round t's (0-based) channels of all N clients."""
+        if t not in self._channels:
+            if len(self._channels) > 4:
+                self._channels.pop(min(self._channels))
+            self._channels[t] = self.link.channels(self.n, self.seeds.generator("network", t + 1))
+        return self._channels[t]
+
     def rates(self, t: int) -> np.ndarray:
-        """Full-band rates of all N clients in round t (0-based), shape (N,)."""
-        if t not in self._rates:
-            if len(self._rates) > 4:
-                self._rates.pop(min(self._rates))
-            self._rates[t] = self.link.rates(self.n, self.seeds.generator("network", t + 1))
-        return self._rates[t]
+        """Rates alone of all N clients in round t (0-based), shape (N,)."""
+        return self.channels(t).rates
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self, t: int, k: int, active: Callable[[int], np.ndarray]) -> np.ndarray:
@@ -309,28 +379,29 @@ class DigitalUplink:
         The late results join the next round (``late: next_round``). ``vectors`` are the
         d-vectors each client uploads (in the order of ``results``), ``num_params`` d.
         """
-        cfg, net, scale, access = self.cfg, self.link.cfg, self.link.scale, self.link.access
+        cfg, net, scale = self.cfg, self.link.cfg, self.link.scale
         ids = np.array([int(r.client) for r in results], dtype=int)
         if not len(ids):
             return [], Delivery((), (), 0.0), []
-        rates = self.rates(t)[ids]
+        channels = self.channels(t)
         compute = max(r.num_steps for r in results) * net.step_seconds
         d = num_params * scale
         payload = np.asarray(vectors, float) * d * net.bits_per_param
         widths = None
         if cfg.compression != "none":
             n_tensors = len(results[0].delta)
-            widths = fit_bit_widths(rates, max(1, round(d)), cfg.deadline_s,
-                                    operator=cfg.compression, access=access,
+            widths = fit_bit_widths(channels.fit_rates(ids), max(1, round(d)), cfg.deadline_s,
+                                    operator=cfg.compression, access=channels.fit_access,
                                     compute_s=compute, full_bits=net.bits_per_param,
                                     max_bits=min(cfg.max_bits, net.bits_per_param),
                                     other_bits=payload - d * net.bits_per_param,
                                     num_tensors=n_tensors)
             payload = widths.payload_bits
-        out = deadline_outage(rates, payload, cfg.deadline_s, access=access, compute_s=compute)
+        out = channels.uplink(ids, payload, cfg.deadline_s, compute)
+        lost = np.zeros(len(ids), bool) if out.outage is None else out.outage
         arrived = out.arrived if widths is None else out.arrived & widths.fits
-        late = ~arrived & (out.finish_s <= 2 * cfg.deadline_s) if cfg.late == "next_round" \
-            else np.zeros_like(arrived)
+        late = ~arrived & ~lost & (out.finish_s <= 2 * cfg.deadline_s) \
+            if cfg.late == "next_round" else np.zeros_like(arrived)
         if widths is not None:
             late &= widths.fits
         kept = [self._compressed(t, r, widths, i) if widths is not None else r
@@ -345,7 +416,8 @@ class DigitalUplink:
             else tuple(float(k) for k in widths.keep[arrived]),
             tuple(int(c) for c in ids[late]),
             float(np.mean(payload)) / net.bits_per_param / scale,
-            float(np.mean(np.where(arrived, payload, 0.0))) / net.bits_per_param / scale)
+            float(np.mean(np.where(arrived, payload, 0.0))) / net.bits_per_param / scale,
+            tuple(int(c) for c in ids[lost]), out.radio)
         return kept, delivery, later
 
     def _compressed(self, t: int, result: Any, widths: Any, i: int) -> Any:

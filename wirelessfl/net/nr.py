@@ -73,6 +73,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,8 +86,10 @@ from typing_extensions import override
 
 from channels.rayleigh import simo_rayleigh
 from channels.validation import as_float, as_int
+from solvers.sharing import finish_times, share_rates, shares
+from solvers.uplink import deadline_outage
 from wirelessfl.errors import ConfigError
-from wirelessfl.net.digital import DigitalLink, ShapingSettings
+from wirelessfl.net.digital import DigitalLink, DigitalUplink, RoundChannels, ShapingSettings, Upload
 
 #: TR 38.901 scenarios of a hexagonal grid (urban micro, urban macro, rural macro).
 SCENARIOS = ("umi", "uma", "rma")
@@ -108,8 +112,14 @@ MAX_CELLS = 21
 TBLER_CAP = 0.999
 #: Link adaptation: the inner loop on each round's SINR, or the outer loop on the mean SINR.
 LINK_ADAPTATION = ("inner", "outer")
-#: How a sector's slots are shared among the round's uploads (solvers.uplink's access modes).
-SHARING = ("tdma", "round_robin")
+#: How a sector's band is shared among the round's uploads: in frequency (each slot's PRBs
+#: among the clients still uploading, :mod:`solvers.sharing`), or in time (one client a
+#: slot on its open-loop PRBs: the model of runs made before 2026-11-28).
+SHARING = ("ofdma", "proportional_fair", "tdma", "round_robin")
+#: The sharings in frequency and :mod:`solvers.sharing`'s rule of each.
+FREQUENCY_RULES = {"ofdma": "round_robin", "proportional_fair": "proportional_fair"}
+#: The SINR grid of the PHY tables the frequency sharings read [dB]: from, to, step.
+GRID_DB = (-12.0, 36.0, 0.05)
 #: Points of the fading quadrature for a slot's error rate averaged over its fading.
 FADING_POINTS = 32
 #: MCS indices of PUSCH table 1.
@@ -158,10 +168,24 @@ class NRSettings(ShapingSettings):
     olla_step_db : float
         OLLA's NACK step δ_up [dB] (``outer``; Sionna's default) [default 1].
     sharing : str
-        How the round's uploading clients of a sector share its slots: ``tdma`` (default:
-        one after another, the shortest upload first) or ``round_robin`` (each slot to the
-        next client still uploading: equal shares of the slots, everyone ends later but the
-        last; :func:`solvers.uplink.deadline_outage`).
+        How the round's uploading clients of a sector share its band (module docstring):
+        ``ofdma`` (default: each slot's PRBs shared among the clients still uploading, round
+        robin over PRBs, each at most the PRBs that maximise its rate), ``proportional_fair``
+        (the PRB shares of proportional fairness), or the model of runs made before
+        2026-11-28, one client a slot on its open-loop PRBs with the rest of the band idle:
+        ``tdma`` (one after another, the shortest upload first) or ``round_robin`` (each slot
+        to the next client still uploading; :func:`solvers.uplink.deadline_outage`).
+    harq_max : int
+        The most HARQ transmissions of a transport block (TS 38.321's HARQ, typically 4); 0:
+        unbounded, every block resent until decoded (runs made before 2026-11-28) [default 4].
+    arq_max : int
+        RLC acknowledged mode's retransmissions of a block that HARQ lost (TS 38.322's
+        maxRetxThreshold), each with ``harq_max`` HARQ transmissions; a block lost after all
+        of them is a radio-link failure: the upload fails and the client is in outage for the
+        round [default 4].
+    min_sinr_db : float or None
+        A client whose SINR on one PRB (the most its power control reaches per PRB) is below
+        this is not served this round: in outage (None: everyone is served) [default -5].
     deadline_s, scheduler, compression, max_bits, late
         How the uplink shapes learning (:class:`~wirelessfl.net.digital.ShapingSettings`).
     """
@@ -180,7 +204,10 @@ class NRSettings(ShapingSettings):
     interference: bool = False
     link_adaptation: str = "inner"
     olla_step_db: float = 1.0
-    sharing: str = "tdma"
+    sharing: str = "ofdma"
+    harq_max: int = 4
+    arq_max: int = 4
+    min_sinr_db: float | None = -5.0
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -214,6 +241,17 @@ class NRSettings(ShapingSettings):
         if self.sharing not in SHARING:
             raise ValueError(f"`sharing` must be one of {', '.join(SHARING)}, got "
                              f"{self.sharing!r}")
+        as_int("harq_max", self.harq_max, lo=0, hi=32)
+        as_int("arq_max", self.arq_max, lo=0, hi=32)
+        if self.arq_max != 4 and self.harq_max == 0:
+            raise ValueError("`arq_max` retransmits blocks that HARQ gave up on, but harq_max 0 "
+                             "never gives up: set harq_max >= 1 with it, or remove it")
+        if self.min_sinr_db is not None:
+            as_float("min_sinr_db", self.min_sinr_db, lo=-50, hi=50)
+        if self.link_adaptation == "outer" and self.sharing in FREQUENCY_RULES:
+            raise ValueError(f"`link_adaptation: outer` is built for the sharings in time only "
+                             f"(tdma, round_robin), not sharing {self.sharing}: set "
+                             "sharing: tdma (or round_robin) with it")
         super().__post_init__()
 
     @property
@@ -225,6 +263,16 @@ class NRSettings(ShapingSettings):
     def slot_s(self) -> float:
         """T_slot = 1 ms / 2^μ [s]."""
         return 1e-3 * 15 / self.scs_khz
+
+    @property
+    def transmissions(self) -> int:
+        """L = harq_max·(arq_max + 1), the most transmissions of one block (0: unbounded)."""
+        return self.harq_max * (self.arq_max + 1)
+
+    @property
+    def outage(self) -> bool:
+        """Whether clients can be in outage (a transmission limit or an association rule)."""
+        return self.harq_max > 0 or self.min_sinr_db is not None
 
 
 # --------------------------------------------------------------------------- Sionna
@@ -253,14 +301,93 @@ def sionna() -> Any:
     return sn
 
 
+def _preparing(what: str) -> None:
+    """Say on stderr what the first NR round prepares (once per process: seconds to a minute)."""
+    print(f"wirelessfl: preparing the NR radio: {what} (once per process)", file=sys.stderr,
+          flush=True)
+
+
 @functools.cache
 def radio() -> tuple[Any, Any]:
     """Sionna's PHY abstraction (its BLER tables, built once) and inner-loop link adaptation."""
     sn = sionna()
+    _preparing("Sionna's PHY abstraction and BLER tables")
     with _torch_rng_kept():
         phy = sn.sys.PHYAbstraction(precision="double", device="cpu")
         return phy, sn.sys.InnerLoopLinkAdaptation(phy, bler_target=0.1, precision="double",
                                                    device="cpu")
+
+
+@dataclass(frozen=True)
+class PHYTables:
+    """Sionna's PUSCH error rates and block sizes on a SINR grid, for every PRB count.
+
+    Built once per band (:func:`phy_tables`) so that a round's link adaptation for every
+    client and PRB count is a table look-up (the nearest grid point) instead of a Sionna call
+    per entry.
+
+    Attributes
+    ----------
+    grid_db : np.ndarray
+        (G,) the SINR grid [dB] (:data:`GRID_DB`).
+    tbs : np.ndarray
+        (M, 28) the transport-block size [bits] of each MCS on m = 1 … M PRBs (TS 38.214).
+    tbler : np.ndarray
+        (M, 28, G) its TBLER at each grid SINR (Sionna's ``PHYAbstraction``; 1 where Sionna
+        has no table: MCS 0-2 and 28 of PUSCH table 1).
+    valid : np.ndarray
+        (28,) the MCS indices Sionna has tables for.
+    """
+
+    grid_db: np.ndarray
+    tbs: np.ndarray
+    tbler: np.ndarray
+    valid: np.ndarray
+
+    def adapt(self, sinr: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Inner-loop link adaptation of (..., M) per-PRB SINRs on 1 … M PRBs (linear).
+
+        Each SINR reads the nearest grid point (0.025 dB at most away).
+        The highest MCS whose TBLER meets ``target`` (the lowest valid one where none does),
+        as ``sionna.sys.InnerLoopLinkAdaptation``: (MCS, TBS [bits], TBLER), each (..., M).
+        """
+        lo, _, step = GRID_DB
+        with np.errstate(divide="ignore"):
+            pos = (10.0 * np.log10(np.maximum(sinr, 1e-30)) - lo) / step
+        near = np.rint(np.clip(pos, 0.0, len(self.grid_db) - 1.0)).astype(np.int64)
+        m = np.arange(self.tbs.shape[0])
+        rates = self.tbler[m, :, near]  # (..., M, 28)
+        ok = (rates <= target) & self.valid
+        top = self.valid.size - 1 - np.argmax(ok[..., ::-1], axis=-1)
+        mcs = np.where(ok.any(-1), top, int(np.argmax(self.valid)))
+        tbler = np.take_along_axis(rates, mcs[..., None], -1)[..., 0]
+        tbs = self.tbs[m, mcs]
+        return mcs, tbs, tbler
+
+
+@functools.cache
+def phy_tables(prbs: int) -> PHYTables:
+    """:class:`PHYTables` for m = 1 … ``prbs`` PRBs (built once per process and band)."""
+    phy, _ = radio()
+    _preparing(f"the link adaptation tables of {prbs} PRBs")
+    lo, hi, step = GRID_DB
+    grid = np.arange(lo, hi + step / 2, step)
+    g = len(grid)
+    res = torch.arange(1, prbs + 1, dtype=torch.int32) * 12 * DATA_SYMBOLS
+    mcs = torch.arange(MCS_COUNT, dtype=torch.int32)
+    shape = (prbs, MCS_COUNT, g)
+    with _torch_rng_kept():
+        tbler = phy(mcs[None, :, None].expand(shape).reshape(-1),
+                    sinr_eff=torch.as_tensor(10.0 ** (grid / 10.0))[None, None, :]
+                    .expand(shape).reshape(-1),
+                    num_allocated_re=res[:, None, None].expand(shape).reshape(-1),
+                    check_mcs_index_validity=False)[3].reshape(shape).numpy()
+    valid = np.isfinite(tbler).all(axis=(0, 2))
+    tbs = NRLink.block_bits(mcs[None, :].expand(prbs, MCS_COUNT),
+                            res[:, None].expand(prbs, MCS_COUNT)).numpy().astype(float)
+    return PHYTables(grid, np.where(valid, tbs, 0.0), np.where(np.isfinite(tbler),
+                                                               np.minimum(tbler, 1.0), 1.0),
+                     valid)
 
 
 @contextlib.contextmanager
@@ -409,6 +536,122 @@ class OuterLoop:
         return np.sum(self.law * self.bits * (1.0 - np.minimum(self.bler, TBLER_CAP)), -1)
 
 
+@dataclass(frozen=True)
+class NRRound(RoundChannels):
+    """One round's NR radio for every client of the population (:meth:`NRLink.channels`).
+
+    Per client u and PRB count m = 1 … M (M = 1 under the sharings in time, on the open-loop
+    PRBs): the per-PRB SINR, MCS, TBS and TBLER, and r_u(m) = TBS·(1 − TBLER)/T_slot [bit/s].
+
+    Attributes
+    ----------
+    rates : np.ndarray
+        (N,) each client's rate alone, r_u(m*_u).
+    access : str
+        The ``sharing``.
+    sinr, mcs, tbs, tbler, table : np.ndarray
+        (N, M) the per-PRB SINR (linear), MCS, TBS [bits], TBLER and rate r_u(m) [bit/s].
+    prbs : np.ndarray
+        (N,) m*_u: the PRBs a client uses alone (the rate-maximising count; under the
+        sharings in time, the open-loop count).
+    associated : np.ndarray
+        (N,) whether the client is served this round (SINR on one PRB ≥ ``min_sinr_db``).
+    first_loss : np.ndarray
+        (N,) J_u, the index of the first block that every transmission loses (a geometric
+        draw with ε_u = TBLER_u^L; inf when L is unbounded or ε_u = 0).
+    transmissions : int
+        L, the most transmissions of a block (0: unbounded).
+    capped : np.ndarray
+        (N,) whether the client's SINR is beyond what the top MCS needs (MCS 27 meets the
+        target with room: Sionna has no table for MCS 28).
+    """
+
+    sinr: np.ndarray
+    mcs: np.ndarray
+    tbs: np.ndarray
+    tbler: np.ndarray
+    table: np.ndarray
+    prbs: np.ndarray
+    associated: np.ndarray
+    first_loss: np.ndarray
+    transmissions: int
+    capped: np.ndarray
+
+    @property
+    def rule(self) -> str | None:
+        """:mod:`solvers.sharing`'s rule, or None for the sharings in time."""
+        return FREQUENCY_RULES.get(self.access)
+
+    def _at_best(self, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        return values[ids, self.prbs[ids] - 1] if values.shape[1] > 1 else values[ids, 0]
+
+    @override
+    def uplink(self, ids: np.ndarray, payload_bits: np.ndarray, deadline_s: float | None,
+               compute_s: float) -> Upload:
+        """The round's uploads of clients ``ids``: outage, shares, finish times, diagnostics.
+
+        A client is in outage when it is not associated, or when its upload of
+        K = ⌈bits/TBS⌉ blocks (at its PRBs alone) meets its first lost block (J ≤ K). It
+        occupies the band until then: (J − 1) blocks at its goodput and L transmissions of
+        the lost one, (J − 1 + L(1 − TBLER))·TBS bits at its rate; unassociated, nothing.
+        """
+        ids = np.asarray(ids, int)
+        bits = np.broadcast_to(np.asarray(payload_bits, float), ids.shape)
+        tbs, tbler = self._at_best(self.tbs, ids), self._at_best(self.tbler, ids)
+        blocks = np.ceil(bits / np.maximum(tbs, 1.0))
+        loss = self.first_loss[ids]
+        failed = ~self.associated[ids] | ((loss <= blocks) & (bits > 0))
+        spent = np.where(loss <= blocks,
+                         (np.minimum(loss, blocks) - 1.0
+                          + self.transmissions * (1.0 - tbler)) * tbs, bits)
+        sent = np.where(self.associated[ids], np.minimum(spent, bits), 0.0)
+        if self.rule is None:
+            finish = deadline_outage(self.rates[ids], sent, None, access=self.access,
+                                     compute_s=compute_s).finish_s
+        else:
+            finish = finish_times(self.table[ids], sent, self.rule, compute_s)
+        deadline = math.inf if deadline_s is None else deadline_s
+        on_time = finish <= deadline * (1 + 1e-9)
+        arrived = on_time & ~failed
+        end = float(np.max(finish, initial=compute_s))
+        seconds = min(end, deadline) if (on_time | failed).all() else deadline
+        share = (self.fit_rates(ids) / max(len(ids), 1) if self.rule is not None
+                 else self.rates[ids])
+        radio = {"clients": ids.tolist(),
+                 "sinr_db": _rounded(10 * np.log10(np.maximum(self._at_best(self.sinr, ids),
+                                                              1e-30))),
+                 "mcs": self._at_best(self.mcs, ids).astype(int).tolist(),
+                 "prbs": self.prbs[ids].astype(int).tolist(),
+                 "tbler": _rounded(tbler, 4),
+                 "rate_mbps": _rounded(share / 1e6, 4),
+                 "upload_s": _rounded(np.where(failed, np.nan, finish - compute_s), 4),
+                 "capped": self.capped[ids].astype(int).tolist(),
+                 "outage": int(failed.sum())}
+        return Upload(arrived, finish, np.asarray(seconds), self.access, failed, radio)
+
+    @override
+    def fit_rates(self, ids: np.ndarray) -> np.ndarray:
+        """S·ρ_u(x_u) at the round's first shares (everyone active).
+
+        R_i (T − c)/S is then what client i sends by the deadline at its share (sharings in
+        frequency).
+        """
+        if self.rule is None:
+            return self.rates[ids]
+        tab = self.table[ids]
+        return len(ids) * share_rates(tab, shares(tab, np.ones(len(ids), bool), self.rule))
+
+    @property
+    @override
+    def fit_access(self) -> str:
+        return self.access if self.rule is None else "fdma"
+
+
+def _rounded(x: np.ndarray, digits: int = 2) -> list[float | None]:
+    """A compact JSON list: rounded, NaN as None."""
+    return [None if not np.isfinite(v) else round(float(v), digits) for v in np.asarray(x)]
+
+
 class NRLink(DigitalLink):
     """A 5G NR uplink (module docstring): Sionna's radio, the digital links' shaping."""
 
@@ -546,6 +789,82 @@ class NRLink(DigitalLink):
                                    bits.gather(0, mcs).T.numpy().astype(float), bler.numpy())
         return self._outer[n]
 
+    @override
+    def channels(self, n: int, rng: np.random.Generator) -> RoundChannels:
+        """The round's radio of n clients (:class:`NRRound`).
+
+        The link of runs made before 2026-11-28 (a sharing in time, unbounded HARQ, every
+        client served) gives their plain rates, as then.
+        """
+        s = self.settings
+        if not s.outage and s.sharing not in FREQUENCY_RULES:
+            return RoundChannels(self._rates_in_time(n, rng), self.access)
+        if s.sharing in FREQUENCY_RULES:
+            sinr, mcs, tbs, tbler = self.rate_table(n, rng)
+        elif s.link_adaptation == "outer":  # the long-run law: its mean MCS, TBS and BLER
+            law = self.outer_loop(n)
+            prbs1 = self.budget(n)[0]
+            sinr = self.mean_sinr(n)[0][:, None]
+            mcs = np.rint(np.sum(law.law * law.mcs, -1))[:, None]
+            tbs = (law.bits_per_slot / (1.0 - law.achieved_bler))[:, None]
+            tbler = law.achieved_bler[:, None]
+        else:
+            sinr1, prbs1 = self.sinr(n, rng)
+            mcs, tbs, tbler = (v[:, None] for v in self.transport(sinr1, prbs1))
+            sinr = sinr1[:, None]
+        tbler = np.minimum(tbler, 1.0)
+        table = tbs * (1.0 - tbler) / s.slot_s
+        # alone: the rate-maximising PRBs (sharings in time: the open-loop PRBs, column 0)
+        best = np.argmax(table, axis=1) + 1 if s.sharing in FREQUENCY_RULES else np.ones(n, int)
+        one = sinr[:, 0]  # per PRB: on one PRB, or on the open-loop PRBs (sharings in time)
+        rates = table[np.arange(n), best - 1]
+        associated = (np.ones(n, bool) if s.min_sinr_db is None
+                      else 10 * np.log10(np.maximum(one, 1e-30)) >= s.min_sinr_db)
+        p = tbler[np.arange(n), best - 1]
+        u = rng.random(n)  # after the fading: the fading draw is that of the runs before
+        eps = p ** s.transmissions if s.transmissions else np.zeros(n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            loss = np.where(eps >= 1.0, 1.0, np.ceil(np.log1p(-u) / np.log1p(-eps)))
+        loss = np.where(eps > 0, np.maximum(loss, 1.0), np.inf)
+        top = mcs[np.arange(n), best - 1] == MCS_COUNT - 1
+        capped = top & (p < s.bler_target / 2)
+        return NRRound(rates, s.sharing, sinr, mcs, tbs, tbler, table,
+                       best if s.sharing in FREQUENCY_RULES else prbs1, associated, loss,
+                       s.transmissions, capped)
+
+    def rate_table(self, n: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(N, M) per-PRB SINR (linear), MCS, TBS [bits] and TBLER of n clients on m = 1 … M PRBs.
+
+        On m PRBs a client transmits at TS 38.213's open-loop power
+        P_u(m) = min(P_max, P0 + α·PL_u + 10 log10 m) (the formula of
+        ``sionna.sys.open_loop_uplink_power_control``), so its per-PRB SINR is
+        P_u(m)/m · ‖h_u‖² / (PL_u · N_PRB): constant up to its open-loop count, then falling
+        as 1/m. Link adaptation reads :func:`phy_tables`. The fading is the round's draw, the
+        same as :meth:`sinr`'s.
+        """
+        s = self.settings
+        pl = self.deployment(n).pathloss_db
+        fading = np.sum(np.abs(simo_rayleigh((), n, s.bs_antennas, rng)) ** 2, -1)
+        m = np.arange(1, s.prbs + 1)
+        p_dbm = np.minimum(s.ut_max_power_dbm, s.p0_dbm + s.alpha * pl[:, None]
+                           + 10 * np.log10(m))
+        per_prb = 10.0 ** ((THERMAL_DBM_HZ + s.noise_figure_db - 30.0) / 10.0) \
+            * 12 * s.scs_khz * 1e3
+        if s.interference:
+            per_prb = per_prb + self.interference(n)[self.deployment(n).cell]
+        sinr = (10.0 ** ((p_dbm - 30.0) / 10.0) / m * (fading / (10.0 ** (pl / 10.0)
+                                                                 * per_prb))[:, None])
+        mcs, tbs, tbler = phy_tables(s.prbs).adapt(sinr, s.bler_target)
+        return sinr, mcs, tbs, tbler
+
+    @override
+    def digital_uplink(self, num_clients: int, seeds: Any) -> DigitalUplink | None:
+        """Always one where clients can be in outage: who arrives depends on the radio."""
+        if self.settings.outage:
+            return DigitalUplink(self, num_clients, seeds)
+        return super().digital_uplink(num_clients, seeds)
+
     @staticmethod
     def block_bits(mcs: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
         """TBS [bits] of PUSCH table 1's ``mcs`` on ``res`` resource elements (TS 38.214)."""
@@ -562,6 +881,13 @@ class NRLink(DigitalLink):
         ``link_adaptation: outer``: OLLA's long-run decoded bits per slot over T_slot, the
         same every round (:meth:`outer_loop`).
         """
+        s = self.settings
+        if s.outage or s.sharing in FREQUENCY_RULES:
+            return self.channels(n, rng).rates
+        return self._rates_in_time(n, rng)
+
+    def _rates_in_time(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The rates of the sharings in time (open-loop PRBs), as runs made before computed."""
         if self.settings.link_adaptation == "outer":
             return self.outer_loop(n).bits_per_slot / self.settings.slot_s
         sinr, prbs = self.sinr(n, rng)

@@ -511,6 +511,11 @@ BEFORE: dict[str, dict[str, Any]] = {
     # unicast to that client (net/delays.py, LinkLatency); runs made before timed the upload
     # only on channel-drawn links.
     'wirelessfl.run.multitask.PoolConfig': {'download': 'free'},
+    # 2026-11-28 (issue 90): the NR uplink shares each slot's PRBs among the round's uploads
+    # (OFDMA), gives up on a block after harq_max HARQ transmissions (and RLC's arq_max
+    # retransmissions), and serves no client below min_sinr_db; runs made before had one
+    # client a slot on its open-loop PRBs and HARQ without limit, everyone served.
+    'wirelessfl.net.nr.NRSettings': {'sharing': 'tdma', 'harq_max': 0, 'min_sinr_db': None},
 }
 
 
@@ -526,6 +531,13 @@ STORED_BEFORE: dict[str, dict[str, Any]] = {
     "pool": {"download": "free"},
 }
 
+#: As :data:`STORED_BEFORE`, for the ``network`` section of one link model only (another
+#: model's setting is refused there unless at its default): model → {field: value}.
+STORED_BEFORE_LINK: dict[str, dict[str, Any]] = {
+    # 2026-11-28 (issue 90): the NR uplink's sharing, HARQ limit and association rule
+    "nr": {"sharing": "tdma", "harq_max": 0, "min_sinr_db": None},
+}
+
 
 def as_made(stored: dict[str, Any]) -> dict[str, Any]:
     """A run folder's stored config with :data:`STORED_BEFORE`'s missing fields filled in.
@@ -534,6 +546,8 @@ def as_made(stored: dict[str, Any]) -> dict[str, Any]:
     {'lr': 0.1, 'batch_order': 'pcg64'}
     >>> as_made({"local": {"lr": 0.1, "batch_order": "counter"}})["local"]["batch_order"]
     'counter'
+    >>> as_made({"network": {"model": "nr", "sharing": "tdma"}})["network"]["harq_max"]
+    0
     """
     tasks = stored.get("tasks")
     for where in (stored, *(t for t in tasks if isinstance(t, dict))) if isinstance(tasks, list) \
@@ -542,6 +556,10 @@ def as_made(stored: dict[str, Any]) -> dict[str, Any]:
             if isinstance(where.get(section), dict):
                 where[section] = {**where[section],
                                   **{k: v for k, v in fields.items() if k not in where[section]}}
+        net = where.get("network")
+        if isinstance(net, dict) and net.get("model") in STORED_BEFORE_LINK:
+            fields = STORED_BEFORE_LINK[net["model"]]
+            where["network"] = {**net, **{k: v for k, v in fields.items() if k not in net}}
     return stored
 
 

@@ -141,6 +141,11 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
     _check_model(model, cfg.model.name, train, device)
     net = cfg.network
     d = sum(int(p.numel()) for p in model.parameters() if p.requires_grad)
+    cells = getattr(cfg.algorithm.hparams, "cells", None)
+    if net.model == "nr" and isinstance(cells, int) and net.settings.cells != cells:
+        raise ConfigError(f"network.cells = {net.settings.cells} but {cfg.algorithm.name} has "
+                          f"{cells} cells: under network.model nr cell j is sector j, so set "
+                          f"network.cells: {cells}")
     link = make_link(net, d, len(client_indices), seeds)
     uplink = link.aggregator(cfg.local.lr)
     shaping = link.shaping() if uplink is None else []
