@@ -78,15 +78,32 @@ def test_a_report_split_over_two_sessions_equals_one_run_straight_through(toy, m
     assert (dest / ARCHIVE).read_bytes() == before
 
 
-def test_render_only_trains_nothing_and_says_what_is_missing(toy, monkeypatch):
+def test_render_only_trains_nothing_and_a_figure_without_runs_is_one_line(toy, monkeypatch,
+                                                                          capsys):
+    """Asked to draw a figure none of whose runs is there (nor in the archive): one line, exit
+    2, nothing trained and no README written (it used to write a README of "Runs missing")."""
     asked = _trained(monkeypatch)
-    regenerate("toy", "quick", toy / "r", render_only=True, **QUIET)
-    assert asked == [] and "Runs missing" in (toy / "r" / "README.md").read_text()
-    publish(toy / "r", toy / "pub")  # no finished run: no archive, none listed
-    assert not (toy / "pub" / ARCHIVE).exists()
-    assert ARCHIVE not in (toy / "pub" / ".wirelessfl-published").read_text()
-    assert main(["figures", "toy", "--out", str(toy / "r"), "--render-only", "--quiet"]) == 0
+    with pytest.raises(ConfigError, match="no run of curves"):
+        regenerate("toy", "quick", toy / "r", render_only=True, **QUIET)
+    assert asked == [] and not (toy / "r" / "README.md").exists()
+    assert main(["figures", "toy", "--out", str(toy / "r"), "--render-only", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "drop --render-only" in err[0]
     assert asked == []
+
+
+def test_every_report_writes_per_seed_data_from_which_its_verdict_is_recomputed(toy):
+    """``<figure>-seeds.csv``: one row per run with its seed and last-row values, the claim's
+    measure and the budget it was censored at."""
+    import csv
+
+    regenerate("toy", "quick", toy / "s", seeds=[0, 1], **QUIET)
+    rows = list(csv.DictReader((toy / "s" / "curves-seeds.csv").open()))
+    fig = load_figures("toy", "quick", seeds=[0, 1])[0]
+    assert sorted((r["series"], int(r["seed"])) for r in rows) == sorted(
+        (r.series, r.seed) for r in fig.runs)
+    assert {r["run"] for r in rows} == {r.key for r in fig.runs}
+    assert all(float(r["test_accuracy"]) > 0 for r in rows)
 
 
 def _archive_of(toy, monkeypatch, edit):

@@ -259,3 +259,26 @@ def test_lenet_round_reports_table_one_megabytes(fmnist, cells, split, expected)
                    "algorithm": {"name": "hist", "cells": cells, "edge_rounds": 5, "split": split}})
     _, (report,) = _rounds(open_run(cfg).exp, 1)
     assert report.cumulative["uplink_mb_paper_per_client"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_symbol_normalisation_is_reachable_from_hist_and_is_the_aggregators_on_a_hand_round():
+    """``normalise_symbols`` (the reading with unit-power symbols, §8.4 item 18): every cell's
+    AirComp normalises, and on a hand-computed stack its noise std is max_i RMS(Δ_i)·√MSE,
+    against γ·√MSE under the literal reading; the literal reading stays the default."""
+    from wirelessfl.server.aggregation import AirComp
+
+    plain = _exp(cells=2, edge_rounds=2, aggregation="aircomp")
+    norm = _exp(cells=2, edge_rounds=2, aggregation="aircomp", normalise_symbols=True)
+    assert not any(a.normalise for a in plain.algorithm.aggregators)
+    assert all(a.normalise for a in norm.algorithm.aggregators)
+    agg = norm.algorithm.aggregators[0]
+    stack = {"w": torch.tensor([[0.3, -0.4], [0.1, 0.1], [2.0, 0.0]])}
+    rms = float(np.sqrt((np.array([[0.3, -0.4], [0.1, 0.1], [2.0, 0.0]]) ** 2).mean(1)).max())
+    _, info = agg.aggregate_stack(stack, np.ones(3) / 3, np.random.default_rng(0))
+    twin = AirComp(agg.snr_db, agg.lr, antennas=agg.antennas, method=agg.method)
+    _, lit = twin.aggregate_stack(stack, np.ones(3) / 3, np.random.default_rng(0))
+    assert info.mse == lit.mse
+    assert info.noise_std == pytest.approx(rms * info.mse ** 0.5)
+    assert lit.noise_std == pytest.approx(agg.lr * lit.mse ** 0.5)
+    with pytest.raises(ValueError, match="aggregation: aircomp"):
+        _exp(cells=2, normalise_symbols=True)

@@ -581,3 +581,28 @@ def test_runs_made_before_keep_their_keys_and_the_new_default_gets_a_new_one():
     new = key_view(resolve({**RAW, "network": {"model": "nr"}}))
     assert not {"sharing", "harq_max", "min_sinr_db"} & set(old["network"])
     assert {"sharing", "harq_max", "min_sinr_db"} <= set(new["network"])
+
+
+def test_the_shannon_rate_model_is_the_capacity_on_the_same_prbs_and_drop():
+    """``rate_model: shannon``: r_u(m) = 12·m·Δf·log2(1 + SINR_u(m)) on the same drop, fading
+    and power control as the tables (so never below them), no BLER; refused with a sharing in
+    time."""
+    tables, ideal = _link(20), _link(20, rate_model="shannon")
+    a = tables.channels(20, np.random.default_rng(4))
+    b = ideal.channels(20, np.random.default_rng(4))
+    np.testing.assert_allclose(a.sinr, b.sinr)
+    m = np.arange(1, 52)
+    np.testing.assert_allclose(b.table, 12 * m * 30e3 * np.log2(1 + b.sinr))
+    assert (b.rates >= a.rates).all() and (b.tbler == 0).all()
+    with pytest.raises(ValueError, match="sharings in frequency"):
+        NRSettings(rate_model="shannon", sharing="tdma")
+
+
+def test_a_hierarchical_run_over_nr_is_clocked_with_outage_but_aggregates_its_own_cells(tmp_path):
+    """HFedAvg times its own uplink: no digital uplink, its cells' clients all aggregated,
+    the clock the link's, cell by cell."""
+    raw = {**RAW, "rounds": 1, "algorithm": {"name": "hfedavg", "cells": 2, "edge_rounds": 2},
+           "network": {**NR, "cells": 2}}
+    run_job(open_run(raw), tmp_path / "h", quiet=True)
+    row = _rows(tmp_path / "h")[-1]
+    assert row["sim_time_s"] > 0 and "radio" not in row

@@ -128,3 +128,104 @@ def test_closeness_decides_close_far_and_noisy_and_never_on_two_seeds():
             within(ref, ref, bad)
     text = overall([within(ref + 0.01 * np.arange(5), ref, 1.0, (s, s))] * 2, 5)
     assert text.startswith("holds in all 2 settings") and "two one-sided tests" in text
+
+
+# ----------------------------------------------------- censored times to the target (issue 91)
+def _logrank_by_hand(a, ra, b, rb):
+    """The two-sample log-rank chi-square written out: at each distinct event time, the
+    observed events of a against their expectation under one hazard, and its variance."""
+    times = np.unique(np.concatenate([a[ra], b[rb]]))
+    o_minus_e, var = 0.0, 0.0
+    for t in times:
+        na, nb = (a >= t).sum(), (b >= t).sum()
+        da, db = ((a == t) & ra).sum(), ((b == t) & rb).sum()
+        n, d = na + nb, da + db
+        o_minus_e += da - d * na / n
+        if n > 1:
+            var += d * (na / n) * (nb / n) * (n - d) / (n - 1)
+    from scipy.stats import chi2
+    return float(chi2.sf(o_minus_e ** 2 / var, 1)), o_minus_e
+
+
+def test_the_censored_comparison_is_the_log_rank_test_computed_by_hand():
+    from wirelessfl.report.verdict import censored
+
+    a = np.array([40.0, 55.0, 60.0, 80.0, 100.0])
+    ra = np.array([True, True, True, True, False])
+    b = np.array([90.0, 120.0, 150.0, 100.0, 160.0])
+    rb = np.array([True, True, True, False, False])
+    p, o_minus_e = _logrank_by_hand(a, ra, b, rb)
+    got = censored(a, ra, b, rb)
+    assert got.test == "log-rank" and got.p == pytest.approx(p, rel=1e-9)
+    assert o_minus_e > 0 and got.verdict == ("holds" if p < 0.05 else "undecided")
+
+
+def test_scipy_logrank_matches_its_own_documented_example():
+    """The library's own example (scipy.stats.logrank's docs: two groups of recovery times,
+    the control's censored at 10): the statistic and p our verdict reads."""
+    from scipy import stats
+
+    x = stats.CensoredData(uncensored=[0.02, 0.43, 0.49, 0.55, 0.74, 0.93, 1.26],
+                           right=[1.52, 1.61, 1.79])
+    y = stats.CensoredData(uncensored=[0.16, 0.31, 0.55, 0.61, 0.77, 1.05],
+                           right=[1.51, 1.62, 1.68, 1.77, 1.81])
+    res = stats.logrank(x=x, y=y)
+    a = np.array([0.02, 0.43, 0.49, 0.55, 0.74, 0.93, 1.26, 1.52, 1.61, 1.79])
+    ra = np.arange(10) < 7
+    b = np.array([0.16, 0.31, 0.55, 0.61, 0.77, 1.05, 1.51, 1.62, 1.68, 1.77, 1.81])
+    rb = np.arange(11) < 6
+    p, _ = _logrank_by_hand(a, ra, b, rb)
+    assert res.pvalue == pytest.approx(p, rel=1e-9)
+
+
+def test_a_series_censored_below_its_comparator_never_does_not_hold():
+    """HIST's Fig. 4 case: stopped at 57 MB in every seed, against a comparator that reached
+    the target at 115-200 MB: undecided, saying the budget stops short; three seeds there at
+    70-80 MB and two censored at 100 (before any of the comparator's), it holds (p = 0.049);
+    run on past the comparator's values without reaching it, it does not hold; four seeds at
+    72-76 MB hold, unless the fifth runs on past every comparator value without reaching it
+    (log-rank: undecided, p = 0.49)."""
+    seeds = ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4])
+    other = np.array([115.0, 150.0, 200.0, 130.0, 170.0])
+    for mine, budget, want in [
+            (np.full(5, np.nan), np.full(5, 57.0), "undecided"),
+            (np.array([70.0, np.nan, 80.0, np.nan, 75.0]), np.full(5, 100.0), "holds"),
+            (np.full(5, np.nan), np.full(5, 400.0), "does not hold"),
+            (np.array([72.0, 74.0, 76.0, 73.0, np.nan]), np.full(5, 100.0), "holds"),
+            (np.array([72.0, 74.0, 76.0, 73.0, np.nan]), np.full(5, 300.0), "undecided")]:
+        got = compare(mine, other, True, seeds, budgets=(budget, np.full(5, np.nan)))
+        assert got.verdict == want, (mine, got.text())
+        assert got.test == "log-rank"
+    short = compare(np.full(5, np.nan), other, True, seeds,
+                    budgets=(np.full(5, 57.0), np.full(5, np.nan)))
+    assert "stops short" in short.text()
+
+
+def test_p_is_printed_to_three_digits_so_a_decided_p_never_reads_as_the_level():
+    c = compare(np.array([1.0, 2.1, 3.3, 4.0]), np.array([1.5, 2.9, 3.6, 4.8]), True,
+                ([0, 1, 2, 3], [0, 1, 2, 3]))
+    assert f"p = {c.p:.3g}" in c.text()
+    from wirelessfl.report.verdict import _p
+    assert _p(0.0496) == "= 0.0496"
+
+
+def test_a_claim_naming_a_trend_its_check_does_not_compute_is_refused():
+    """A finding that says "grows", "hurts", "less as", "within 5 points" or "46% less" is
+    checked only setting by setting, so the claim must own up to it in ``unchecked``; every
+    figure of every paper does (they load), and a claim without it is one line."""
+    from wirelessfl.report.spec import check_claim_spec, checked_text, load_figures
+    from wirelessfl.run.config import ConfigError
+
+    claim = {"finding": "HIST needs less uplink, and less as N grows", "better": "HIST",
+             "than": "HFedAvg", "measure": "uplink_mb_per_client"}
+    series = {"HIST": {}, "HFedAvg": {}}
+    with pytest.raises(ConfigError, match="less as"):
+        check_claim_spec({"claim": claim, "series": series}, "figure x")
+    check_claim_spec({"claim": {**claim, "unchecked": "'less as N grows': no trend test"},
+                      "series": series}, "figure x")
+    assert "no trend" in checked_text(claim) and "HIST has lower" in checked_text(claim)
+    question = {**claim, "finding": "(question, after X 2020) it holds"}
+    check_claim_spec({"claim": question, "series": series}, "figure x")
+    for paper in ("codesign", "dynamic", "fadamgc", "fedast", "hist", "rafed"):
+        for scale in ("quick", "paper"):
+            assert load_figures(paper, scale)

@@ -118,6 +118,9 @@ LINK_ADAPTATION = ("inner", "outer")
 SHARING = ("ofdma", "proportional_fair", "tdma", "round_robin")
 #: The sharings in frequency and :mod:`solvers.sharing`'s rule of each.
 FREQUENCY_RULES = {"ofdma": "round_robin", "proportional_fair": "proportional_fair"}
+#: How a client's SINR on its PRBs becomes a rate: Sionna's PHY tables (MCS, TBS, BLER), or
+#: Shannon's capacity on the same PRBs and symbols (an ideal PHY on the same drop).
+RATE_MODELS = ("tables", "shannon")
 #: The SINR grid of the PHY tables the frequency sharings read [dB]: from, to, step.
 GRID_DB = (-12.0, 36.0, 0.05)
 #: Points of the fading quadrature for a slot's error rate averaged over its fading.
@@ -186,6 +189,12 @@ class NRSettings(ShapingSettings):
     min_sinr_db : float or None
         A client whose SINR on one PRB (the most its power control reaches per PRB) is below
         this is not served this round: in outage (None: everyone is served) [default -5].
+    rate_model : str
+        ``tables`` (default): link adaptation over Sionna's PUSCH tables. ``shannon``: the
+        same drop, fading, power control, sharing and association, with each client's rate
+        on m PRBs Shannon's capacity 12·m·Δf·log2(1 + SINR) over all 14 symbols of a slot,
+        every block decoded (no MCS, BLER, HARQ or DM-RS overhead): the ideal PHY that
+        figure (e) compares NR with. Sharings in frequency only.
     deadline_s, scheduler, compression, max_bits, late
         How the uplink shapes learning (:class:`~wirelessfl.net.digital.ShapingSettings`).
     """
@@ -208,6 +217,7 @@ class NRSettings(ShapingSettings):
     harq_max: int = 4
     arq_max: int = 4
     min_sinr_db: float | None = -5.0
+    rate_model: str = "tables"
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -248,6 +258,14 @@ class NRSettings(ShapingSettings):
                              "never gives up: set harq_max >= 1 with it, or remove it")
         if self.min_sinr_db is not None:
             as_float("min_sinr_db", self.min_sinr_db, lo=-50, hi=50)
+        if self.rate_model not in RATE_MODELS:
+            raise ValueError(f"`rate_model` must be one of {', '.join(RATE_MODELS)}, got "
+                             f"{self.rate_model!r}")
+        if self.rate_model == "shannon" and (self.sharing not in FREQUENCY_RULES
+                                             or self.link_adaptation != "inner"):
+            raise ValueError("`rate_model: shannon` is built for the sharings in frequency "
+                             f"({', '.join(FREQUENCY_RULES)}) with link_adaptation inner: "
+                             "remove sharing or link_adaptation with it")
         if self.link_adaptation == "outer" and self.sharing in FREQUENCY_RULES:
             raise ValueError(f"`link_adaptation: outer` is built for the sharings in time only "
                              f"(tdma, round_robin), not sharing {self.sharing}: set "
@@ -836,6 +854,9 @@ class NRLink(DigitalLink):
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(N, M) per-PRB SINR (linear), MCS, TBS [bits] and TBLER of n clients on m = 1 … M PRBs.
 
+        (``rate_model: shannon``: MCS −1, TBS the bits a slot carries at Shannon's capacity,
+        TBLER 0.)
+
         On m PRBs a client transmits at TS 38.213's open-loop power
         P_u(m) = min(P_max, P0 + α·PL_u + 10 log10 m) (the formula of
         ``sionna.sys.open_loop_uplink_power_control``), so its per-PRB SINR is
@@ -855,6 +876,9 @@ class NRLink(DigitalLink):
             per_prb = per_prb + self.interference(n)[self.deployment(n).cell]
         sinr = (10.0 ** ((p_dbm - 30.0) / 10.0) / m * (fading / (10.0 ** (pl / 10.0)
                                                                  * per_prb))[:, None])
+        if s.rate_model == "shannon":  # every block decoded, all 14 symbols carry data
+            bits = 12 * m * s.scs_khz * 1e3 * s.slot_s * np.log2(1.0 + sinr)
+            return sinr, np.full(sinr.shape, -1), bits, np.zeros(sinr.shape)
         mcs, tbs, tbler = phy_tables(s.prbs).adapt(sinr, s.bler_target)
         return sinr, mcs, tbs, tbler
 

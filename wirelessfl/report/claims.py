@@ -38,8 +38,11 @@ The comparison is made in every panel and sweep value that has both series, over
 side's mean ± sample standard deviation and how many seeds reached the target. A setting's
 verdict comes from a two-sided test at the 5% level (:mod:`wirelessfl.report.verdict`): a
 paired t-test over seeds when both series ran the same seeds (they share each seed's data
-partition and initial model), else Welch's t-test; Fisher's exact test on the counts when
-some seeds did not reach the target. Beside it: the gap, its 95% interval and p. A series
+partition and initial model), else Welch's t-test. When some seeds did not reach the target,
+a run that stopped short is right-censored at its budget (the measure at its last row), and
+the series are compared by the log-rank test; a series "does not hold" only when it was
+censored at or beyond the comparator's value (:func:`wirelessfl.report.verdict.censored`).
+Beside it: the gap, its 95% interval and p. A series
 needs at least 3 seeds for its setting to be decided; the figure's verdict says how many
 settings were decided at that level.
 """
@@ -57,13 +60,14 @@ from wirelessfl.report.metrics import (
     diverged,
     final_accuracy,
     group_runs,
+    row_value,
     run_finals,
     run_rows,
     time_to_target,
     to_target,
     transition_accuracy,
 )
-from wirelessfl.report.spec import Figure, RunSpec, claim_series, show_value, sweep_label
+from wirelessfl.report.spec import Figure, RunSpec, checked_text, claim_series, show_value, sweep_label
 from wirelessfl.report.tables import LABELS
 from wirelessfl.report.verdict import compare, overall, within
 from wirelessfl.run.config import ConfigError
@@ -79,6 +83,10 @@ class Verdict:
     verdict: str
     #: What the numbers in ``ours`` are (the measure, where it is read, over which seeds).
     measured: str = ""
+    #: What the verdict tests, generated from the claim (:func:`checked_text`).
+    checked: str = ""
+    #: The parts of the finding the verdict does not test (the claim's ``unchecked``).
+    unchecked: str = ""
 
 
 def check_claim(fig: Figure, root: Path) -> Verdict | None:
@@ -109,7 +117,8 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
             continue
         mine, theirs = (_values(fig, claim, on, r, root) for r in (runs, rivals))
         pairs = ([r.seed for r in runs], [r.seed for r in rivals])
-        got = (compare(mine, theirs, lower, pairs) if margin is None
+        budgets = (_budgets(on, runs, root, mine), _budgets(on, rivals, root, theirs))
+        got = (compare(mine, theirs, lower, pairs, budgets=budgets) if margin is None
                else within(mine, theirs, float(margin), pairs))
         where = " ".join(x for x in (panel, _at(fig, value)) if x)
         gone = [sum(diverged(root, r) for r in side) for side in (runs, rivals)]
@@ -120,7 +129,8 @@ def check_claim(fig: Figure, root: Path) -> Verdict | None:
         verdicts.append(got)
     seeds = min((len(r) for r in groups.values()), default=0)
     return Verdict(finding, tuple(ours), overall(verdicts, seeds),
-                   _measured(fig, claim, on, lower, margin))
+                   _measured(fig, claim, on, lower, margin), checked_text(claim),
+                   str(claim.get("unchecked", "")))
 
 
 def _measured(fig: Figure, claim: dict[str, Any], on: str, lower: bool,
@@ -174,6 +184,52 @@ def _values(fig: Figure, claim: dict[str, Any], on: str, runs: list[RunSpec],
             out.append(math.nan if target is None else to_target(rows, float(target), on))
     # accuracies in %, as the tables print them (the gap then in percentage points)
     return np.array(out, dtype=float) * (100.0 if on in PERCENT else 1.0)
+
+
+def _budgets(on: str, runs: list[RunSpec], root: Path, values: np.ndarray) -> np.ndarray:
+    """Where a run did not reach the target: ``on`` at its last row (its budget).
+
+    That is the value it was censored at; NaN where it reached the target, diverged, or
+    ``on`` is no resource read at the target (accuracies, FedAST's time to the target).
+    """
+    out = np.full(len(runs), math.nan)
+    if on in PERCENT or on in ("time_to_target", "all_done"):
+        return out
+    for i, r in enumerate(runs):
+        if math.isnan(values[i]) and not diverged(root, r):
+            rows = run_rows(root, r)
+            if rows:
+                out[i] = row_value(rows[-1], on)
+    return out
+
+
+#: Columns of a figure's per-seed CSV read from each run's last row (when it has them).
+LAST_ROW = ("round", "test_accuracy", "uplink_mb_per_client", "sim_time_s")
+
+
+def per_seed_rows(fig: Figure, root: Path) -> list[dict[str, Any]]:
+    """One row per run of ``fig`` (``*-seeds.csv``: every verdict can be recomputed from it).
+
+    Where it sits (panel, series, sweep value, seed, run key), its last row's
+    :data:`LAST_ROW`, and, with a claim, its measure and the budget it was censored at.
+    """
+    claim = fig.spec.get("claim") or {}
+    on = str(claim.get("measure", "")) if claim.get("better") or claim.get("close") else ""
+    out = []
+    for r in fig.runs:
+        rows = run_rows(root, r) if not diverged(root, r) else []
+        last = rows[-1] if rows else {}
+        row: dict[str, Any] = {"panel": r.panel, "series": r.series,
+                               "value": show_value(r.value) if r.value is not None else "",
+                               "seed": r.seed, "run": r.key}
+        row.update({k: last.get(k, "") for k in LAST_ROW})
+        row["diverged"] = int(diverged(root, r))
+        if on:
+            value = _values(fig, claim, on, [r], root)
+            row[f"claim_{on}"] = float(value[0])
+            row["censored_at"] = float(_budgets(on, [r], root, value)[0])
+        out.append(row)
+    return out
 
 
 #: Measures that are accuracies: shown in %, in the verdict lines as in the tables.

@@ -17,7 +17,7 @@ from typing import Any
 
 from wirelessfl.errors import parse_yaml, short
 from wirelessfl.report.archive import ARCHIVE, archive_runs, restore_runs
-from wirelessfl.report.claims import Verdict, check_claim
+from wirelessfl.report.claims import Verdict, check_claim, per_seed_rows
 from wirelessfl.report.local import execute_local
 from wirelessfl.report.metrics import diverged
 from wirelessfl.report.ray_executor import RayOptions, execute_ray
@@ -33,7 +33,7 @@ from wirelessfl.report.spec import (
     run_folder,
     show_value,
 )
-from wirelessfl.report.tables import write_text
+from wirelessfl.report.tables import write_csv, write_text
 from wirelessfl.run.config import ConfigError, apply_overrides
 from wirelessfl.run.kinds import canonical
 from wirelessfl.run.records import RunRecord
@@ -104,6 +104,8 @@ def render(figures: list[Figure], root: Path, style: str = "report",
             continue
         with figure_style(style, title):
             paths = RENDERERS[fig.spec["kind"]](fig, root, root)
+        # per seed: what the CSVs' means and the verdict are computed from
+        paths = [*paths, write_csv(root / f"{fig.name}-seeds.csv", per_seed_rows(fig, root))]
         outputs += paths
         sections[fig.name] = readme_section(fig, paths, check_claim(fig, root))
     write_text(readme, README_HEAD + "\n" + "\n".join(sections.values()))
@@ -127,6 +129,10 @@ def readme_section(fig: Figure, paths: list[Path], verdict: Verdict | None) -> s
         out.append("No claim of the paper is attached to this figure.")
     else:
         out.append(f"- **The paper:** {verdict.finding}")
+        if verdict.checked:
+            out.append(f"- **Checked here:** {verdict.checked}")
+        if verdict.unchecked:
+            out.append(f"- **Not checked here:** {verdict.unchecked}")
         if verdict.ours:
             out.append(f"- **This report** ({verdict.measured}):")
             out += [f"  - {line}" for line in verdict.ours]
@@ -344,7 +350,16 @@ def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
     if not render_only:
         check_data(todo)
         execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs)
-    return render(figures, root, style, title)
+        return render(figures, root, style, title)
+    waiting = {r.key for r in todo}
+    lacking = [f.name for f in figures if all(r.key in waiting for r in f.runs)]
+    if len(lacking) == len(figures):
+        raise ConfigError(f"--render-only: no run of {', '.join(lacking)} is "
+                          + (f"in {reuse} or " if reuse is not None else "")
+                          + f"under {root}; drop --render-only to train them")
+    if lacking:  # nothing of theirs to draw: left as they were, not listed as missing
+        log(f"--render-only: {', '.join(lacking)} not drawn (none of their runs is there)")
+    return render([f for f in figures if f.name not in lacking], root, style, title)
 
 
 #: Datasets read from files: checked once before any run starts.

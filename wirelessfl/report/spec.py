@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,7 +308,40 @@ def run_settings(runs: tuple[RunSpec, ...] | list[RunSpec], scale: str = "",
 
 #: The keys of a figure's ``claim`` (:mod:`~wirelessfl.report.claims`).
 CLAIM_KEYS = ("finding", "better", "than", "close", "to", "within", "measure", "lower", "target",
-              "last", "why")
+              "last", "why", "unchecked")
+
+
+#: Words by which a finding names a trend or a magnitude: a pairwise verdict per setting does
+#: not compute them, so a claim using them says so in ``unchecked`` (:func:`wording_problems`).
+TREND = re.compile(
+    r"\b(grows?|grew|growing|hurts?|degrades?|converges?|lead|flat|most|fastest|slowly|"
+    r"less as|more as|more again|loses more|as (?:N|M|SNR|the \w+) (?:grows?|shrinks?)|"
+    r"within \d+ (?:points?|%)|up to \d+%|\d+% less)\b", re.I)
+
+
+def checked_text(claim: dict[str, Any]) -> str:
+    """What a claim's verdict tests, in words generated from its fields."""
+    on = str(claim.get("measure", "round"))
+    if claim.get("within") is not None:
+        return (f"{claim.get('close')} within ±{float(claim['within']):g} of {claim.get('to')} "
+                f"in {on}, setting by setting (two one-sided tests at 5% each)")
+    if claim.get("better") is None or claim.get("than") is None:
+        return ""
+    how = "lower" if bool(claim.get("lower", True)) else "higher"
+    return (f"{claim['better']} has {how} {on} than {claim['than']}, setting by setting "
+            "(a two-sided test at 5% in each; no trend across settings)")
+
+
+def wording_problems(claim: dict[str, Any]) -> list[str]:
+    """The trend or magnitude words of a checked claim's finding not owned in ``unchecked``.
+
+    A claim's words must be no stronger than its check.
+    """
+    if not checked_text(claim):
+        return []
+    text = re.sub(r"^\([^)]*\)\s*", "", str(claim.get("finding", "")))  # "(question, after …)"
+    unchecked = str(claim.get("unchecked", ""))
+    return [m.group(0) for m in TREND.finditer(text) if m.group(0).lower() not in unchecked.lower()]
 
 
 def claim_series(names: str | list[str]) -> tuple[str, ...]:
@@ -326,6 +360,15 @@ def check_claim_spec(spec: dict[str, Any], where: str) -> None:
     if unknown:
         raise ConfigError(f"{where}: claim has unknown key {unknown[0]!r}; its keys are "
                           f"{', '.join(CLAIM_KEYS)}")
+    if "unchecked" in claim and not (isinstance(claim["unchecked"], str)
+                                     and claim["unchecked"].strip()):
+        raise ConfigError(f"{where}: claim.unchecked must say, in words, which parts of the "
+                          "finding the verdict does not test")
+    loose = wording_problems(claim)
+    if loose:
+        raise ConfigError(f"{where}: the claim's finding says {loose[0]!r}, a trend or size its "
+                          "verdict does not compute; say so in claim.unchecked (with those "
+                          "words) or reword the finding")
     if "within" in claim:
         margin = claim["within"]
         if (isinstance(margin, bool) or not isinstance(margin, (int, float))

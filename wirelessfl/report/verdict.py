@@ -13,10 +13,22 @@ better series minus the other's, or the mean paired difference), its 95% interva
 
 A setting needs at least :data:`MIN_SEEDS` seeds a series to be decided: with 2 seeds a
 t-test has 1 degree of freedom (t_{0.975} = 12.7) and its interval says little, so 2 seeds
-never decide. When some seeds did not reach the target (no value), the t-tests cannot be
-used: the counts of seeds that reached it are compared with Fisher's exact test (two-sided),
-the same level; it decides only with enough seeds (5 against 0 of 5: p = 0.008; 3 against
-0 of 3: p = 0.1, undecided).
+never decide.
+
+**Censored runs.** When some seeds did not reach the target, the t-tests cannot be used. A
+run that stopped before the target is *right-censored* at the resource it had spent by then
+(its budget: the measure's value at its last row), never a failure: it says only that the
+target lies beyond that value. Given those budgets, the two series' times to the target are
+compared with the log-rank test of ``scipy.stats.logrank`` (two-sided, the same level, the
+censored runs as ``CensoredData.right_censored``), and the direction is the one-sided test
+that is the smaller. A series can then *not hold* only when it is behind **and** every run
+of it that did not reach the target was censored at or beyond the largest value at which the
+other series reached it: the other reached the target at a resource this one also spent
+without reaching it. A series censored below the comparator's value is *undecided* ("the
+budget stops short of the comparator"). Without budgets (a caller that gives none), the
+counts of seeds that reached the target are compared with Fisher's exact test (two-sided),
+which decides only with enough seeds (5 against 0 of 5: p = 0.008; 3 against 0 of 3:
+p = 0.1, undecided).
 
 Examples
 --------
@@ -53,7 +65,8 @@ class Comparison:
     verdict : str
         ``holds``, ``does not hold`` or ``undecided``.
     test : str
-        ``paired t``, ``Welch t``, ``Fisher exact`` or ``""`` (no test: why is in ``reason``).
+        ``paired t``, ``Welch t``, ``log-rank``, ``Fisher exact`` or ``""`` (no test: why is
+        in ``reason``).
     df : float or None
         The t-test's degrees of freedom.
     gap, low, high : float or None
@@ -93,31 +106,42 @@ class Comparison:
         if not self.test:
             return f"{self.verdict} ({self.reason})" if self.reason else self.verdict
         if self.test == "Fisher exact":
-            return f"{self.verdict} ({self.reason}; Fisher's exact test, p = {_p(self.p)})"
+            return f"{self.verdict} ({self.reason}; Fisher's exact test, p {_p(self.p)})"
+        if self.test == "log-rank":
+            return f"{self.verdict} ({self.reason}; log-rank test, p {_p(self.p)})"
         df = f"{self.df:.3g}" if self.df is not None else "?"
         bound, p = ("", "p") if self.margin is None else (f" against ±{self.margin:g}", "TOST p")
         return (f"{self.verdict} ({self.test}, {df} df: gap {self.gap:.3g}, "
                 f"{100 * self.confidence:g}% CI [{self.low:.3g}, {self.high:.3g}]{bound}, "
-                f"{p} = {_p(self.p)})")
+                f"{p} {_p(self.p)})")
 
 
 def _p(p: float | None) -> str:
-    return "?" if p is None else f"{p:.2g}" if p >= 1e-4 else "< 1e-4"
+    """P to 3 significant digits (0.0496, not 0.05, which reads as the level itself)."""
+    return "= ?" if p is None else f"= {p:.3g}" if p >= 1e-4 else "< 1e-4"
 
 
 def compare(better: np.ndarray, other: np.ndarray, lower: bool,
             seeds: tuple[Sequence[int], Sequence[int]] | None = None,
-            alpha: float = ALPHA) -> Comparison:
+            alpha: float = ALPHA,
+            budgets: tuple[np.ndarray, np.ndarray] | None = None) -> Comparison:
     """Whether ``better`` beats ``other`` (one value per seed; NaN: not reached).
 
     ``lower``: lower values are better. ``seeds`` (each side's seeds, in the order of its
     values): when both sides ran the same seeds the test is paired, seed with seed.
+    ``budgets`` (each side's, per seed): where a run did not reach the target, the value it
+    was censored at (module notes: log-rank, and "does not hold" only beyond the comparator).
     """
     a, b = np.asarray(better, float), np.asarray(other, float)
     fa, fb = np.isfinite(a), np.isfinite(b)
     if not fa.any() and not fb.any():
         return Comparison("undecided", reason="neither side reached the target")
     if not fa.all() or not fb.all():
+        if budgets is not None and lower:
+            ca, cb = (np.asarray(x, float) for x in budgets)
+            if ca.shape == a.shape and cb.shape == b.shape and np.isfinite(
+                    ca[~fa]).all() and np.isfinite(cb[~fb]).all():
+                return censored(np.where(fa, a, ca), fa, np.where(fb, b, cb), fb, alpha)
         return _reached(int(fa.sum()), a.size, int(fb.sum()), b.size, alpha)
     if (few := _few(a, b)) is not None:
         return few
@@ -202,6 +226,40 @@ def _gap(a: np.ndarray, b: np.ndarray,
         df = float((va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))) \
             if va + vb > 0 else float(a.size + b.size - 2)
     return gap, se, df, test
+
+
+def censored(a: np.ndarray, reached_a: np.ndarray, b: np.ndarray, reached_b: np.ndarray,
+             alpha: float = ALPHA) -> Comparison:
+    """Times to the target, some right-censored, compared by the log-rank test (module notes).
+
+    ``a``/``b``: each seed's value at the target where ``reached_*``, else its budget (the
+    value it was censored at); lower is better. ``a`` is the series claimed better.
+    """
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    ra, rb = np.asarray(reached_a, bool), np.asarray(reached_b, bool)
+    counts = (f"reached the target in {int(ra.sum())}/{a.size} against {int(rb.sum())}/{b.size} "
+              "seeds, the others censored at their budgets")
+    if min(a.size, b.size) < MIN_SEEDS:
+        return Comparison("undecided", reason=f"{counts}; a verdict needs at least {MIN_SEEDS} "
+                                              "seeds a series")
+    data = [stats.CensoredData.right_censored(x, ~r) for x, r in ((a, ra), (b, rb))]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        res = stats.logrank(*data, alternative="two-sided")
+    p = float(res.pvalue)
+    # the statistic is a's reached count over its expectation, standardised: > 0 when a
+    # reaches the target sooner than b
+    ahead = float(res.statistic) > 0
+    if not np.isfinite(p):  # nothing to compare at risk (e.g. censored before any event)
+        p = 1.0
+    short_of = bool(rb.any()) and bool((a[~ra] < b[rb].max()).any())
+    short = (f"; the budget stops short of the comparator's value ({a[~ra].min():.4g} < "
+             f"{b[rb].max():.4g})") if short_of else ""
+    if p < alpha and ahead:
+        return Comparison("holds", "log-rank", p=p, reason=counts)
+    if p < alpha and not short_of:
+        return Comparison("does not hold", "log-rank", p=p, reason=counts)
+    # undecided; behind but censored before the comparator's value: its budget cannot tell
+    return Comparison("undecided", "log-rank", p=p, reason=counts + short)
 
 
 def _reached(got_a: int, n_a: int, got_b: int, n_b: int, alpha: float) -> Comparison:

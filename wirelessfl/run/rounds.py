@@ -149,7 +149,11 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
     link = make_link(net, d, len(client_indices), seeds)
     uplink = link.aggregator(cfg.local.lr)
     shaping = link.shaping() if uplink is None else []
-    digital = link.digital_uplink(len(client_indices), seeds)
+    algo_cls = registry.get(cfg.algorithm.name)[1]
+    # an algorithm that times its own uplink (HIST, HFedAvg) takes no digital uplink unless a
+    # setting shapes learning (refused below); nr's outage then shortens the clock only
+    digital = (link.digital_uplink(len(client_indices), seeds)
+               if shaping or algo_cls.uses_digital_link else None)
     executor = lockstep.member() if lockstep is not None else make_executor(
         cfg.engine, device, cfg.max_batch, model, cfg.workers, cfg.compile, cfg.replay,
         cfg.low_rank, worker_init=plugins.load_in_worker)
@@ -159,7 +163,6 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
                       link=digital)
-    algo_cls = registry.get(cfg.algorithm.name)[1]
     if uplink is not None and not algo_cls.uses_uplink:
         from wirelessfl.algorithms.fedavg import FedAvg
 

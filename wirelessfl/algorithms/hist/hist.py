@@ -118,7 +118,8 @@ class HIST(HFedAvg):
         if hp.aggregation == "aircomp":
             self.aggregators = [AirComp(float(snr), env.local.lr, antennas=hp.antennas,
                                         method=hp.beamforming, real_part=hp.real_part_noise,
-                                        tight_power=hp.tight_power)
+                                        tight_power=hp.tight_power,
+                                        normalise=hp.normalise_symbols)
                                 for snr in by_half(hp.cells, *hp.snr_db)]
         self.check_private()  # (its cells' aggregators now known)
 

@@ -48,6 +48,12 @@ class HISTHParams(HFedAvgHParams):
         Receive beamforming method for AirComp.
     real_part_noise, tight_power : bool
         AirComp options of §8.4 items 16 and 17.
+    normalise_symbols : bool
+        AirComp's symbol normalisation (§8.4 item 18): the clients scale their accumulated
+        gradients by one common factor (the largest RMS, sent digitally) so every analog
+        symbol has average power ≤ 1, the reading in which the paper's SNR is that of
+        §VI-C's unit-power symbols; false (default): the literal reading, the gradients sent
+        as they are (RMS 0.15-0.26 per entry for the FCNN, 12-16 dB below unit power).
     cpu_ghz : pair of (low, high)
         CPU frequency ranges [GHz] of the first ⌊N/2⌋ cells and of the rest (§6.4; Fig. 7(b)
         uses (2, 4) for all).
@@ -79,6 +85,7 @@ class HISTHParams(HFedAvgHParams):
     beamforming: str = "fast"
     real_part_noise: bool = False
     tight_power: bool = False
+    normalise_symbols: bool = False
     cpu_ghz: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 2.0), (2.0, 4.0))
     cpu_redraw: bool = False
     bias_mode: str = "split_and_average"
@@ -97,6 +104,12 @@ class HISTHParams(HFedAvgHParams):
         if self.bias_mode not in BIAS_MODES:
             raise ValueError(f"bias_mode must be one of {BIAS_MODES}, got {self.bias_mode!r}")
         check_scenario(self.snr_db, self.cpu_ghz)
+        if not isinstance(self.normalise_symbols, bool):
+            raise ValueError(f"normalise_symbols must be true or false, got "
+                             f"{str(self.normalise_symbols)[:40]!r}")
+        if self.normalise_symbols and self.aggregation != "aircomp":
+            raise ValueError("normalise_symbols scales AirComp's analog symbols: set "
+                             "aggregation: aircomp with it, or remove it")
         as_int("antennas", self.antennas, lo=1, hi=4096)
         as_float("eps_th", self.eps_th, lo=0, hi=1e6, lo_open=True)
         if self.beamforming not in BEAMFORMING_METHODS:
