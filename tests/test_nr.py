@@ -606,3 +606,52 @@ def test_a_hierarchical_run_over_nr_is_clocked_with_outage_but_aggregates_its_ow
     run_job(open_run(raw), tmp_path / "h", quiet=True)
     row = _rows(tmp_path / "h")[-1]
     assert row["sim_time_s"] > 0 and "radio" not in row
+
+
+def test_clients_beyond_the_cell_edge_are_named_once_before_anything_trains(tmp_path, capsys):
+    """An association threshold above most clients' mean SINR: the run names them on stderr
+    once, at start-up, and trains."""
+    link = _link(12, seed=4, min_sinr_db=25.0)
+    edge = link.edge_clients(12)
+    assert 0 < len(edge) <= 12
+    assert len(_link(12, seed=4, **LEGACY).edge_clients(12)) == 0
+    raw = {**RAW, "rounds": 1, "network": {**NR, "min_sinr_db": 25.0}}
+    run_job(open_run(raw), tmp_path / "e", quiet=True)
+    err = capsys.readouterr().err
+    assert err.count("beyond the cell edge") == 1
+    assert ", ".join(map(str, edge[:10].tolist())) in err
+
+
+def test_kill_9_of_an_nr_run_with_radio_records_resumes_to_the_uninterrupted_rows(tmp_path):
+    """SIGKILL of a real ``wirelessfl run`` process once it has written rows (every round
+    checkpointed), then ``--resume``: the rows, radio records included, equal a run straight
+    through."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    raw = {**RAW, "rounds": 10, "eval_every": 1, "checkpoint_every": 1,
+           "network": {**NR, "min_sinr_db": 20.0}}
+    cfg = tmp_path / "nr.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    run_job(open_run(raw), tmp_path / "straight", quiet=True)
+    cmd = [sys.executable, "-m", "wirelessfl", "run", str(cfg), "--out", str(tmp_path / "cut"),
+           "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL  # killed mid-run, not finished
+    assert subprocess.run([*cmd, "--resume"], capture_output=True, timeout=300).returncode == 0
+    got, want = _rows(tmp_path / "cut"), _rows(tmp_path / "straight")
+    assert got == want and any(r.get("outage") for r in want)

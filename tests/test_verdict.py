@@ -229,3 +229,25 @@ def test_a_claim_naming_a_trend_its_check_does_not_compute_is_refused():
     for paper in ("codesign", "dynamic", "fadamgc", "fedast", "hist", "rafed"):
         for scale in ("quick", "paper"):
             assert load_figures(paper, scale)
+
+
+def test_every_paper_scale_time_to_target_claim_states_its_budget_rule():
+    """A claim read at the target (rounds, uplink, simulated time) says what budget each series
+    had and at which resource the claim is stated (claim.budget), so a reader sees whether a
+    run that missed the target was censored short of its comparator."""
+    from wirelessfl.report.spec import load_figures
+
+    words = {"round": "round", "uplink_mb_per_client": "uplink",
+             "uplink_mb_paper_per_client": "uplink", "sim_time_s": "time",
+             "time_to_target": "time", "all_done": "time"}
+    seen = 0
+    for paper in ("codesign", "dynamic", "fadamgc", "fedast", "hist", "rafed"):
+        for fig in load_figures(paper, "paper"):
+            claim = fig.spec.get("claim") or {}
+            on = claim.get("measure")
+            if not (claim.get("better") or claim.get("close")) or on not in words:
+                continue
+            seen += 1
+            assert words[on] in str(claim.get("budget", "")), (paper, fig.name)
+            assert "censored" in claim["budget"] or "short of" in claim["budget"], fig.name
+    assert seen >= 20

@@ -920,5 +920,43 @@ class NRLink(DigitalLink):
 
     @override
     def check_reachable(self, steps: int, num_clients: int, rounds: int) -> None:
-        """Refuse a deadline computing alone misses (an NR upload always ends: MCS 0 on 1 PRB)."""
+        """Refuse a deadline computing alone misses; name the clients the radio cannot serve.
+
+        An NR upload always ends (the lowest MCS on one PRB) unless the client is in outage;
+        clients whose TBLER is near 1 at their mean SINR would be in outage in most rounds
+        (:meth:`edge_clients`), and are named once on stderr, before anything trains.
+        """
         self.check_deadline(steps)
+        edge = self.edge_clients(num_clients)
+        if len(edge):
+            names = ", ".join(map(str, edge[:10].tolist())) + (" …" if len(edge) > 10 else "")
+            print(f"wirelessfl: network.model nr: {len(edge)} of {num_clients} clients ({names}) "
+                  "are beyond the cell edge: at their mean SINR even the lowest MCS on one PRB "
+                  "fails (TBLER > 0.9) or they are below min_sinr_db, so they will be in outage "
+                  "in most rounds", file=sys.stderr, flush=True)
+
+    def edge_clients(self, n: int) -> np.ndarray:
+        """The clients whose TBLER on one PRB at their mean SINR exceeds 0.9 (sorted ids).
+
+        The mean SINR is over the fading (A antennas: E‖h‖² = A); below ``min_sinr_db`` a
+        client counts too. Only with a HARQ limit or an association rule (else none).
+        """
+        s = self.settings
+        if not s.outage:
+            return np.zeros(0, int)
+        pl = self.deployment(n).pathloss_db
+        p1 = np.minimum(s.ut_max_power_dbm, s.p0_dbm + s.alpha * pl)
+        per_prb = 10.0 ** ((THERMAL_DBM_HZ + s.noise_figure_db - 30.0) / 10.0) \
+            * 12 * s.scs_khz * 1e3
+        if s.interference:
+            per_prb = per_prb + self.interference(n)[self.deployment(n).cell]
+        mean = 10.0 ** ((p1 - 30.0 - pl) / 10.0) * s.bs_antennas / per_prb
+        if s.rate_model == "shannon":
+            bad = np.zeros(n, bool)
+        else:
+            _, _, tbler = phy_tables(s.prbs).adapt(mean[:, None] * np.ones((1, s.prbs)),
+                                                   s.bler_target)
+            bad = tbler[:, 0] > 0.9
+        if s.min_sinr_db is not None:
+            bad |= 10 * np.log10(np.maximum(mean, 1e-30)) < s.min_sinr_db
+        return np.flatnonzero(bad)

@@ -133,6 +133,9 @@ def readme_section(fig: Figure, paths: list[Path], verdict: Verdict | None) -> s
             out.append(f"- **Checked here:** {verdict.checked}")
         if verdict.unchecked:
             out.append(f"- **Not checked here:** {verdict.unchecked}")
+        budget = (fig.spec.get("claim") or {}).get("budget")
+        if budget:
+            out.append(f"- **Budget:** {budget}")
         if verdict.ours:
             out.append(f"- **This report** ({verdict.measured}):")
             out += [f"  - {line}" for line in verdict.ours]

@@ -308,7 +308,7 @@ def run_settings(runs: tuple[RunSpec, ...] | list[RunSpec], scale: str = "",
 
 #: The keys of a figure's ``claim`` (:mod:`~wirelessfl.report.claims`).
 CLAIM_KEYS = ("finding", "better", "than", "close", "to", "within", "measure", "lower", "target",
-              "last", "why", "unchecked")
+              "last", "why", "unchecked", "budget")
 
 
 #: Words by which a finding names a trend or a magnitude: a pairwise verdict per setting does
