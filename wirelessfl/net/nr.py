@@ -927,6 +927,8 @@ class NRLink(DigitalLink):
         (:meth:`edge_clients`), and are named once on stderr, before anything trains.
         """
         self.check_deadline(steps)
+        if self.num_clients != num_clients:  # re-timing: no population of its own to name
+            return
         edge = self.edge_clients(num_clients)
         if len(edge):
             names = ", ".join(map(str, edge[:10].tolist())) + (" …" if len(edge) > 10 else "")
