@@ -1,5 +1,7 @@
 """Verdicts are two-sided tests at a stated level: scipy's answers, paired where the seeds match."""
 
+import functools
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -209,11 +211,22 @@ def test_p_is_printed_to_three_digits_so_a_decided_p_never_reads_as_the_level():
     assert _p(0.0496) == "= 0.0496"
 
 
+PAPERS = ("codesign", "dynamic", "fadamgc", "fedast", "hist", "rafed")
+
+
+@functools.cache
+def _figures(paper, scale):
+    """Every figure of a paper at a scale (loaded once for the tests below)."""
+    from wirelessfl.report.spec import load_figures
+
+    return tuple(load_figures(paper, scale))
+
+
 def test_a_claim_naming_a_trend_its_check_does_not_compute_is_refused():
     """A finding that says "grows", "hurts", "less as", "within 5 points" or "46% less" is
     checked only setting by setting, so the claim must own up to it in ``unchecked``; every
     figure of every paper does (they load), and a claim without it is one line."""
-    from wirelessfl.report.spec import check_claim_spec, checked_text, load_figures
+    from wirelessfl.report.spec import check_claim_spec, checked_text
     from wirelessfl.run.config import ConfigError
 
     claim = {"finding": "HIST needs less uplink, and less as N grows", "better": "HIST",
@@ -226,23 +239,20 @@ def test_a_claim_naming_a_trend_its_check_does_not_compute_is_refused():
     assert "no trend" in checked_text(claim) and "HIST has lower" in checked_text(claim)
     question = {**claim, "finding": "(question, after X 2020) it holds"}
     check_claim_spec({"claim": question, "series": series}, "figure x")
-    for paper in ("codesign", "dynamic", "fadamgc", "fedast", "hist", "rafed"):
-        for scale in ("quick", "paper"):
-            assert load_figures(paper, scale)
+    for scale in ("quick", "paper"):
+        assert all(_figures(paper, scale) for paper in PAPERS)
 
 
 def test_every_paper_scale_time_to_target_claim_states_its_budget_rule():
     """A claim read at the target (rounds, uplink, simulated time) says what budget each series
     had and at which resource the claim is stated (claim.budget), so a reader sees whether a
     run that missed the target was censored short of its comparator."""
-    from wirelessfl.report.spec import load_figures
-
     words = {"round": "round", "uplink_mb_per_client": "uplink",
              "uplink_mb_paper_per_client": "uplink", "sim_time_s": "time",
              "time_to_target": "time", "all_done": "time"}
     seen = 0
-    for paper in ("codesign", "dynamic", "fadamgc", "fedast", "hist", "rafed"):
-        for fig in load_figures(paper, "paper"):
+    for paper in PAPERS:
+        for fig in _figures(paper, "paper"):
             claim = fig.spec.get("claim") or {}
             on = claim.get("measure")
             if not (claim.get("better") or claim.get("close")) or on not in words:
