@@ -655,3 +655,19 @@ def test_kill_9_of_an_nr_run_with_radio_records_resumes_to_the_uninterrupted_row
     assert subprocess.run([*cmd, "--resume"], capture_output=True, timeout=300).returncode == 0
     got, want = _rows(tmp_path / "cut"), _rows(tmp_path / "straight")
     assert got == want and any(r.get("outage") for r in want)
+
+
+def test_retime_under_nr_counts_the_client_rounds_in_outage_as_a_trained_run_drops_them(tmp_path):
+    from wirelessfl.run.retime import retime_run
+
+    base = {**RAW, "rounds": 3, "eval_every": 1}
+    net = {**NR, "min_sinr_db": 22.0}
+    run_job(open_run({**base, "network": {**NR, "model": "tdma"}}), tmp_path / "t", quiet=True)
+    run_job(open_run({**base, "network": net}), tmp_path / "n", quiet=True)
+    trained = RunRecord(tmp_path / "n").rows()
+    retimed = retime_run(tmp_path / "t", ["network.model=nr", "network.min_sinr_db=22.0"])
+    counts = np.cumsum([len(r.get("outage", [])) for r in trained])
+    assert [r["outage_clients"] for r in retimed] == counts.tolist() and counts[-1] > 0
+    assert [r["sim_time_s"] for r in retimed[1:]] == [r["sim_time_s"] for r in trained[1:]]
+    plain = retime_run(tmp_path / "t", ["network.model=fixed"])
+    assert "outage_clients" not in plain[-1]

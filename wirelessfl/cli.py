@@ -178,7 +178,9 @@ def _cmd_retime(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out}: folder {out.parent} does not exist")
     rows = retime_run(args.run, args.set)
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["round", "test_accuracy", "sim_time_s"])
+    w = csv.DictWriter(buf, fieldnames=["round", "test_accuracy", "sim_time_s",
+                                        *(["outage_clients"] if "outage_clients" in rows[0]
+                                          else [])])
     w.writeheader()
     w.writerows(rows)
     if out is None:
@@ -190,6 +192,8 @@ def _cmd_retime(args: argparse.Namespace) -> int:
     last = rows[-1]
     told = ("no simulated time" if last["sim_time_s"] is None else
             f"{last['sim_time_s']:.1f} s simulated at round {last['round']}")
+    if "outage_clients" in last:
+        told += f", {last['outage_clients']} client-rounds in outage"
     print(f"re-timed {len(rows)} rows ({', '.join(args.set)}): {told}", file=sys.stderr)
     return 0
 

@@ -10,8 +10,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from wirelessfl.errors import RunFolderError
-from wirelessfl.net.links import NetworkConfig, learning_keys, link_class, make_link, retime
+from wirelessfl.net.links import NetworkConfig, RoundCost, learning_keys, link_class, make_link, retime
 from wirelessfl.rng import Seeds
 from wirelessfl.run.config import ConfigError, apply_overrides
 from wirelessfl.run.kinds import kind_of, resolve_config
@@ -68,8 +70,40 @@ def retime_run(folder: str | Path, overrides: list[str]) -> list[dict[str, Any]]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     times = retime(rows, link, Seeds(cfg.seed))
-    return [{"round": r["round"], "test_accuracy": r["test_accuracy"], "sim_time_s": t}
-            for r, t in zip(rows, times)]
+    out = [{"round": r["round"], "test_accuracy": r["test_accuracy"], "sim_time_s": t}
+           for r, t in zip(rows, times)]
+    lost = _outage(rows, link, Seeds(cfg.seed))
+    if lost is not None:  # nr: the client-rounds in outage up to each row
+        for row, n in zip(out, lost):
+            row["outage_clients"] = n
+    return out
+
+
+def _outage(rows: list[dict[str, Any]], link: Any, seeds: Seeds) -> list[int] | None:
+    """Client-rounds in outage up to each row under ``link`` (None: a link without outage).
+
+    Each round's channels are drawn again from the stream the clock read (``("network",
+    t)``), so the count is that of the times :func:`~wirelessfl.net.links.retime` gave;
+    hierarchical rounds (their cells) and rows without client ids are not counted.
+    """
+    settings = getattr(link, "settings", None)
+    if not getattr(settings, "outage", False) or not hasattr(link, "channels"):
+        return None
+    total, out, first = 0, [], 0
+    for row in rows:
+        costs = row.get("round_costs") or []
+        first = row["round"] - len(costs)
+        for i, values in enumerate(costs):
+            cost = RoundCost.from_list(values)
+            if cost.ids is None or cost.cells is not None:
+                continue
+            ids = np.asarray(cost.ids, int)
+            up = link.channels(cost.population, seeds.generator("network", first + i + 1)).uplink(
+                ids, np.full(len(ids), cost.uplink * link.cfg.bits_per_param), None,
+                cost.max_steps * link.cfg.step_seconds)
+            total += int(np.sum(up.outage)) if up.outage is not None else 0
+        out.append(total)
+    return out
 
 
 def _for_new_model(raw: dict[str, Any], keys: list[str]) -> dict[str, Any]:
