@@ -233,6 +233,25 @@ def test_bulyan_with_too_few_clients_for_its_f_is_one_line(cli_error):
     open_run({**RAW, "algorithm": {"name": "fedavg", "robust": "bulyan", "byzantine": 1}})
 
 
+@pytest.mark.parametrize("settings, match", [
+    ({"byzantine": 4}, "2f + 3 = 11"),            # 10 clients: f = 4 is too many
+    ({"byzantine": 1000000}, "2f + 3"),
+    ({"byzantine": 1, "krum_select": 10}, "n - f = 9"),
+])
+def test_krum_s_f_and_selection_are_checked_against_the_round_s_clients(cli_error, settings,
+                                                                       match):
+    err = cli_error({**RAW, "algorithm": {"name": "fedavg", "robust": "krum", **settings}})
+    assert match in err
+    open_run({**RAW, "algorithm": {"name": "fedavg", "robust": "krum", "byzantine": 3,
+                                   "krum_select": 7}})
+
+
+def test_a_scaled_attack_at_scale_one_is_no_attack_and_is_refused(cli_error):
+    raw = {**RAW, "algorithm": {"name": "fedavg", "attack": "scaled", "attackers": 0.2}}
+    assert "no attack" in cli_error(raw)
+    open_run({**raw, "algorithm": {**raw["algorithm"], "attack_scale": 10.0}})
+
+
 def test_bulyan_s_selection_costs_a_few_operators_per_chosen_row():
     """Bulyan's Krum rounds are sequential by definition: Python grows by a fixed few calls per
     chosen row, and nothing else grows with the clients."""

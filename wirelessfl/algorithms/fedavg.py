@@ -169,6 +169,9 @@ class FedAvgHParams(PrivacySettings):
         if self.attack_scale != 1.0 and self.attack in ("none", "label_flip"):
             raise ValueError("`attack_scale` is a setting of the sign_flip, scaled and noise "
                              "attacks: set one of them, or remove it")
+        if self.attack == "scaled" and self.attack_scale == 1.0:
+            raise ValueError("`attack: scaled` at attack_scale 1 sends the honest update: no "
+                             "attack; set attack_scale (e.g. 10)")
         self.check_privacy(also=("dp_clip_quantile",))
         if self.dp != "none" and self.weighting != "uniform":
             raise ValueError("`dp` bounds each client's part of the mean: set weighting: uniform "
@@ -305,6 +308,16 @@ class FedAvg(FederatedAlgorithm):
                               f"least 4f + 3 = {4 * hp.byzantine + 3} clients a round, this run "
                               f"has {hp.clients_per_round or env.num_clients}: lower byzantine or "
                               "raise clients_per_round")
+        clients = hp.clients_per_round or env.num_clients
+        if hp.robust == "krum" and clients < 2 * hp.byzantine + 3:
+            raise ConfigError(f"algorithm.robust krum with byzantine {hp.byzantine} needs at least "
+                              f"2f + 3 = {2 * hp.byzantine + 3} clients a round (Blanchard et al. "
+                              f"2017), this run has {clients}: lower byzantine or raise "
+                              "clients_per_round")
+        if hp.robust == "krum" and hp.krum_select > clients - hp.byzantine:
+            raise ConfigError(f"algorithm.krum_select {hp.krum_select} is more than the n - f = "
+                              f"{clients - hp.byzantine} rows multi-Krum may average ({clients} "
+                              f"clients a round, byzantine {hp.byzantine}): lower krum_select")
         if (hp.robust != "mean" or hp.attack != "none" or hp.dp != "none") and aggregator is None \
                 and not type(self).reads_deltas_through_combine():
             raise ConfigError(f"algorithm.robust / attack / dp: {type(self).__name__} combines "
