@@ -355,6 +355,12 @@ def test_dp_in_cells_reports_the_accountant_s_epsilon_for_every_edge_release(tmp
     assert rows[-1]["round"] < 30 and rows[-1]["epsilon"] <= 60.0 < algo.epsilon(rows[-1]["round"] + 1)
 
 
+def test_a_target_epsilon_the_first_cells_round_spends_is_one_line(cli_error):
+    """HFedAvg used to train 0 rounds and exit 0; it refuses the setting as FedAvg does."""
+    err = cli_error({**RAW, "algorithm": {**CELLS, "dp_target_epsilon": 0.5}})
+    assert "spent by the first round" in err
+
+
 def test_dp_in_cells_resumes_to_its_uninterrupted_rows(cut_and_resume):
     full, resumed = cut_and_resume({**RAW, "algorithm": CELLS}, after=3)
     assert resumed == full

@@ -152,11 +152,19 @@ class HFedAvg(FederatedAlgorithm):
             self.check_private()
 
     def check_private(self) -> None:
-        """Refuse ``dp`` where the cells' aggregation does not fit it (one line)."""
+        """Refuse ``dp`` where the cells' aggregation does not fit it (one line).
+
+        Also a target ε that the first round already spends, as FedAvg does.
+        """
         try:
             self.edge_aggregators  # noqa: B018 - built once, here, where it can be refused
         except ValueError as exc:
             raise ConfigError(f"algorithm.{exc}") from None
+        target, first = self.hp.dp_target_epsilon, self.epsilon(1)
+        if target is not None and first is not None and first > target:
+            raise ConfigError(f"algorithm.dp_target_epsilon {target:g} is spent by the first "
+                              f"round (epsilon {first:.3g} after its {self.hp.edge_rounds} edge "
+                              "rounds): raise it or dp_noise")
 
     @functools.cached_property
     def edge_aggregators(self) -> tuple[Aggregator, ...]:
