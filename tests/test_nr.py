@@ -549,6 +549,8 @@ def test_an_nr_run_drops_clients_in_outage_and_logs_the_radio_of_each_round(tmp_
         assert len(radio["mcs"]) == len(radio["clients"]) == len(r["arrived"] + r["dropped"])
         assert all(1 <= m <= 51 for m in radio["prbs"])
     assert rows[-1]["dropped_clients"] >= sum(len(r["outage"]) for r in rows)
+    assert rows[-1]["outage_clients"] == sum(len(r["outage"]) for r in rows)
+    assert RunRecord(tmp_path / "o").summary()["outage_uploads"] == rows[-1]["outage_clients"]
 
 
 def test_the_radio_command_prints_plots_and_writes_the_distributions(tmp_path, capsys):

@@ -407,3 +407,17 @@ def test_adaptive_clipping_over_the_air_tops_up_to_z_delta_and_counts_a_louder_c
         assert state.privacy.multipliers[-1] == want and report.dp_clip_norm is not None
     assert (max(state.privacy.multipliers) > 1.0) == above
     assert len(set(state.privacy.multipliers)) >= 1 and state.privacy.clip != 0.5
+
+
+def test_epsilon_at_delta_is_in_the_summary_line_and_summary_json(tmp_path, capsys):
+    import json
+
+    from wirelessfl.cli import main
+
+    cfg = tmp_path / "dp.yaml"
+    cfg.write_text(json.dumps({**RAW, "rounds": 2, "algorithm": DP}))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    last = RunRecord(tmp_path / "r").rows()[-1]
+    assert summary["epsilon"] == last["epsilon"] > 0 and summary["dp_delta"] > 0
+    assert f"ε = {summary['epsilon']:.3g} at δ" in capsys.readouterr().out

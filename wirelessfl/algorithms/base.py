@@ -236,6 +236,7 @@ class FederatedAlgorithm(ABC):
         return new, dataclasses.replace(
             report, latency_s=delivery.seconds, delivery=delivery, uplink_params=sent,
             cumulative={**report.cumulative, "dropped_clients": float(len(delivery.dropped)),
+                        "outage_clients": float(len(delivery.outage)),
                         "late_clients": float(len(delivery.late)),
                         "uploads": float(len(results)),
                         "empty_rounds": float(not kept),

@@ -404,6 +404,11 @@ def summarize(cfg: RunConfig, rows: list[dict[str, Any]], wall: float) -> dict[s
         summary.update(uploads=int(last["uploads"]),
                        dropped_uploads=int(last.get("dropped_clients", 0)),
                        late_uploads=int(last.get("late_clients", 0)))
+        if last.get("outage_clients"):  # nr: uploads lost on the radio (among the dropped)
+            summary["outage_uploads"] = int(last["outage_clients"])
+    if last.get("epsilon") is not None:  # DP: the privacy spent, at the run's delta
+        summary["epsilon"] = float(last["epsilon"])
+        summary["dp_delta"] = float(getattr(cfg.algorithm.hparams, "dp_delta", float("nan")))
     if cfg.target_accuracy is not None:
         hit = first_reaching(rows, cfg.target_accuracy)
         summary["target_accuracy"] = cfg.target_accuracy
@@ -575,6 +580,10 @@ class RoundsJob(Job):
             late = summary.get("late_uploads", 0)
             line += (f", {summary['dropped_uploads']} of {summary['uploads']} uploads dropped by "
                      f"the link" + (f" and {late} late (aggregated a round later)" if late else ""))
+        if summary.get("outage_uploads"):
+            line += f" ({summary['outage_uploads']} in radio outage)"
+        if summary.get("epsilon") is not None:
+            line += f", privacy spent ε = {summary['epsilon']:.3g} at δ = {summary['dp_delta']:g}"
         if summary.get("empty_rounds"):
             line += (f", {summary['empty_rounds']} of {summary['rounds']} rounds aggregated "
                      "nothing (no upload reached the server)")
