@@ -421,3 +421,12 @@ def test_epsilon_at_delta_is_in_the_summary_line_and_summary_json(tmp_path, caps
     last = RunRecord(tmp_path / "r").rows()[-1]
     assert summary["epsilon"] == last["epsilon"] > 0 and summary["dp_delta"] > 0
     assert f"ε = {summary['epsilon']:.3g} at δ" in capsys.readouterr().out
+
+
+def test_a_dp_setting_whose_noise_drowns_the_mean_is_warned_about_once(capsys):
+    """z·√d/K above 1 (central): the noise on the mean outweighs any clipped update."""
+    open_run({**RAW, "algorithm": {**DP, "dp_noise": 50.0}})
+    err = capsys.readouterr().err
+    assert err.count("will hardly learn") == 1 and "above the clip C" in err
+    open_run({**RAW, "algorithm": {**DP, "dp_noise": 1e-4}})
+    assert "hardly learn" not in capsys.readouterr().err

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,25 @@ from wirelessfl.server.state import RoundPlan
 
 #: Simulated client attacks of ``algorithm.attack`` (on the pseudo-gradients they upload).
 ATTACKS = ("none", "sign_flip", "scaled", "noise", "label_flip")
+
+
+def warn_noisy_mean(hp: Any, clients: int, params: int) -> None:
+    """Warn on stderr (once, at set-up) when the DP noise on the mean outweighs the updates.
+
+    Each clipped update has norm ≤ C; the noise the mean of K of them carries has norm about
+    z·C·√d/K (central and over the air: one draw on the sum) or z·C·√d/√K (local: K draws).
+    Above C, the mean is mostly noise and the model hardly learns (the robustness guide's
+    first DP command, z = 4 over 10 clients of the FCNN: about 195·C, trained to chance).
+    """
+    if hp.dp == "none" or hp.dp_noise <= 0 or clients < 1:
+        return
+    spread = hp.dp_noise * math.sqrt(params) / (math.sqrt(clients) if hp.dp == "local"
+                                                else clients)
+    if spread > 1.0:
+        print(f"wirelessfl: warning: the DP noise on the mean has norm about {spread:.3g}·C, "
+              f"above the clip C (z = {hp.dp_noise:g}, {clients} clients, d = {params:,}): the "
+              "model will hardly learn; aggregate more clients a round or lower dp_noise",
+              file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -350,6 +370,8 @@ class FedAvg(FederatedAlgorithm):
                 raise ConfigError(f"algorithm.dp_target_epsilon {hp.dp_target_epsilon:g} is spent by "
                                   f"the first round (epsilon {self.epsilon(1):.3g}): raise it or "
                                   "dp_noise")
+            warn_noisy_mean(hp, hp.clients_per_round or env.num_clients,
+                            sum(int(p.numel()) for p in env.model.parameters() if p.requires_grad))
         n = env.num_clients
         order = env.seeds.generator("attackers").permutation(n) if hp.attack != "none" else []
         #: The clients that attack (sorted ids; none without ``attack``).
