@@ -267,3 +267,42 @@ def test_bulyan_s_selection_costs_a_few_operators_per_chosen_row():
 def test_an_algorithm_that_combines_its_own_way_refuses_a_rule():
     with pytest.raises(ValueError, match="its own way"):
         open_run({**RAW, "algorithm": {"name": "feddyn", "robust": "median"}})
+
+
+def _alie_ipm_numpy(rows, bad, attack, eps=1.0):
+    """ALIE and IPM written from their papers in NumPy, row by row."""
+    from scipy.stats import norm
+
+    honest = rows[~bad]
+    mu = honest.mean(0)
+    out = rows.copy()
+    if attack == "ipm":
+        out[bad] = -eps * mu
+        return out
+    n, f = len(rows), int(bad.sum())
+    s = int(np.floor(n / 2 + 1)) - f
+    z = norm.ppf((n - s) / n)
+    out[bad] = mu - z * honest.std(0, ddof=1)
+    return out
+
+
+@pytest.mark.parametrize("attack, eps", [("alie", 1.0), ("ipm", 0.1), ("ipm", 4.0)])
+def test_alie_and_ipm_equal_numpy_transcriptions_of_their_papers(attack, eps):
+    from wirelessfl.algorithms.fedavg import literature_attack
+
+    rng = np.random.default_rng(3)
+    stack = {"w": torch.as_tensor(rng.normal(size=(9, 3, 4))), "b": torch.as_tensor(
+        rng.normal(size=(9, 5)))}
+    bad = np.zeros(9, bool)
+    bad[[1, 4]] = True
+    got = literature_attack(stack, torch.as_tensor(bad), attack, eps)
+    rows = np.concatenate([stack["w"].numpy().reshape(9, -1), stack["b"].numpy()], 1)
+    want = _alie_ipm_numpy(rows, bad, attack, eps)
+    np.testing.assert_allclose(np.concatenate([got["w"].numpy().reshape(9, -1),
+                                               got["b"].numpy()], 1), want, rtol=1e-12)
+
+
+def test_an_alie_run_against_the_median_trains_and_resumes(cut_and_resume):
+    algorithm = {"name": "fedavg", "robust": "median", "attack": "alie", "attackers": 0.2}
+    full, resumed = cut_and_resume({**RAW, "algorithm": algorithm})
+    assert resumed == full

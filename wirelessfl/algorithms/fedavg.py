@@ -59,7 +59,38 @@ from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
 
 #: Simulated client attacks of ``algorithm.attack`` (on the pseudo-gradients they upload).
-ATTACKS = ("none", "sign_flip", "scaled", "noise", "label_flip")
+ATTACKS = ("none", "sign_flip", "scaled", "noise", "label_flip", "alie", "ipm")
+
+
+def literature_attack(stack: Params, mask: torch.Tensor, attack: str, eps: float) -> Params:
+    """ALIE or IPM (``attack``): every row of ``mask`` replaced by one vector from the others.
+
+    ALIE (Baruch, Baruch, Goldberg, NeurIPS 2019): μ − z_max·σ, with μ and σ the honest rows'
+    coordinate-wise mean and (sample) standard deviation and z_max = Φ⁻¹((n − s)/n),
+    s = ⌊n/2 + 1⌋ − f (n rows, f of them attackers): the largest shift that stays within the
+    honest spread of enough rows to pass median- and Krum-type rules. IPM (Xie, Koyejo,
+    Gupta, UAI 2020): −ε·μ, whose inner product with the true mean is negative. On the
+    stacked rows in a few operations; with no honest row, every row's statistics.
+    """
+    from scipy.stats import norm
+
+    keys = list(stack)
+    n = int(mask.shape[0])
+    flat = torch.cat([stack[k].reshape(n, -1) for k in keys], 1)
+    honest = flat[~mask] if bool((~mask).any()) else flat
+    mu = honest.mean(0)
+    if attack == "ipm":
+        row = -eps * mu
+    else:
+        f = int(mask.sum())
+        s = math.floor(n / 2 + 1) - f
+        z = float(norm.ppf(min(max((n - s) / n, 1e-6), 1 - 1e-6)))
+        sigma = honest.std(0, correction=1 if honest.shape[0] > 1 else 0)
+        row = mu - z * sigma
+    out = torch.where(mask[:, None], row[None, :].to(flat.dtype), flat)
+    sizes = [stack[k][0].numel() for k in keys]
+    return {k: part.reshape(stack[k].shape)
+            for k, part in zip(keys, torch.split(out, sizes, dim=1))}
 
 
 def warn_noisy_mean(hp: Any, clients: int, params: int) -> None:
@@ -117,9 +148,15 @@ class FedAvgHParams(PrivacySettings):
     attack : str
         Attackers among the clients, to test the rules: ``none`` (default), ``sign_flip``
         (an attacker sends −s·Δ_i), ``scaled`` (s·Δ_i), ``noise`` (Δ_i plus Gaussian noise
-        of s times its own RMS per entry), s = ``attack_scale``, or ``label_flip`` (an
+        of s times its own RMS per entry), s = ``attack_scale``, ``label_flip`` (an
         attacker trains on its samples with label y read as K − 1 − y, and sends what it
-        learned: a data attack; its partition must give each sample to one client).
+        learned: a data attack; its partition must give each sample to one client),
+        ``alie`` ("a little is enough", Baruch et al. 2019: every attacker sends μ − z_max·σ,
+        the honest rows' coordinate-wise mean and standard deviation, z_max = Φ⁻¹((n − s)/n)
+        with s = ⌊n/2 + 1⌋ − f for the round's n rows and f attackers) or ``ipm``
+        (inner-product manipulation, Xie et al. 2020: every attacker sends −ε·μ, ε =
+        ``attack_scale``). Both read the honest clients' updates, as their threat models
+        allow.
     attackers : float
         The fraction of the population that attacks, drawn once per run (``attackers``
         stream) [0].
@@ -186,9 +223,9 @@ class FedAvgHParams(PrivacySettings):
         if (self.attackers > 0) != (self.attack != "none"):
             raise ValueError("`attack` and `attackers` go together: name the attack and the "
                              "fraction of clients that makes it (or neither)")
-        if self.attack_scale != 1.0 and self.attack in ("none", "label_flip"):
-            raise ValueError("`attack_scale` is a setting of the sign_flip, scaled and noise "
-                             "attacks: set one of them, or remove it")
+        if self.attack_scale != 1.0 and self.attack in ("none", "label_flip", "alie"):
+            raise ValueError("`attack_scale` is a setting of the sign_flip, scaled, noise and "
+                             "ipm attacks: set one of them, or remove it")
         if self.attack == "scaled" and self.attack_scale == 1.0:
             raise ValueError("`attack: scaled` at attack_scale 1 sends the honest update: no "
                              "attack; set attack_scale (e.g. 10)")
@@ -573,6 +610,8 @@ class FedAvg(FederatedAlgorithm):
             factor = 1.0 + ((-s if hp.attack == "sign_flip" else s) - 1.0) * mask.double()
             return {k: v * factor.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1))
                     for k, v in stack.items()}
+        if hp.attack in ("alie", "ipm"):
+            return literature_attack(stack, mask, hp.attack, s)
         n = len(bad)  # noise: s times each row's own RMS per entry, from the round's stream
         rms = torch.cat([v.reshape(n, -1) for v in stack.values()], 1).pow(2).mean(1).sqrt()
         gen = torch.Generator().manual_seed(self.env.seeds.int_seed("attack", t))
