@@ -850,6 +850,19 @@ class NRLink(DigitalLink):
                        best if s.sharing in FREQUENCY_RULES else prbs1, associated, loss,
                        s.transmissions, capped)
 
+    def noise_per_prb(self, n: int) -> np.ndarray | float:
+        """Noise per PRB of each client [W]: thermal at the BS noise figure.
+
+        With ``interference``, plus its sector's mean interference per PRB (the per-PRB form
+        of :meth:`budget`'s noise).
+        """
+        s = self.settings
+        per_prb = 10.0 ** ((THERMAL_DBM_HZ + s.noise_figure_db - 30.0) / 10.0) \
+            * 12 * s.scs_khz * 1e3
+        if s.interference:
+            per_prb = per_prb + self.interference(n)[self.deployment(n).cell]
+        return per_prb
+
     def rate_table(self, n: int, rng: np.random.Generator
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(N, M) per-PRB SINR (linear), MCS, TBS [bits] and TBLER of n clients on m = 1 … M PRBs.
@@ -870,10 +883,7 @@ class NRLink(DigitalLink):
         m = np.arange(1, s.prbs + 1)
         p_dbm = np.minimum(s.ut_max_power_dbm, s.p0_dbm + s.alpha * pl[:, None]
                            + 10 * np.log10(m))
-        per_prb = 10.0 ** ((THERMAL_DBM_HZ + s.noise_figure_db - 30.0) / 10.0) \
-            * 12 * s.scs_khz * 1e3
-        if s.interference:
-            per_prb = per_prb + self.interference(n)[self.deployment(n).cell]
+        per_prb = self.noise_per_prb(n)
         sinr = (10.0 ** ((p_dbm - 30.0) / 10.0) / m * (fading / (10.0 ** (pl / 10.0)
                                                                  * per_prb))[:, None])
         if s.rate_model == "shannon":  # every block decoded, all 14 symbols carry data
@@ -948,10 +958,7 @@ class NRLink(DigitalLink):
             return np.zeros(0, int)
         pl = self.deployment(n).pathloss_db
         p1 = np.minimum(s.ut_max_power_dbm, s.p0_dbm + s.alpha * pl)
-        per_prb = 10.0 ** ((THERMAL_DBM_HZ + s.noise_figure_db - 30.0) / 10.0) \
-            * 12 * s.scs_khz * 1e3
-        if s.interference:
-            per_prb = per_prb + self.interference(n)[self.deployment(n).cell]
+        per_prb = self.noise_per_prb(n)
         mean = 10.0 ** ((p1 - 30.0 - pl) / 10.0) * s.bs_antennas / per_prb
         if s.rate_model == "shannon":
             bad = np.zeros(n, bool)
