@@ -209,3 +209,15 @@ def test_low_rank_on_a_gpu_only_when_on_and_with_the_numbers_of_the_cpu(fold):
     for k in loop:
         assert _relative(low[k], loop[k]) < 1e-5, k
         assert _relative(low[k], stacked[k]) < 1e-5, k
+
+
+def test_a_low_rank_delta_s_row_norms_are_its_dense_rows():
+    """‖Δ_i‖²_F from the factors' Gram matrices equals the dense stack's, in float64."""
+    from wirelessfl.models.lowrank import LowRankDelta
+
+    gen = torch.Generator().manual_seed(3)
+    g = [torch.randn(4, 3, 6, generator=gen), torch.randn(4, 2, 6, generator=gen)]
+    x = [torch.randn(4, 3, 9, generator=gen), torch.randn(4, 2, 9, generator=gen)]
+    delta = LowRankDelta(g, x, scale=0.07)
+    want = delta.dense().double().reshape(4, -1).pow(2).sum(1)
+    torch.testing.assert_close(delta.row_norms_sq(), want, rtol=1e-6, atol=1e-12)

@@ -73,7 +73,7 @@ def test_the_noise_has_the_configured_variance_and_clipping_bounds_every_update(
     added once to the mean (share 1/K), local noise to each clipped update."""
     algo = open_run({**RAW, "algorithm": {**DP, "dp": mode}}).exp.algorithm
     tree = {"w": torch.zeros(400, 100, dtype=torch.float64)}
-    noisy = algo.dp_noise(tree, 3, share * 4.0 * 0.5)["w"]
+    noisy = algo.privacy.noise(tree, 3, share * 4.0 * 0.5)["w"]
     want = (share * 4.0 * 0.5) ** 2
     assert abs(noisy.var().item() - want) < 0.03 * want
     from wirelessfl.server.robust import clip_rows
@@ -167,7 +167,7 @@ def test_adaptive_clipping_follows_andrew_et_al_s_update_and_pays_for_the_count(
 
     exp = open_run({**RAW, "rounds": 3, "algorithm": ADAPTIVE}).exp
     algo = exp.algorithm
-    assert algo.noise_multiplier(5) == pytest.approx((1.0 - 4.0 ** -2) ** -0.5)
+    assert algo.privacy.noise_multiplier(5) == pytest.approx((1.0 - 4.0 ** -2) ** -0.5)
     with pytest.raises(ValueError, match="2·dp_count_noise"):
         update_noise(1.0, 0.25)
     assert update_noise(1.0, 2.0) == pytest.approx((1.0 - 0.25 ** 2) ** -0.5)
@@ -179,7 +179,7 @@ def test_adaptive_clipping_follows_andrew_et_al_s_update_and_pays_for_the_count(
         from wirelessfl.engine.batch import ClientResults
 
         stack = ClientResults.from_list(results).delta_stack()
-        c = algo.clip_norm(state)
+        c = algo.privacy.clip_norm(state)
         within = int((row_norms(stack) <= c).sum())
         noise = algo.env.seeds.generator("dp_count", t).standard_normal()
         want = c * math.exp(-0.3 * ((within + 2.0 * noise) / 5 - 0.5))

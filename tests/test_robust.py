@@ -16,6 +16,7 @@ from wirelessfl.server.robust import (
     Krum,
     Median,
     NormBounded,
+    StackedRule,
     TrimmedMean,
     robust_aggregator,
 )
@@ -306,3 +307,92 @@ def test_an_alie_run_against_the_median_trains_and_resumes(cut_and_resume):
     algorithm = {"name": "fedavg", "robust": "median", "attack": "alie", "attackers": 0.2}
     full, resumed = cut_and_resume({**RAW, "algorithm": algorithm})
     assert resumed == full
+
+
+class _CoordinateClip(StackedRule):
+    """A user's rule (a test plug-in's): each coordinate clipped to ±0.01, then the link's sum."""
+
+    def __init__(self, uplink=None):
+        self.inner = uplink or Mean()
+        self.calls = 0
+
+    def aggregate_stack(self, stack, weights, rng, **kwargs):
+        self.calls += 1
+        return self.inner.aggregate_stack({k: v.clamp(-0.01, 0.01) for k, v in stack.items()},
+                                          weights, rng, **kwargs)
+
+
+class _Middle(StackedRule):
+    """A user's order statistic (not a sum): the coordinate-wise median of the stack."""
+
+    def __init__(self, uplink=None):
+        pass
+
+    def aggregate_stack(self, stack, weights, rng, **kwargs):
+        return Median().aggregate_stack(stack, weights, rng)
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """The two rules registered for one test (and gone after it)."""
+    from wirelessfl.server import robust
+
+    monkeypatch.setattr(robust, "_REGISTERED", dict(robust._REGISTERED))
+    robust.register_aggregator("coord_clip", _CoordinateClip, over_the_air=True)
+    robust.register_aggregator("middle", _Middle)
+    return robust
+
+
+def test_a_registered_rule_runs_batched_loop_equal_and_once_a_round(registered):
+    """One class on the stacked client dimension: called once a round with every client's row,
+    the loop engine equal to the batched one, and the model moves by its output."""
+    params = {}
+    for engine in ("loop", "batched"):
+        exp = open_run({**RAW, "engine": engine, "rounds": 2,
+                        "algorithm": {"name": "fedavg", "robust": "coord_clip"}}).exp
+        state = exp.initial_state()
+        for _ in range(2):
+            state, _ = exp.algorithm.apply(state)
+        assert exp.algorithm.aggregator.calls == 2
+        params[engine] = state.params
+    for k in params["loop"]:
+        torch.testing.assert_close(params["loop"][k], params["batched"][k], rtol=1e-4, atol=1e-6)
+    mean = open_run({**RAW, "rounds": 2, "algorithm": {"name": "fedavg"}}).exp
+    state, _ = mean.algorithm.apply(mean.initial_state())
+    assert any(not torch.allclose(state.params[k], params["batched"][k]) for k in state.params)
+
+
+def test_a_registered_rule_runs_over_a_digital_link_and_over_the_air_only_as_a_sum(registered):
+    tdma = {"model": "tdma", "snr_db": 0.0, "params_per_vector": 10**6, "step_seconds": 0.01,
+            "deadline_s": 1.2}
+    for rule in ("coord_clip", "middle"):
+        exp = open_run({**RAW, "rounds": 2, "network": tdma,
+                        "algorithm": {"name": "fedavg", "robust": rule}}).exp
+        state, report = exp.algorithm.apply(exp.initial_state())
+        assert all(torch.isfinite(v).all() for v in state.params.values())
+    over = {"model": "aircomp", "aggregation": "over_the_air"}
+    exp = open_run({**RAW, "network": over, "algorithm": {"name": "fedavg", "robust": "coord_clip"}}).exp
+    assert not exp.algorithm.aggregator.exact and "AirComp" in repr(exp.algorithm.aggregator.inner)
+    with pytest.raises(ValueError, match="not a sum"):
+        open_run({**RAW, "network": over, "algorithm": {"name": "fedavg", "robust": "middle"}})
+
+
+def test_registering_is_checked_and_list_shows_the_choices(registered, capsys, tmp_path):
+    from wirelessfl.cli import main
+
+    plugin = tmp_path / "my_rule.py"
+    plugin.write_text("from wirelessfl.server.robust import Mean, register_aggregator\n"
+                      "class Plain(Mean):\n"
+                      "    def __init__(self, uplink=None):\n"
+                      "        pass\n"
+                      "register_aggregator('from_plugin', Plain, over_the_air=True)\n")
+    assert main(["list", "--algorithms", "--plugin", str(plugin)]) in (0, None)
+    assert "|from_plugin}" in capsys.readouterr().out
+
+    for name, rule in (("median", _Middle), ("not a name", _Middle), ("x", dict)):
+        with pytest.raises(ValueError):
+            registered.register_aggregator(name, rule)
+    assert main(["list", "--algorithms"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "robust='mean' {mean|median|" in out and "|coord_clip|middle|from_plugin}" in out
+    assert "attack='none' {none|sign_flip|" in out and "dp='none' {none|central|" in out

@@ -140,6 +140,7 @@ def _list_algorithms() -> int:
     for entry in algorithm_table():
         print(f"{entry.name:14s} {entry.kind:10s} {entry.summary}")
         shown = [f"{k}={v!r}" + (f" [{entry.units[k]}]" if k in entry.units else "")
+                 + (f" {{{'|'.join(entry.choices[k])}}}" if k in entry.choices else "")
                  for k, v in entry.defaults.items()]
         print(f"{'':25s} {', '.join(shown) or '-'}")
         print(f"{'':25s} presets: {', '.join(entry.presets) or '(none)'}")
@@ -575,7 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
     lst = sub.add_parser("list", help="list presets (or, with --algorithms, the algorithms)")
     lst.add_argument("--algorithms", action="store_true",
-                     help="every registered algorithm with its hyperparameters and presets")
+                     help="every registered algorithm with its hyperparameters, their "
+                          "choices and presets")
+    _add_plugin_arg(lst)
     lst.set_defaults(func=_cmd_list)
     pl = sub.add_parser("plot", help="plot run folders to a PNG")
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")

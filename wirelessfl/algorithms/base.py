@@ -83,6 +83,8 @@ class Environment:
         A digital uplink that shapes learning (``network.deadline_s``, ``scheduler``,
         ``compression``; :mod:`wirelessfl.net.digital`): who is scheduled, who arrives and
         with what compression. None: the link only times the rounds.
+    rounds : int or None
+        The run's global rounds T (what DP's calibration from a target ε plans for).
     """
 
     model: FLModel
@@ -95,6 +97,7 @@ class Environment:
     seeds: Seeds
     uplink: Aggregator | None = None
     link: DigitalUplink | None = None
+    rounds: int | None = None
 
     @property
     def num_clients(self) -> int:

@@ -18,7 +18,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -36,25 +36,14 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine.batch import ClientResults, FoldedResults
-from wirelessfl.engine.client import ClientResult, DeltaFold
+from wirelessfl.engine.client import ClientResult, DeltaFold, weighted_sum
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, RoundChannel
-from wirelessfl.server.optimizers import ServerOptimizer, ServerOptState
-from wirelessfl.server.privacy import (
-    PrivacySettings,
-    PrivacyState,
-    RoundAccountant,
-    gaussian,
-    grid_down,
-    joint_noise,
-    next_clip,
-    top_up,
-    update_noise,
-)
-from wirelessfl.server.privacy import epsilon as dp_epsilon
-from wirelessfl.server.robust import ROBUST_RULES, clip_rows, robust_aggregator, row_norms
+from wirelessfl.server.optimizers import SERVER_OPTIMIZERS, ServerOptimizer, ServerOptState
+from wirelessfl.server.privacy import DP_MODES, Privacy, PrivacySettings
+from wirelessfl.server.robust import robust_aggregator, robust_names
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
 
@@ -93,7 +82,7 @@ def literature_attack(stack: Params, mask: torch.Tensor, attack: str, eps: float
             for k, part in zip(keys, torch.split(out, sizes, dim=1))}
 
 
-def warn_noisy_mean(hp: Any, clients: int, params: int) -> None:
+def warn_noisy_mean(hp: Any, privacy: Privacy, clients: int, params: int) -> None:
     """Warn on stderr (once, at set-up) when the DP noise on the mean outweighs the updates.
 
     Each clipped update has norm ≤ C; the noise the mean of K of them carries has norm about
@@ -101,13 +90,14 @@ def warn_noisy_mean(hp: Any, clients: int, params: int) -> None:
     Above C, the mean is mostly noise and the model hardly learns (the robustness guide's
     first DP command, z = 4 over 10 clients of the FCNN: about 195·C, trained to chance).
     """
-    if hp.dp == "none" or hp.dp_noise <= 0 or clients < 1:
+    if hp.dp == "none" or privacy.z <= 0 or clients < 1:
         return
-    spread = hp.dp_noise * math.sqrt(params) / (math.sqrt(clients) if hp.dp == "local"
-                                                else clients)
+    cohort = privacy.sample if getattr(hp, "dp_noise_cohort", None) else clients
+    spread = privacy.z * math.sqrt(params) / (math.sqrt(clients) if hp.dp == "local"
+                                              else cohort)
     if spread > 1.0:
         print(f"wirelessfl: warning: the DP noise on the mean has norm about {spread:.3g}·C, "
-              f"above the clip C (z = {hp.dp_noise:g}, {clients} clients, d = {params:,}): the "
+              f"above the clip C (z = {privacy.z:.3g}, {clients} clients, d = {params:,}): the "
               "model will hardly learn; aggregate more clients a round or lower dp_noise",
               file=sys.stderr, flush=True)
 
@@ -176,7 +166,30 @@ class FedAvgHParams(PrivacySettings):
         σ_b, the noise on the count of updates within the clip norm (None: K/20, K the
         round's clients, as Andrew et al.); the sum's noise grows to keep z
         (:func:`~wirelessfl.server.privacy.update_noise`) [None].
+    dp_epsilon : float or None
+        Calibration: the noise multiplier z is derived from this target ε at ``dp_delta``
+        for the run's rounds and sampling (``dp-accounting``'s calibration,
+        :func:`~wirelessfl.server.privacy.calibrate`), in place of ``dp_noise``; over the
+        air the top-up uses it (None: z = ``dp_noise``) [None].
+    dp_noise_cohort : int or None
+        Central DP: the noise on the mean is that of a cohort of M clients (zC/M) and the
+        accountant samples M, while the round's K ≤ M clients train: a simulation device
+        (pfl-research's ``noise_cohort_size``), not the model M clients would train [None].
+    dp_clip_second : float or None
+        C₂, the norm a client's second upload (SCAFFOLD's Δc_i, FAdamGC's Δy_i) is scaled
+        down to before its own noise z·C₂ (None: ``dp_clip``) [None].
+    dp_vectors : str
+        ``all`` (default): every vector a client sends is clipped, noised and accounted
+        (:class:`~wirelessfl.server.privacy.Privacy`). ``model`` is how SCAFFOLD and FAdamGC
+        ran before 2026-11-28 (the second vector unprivatised, outside ε); it is refused
+        for them, so such an old run folder is not resumed under a wrong ε.
     """
+
+    #: The settings that take one of a few names: ``wirelessfl list --algorithms`` shows them
+    #: (a callable for a list that grows, as ``robust`` with :func:`register_aggregator`).
+    choices: ClassVar[dict[str, Any]] = {
+        "weighting": ("samples", "uniform"), "server_optimizer": SERVER_OPTIMIZERS,
+        "robust": robust_names, "attack": ATTACKS, "dp": DP_MODES, "dp_vectors": ("all", "model")}
 
     clients_per_round: int | None = None
     server_lr: float = 1.0
@@ -196,6 +209,10 @@ class FedAvgHParams(PrivacySettings):
     dp_clip_quantile: float | None = None
     dp_clip_lr: float = 0.2
     dp_count_noise: float | None = None
+    dp_epsilon: float | None = None
+    dp_noise_cohort: int | None = None
+    dp_clip_second: float | None = None
+    dp_vectors: str = "all"
 
     def __post_init__(self) -> None:
         if self.weighting not in ("samples", "uniform"):
@@ -204,8 +221,8 @@ class FedAvgHParams(PrivacySettings):
             as_int("clients_per_round", self.clients_per_round, lo=1, hi=10**6)
         as_float("server_lr", self.server_lr, lo=0, hi=1e6, lo_open=True)
         self.server()  # checks the server optimiser's settings
-        if self.robust not in ROBUST_RULES:
-            raise ValueError(f"`robust` must be one of {', '.join(ROBUST_RULES)}, got "
+        if self.robust not in robust_names():
+            raise ValueError(f"`robust` must be one of {', '.join(robust_names())}, got "
                              f"{self.robust!r}")
         as_float("trim", self.trim, lo=0, hi=0.5, hi_open=True)
         as_int("byzantine", self.byzantine, lo=0, hi=10**6)
@@ -229,7 +246,22 @@ class FedAvgHParams(PrivacySettings):
         if self.attack == "scaled" and self.attack_scale == 1.0:
             raise ValueError("`attack: scaled` at attack_scale 1 sends the honest update: no "
                              "attack; set attack_scale (e.g. 10)")
-        self.check_privacy(also=("dp_clip_quantile",))
+        self.check_privacy(also=("dp_clip_quantile", "dp_epsilon", "dp_noise_cohort",
+                                 "dp_clip_second"))
+        if self.dp_vectors not in ("all", "model"):
+            raise ValueError(f"`dp_vectors` must be 'all' or 'model', got {self.dp_vectors!r}")
+        if self.dp_epsilon is not None:
+            as_float("dp_epsilon", self.dp_epsilon, lo=0, hi=1e6, lo_open=True)
+            if self.dp_noise != FedAvgHParams.dp_noise:
+                raise ValueError("`dp_epsilon` derives the noise multiplier, and `dp_noise` "
+                                 "gives it: set one of them")
+        if self.dp_noise_cohort is not None:
+            as_int("dp_noise_cohort", self.dp_noise_cohort, lo=1, hi=10**9)
+            if self.dp != "central":
+                raise ValueError("`dp_noise_cohort` scales the server's noise on the mean: it "
+                                 "is for dp: central")
+        if self.dp_clip_second is not None:
+            as_float("dp_clip_second", self.dp_clip_second, lo=0, hi=1e12, lo_open=True)
         if self.dp != "none" and self.weighting != "uniform":
             raise ValueError("`dp` bounds each client's part of the mean: set weighting: uniform "
                              "(sample weights would give a large client more than C)")
@@ -381,14 +413,12 @@ class FedAvg(FederatedAlgorithm):
                               "the clients' updates its own way, not through the server's "
                               "rule; use them with fedavg, fedprox, scaffold, fadamgc, moon, "
                               "fedacg or the server-optimiser variants")
-        #: Over the air: the rounds' own multipliers, composed as they come.
-        self.accountant = (RoundAccountant("central", env.num_clients, self._sample_size(),
-                                           hp.dp_delta) if hp.dp == "over_the_air" else None)
-        #: Over the air: whether the channel's noise is counted (not with ``normalise``,
-        #: which scales it with the updates: a noise level that depends on the data).
-        self.channel_counted = not getattr(self.uplink, "normalise", False)
+        #: Differential privacy of every vector the clients send (``algorithm.dp``).
+        self.privacy = Privacy(hp, population=env.num_clients, sample=self._sample_size(),
+                               rounds=env.rounds, uplink=self.uplink, seeds=env.seeds,
+                               second=self.second_vector())
         if hp.dp != "none":
-            if hp.dp == "over_the_air" and hp.dp_noise == 0 and not self.channel_counted:
+            if hp.dp == "over_the_air" and hp.dp_noise == 0 and not self.privacy.channel_counted:
                 raise ConfigError("algorithm.dp_noise 0 accounts the channel's noise alone, but "
                                   "network.normalise scales that noise with the updates (a noise "
                                   "level that depends on the data): set network.normalise: false")
@@ -399,15 +429,15 @@ class FedAvg(FederatedAlgorithm):
                                   "or digital links)")
             if hp.dp_clip_quantile is not None:  # the count's noise must leave room for z
                 try:
-                    self.noise_multiplier(hp.clients_per_round or env.num_clients)
+                    self.privacy.noise_multiplier(hp.clients_per_round or env.num_clients)
                 except ValueError as exc:
                     raise ConfigError(str(exc)) from None
-            if hp.dp_target_epsilon is not None and hp.dp_noise > 0 \
+            if hp.dp_target_epsilon is not None and self.privacy.z > 0 \
                     and self.epsilon(1) > hp.dp_target_epsilon:
                 raise ConfigError(f"algorithm.dp_target_epsilon {hp.dp_target_epsilon:g} is spent by "
                                   f"the first round (epsilon {self.epsilon(1):.3g}): raise it or "
                                   "dp_noise")
-            warn_noisy_mean(hp, hp.clients_per_round or env.num_clients,
+            warn_noisy_mean(hp, self.privacy, hp.clients_per_round or env.num_clients,
                             sum(int(p.numel()) for p in env.model.parameters() if p.requires_grad))
         n = env.num_clients
         order = env.seeds.generator("attackers").permutation(n) if hp.attack != "none" else []
@@ -439,14 +469,20 @@ class FedAvg(FederatedAlgorithm):
         With the exact mean (:class:`~wirelessfl.server.aggregation.Mean`, no digital link
         deciding who arrives) the server needs only Σ_i w_i Δ_i / Σ_i w_i, so a
         :class:`~wirelessfl.engine.fold.DeltaFold` sums it chunk by chunk and a round holds
-        one chunk's pseudo-gradients, not every client's.
+        one chunk's pseudo-gradients, not every client's. Central DP with a fixed clip folds
+        too: each Δ_i is clipped as it is folded, and the server's noise is added to the mean
+        (equal to the stacked release to float rounding, tested).
         """
+        hp = self.hp
+        central = hp.dp == "central" and hp.dp_clip_quantile is None  # clipped as they fold
         if not (self.reads_deltas_through_combine() and self.env.link is None
                 and type(self.aggregator) is Mean and type(self).combine is FedAvg.combine
-                and len(plan.clients) and not len(self.attackers) and self.hp.dp == "none"):
+                and len(plan.clients) and not len(self.attackers)
+                and (hp.dp == "none" or central)):
             return None
         sizes = self.env.num_samples[np.asarray(plan.clients, dtype=np.int64)]
-        return DeltaFold(client_weights(sizes, self.hp.weighting))
+        return DeltaFold(client_weights(sizes, hp.weighting),
+                         clip=self.privacy.clip_norm() if central else None)
 
     @classmethod
     def reads_deltas_through_combine(cls) -> bool:
@@ -474,126 +510,61 @@ class FedAvg(FederatedAlgorithm):
         """
         results = ClientResults.from_list(results)
         w = client_weights(results.num_samples, self.hp.weighting)
-        if isinstance(results, FoldedResults):
-            return results.fold.mean(), w, AggregateInfo()
+        if isinstance(results, FoldedResults):  # (central DP: clipped as they folded)
+            update = results.fold.mean()
+            if self.hp.dp == "central":
+                update = self.privacy.noisy_mean(update, len(results), state.round)
+            return update, w, AggregateInfo()
         stack = self.attacked(results.delta_stack(), results.clients, state.round)
-        clip, within = self.clip_norm(state), None
-        if self.hp.dp != "none":
-            norms = row_norms(stack)
-            if self.hp.dp_clip_quantile is not None:  # counted before clipping (one host read)
-                within = int((norms <= clip).sum())
-            stack = clip_rows(stack, clip, norms)
-        zc = self.noise_multiplier(len(results)) * clip  # the noise's std on one clipped update
-        if self.hp.dp == "local":
-            stack = self.dp_noise(stack, state.round, zc)
-        update, info = self.aggregator.aggregate_stack(
-            stack, w, self.env.seeds.generator("noise", state.round),
-            **self.client_ids(results.clients))
-        if within is not None:
-            info = dataclasses.replace(info, within_clip=within)
-        if self.hp.dp == "central":
-            update = self.dp_noise(update, state.round, zc / len(results))
-        elif self.hp.dp == "over_the_air" and info.noise_std is not None:
-            extra = top_up(info.noise_std, zc / len(results))
-            if extra > 0:  # the clients' own shares, summed: one draw on the received mean
-                update = self.dp_noise(update, state.round, extra)
+        rng = self.env.seeds.generator("noise", state.round)
+
+        def aggregate(rows: Params) -> tuple[Params, AggregateInfo]:
+            return self.aggregator.aggregate_stack(rows, w, rng, **self.client_ids(results.clients))
+
+        if self.hp.dp == "none":
+            update, info = aggregate(stack)
+        else:
+            update, info = self.privacy.release(stack, aggregate, state, state.round)
         return update, w, info
 
-    def clip_norm(self, state: ServerState) -> float:
-        """C_t: ``dp_clip``, or adaptive clipping's norm carried in ``state.privacy``."""
-        held = getattr(state.privacy, "clip", None)
-        return float(held) if held is not None else self.hp.dp_clip
+    def second_vector(self) -> str | None:
+        """What each client uploads besides its model update (None: nothing), in words.
 
-    def noise_multiplier(self, clients: int) -> float:
-        """The sum's noise multiplier: z, or with adaptive clipping z_Δ ≥ z (the count's share)."""
-        if self.hp.dp_clip_quantile is None:
-            return self.hp.dp_noise
-        return update_noise(self.hp.dp_noise, self.count_noise(clients))
-
-    def count_noise(self, clients: int) -> float:
-        """σ_b: ``dp_count_noise``, or K/20 for a round of K clients (Andrew et al.)."""
-        return self.hp.dp_count_noise if self.hp.dp_count_noise is not None \
-            else max(clients, 1) / 20.0
-
-    def next_privacy(self, state: ServerState, infos: Sequence[AggregateInfo],
-                     clients: int) -> PrivacyState | None:
-        """DP's next state (None without one).
-
-        The clip norm learned from this round's count (adaptive clipping), and over the air
-        the multipliers with this round's z̄_t = max(z, z_t).
+        Under ``dp`` such a vector goes through :meth:`release_second`: clipped, noised and
+        accounted with the update (:class:`~wirelessfl.server.privacy.Privacy`).
         """
-        hp = self.hp
-        if hp.dp_clip_quantile is None and hp.dp != "over_the_air":
-            return None
-        held = state.privacy if isinstance(state.privacy, PrivacyState) else PrivacyState()
-        clip = self.clip_norm(state)
-        if hp.dp_clip_quantile is not None:
-            within = infos[0].within_clip if infos and infos[0].within_clip is not None else None
-            if within is not None and clients:  # (nothing aggregated: C stays)
-                clip = next_clip(clip, within, clients, hp.dp_clip_quantile, hp.dp_clip_lr,
-                                 self.count_noise(clients),
-                                 self.env.seeds.generator("dp_count", state.round))
-        mults = held.multipliers
-        if hp.dp == "over_the_air":
-            mults = mults or ()
-            if clients and not (infos and infos[0].received_nothing):  # something released
-                z_t = self.channel_multiplier(state, infos, clients) or 0.0
-                floor = self.noise_multiplier(clients)  # z, or z_Δ beside a noisy count
-                z_sum = max(floor, grid_down(z_t)) if self.channel_counted else floor
-                mults = (*mults, hp.dp_noise if z_sum == floor else
-                         joint_noise(z_sum, self.count_noise(clients))
-                         if hp.dp_clip_quantile is not None else z_sum)
-        return PrivacyState(clip if hp.dp_clip_quantile is not None else None, mults)
+        return None
 
-    def channel_multiplier(self, state: ServerState, infos: Sequence[AggregateInfo],
-                           clients: int) -> float | None:
-        """z_t = σ_t·K/C of the round's first (the model's) aggregation (None: no channel noise)."""
-        std = infos[0].noise_std if infos else None
-        return None if std is None else std * clients / self.clip_norm(state)
+    def release_second(self, state: ServerState, stack: Params,
+                       coefs: np.ndarray) -> Params:
+        """Σ_i coef_i x_i of the clients' second vectors ``stack`` over an exact uplink, under DP.
 
-    def dp_noise(self, tree: Params, t: int, std: float) -> Params:
-        """``tree`` plus N(0, std²) per entry, from round t's ``dp`` stream."""
-        return gaussian(tree, std, torch.Generator().manual_seed(self.env.seeds.int_seed("dp", t)))
+        Each row is clipped to ``dp_clip_second`` and noised (local) or the sum is (central),
+        from the round's ``dp`` stream of vector 1 (:meth:`Privacy.release`).
+        """
+        first = next(iter(stack.values()))
+        c = torch.as_tensor(np.asarray(coefs, float), dtype=first.dtype, device=first.device)
+
+        def total(rows: Params) -> tuple[Params, AggregateInfo]:
+            return {k: weighted_sum(c, v) for k, v in rows.items()}, AggregateInfo()
+
+        if self.hp.dp == "none":
+            return total(stack)[0]
+        return self.privacy.release(stack, total, state, state.round, vector=1,
+                                    scale=float(np.sum(coefs)))[0]
 
     def _sample_size(self) -> int:
         n = self.env.num_clients
         return n if self.hp.clients_per_round is None else min(n, self.hp.clients_per_round)
 
     def epsilon(self, rounds: int, state: ServerState | None = None) -> float | None:
-        """ε at ``dp_delta`` spent by ``rounds`` rounds (None without ``dp``).
-
-        Over the air with ``state``: its rounds' own multipliers composed
-        (:class:`~wirelessfl.server.privacy.RoundAccountant`); without it, every round at z
-        (an upper bound: no round carries less).
-        """
-        hp = self.hp
-        if hp.dp == "none":
-            return None
-        if self.accountant is not None and state is not None:
-            return self.accountant.epsilon(getattr(state.privacy, "multipliers", None) or ())
-        if hp.dp_noise == 0:
-            return math.inf
-        return dp_epsilon("local" if hp.dp == "local" else "central", hp.dp_noise, int(rounds),
-                          self.env.num_clients, self._sample_size(), hp.dp_delta)
+        """ε at ``dp_delta`` spent by ``rounds`` rounds (None without ``dp``; :meth:`Privacy.epsilon`)."""
+        return self.privacy.epsilon(rounds, state)
 
     @override
     def spent(self, rounds_done: int, state: ServerState | None = None) -> bool:
-        """Whether one more round would spend more than ``dp_target_epsilon``.
-
-        Over the air the next round is taken at z (no round carries less), or with the
-        channel alone (``dp_noise`` 0) at the last round's multiplier: an estimate, which
-        the next row's ε replaces by the round's own.
-        """
-        target = self.hp.dp_target_epsilon
-        if target is None:
-            return False
-        if self.accountant is None or state is None:
-            return self.epsilon(rounds_done + 1) > target
-        mults = getattr(state.privacy, "multipliers", None) or ()
-        z = self.hp.dp_noise if self.hp.dp_noise > 0 else (mults[-1] if mults else None)
-        if z is None:  # the channel alone, before its first round: nothing to go by
-            return False
-        return self.accountant.next_epsilon(mults, z) > target
+        """Whether one more round would spend more than ``dp_target_epsilon`` (:meth:`Privacy.spent`)."""
+        return self.privacy.spent(rounds_done, state)
 
     def attacked(self, stack: Params, clients: np.ndarray, t: int) -> Params:
         """The stack as sent: the attackers' rows changed by ``attack`` (no Python per client)."""
@@ -650,7 +621,7 @@ class FedAvg(FederatedAlgorithm):
         new = ServerState(params, state.round + 1, opt_state, states,
                           mean_buffers(results, state.buffers),
                           schedule_origin=state.schedule_origin,
-                          privacy=self.next_privacy(state, infos, len(results)))
+                          privacy=self.privacy.next_state(state, infos, len(results)))
         loss, diag = client_diagnostics(results)
         d = float(num_params(state.params))
         fields = dict(uplink_params=vectors_up * d, train_loss=loss, clients=diag,
@@ -658,15 +629,15 @@ class FedAvg(FederatedAlgorithm):
         eps = self.epsilon(new.round, new)
         if self.aggregator.exact:
             return new, (RoundReport(**fields) if eps is None else UplinkReport(
-                **fields, epsilon=eps, dp_clip_norm=self.clip_norm(state)
+                **fields, epsilon=eps, dp_clip_norm=self.privacy.clip_norm(state)
                 if self.hp.dp_clip_quantile is not None else None))
         nothing = bool(infos) and infos[0].received_nothing  # the model's own: all silent
         mse, silent = AggregateInfo.merged(infos)
-        channel = self.channel_multiplier(state, infos, len(results)) \
+        channel = self.privacy.channel_multiplier(state, infos, len(results)) \
             if self.hp.dp == "over_the_air" else None
         return new, UplinkReport(**fields, aircomp_mse=mse, silent_clients=silent, epsilon=eps,
                                  dp_channel_noise=channel,
-                                 dp_clip_norm=self.clip_norm(state)
+                                 dp_clip_norm=self.privacy.clip_norm(state)
                                  if self.hp.dp_clip_quantile is not None else None,
                                  cumulative={"empty_rounds": float(nothing)})
 

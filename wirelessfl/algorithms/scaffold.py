@@ -49,7 +49,6 @@ from wirelessfl.engine.client import (
     ClientTask,
     LocalHParams,
     LocalSGD,
-    weighted_sum,
 )
 from wirelessfl.engine.client_store import StateStack, gather_ids, gathered, holds, take_rows
 from wirelessfl.models.base import FLModel, Params
@@ -259,6 +258,10 @@ class SCAFFOLD(FedAvg):
 
     folds_deltas = True  # server_update reads the Δ_i only through combine
 
+    @override
+    def second_vector(self) -> str | None:
+        return "control-variate changes" if self.hp.control_variates else None
+
     def _state_changes(self, state: ServerState, results: ClientResults
                        ) -> tuple[Params | None, np.ndarray]:
         """Δc_i = c_i⁺ − c_i of the clients that sent a state, stacked, and which sent one.
@@ -293,8 +296,8 @@ class SCAFFOLD(FedAvg):
         coef = (np.full(int(sent.sum()), 1.0 / self.env.num_clients)
                 if hp.c_update == "population" else w[sent] / w.sum())
         if dc is not None and (self.aggregator.exact or not len(coef)):
-            c = {k: c[k] + weighted_sum(torch.as_tensor(coef, dtype=d.dtype, device=d.device), d)
-                 for k, d in dc.items()}
+            got = self.release_second(state, dc, coef)  # (under dp: clipped and noised)
+            c = {k: c[k] + got[k] for k in c}
         elif dc is not None:  # the Δc_i go up over the air too
             got, more = self.uplink_sum(state, dc, coef, ids=results.clients[sent])
             infos.append(more)

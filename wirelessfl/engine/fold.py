@@ -69,6 +69,11 @@ class DeltaFold:
     normaliser : float or None
         Σ w_i of the whole round (None: the sum of ``weights``, which must be positive); a
         :meth:`share` of the round keeps the round's.
+    clip : float or None
+        Central DP's clip norm C: each Δ_i is scaled to norm ≤ C (over all its tensors, in
+        float64, as :func:`~wirelessfl.server.robust.clip_rows`) before it is summed, and
+        :attr:`within` counts those of norm ≤ C; the noise is the server's, added to
+        :meth:`mean` (:class:`~wirelessfl.server.privacy.Privacy`). None: no clipping.
 
     Examples
     --------
@@ -79,7 +84,7 @@ class DeltaFold:
     """
 
     def __init__(self, weights: Sequence[float] | np.ndarray,
-                 normaliser: float | None = None) -> None:
+                 normaliser: float | None = None, clip: float | None = None) -> None:
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 1 or not np.isfinite(w).all() or (w < 0).any():
             raise ValueError("weights must be a 1-D array of finite non-negative numbers, got "
@@ -88,8 +93,10 @@ class DeltaFold:
         if not total > 0:
             raise ValueError("the weights of a fold must have a positive sum")
         self.weights, self.normaliser = w, total
+        self.clip = None if clip is None else as_float("clip", clip, lo=0, lo_open=True)
         self.total: Params | None = None
         self.folded = 0  # clients folded so far
+        self.within = 0  # with ``clip``: the folded Δ_i of norm ≤ C
 
     def check(self, tasks: Sequence[ClientTask]) -> None:
         """``ValueError`` unless this fold has one weight per task and nothing folded yet."""
@@ -100,7 +107,7 @@ class DeltaFold:
 
     def share(self, lo: int, hi: int) -> DeltaFold:
         """The fold of tasks ``lo:hi`` alone, normalised as the whole round (for a worker)."""
-        return DeltaFold(self.weights[lo:hi], self.normaliser)
+        return DeltaFold(self.weights[lo:hi], self.normaliser, self.clip)
 
     def add(self, positions: Sequence[int], deltas: dict[str, torch.Tensor | LowRankDelta]
             ) -> None:
@@ -110,6 +117,15 @@ class DeltaFold:
         """
         positions = np.asarray(positions, dtype=np.int64)
         scaled = self.weights[positions] / self.normaliser
+        if self.clip is not None:  # the group's rows scaled to norm ≤ C: into the coefficients
+            with torch.no_grad():
+                square = sum(d.row_norms_sq() if isinstance(d, LowRankDelta) else
+                             torch.linalg.vector_norm(d.reshape(len(positions), -1), dim=1,
+                                                      dtype=torch.float64).pow(2)
+                             for d in deltas.values())
+                norms = torch.as_tensor(square).sqrt().cpu().numpy()  # one read a group
+            self.within += int((norms <= self.clip).sum())
+            scaled = scaled * np.minimum(self.clip / np.maximum(norms, 1e-300), 1.0)
         coefs: dict[tuple, torch.Tensor] = {}  # one upload per dtype and device, not per tensor
         for k, d in deltas.items():
             if d.shape[:1] != (len(positions),):
@@ -143,6 +159,7 @@ class DeltaFold:
                 for k, v in other.total.items():
                     self.total[k].add_(v.to(self.total[k].device))
         self.folded += other.folded
+        self.within += other.within
 
     def mean(self) -> Params:
         """Σ_i w_i Δ_i / Σ_i w_i over every task (``RuntimeError`` if some were not folded)."""

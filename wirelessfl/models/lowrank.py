@@ -146,6 +146,17 @@ class LowRankDelta:
             out.baddbmm_(g.transpose(1, 2), x, alpha=self.scale)
         return out
 
+    def row_norms_sq(self) -> torch.Tensor:
+        """‖Δ_i‖²_F of every client, shape (clients,), float64, from the factors (never dense).
+
+        With G_i and X_i the client's recorded rows of all uses stacked, Δ_i = s·G_iᵀX_i and
+        ‖Δ_i‖²_F = s²·Σ (G_iG_iᵀ) ∘ (X_iX_iᵀ): two small Gram matrices a client.
+        """
+        g = torch.cat(self.g, 1).double()
+        x = torch.cat(self.x, 1).double()
+        gram = torch.bmm(g, g.transpose(1, 2)) * torch.bmm(x, x.transpose(1, 2))
+        return gram.sum((1, 2)).clamp_min(0.0) * self.scale ** 2
+
     def weighted_sum(self, coef: torch.Tensor) -> torch.Tensor:
         """Σ_i coef_i Δ_i, (out, in): one GEMM a use over every client's factor rows."""
         n, _, out = self.g[0].shape

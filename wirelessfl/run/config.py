@@ -484,6 +484,9 @@ class AlgorithmEntry:
     units : dict
         The unit of each hyperparameter that declares one (field metadata ``unit``); a
         name's suffix gives the others' (``_s`` seconds, ``_db`` dB, ``_mhz``, ``_ghz``).
+    choices : dict
+        The names a setting takes, for those that take one of a few (the class's
+        ``choices``; a registered robust rule is among ``robust``'s).
     """
 
     name: str
@@ -492,6 +495,7 @@ class AlgorithmEntry:
     defaults: dict
     presets: tuple[str, ...]
     units: dict = dataclasses.field(default_factory=dict)
+    choices: dict = dataclasses.field(default_factory=dict)
 
 
 def algorithm_table() -> list[AlgorithmEntry]:
@@ -519,6 +523,8 @@ def algorithm_table() -> list[AlgorithmEntry]:
             if "unit" in f.metadata:
                 units[f.name] = f.metadata["unit"]
         doc = (hp.__doc__ or "").strip().splitlines()
+        choices = {k: tuple(v() if callable(v) else v)
+                   for k, v in getattr(hp, "choices", {}).items() if k in defaults}
         out.append(AlgorithmEntry(name, registry.ENTRIES[name][0], doc[0].replace("``", "") if doc else "",
-                                  defaults, tuple(used.get(name, ())), units))
+                                  defaults, tuple(used.get(name, ())), units, choices))
     return out

@@ -539,6 +539,22 @@ STORED_BEFORE_LINK: dict[str, dict[str, Any]] = {
 }
 
 
+#: 2026-11-28 (issue 92): the algorithms whose clients send a second vector (and the setting
+#: that turns it off); before this date, under ``dp``, it reached the server unprivatised.
+#: A stored config of theirs with ``dp`` and without ``dp_vectors`` is read with
+#: ``dp_vectors: model``, which they refuse in one line (the run's ε did not cover it).
+SECOND_VECTOR: dict[str, tuple[str, Any]] = {
+    "scaffold": ("control_variates", False), "scaffold_m": ("control_variates", False),
+    "fadamgc": ("correction", "none"),
+}
+
+
+def _sends_second(algo: dict[str, Any]) -> bool:
+    """Whether a stored ``algorithm`` section is of :data:`SECOND_VECTOR` with it on."""
+    off = SECOND_VECTOR.get(str(algo.get("name")))
+    return off is not None and algo.get(off[0]) != off[1]
+
+
 def as_made(stored: dict[str, Any]) -> dict[str, Any]:
     """A run folder's stored config with :data:`STORED_BEFORE`'s missing fields filled in.
 
@@ -556,6 +572,10 @@ def as_made(stored: dict[str, Any]) -> dict[str, Any]:
             if isinstance(where.get(section), dict):
                 where[section] = {**where[section],
                                   **{k: v for k, v in fields.items() if k not in where[section]}}
+        algo = where.get("algorithm")
+        if isinstance(algo, dict) and algo.get("dp", "none") != "none" \
+                and "dp_vectors" not in algo and _sends_second(algo):
+            where["algorithm"] = {**algo, "dp_vectors": "model"}
         net = where.get("network")
         if isinstance(net, dict) and net.get("model") in STORED_BEFORE_LINK:
             fields = STORED_BEFORE_LINK[net["model"]]

@@ -162,7 +162,7 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
                       executor=executor if executor_wrap is None else executor_wrap(executor),
                       population=make_population(cfg.population, len(client_indices)),
                       seeds=seeds, uplink=uplink,
-                      link=digital)
+                      link=digital, rounds=cfg.rounds)
     if uplink is not None and not algo_cls.uses_uplink:
         from wirelessfl.algorithms.fedavg import FedAvg
 

@@ -50,6 +50,7 @@ fixed clip.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -63,16 +64,16 @@ from channels.validation import as_float
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
 from wirelessfl.server.aggregation import Aggregator, Mean
-from wirelessfl.server.robust import StackedRule, clip_rows
+from wirelessfl.server.robust import StackedRule, clip_rows, row_norms
 from wirelessfl.server.state import AlgorithmState
 
 #: ``algorithm.dp``: no privacy, noise added by the server, by every client, or the
 #: over-the-air channel's own noise topped up to the target.
 DP_MODES = ("none", "central", "local", "over_the_air")
 
-__all__ = ["DP_MODES", "PrivacySettings", "PrivateMean", "PrivacyState", "ClipState",
-           "RoundAccountant", "epsilon", "gaussian", "grid_down", "joint_noise", "library",
-           "next_clip", "round_event", "top_up", "update_noise"]
+__all__ = ["DP_MODES", "Privacy", "PrivacySettings", "PrivateMean", "PrivacyState", "ClipState",
+           "RoundAccountant", "calibrate", "epsilon", "gaussian", "grid_down", "joint_noise",
+           "library", "next_clip", "round_event", "top_up", "update_noise"]
 
 
 @functools.cache
@@ -115,6 +116,33 @@ def epsilon(mode: str, noise_multiplier: float, rounds: int, population: int, sa
     acc.compose(dp.SelfComposedDpEvent(round_event(mode, noise_multiplier, population, sample),
                                        int(rounds)))
     return float(acc.get_epsilon(delta))
+
+
+def calibrate(mode: str, target_epsilon: float, rounds: int, population: int, sample: int,
+              delta: float, vectors: int = 1) -> float:
+    """The noise multiplier z whose ``rounds`` rounds spend ``target_epsilon`` at ``delta``.
+
+    ``dp-accounting``'s own calibration (``calibrate_dp_mechanism``, a bracketed search on
+    the accountant of :func:`epsilon`) over the same events, each round's ``vectors``
+    releases at z together (:func:`round_event`); the ε of the z returned is at most the
+    target and within 1 % of it (tested). A ConfigError when no z up to 10⁴ reaches it.
+    """
+    dp = library()
+    rounds = int(rounds)
+
+    def event(z: float) -> Any:
+        return dp.SelfComposedDpEvent(
+            round_event(mode, z / math.sqrt(vectors), population, sample), rounds)
+
+    try:
+        z = dp.calibrate_dp_mechanism(_rdp_accountant, event, float(target_epsilon),
+                                      float(delta), dp.LowerEndpointAndGuess(1e-3, 1.0),
+                                      tol=1e-4)
+    except (ValueError, RuntimeError) as exc:  # the library's "no noise reaches it"
+        raise ConfigError(f"algorithm.dp_epsilon {target_epsilon:g} cannot be reached in "
+                          f"{rounds} rounds at delta {delta:g} ({str(exc)[:60]}): raise it, or "
+                          "run fewer rounds") from None
+    return float(z)
 
 
 @dataclass(frozen=True)
@@ -200,7 +228,9 @@ class PrivateMean(StackedRule):
         if self.mode == "local":
             stack = gaussian(stack, zc, _generator(rng))
         update, info = self.inner.aggregate_stack(stack, weights, rng, **kwargs)
-        std = zc / max(len(weights), 1)
+        # over the air the received mean is over the k clients that transmitted
+        silent = int(info.silent) if self.mode == "over_the_air" else 0
+        std = zc / max(len(weights) - silent, 1)
         if self.mode == "over_the_air" and info.noise_std is not None:
             std = top_up(info.noise_std, std)
         if self.mode != "local" and std > 0:
@@ -345,3 +375,235 @@ def next_clip(clip: float, within: int, clients: int, quantile: float, lr: float
 def top_up(channel_std: float, target_std: float) -> float:
     """The standard deviation of the noise that brings ``channel_std`` up to ``target_std``."""
     return float(max(0.0, target_std**2 - channel_std**2) ** 0.5)
+
+
+class Privacy:
+    """Differential privacy of everything a round's clients send: one server-side component.
+
+    Every vector a client uploads passes :meth:`release`: each row of its stack is clipped to
+    its vector's norm (the model update's C_t, a second vector's ``dp_clip_second``), then
+    ``local`` noise is added to every row, the vector is aggregated, and ``central`` noise
+    (over the air: the top-up of the channel's own) is added to the aggregate. The FedAvg
+    family's model update, SCAFFOLD's control-variate changes Δc_i and FAdamGC's tracking
+    changes Δy_i all take this path, so no vector escapes the accountant.
+
+    **Accounting of several vectors.** A client that sends v vectors a round, each clipped to
+    its own C_j and noised at z·C_j, releases one Gaussian mechanism on the concatenation
+    (x_1/C_1, …, x_v/C_v) of sensitivity √v (in units of its clip) at noise z: a round is
+    accounted at the multiplier z/√v (exact for the joint release of one sample; v = 1 is
+    DP-FedAvg's). Over the air (the channel's own noise, one multiplier per round) and
+    adaptive clipping (a third release, the count) are accounted for the model update only,
+    so an algorithm whose clients send a second vector refuses them (one line).
+
+    **Calibration.** With ``dp_epsilon`` the multiplier z is not given but derived from the
+    target (ε, δ) for the run's rounds and sampling (:func:`calibrate`); the top-up over the
+    air uses it too. **Noise cohort** (``dp_noise_cohort`` M, central DP): the noise added
+    to the mean is that of a cohort of M clients, zC/M, while K < M train, and the
+    accountant samples M of the population: a simulation device (pfl-research's
+    ``noise_cohort_size``) to study a large deployment's noise at a small run's cost. The
+    model it trains is not the one M clients would train.
+
+    **Over the air with truncation.** The received mean is over the k clients that
+    transmitted (:mod:`channels.aircomp`: silent clients do not count in k), so its
+    sensitivity is 2C/k: the channel's multiplier is z_t = σ_t·k/C and the top-up aims at
+    zC/k, with k = K − silent.
+    """
+
+    def __init__(self, hp: PrivacySettings, *, population: int, sample: int,
+                 rounds: int | None, uplink: Aggregator | None = None, seeds: Any = None,
+                 second: str | None = None) -> None:
+        self.hp, self.mode, self.seeds = hp, hp.dp, seeds
+        #: What a client's second upload is (None: it sends only its model update).
+        self.second = second
+        self.vectors = 2 if (second is not None and hp.dp != "none"
+                             and getattr(hp, "dp_vectors", "all") == "all") else 1
+        cohort = getattr(hp, "dp_noise_cohort", None)
+        #: K of the accountant: the round's sample, or the simulated noise cohort M.
+        self.population, self.sample = population, (int(cohort) if cohort else sample)
+        self.check(sample)
+        target = getattr(hp, "dp_epsilon", None)
+        #: z: ``dp_noise``, or calibrated from ``dp_epsilon`` for the run's rounds.
+        self.z = float(hp.dp_noise)
+        if target is not None and hp.dp != "none":
+            if not rounds:
+                raise ConfigError("algorithm.dp_epsilon calibrates the noise for the run's "
+                                  "rounds, but none were given")
+            self.z = calibrate("local" if hp.dp == "local" else "central", target, rounds,
+                               population, self.sample, hp.dp_delta, self.vectors)
+        #: Over the air: the rounds' own multipliers, composed as they come.
+        self.accountant = (RoundAccountant("central", population, self.sample, hp.dp_delta)
+                           if hp.dp == "over_the_air" else None)
+        #: Over the air: whether the channel's noise is counted (not with ``normalise``,
+        #: which scales it with the updates: a noise level that depends on the data).
+        self.channel_counted = not getattr(uplink, "normalise", False)
+
+    def check(self, sample: int) -> None:
+        """Refuse, in one line, what this component cannot account (see the class docs)."""
+        hp, second = self.hp, self.second
+        if hp.dp == "none":
+            return
+        if second is not None and getattr(hp, "dp_vectors", "all") != "all":
+            raise ConfigError(f"algorithm.dp_vectors {hp.dp_vectors}: this algorithm's clients "
+                              f"also send their {second}, which would reach the server without "
+                              "clipping or noise, outside epsilon (runs made before 2026-11-28 did "
+                              "so); start a new run with dp_vectors: all")
+        if second is not None and hp.dp == "over_the_air":
+            raise ConfigError(f"algorithm.dp over_the_air accounts the channel's noise on the "
+                              f"model update only, but this algorithm's clients also send their "
+                              f"{second} over the air: use dp central or local")
+        if second is not None and getattr(hp, "dp_clip_quantile", None) is not None:
+            raise ConfigError(f"algorithm.dp_clip_quantile (adaptive clipping) is accounted for "
+                              f"the model update alone, but this algorithm's clients also send "
+                              f"their {second}: use a fixed dp_clip (and dp_clip_second)")
+        cohort = getattr(hp, "dp_noise_cohort", None)
+        if cohort is not None and not sample <= cohort <= self.population:
+            raise ConfigError(f"algorithm.dp_noise_cohort {cohort} must be between the round's "
+                              f"{sample} clients and the population's {self.population}")
+
+    # ------------------------------------------------------------------ mechanism
+    def clip_norm(self, state: Any = None, vector: int = 0) -> float:
+        """C of ``vector``: the model update's C_t, a second vector's ``dp_clip_second``.
+
+        C_t is ``dp_clip``, or adaptive clipping's, held in ``state.privacy``;
+        ``dp_clip_second`` defaults to ``dp_clip``.
+        """
+        if vector:
+            c2 = getattr(self.hp, "dp_clip_second", None)
+            return float(c2) if c2 is not None else float(self.hp.dp_clip)
+        held = getattr(getattr(state, "privacy", None), "clip", None)
+        return float(held) if held is not None else float(self.hp.dp_clip)
+
+    def count_noise(self, clients: int) -> float:
+        """σ_b: ``dp_count_noise``, or K/20 for a round of K clients (Andrew et al.)."""
+        given = getattr(self.hp, "dp_count_noise", None)
+        return given if given is not None else max(clients, 1) / 20.0
+
+    def noise_multiplier(self, clients: int) -> float:
+        """The sum's noise multiplier: z, or with adaptive clipping z_Δ ≥ z (the count's share)."""
+        if getattr(self.hp, "dp_clip_quantile", None) is None:
+            return self.z
+        return update_noise(self.z, self.count_noise(clients))
+
+    def noise(self, tree: Params, t: int, std: float, vector: int = 0) -> Params:
+        """``tree`` plus N(0, std²) per entry, from round t's ``dp`` stream (vector j > 0: its own)."""
+        keys = (t,) if not vector else (t, vector)
+        return gaussian(tree, std, torch.Generator().manual_seed(self.seeds.int_seed("dp", *keys)))
+
+    def release(self, stack: Params, aggregate: Any, state: Any, t: int, *, vector: int = 0,
+                scale: float = 1.0) -> tuple[Params, Any]:
+        """One vector of the round's clients, privatised: ``aggregate(stack)`` of the clipped rows.
+
+        ``aggregate`` sums the clipped (``local``: and noised) stack as the algorithm does
+        and returns ``(update, AggregateInfo)``; ``scale`` is the update's sum of
+        coefficients (1 for a mean). ``central`` adds N(0, (z·C·scale/K)²) to it (K the
+        round's clients, or the noise cohort); over the air the channel's noise is topped
+        up to z·C/k for the k transmitters. Returns the update and the info (with adaptive
+        clipping, how many rows were within C before clipping).
+        """
+        rows = len(next(iter(stack.values())))
+        clip, within = self.clip_norm(state, vector), None
+        norms = row_norms(stack)
+        if not vector and getattr(self.hp, "dp_clip_quantile", None) is not None:
+            within = int((norms <= clip).sum())  # counted before clipping (one host read)
+        stack = clip_rows(stack, clip, norms)
+        zc = self.noise_multiplier(rows) * clip  # the noise's std on one clipped row
+        if self.mode == "local":
+            stack = self.noise(stack, t, zc, vector)
+        update, info = aggregate(stack)
+        if within is not None:
+            info = dataclasses.replace(info, within_clip=within)
+        cohort = max(self.sample if getattr(self.hp, "dp_noise_cohort", None) else rows, 1)
+        if self.mode == "central":
+            update = self.noise(update, t, zc * scale / cohort, vector)
+        elif self.mode == "over_the_air" and info.noise_std is not None:
+            k = max(rows - int(info.silent), 1)  # the mean is over the transmitters
+            extra = top_up(info.noise_std, zc * scale / k)
+            if extra > 0:  # the clients' own shares, summed: one draw on the received mean
+                update = self.noise(update, t, extra, vector)
+        return update, info
+
+    def noisy_mean(self, mean: Params, rows: int, t: int) -> Params:
+        """Central DP's noise on a mean of ``rows`` clipped rows summed elsewhere (a fold).
+
+        The same draw as :meth:`release` of the model update: N(0, (zC/K)²), K the rows or
+        the noise cohort.
+        """
+        cohort = max(self.sample if getattr(self.hp, "dp_noise_cohort", None) else rows, 1)
+        return self.noise(mean, t, self.noise_multiplier(rows) * self.clip_norm() / cohort)
+
+    # ------------------------------------------------------------------ state and accounting
+    def channel_multiplier(self, state: Any, infos: Any, clients: int) -> float | None:
+        """z_t = σ_t·k/C of the round's first (the model's) aggregation (None: no channel noise).
+
+        k is the number of clients that transmitted (the received mean is over them).
+        """
+        std = infos[0].noise_std if infos else None
+        if std is None:
+            return None
+        return std * max(clients - int(infos[0].silent), 1) / self.clip_norm(state)
+
+    def next_state(self, state: Any, infos: Any, clients: int) -> PrivacyState | None:
+        """DP's next state (None without one).
+
+        The clip norm learned from this round's count (adaptive clipping), and over the air
+        the multipliers with this round's z̄_t = max(z, z_t).
+        """
+        hp = self.hp
+        quantile = getattr(hp, "dp_clip_quantile", None)
+        if quantile is None and hp.dp != "over_the_air":
+            return None
+        held = state.privacy if isinstance(state.privacy, PrivacyState) else PrivacyState()
+        clip = self.clip_norm(state)
+        if quantile is not None:
+            within = infos[0].within_clip if infos and infos[0].within_clip is not None else None
+            if within is not None and clients:  # (nothing aggregated: C stays)
+                clip = next_clip(clip, within, clients, quantile, hp.dp_clip_lr,
+                                 self.count_noise(clients),
+                                 self.seeds.generator("dp_count", state.round))
+        mults = held.multipliers
+        if hp.dp == "over_the_air":
+            mults = mults or ()
+            if clients and not (infos and infos[0].received_nothing):  # something released
+                z_t = self.channel_multiplier(state, infos, clients) or 0.0
+                floor = self.noise_multiplier(clients)  # z, or z_Δ beside a noisy count
+                z_sum = max(floor, grid_down(z_t)) if self.channel_counted else floor
+                mults = (*mults, self.z if z_sum == floor else
+                         joint_noise(z_sum, self.count_noise(clients))
+                         if quantile is not None else z_sum)
+        return PrivacyState(clip if quantile is not None else None, mults)
+
+    def epsilon(self, rounds: int, state: Any = None) -> float | None:
+        """ε at ``dp_delta`` spent by ``rounds`` rounds (None without ``dp``).
+
+        Over the air with ``state``: its rounds' own multipliers composed
+        (:class:`RoundAccountant`); without it, every round at z (an upper bound: no round
+        carries less). A round of v vectors is one release at z/√v.
+        """
+        hp = self.hp
+        if hp.dp == "none":
+            return None
+        if self.accountant is not None and state is not None:
+            return self.accountant.epsilon(getattr(state.privacy, "multipliers", None) or ())
+        if self.z == 0:
+            return math.inf
+        return epsilon("local" if hp.dp == "local" else "central",
+                       self.z / math.sqrt(self.vectors), int(rounds), self.population,
+                       self.sample, hp.dp_delta)
+
+    def spent(self, rounds_done: int, state: Any = None) -> bool:
+        """Whether one more round would spend more than ``dp_target_epsilon``.
+
+        Over the air the next round is taken at z (no round carries less), or with the
+        channel alone (``dp_noise`` 0) at the last round's multiplier: an estimate, which
+        the next row's ε replaces by the round's own.
+        """
+        target = self.hp.dp_target_epsilon
+        if target is None or self.hp.dp == "none":
+            return False
+        if self.accountant is None or state is None:
+            return self.epsilon(rounds_done + 1) > target
+        mults = getattr(state.privacy, "multipliers", None) or ()
+        z = self.z if self.z > 0 else (mults[-1] if mults else None)
+        if z is None:  # the channel alone, before its first round: nothing to go by
+            return False
+        return self.accountant.next_epsilon(mults, z) > target

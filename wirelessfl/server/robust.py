@@ -35,8 +35,50 @@ from typing_extensions import override
 from wirelessfl.models.base import Params
 from wirelessfl.server.aggregation import AggregateInfo, Aggregator, Mean, _rows_of
 
-#: The rules of ``algorithm.robust`` (``mean``: the plain weighted mean, no rule).
+#: The built-in rules of ``algorithm.robust`` (``mean``: the plain weighted mean, no rule).
 ROBUST_RULES = ("mean", "median", "trimmed_mean", "krum", "bulyan", "norm_bounded")
+
+#: Users' rules (:func:`register_aggregator`): name → (class, whether it is a sum).
+_REGISTERED: dict[str, tuple[type, bool]] = {}
+
+
+def register_aggregator(name: str, rule: type, *, over_the_air: bool = False) -> None:
+    """Make ``algorithm.robust: name`` a user's rule: one class on the stacked client dimension.
+
+    ``rule`` subclasses :class:`StackedRule`; the run builds it once, as ``rule(uplink)``
+    (the link's own aggregator: None for exact, the digital link's, or the over-the-air
+    channel), and each round calls its ``aggregate_stack(stack, weights, rng, **kw)`` with
+    the stacked ``(C, …)`` pseudo-gradients of the clients that arrived (a digital link
+    has decided who). Its settings are its own (class attributes, or a subclass per
+    setting). ``over_the_air``: the rule is a sum of transformed rows that it hands to the
+    uplink (as ``norm_bounded`` does), so it runs over the air too; otherwise it is refused
+    there in one line, as the order statistics are. Call it from a plug-in
+    (``--plugin``), which the workers of ``--jobs`` load too.
+
+    Examples
+    --------
+    >>> class Clipped(StackedRule):
+    ...     def __init__(self, uplink=None):
+    ...         self.inner = uplink or Mean()  # (exactness is the link's: set by the run)
+    ...     def aggregate_stack(self, stack, weights, rng, **kw):
+    ...         return self.inner.aggregate_stack(clip_rows(stack, 0.5), weights, rng, **kw)
+    >>> register_aggregator("clipped_half", Clipped, over_the_air=True)
+    >>> "clipped_half" in robust_names()
+    True
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"an aggregator's name must be an identifier, got {name!r}")
+    if name in ROBUST_RULES:
+        raise ValueError(f"{name!r} is a built-in rule of algorithm.robust: choose another name")
+    if not (isinstance(rule, type) and issubclass(rule, Aggregator)):
+        raise ValueError(f"register_aggregator({name!r}, ...) needs an Aggregator class (a "
+                         f"StackedRule subclass), got {rule!r}")
+    _REGISTERED[name] = (rule, bool(over_the_air))
+
+
+def robust_names() -> tuple[str, ...]:
+    """Every rule ``algorithm.robust`` takes: the built-in ones, then the registered ones."""
+    return (*ROBUST_RULES, *_REGISTERED)
 
 
 def _flat(stack: Params) -> torch.Tensor:
@@ -237,8 +279,25 @@ def robust_aggregator(rule: str, uplink: Aggregator | None, *, trim: float = 0.1
     Over the air (an inexact uplink) only sums go: ``mean`` and ``norm_bounded``; the others
     raise ValueError, with the ways out.
     """
-    if rule not in ROBUST_RULES:
-        raise ValueError(f"`robust` must be one of {', '.join(ROBUST_RULES)}, got {rule!r}")
+    if rule not in robust_names():
+        raise ValueError(f"`robust` must be one of {', '.join(robust_names())}, got {rule!r}")
+    if rule in _REGISTERED:
+        cls, sums = _REGISTERED[rule]
+        if uplink is not None and not uplink.exact and not sums:
+            raise ValueError(f"algorithm.robust {rule} was registered without over_the_air=True "
+                             "(not a sum), so it cannot be computed over the air: use a digital "
+                             "link (network.model tdma), or register it as a sum")
+        try:
+            made = cls(uplink)
+        except Exception as exc:  # a user's class: its error, in one line
+            raise ValueError(f"algorithm.robust {rule}: {cls.__name__}(uplink) failed: "
+                             f"{type(exc).__name__}: {str(exc)[:120]}") from None
+        if not isinstance(made, Aggregator):
+            raise ValueError(f"algorithm.robust {rule}: {cls.__name__}(uplink) is not an "
+                             "Aggregator")
+        if uplink is not None:  # a sum handed to the link is as exact as the link
+            made.exact, made.needs_clients = uplink.exact, uplink.needs_clients
+        return made
     if rule == "mean":
         return uplink or Mean()
     if rule == "norm_bounded":

@@ -214,6 +214,10 @@ class FAdamGC(FedAvg):
 
     folds_deltas = True  # server_update reads the Δ_i only through combine
 
+    @override
+    def second_vector(self) -> str | None:
+        return "tracking-term changes" if self.hp.correction != "none" else None
+
     def _tracked_changes(self, state: ServerState, results: ClientResults,
                          tracked: frozenset[int], zeros: Params
                          ) -> tuple[Params | None, np.ndarray]:
@@ -251,8 +255,9 @@ class FAdamGC(FedAvg):
                                              zeros)
             if dy is None:
                 pass
-            elif self.aggregator.exact:
-                y = {k: y[k] + dy[k].sum(0) / self.env.num_clients for k in y}
+            elif self.aggregator.exact:  # (under dp: clipped and noised)
+                got = self.release_second(state, dy, np.full(len(rows), 1.0 / self.env.num_clients))
+                y = {k: y[k] + got[k] for k in y}
             else:  # the y_i changes go up over the air too, over S̃'s own channels
                 got, more = self.uplink_sum(state, dy, np.full(len(rows), 1.0 / self.env.num_clients),
                                             rows=rows, clients=len(results),
