@@ -114,3 +114,43 @@ def test_ctrl_c_of_a_distributed_run_is_one_line_without_a_worker_s_traceback(tm
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "terminate called" not in err, err
     assert "Continue with: wirelessfl run --resume" in err, err
+
+
+GROUP = """
+rounds: 300
+data: {dataset: fashion_mnist, num_clients: 10, partition: iid}
+model: {name: fcnn, options: {hidden: 32}}
+local: {steps: 10, batch_size: 20}
+algorithm: {name: fedavg}
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_a_lockstep_group_in_the_main_process_cleanly(tmp_path, sig, fmnist):
+    """``--batch-runs 2`` trains two runs as one lockstep group in the command's own process:
+    Ctrl-C or SIGTERM stops the group's threads before the interpreter exits (no SIGABRT from
+    a thread still in PyTorch), with 130 or 143 and one line; the command then resumes."""
+    (tmp_path / "c.yaml").write_text(GROUP)
+    cmd = [sys.executable, "-m", "wirelessfl.cli", "sweep", str(tmp_path / "c.yaml"), "--grid",
+           "local.lr=0.01,0.02", "--out", str(tmp_path / "sw"), "--quiet", "--batch-runs", "2"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while not list((tmp_path / "sw").rglob("checkpoint.pt")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the group trains
+    os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=60)
+    assert "a lockstep group of 2 runs" in out, out
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
+    assert "terminate called" not in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "resumes" in err, err
+    import fcntl
+
+    from wirelessfl.run.records import RunRecord
+
+    for folder in (tmp_path / "sw" / "runs").iterdir():  # each left resumable: no lock held,
+        record = RunRecord(folder)                       # its rows up to its checkpoint
+        assert (folder / "checkpoint.pt").is_file() and record.rows()
+        with open(folder / RunRecord.LOCK, "a") as fh:  # free (flock), as a dead run's is
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

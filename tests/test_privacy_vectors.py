@@ -275,3 +275,20 @@ def test_the_guide_s_dp_example_learns_at_its_epsilon(fmnist, tmp_path):
     assert main([*args, *[x for s in sets for x in ("--set", s)]]) in (0, None)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["final_accuracy"] > 0.70 and summary["epsilon"] <= 8.0 * 1.0001
+
+
+@pytest.mark.parametrize("z", [0.3, 0.5, 1.0, 4.0])
+def test_central_epsilon_is_the_tighter_of_the_sampled_and_the_plain_bound(z):
+    """Both bounds hold for the sampled mechanism; the run reports the smaller, so central DP
+    never spends more than local DP at one z (the privacy figure's claim), and at small z the
+    plain bound is the one taken."""
+    dp = library()
+    sampled = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+    sampled.compose(dp.SelfComposedDpEvent(
+        dp.SampledWithoutReplacementDpEvent(20, 10, dp.GaussianDpEvent(z / 2)), 60))
+    plain = epsilon("local", z, 60, 20, 10, 1e-5)
+    got = epsilon("central", z, 60, 20, 10, 1e-5)
+    assert got == pytest.approx(min(sampled.get_epsilon(1e-5), plain), rel=1e-12)
+    assert got <= plain
+    if z <= 0.5:
+        assert sampled.get_epsilon(1e-5) > plain  # where the sampled bound is the looser

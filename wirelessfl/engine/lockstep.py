@@ -88,6 +88,8 @@ class Lockstep:
         self.calls = 0  # combined executor calls made (for the group's report)
         self.merged = 0  # run calls they served
         self._members = 0
+        #: Set by :meth:`stop`: every call from then on raises it (the group is ending).
+        self.stopping: BaseException | None = None
 
     def member(self) -> LockstepMember:
         """The executor one run of the group trains with (the next place in the group's order)."""
@@ -108,9 +110,27 @@ class Lockstep:
                 self._data[key] = load()
             return self._data[key]
 
+    def stop(self, reason: BaseException) -> None:
+        """End the group: waiting calls and every later one raise ``reason`` in their runs.
+
+        For Ctrl-C or SIGTERM in the process that holds the group: the runs' threads then
+        unwind as a run alone would (each folder left resumable at its last checkpoint), so
+        that no thread is still inside PyTorch when the interpreter exits. An engine call
+        already training finishes first (the lock is held while it trains).
+        """
+        with self._cv:
+            self.stopping = reason
+            for c in self._pending:
+                if c.results is None and c.error is None:
+                    c.error = reason
+            self._pending = []
+            self._cv.notify_all()
+
     def submit(self, call: _Call) -> Sequence[ClientResult]:
         """Wait for the group, train with it, return this call's results."""
         with self._cv:
+            if self.stopping is not None:
+                raise self.stopping
             self._pending.append(call)
             self._serve_if_ready()
             while call.results is None and call.error is None:

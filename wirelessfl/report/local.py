@@ -244,16 +244,20 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
             t.start()
         files = [RunRecord(run_folder(root, r)).metrics_path for r in runs]
         begun = _rounds_done(files)  # resumed rounds do not time the group
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(timeout=1.0 / len(threads))
-            bar.update(max(0, _rounds_done(files) - bar.n))
-            took = time.perf_counter() - start
-            if quiet and not told and took > Output.ESTIMATE_FROM_S and bar.n > begun:
-                told = True  # one line, as a single run's --quiet estimate
-                left = took / (bar.n - begun) * (total - bar.n)
-                log(f"  {len(runs)} runs: about {left / 60:.1f} min left ({bar.n} of {total} "
-                    "rounds)")
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=1.0 / len(threads))
+                bar.update(max(0, _rounds_done(files) - bar.n))
+                took = time.perf_counter() - start
+                if quiet and not told and took > Output.ESTIMATE_FROM_S and bar.n > begun:
+                    told = True  # one line, as a single run's --quiet estimate
+                    left = took / (bar.n - begun) * (total - bar.n)
+                    log(f"  {len(runs)} runs: about {left / 60:.1f} min left ({bar.n} of "
+                        f"{total} rounds)")
+        except BaseException as exc:  # Ctrl-C, SIGTERM: the runs unwind before it goes on
+            _stop_group(group, threads, exc)
+            raise
         bar.update(max(0, _rounds_done(files) - bar.n))
     for line in lines:
         log(line)
@@ -263,6 +267,23 @@ def run_group(runs: list[RunSpec], root: Path, *, index: str = "[1/1]", quiet: b
     replayed = "" if replay is None else f"; {replay.replayed} local steps replayed"
     log(f"  {len(runs)} runs: {group.calls} engine calls served {group.merged} run calls"
         f"{replayed}")
+
+
+def _stop_group(group: Any, threads: list[Any], reason: BaseException) -> None:
+    """Stop a lockstep group and wait for its runs' threads to unwind (a few seconds at most).
+
+    A daemon thread still inside PyTorch when the interpreter exits aborts it ("terminate
+    called without an active exception", SIGABRT), so the group ends first: each run raises
+    ``reason`` at its next engine call and leaves its folder resumable. A second signal while
+    they unwind is ignored here; the threads still end at their next call.
+    """
+    group.stop(reason)
+    while any(t.is_alive() for t in threads):
+        try:
+            for t in threads:
+                t.join(timeout=0.5)
+        except BaseException:  # noqa: S110 - a repeated Ctrl-C: keep waiting for the runs
+            group.stop(reason)
 
 
 def _rounds_done(files: list[Path]) -> int:

@@ -108,14 +108,24 @@ def round_event(mode: str, noise_multiplier: float, population: int, sample: int
 @functools.lru_cache(maxsize=4096)
 def epsilon(mode: str, noise_multiplier: float, rounds: int, population: int, sample: int,
             delta: float) -> float:
-    """ε at ``delta`` after ``rounds`` rounds (RDP accountant of ``dp-accounting``)."""
+    """ε at ``delta`` after ``rounds`` rounds (RDP accountant of ``dp-accounting``).
+
+    With sampling (K < N, central) the smaller of two valid bounds: the sampled Gaussian's
+    and the plain Gaussian's without amplification. Each holds for the sampled mechanism (a
+    sample differs from its neighbour's in at most the one client), and at small z the
+    sampled RDP bound is the looser one (since 2026-11-28; rows written before carry the
+    sampled bound alone).
+    """
     if rounds <= 0:
         return 0.0
     dp = library()
     acc = _rdp_accountant()
     acc.compose(dp.SelfComposedDpEvent(round_event(mode, noise_multiplier, population, sample),
                                        int(rounds)))
-    return float(acc.get_epsilon(delta))
+    eps = float(acc.get_epsilon(delta))
+    if mode != "local" and sample < population:
+        eps = min(eps, epsilon(mode, noise_multiplier, rounds, population, population, delta))
+    return eps
 
 
 def calibrate(mode: str, target_epsilon: float, rounds: int, population: int, sample: int,
@@ -134,15 +144,21 @@ def calibrate(mode: str, target_epsilon: float, rounds: int, population: int, sa
         return dp.SelfComposedDpEvent(
             round_event(mode, z / math.sqrt(vectors), population, sample), rounds)
 
-    try:
-        z = dp.calibrate_dp_mechanism(_rdp_accountant, event, float(target_epsilon),
-                                      float(delta), dp.LowerEndpointAndGuess(1e-3, 1.0),
-                                      tol=1e-4)
-    except (ValueError, RuntimeError) as exc:  # the library's "no noise reaches it"
-        raise ConfigError(f"algorithm.dp_epsilon {target_epsilon:g} cannot be reached in "
-                          f"{rounds} rounds at delta {delta:g} ({str(exc)[:60]}): raise it, or "
-                          "run fewer rounds") from None
-    return float(z)
+    def plain(z: float) -> Any:  # the bound without amplification (see :func:`epsilon`)
+        return dp.SelfComposedDpEvent(
+            round_event(mode, z / math.sqrt(vectors), population, population), rounds)
+
+    found = []
+    for make in ((event, plain) if mode != "local" and sample < population else (event,)):
+        try:
+            found.append(dp.calibrate_dp_mechanism(
+                _rdp_accountant, make, float(target_epsilon), float(delta),
+                dp.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-4))
+        except (ValueError, RuntimeError) as exc:  # the library's "no noise reaches it"
+            raise ConfigError(f"algorithm.dp_epsilon {target_epsilon:g} cannot be reached in "
+                              f"{rounds} rounds at delta {delta:g} ({str(exc)[:60]}): raise it, "
+                              "or run fewer rounds") from None
+    return float(min(found))  # the smaller z meets the target under the tighter bound
 
 
 @dataclass(frozen=True)
@@ -291,13 +307,17 @@ class RoundAccountant:
 
     The RDP accountant of ``dp-accounting`` with one round's event per multiplier, as
     :func:`round_event`; rounds are composed once (the accountant is kept and extended),
-    a resumed run's rounds all at once, equal multipliers together.
+    a resumed run's rounds all at once, equal multipliers together. With sampling, ε is the
+    smaller of the sampled bound and the plain one (as :func:`epsilon`).
     """
 
     def __init__(self, mode: str, population: int, sample: int, delta: float) -> None:
         self.mode, self.population, self.sample, self.delta = mode, population, sample, delta
         self._done: tuple[float, ...] = ()
         self._acc: Any = None
+        #: The same rounds without amplification by sampling (None: no sampling).
+        self.plain = (RoundAccountant(mode, population, population, delta)
+                      if mode != "local" and sample < population else None)
 
     def _accountant(self, multipliers: tuple[float, ...]) -> Any:
         if self._acc is None or multipliers[:len(self._done)] != self._done:
@@ -325,14 +345,16 @@ class RoundAccountant:
         """ε at δ after rounds of these multipliers (0 for none)."""
         if not multipliers:
             return 0.0
-        return float(self._accountant(tuple(multipliers)).get_epsilon(self.delta))
+        eps = float(self._accountant(tuple(multipliers)).get_epsilon(self.delta))
+        return eps if self.plain is None else min(eps, self.plain.epsilon(multipliers))
 
     def next_epsilon(self, multipliers: tuple[float, ...], z: float) -> float:
         """ε after one more round of multiplier ``z`` (the rounds so far kept as they are)."""
         acc = copy.deepcopy(self._accountant(tuple(multipliers))) if multipliers \
             else _rdp_accountant()
         self._compose(acc, z, 1)
-        return float(acc.get_epsilon(self.delta))
+        eps = float(acc.get_epsilon(self.delta))
+        return eps if self.plain is None else min(eps, self.plain.next_epsilon(multipliers, z))
 
 
 def update_noise(noise_multiplier: float, count_noise: float) -> float:
