@@ -736,3 +736,40 @@ def test_sigterm_keeps_the_run_resumable_and_says_how_to_continue(tmp_path):
     assert proc.returncode == 143
     assert "terminated (SIGTERM)" in err and f"wirelessfl run --resume --out {out}" in err
     assert (out / "checkpoint.pt").exists()
+
+
+def test_publish_into_the_report_folder_itself_is_refused_before_training(tmp_path, capsys):
+    from wirelessfl.cli import main
+
+    out = tmp_path / "rep"
+    code = main(["figures", "hist", "--scale", "quick", "--only", "fig3", "--out", str(out),
+                 "--publish", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "--publish" in err[-1] and "itself" in err[-1], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml"])
+def test_a_run_file_that_is_a_link_is_called_a_link_not_damaged(tmp_path, name):
+    from wirelessfl.errors import RunFolderError
+    from wirelessfl.run.records import RunRecord
+
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (tmp_path / "elsewhere").write_text("{}\n" if name == "metrics.jsonl" else "rounds: 1\n")
+    (folder / name).symlink_to(tmp_path / "elsewhere")
+    record = RunRecord(folder)
+    with pytest.raises(RunFolderError, match="is a link"):
+        record.rows() if name == "metrics.jsonl" else record.config()
+
+
+def test_a_folder_planted_where_a_run_writes_a_file_is_one_line(tmp_path):
+    from wirelessfl.errors import RunFolderError
+    from wirelessfl.run.records import RunRecord
+
+    folder = tmp_path / "r"
+    (folder / "diverged.json").mkdir(parents=True)
+    with pytest.raises(RunFolderError, match="is a folder where the run writes its diverged"):
+        RunRecord(folder)._lock()
+    with pytest.raises(RunFolderError, match="is a folder where the run writes its diverged"):
+        RunRecord(folder).mark_diverged("nan")

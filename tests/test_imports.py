@@ -176,3 +176,18 @@ def test_channels_and_solvers_never_import_the_fl_side():
     for m, targets in GRAPH.items():
         if m.split(".")[0] in ("channels", "solvers"):
             assert not any(t.startswith("wirelessfl") for t in targets), m
+
+
+def test_help_and_argument_errors_import_no_torch_and_no_algorithm():
+    """``wirelessfl --help``, a command's ``--help`` and a bad option are answered before any
+    heavy import (PyTorch, the algorithms): a fraction of a second, not the 2 s of torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom wirelessfl.cli import main\n"
+            "for argv in (['--help'], ['run', '--help'], ['figures', '--help'], ['run', '--bogus']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "heavy = [m for m in ('torch', 'wirelessfl.algorithms', 'wirelessfl.run.config') "
+            "if m in sys.modules]\nprint('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "HEAVY []" in out.stdout, out.stdout[-500:] + out.stderr[-500:]

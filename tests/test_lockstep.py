@@ -366,3 +366,34 @@ def test_runs_of_other_submodel_shapes_get_their_results_as_stacks(toy_data, tmp
     monkeypatch.setattr(Lockstep, "_share", recording)
     run_group(runs, tmp_path, quiet=True, log=lambda _: None)
     assert len(seen) == 3 * 2 * 2 and all(seen[i] == (1, True) for i in range(len(seen))), seen
+
+
+@pytest.mark.parametrize("work", ["raise", float("nan")])
+def test_a_plugins_bad_round_work_is_one_line_before_any_folder_is_claimed(tmp_path, capsys,
+                                                                            work):
+    """A ``round_work`` that raises or returns a bad value: ``sweep`` says so in one line,
+    naming the algorithm and the hook, and leaves no report folder behind."""
+    from wirelessfl import registry
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+    from wirelessfl.cli import main
+
+    class Odd(FedAvg):
+        @classmethod
+        def round_work(cls, settings):
+            if work == "raise":
+                raise KeyError("cells")
+            return work
+
+    registry.register("odd_hook", FedAvgHParams, Odd)
+    try:
+        (tmp_path / "c.yaml").write_text(
+            "rounds: 2\ndata: {dataset: synthetic, num_clients: 4, samples_per_client: 20}\n"
+            "model: {name: fcnn, options: {hidden: 8}}\nalgorithm: {name: odd_hook}\n")
+        code = main(["sweep", str(tmp_path / "c.yaml"), "--grid", "local.lr=0.01,0.02",
+                     "--out", str(tmp_path / "sw"), "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and "odd_hook" in err[-1] and "round_work" in err[-1], err
+        assert "Traceback" not in "\n".join(err)
+        assert not (tmp_path / "sw").exists()
+    finally:
+        registry.unregister("odd_hook")

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from channels.validation import check_memory
-from wirelessfl.errors import TrainingDiverged
-from wirelessfl.run.config import ConfigError, apply_overrides, list_presets, load_raw
+from wirelessfl.errors import ConfigError, TrainingDiverged
+
+# The parser, --help and argument errors import nothing heavy (no torch, no algorithm): each
+# command imports what it uses when it runs.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +41,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.config is None and not (args.resume and args.out):
         raise ConfigError("name a preset or YAML file (`wirelessfl list` shows presets), or "
                           "pass --resume --out RUN_DIR")
+    from wirelessfl.run.config import apply_overrides, load_raw
+
     raw = load_raw(args.config) if args.config else None
     if args.resume and args.out:
         _need_plugins(RunRecord(args.out).plugins(), f"--resume {args.out}",
@@ -110,6 +113,8 @@ def _need_plugins(recorded: list[str], what: str, raw: dict[str, Any] | None = N
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.algorithms:
         return _list_algorithms()
+    from wirelessfl.run.config import list_presets, load_raw
+
     presets = list_presets()
     if not presets:
         print("no presets found (looked under experiments/)")
@@ -233,6 +238,7 @@ def _cmd_masks(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from channels.validation import check_memory
     from solvers.scenarios import load_arrays, mask_size_study
     from wirelessfl.net.resources import Resources, draw_resources, unit_latency
 
@@ -313,6 +319,7 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
     import numpy as np
 
     from channels.rayleigh import simo_rayleigh
+    from channels.validation import check_memory
     from solvers import beamforming
     from solvers.scenarios import beamforming_study, load_arrays
 
@@ -387,6 +394,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         from wirelessfl.report.figures import check_publish_folder
 
         check_publish_folder(Path(args.publish))
+        if Path(args.publish).resolve() == out.resolve():
+            raise ConfigError(f"--publish {args.publish} is the report folder itself (--out); "
+                              "publish to another folder, e.g. docs/papers/results/"
+                              f"{args.paper}-{args.scale}")
     code = _report(out, "figures", lambda: regenerate(
         args.paper, args.scale, out, only=args.only, extra=extra, quiet=args.quiet,
         log=lambda m: print(m, flush=True), jobs=args.jobs, ray=ray, seeds=seeds,
@@ -722,6 +733,15 @@ def _stop_code(exc: BaseException) -> int:
     return 143 if isinstance(exc, Terminated) else 130  # 128 + the signal's number
 
 
+def _one_line_errors() -> tuple[type[BaseException], ...]:
+    """What :func:`main` prints as one line (imported only once an error is being handled)."""
+    from solvers.mask_sizes import SolverUnavailableError
+    from wirelessfl.engine.client import ClientError
+
+    return (ValueError, OSError, TrainingDiverged, SolverUnavailableError, MemoryError,
+            ClientError)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code.
 
@@ -730,10 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     (:class:`~wirelessfl.errors.TrainingDiverged`) or a missing solver print one line and
     return 2; Ctrl-C returns 130 with one line.
     """
-    from solvers.mask_sizes import SolverUnavailableError
-    from wirelessfl.engine.client import ClientError
-
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # --help and argument errors: no heavy import
     previous = _on_sigterm()
     try:
         _load_plugins(args)
@@ -744,8 +761,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into e.g. `head`, which has closed: not an error
         sys.stdout = None  # nothing more to flush at exit
         return 0
-    except (ValueError, OSError, TrainingDiverged, SolverUnavailableError, MemoryError,
-            ClientError) as exc:
+    except _one_line_errors() as exc:
         text = str(exc).strip()
         msg = text.splitlines()[0] if text else type(exc).__name__
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError) or isinstance(

@@ -18,7 +18,7 @@ from typing import Any
 from wirelessfl.errors import parse_yaml, short
 from wirelessfl.report.archive import ARCHIVE, archive_runs, restore_runs
 from wirelessfl.report.claims import Verdict, check_claim, per_seed_rows
-from wirelessfl.report.local import execute_local
+from wirelessfl.report.local import check_hooks, execute_local
 from wirelessfl.report.metrics import diverged
 from wirelessfl.report.ray_executor import RayOptions, execute_ray
 from wirelessfl.report.renderers import RENDERERS, figure_style
@@ -342,7 +342,11 @@ def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
     """Train the figures' missing runs (each once), then render them under ``root``.
 
     Runs the archive ``reuse`` holds are taken from it first; ``render_only`` trains none.
+    The algorithms' planning hooks are checked before the folder is claimed, so a plug-in's
+    bad hook leaves nothing behind (:func:`~wirelessfl.report.local.check_hooks`).
     """
+    if not render_only:
+        check_hooks([r for f in figures for r in f.runs])
     _claim_report_folder(root)
     if reuse is not None:
         restore_runs([r for f in figures for r in f.runs], root, reuse, log=log)

@@ -148,7 +148,12 @@ def run_work(run: RunSpec) -> float:
     cfg = canonical(run.raw)
     name = cfg["algorithm"]["name"]
     _, algorithm = get(name)
-    work = algorithm.round_work(cfg["algorithm"])
+    try:
+        work = algorithm.round_work(cfg["algorithm"])
+    except Exception as exc:  # a plug-in's hook: its error in one line, naming it
+        raise ConfigError(f"algorithm {short(name)}: its round_work hook raised "
+                          f"{type(exc).__name__}: {short(str(exc))}; fix the plug-in (it "
+                          "returns a round's work against a default round's 1.0)") from None
     try:  # a plug-in's answer, checked: NaN or a negative work would deal every run to one group
         work = as_float("round_work", work, lo=0.0, lo_open=True)
     except ValueError:
@@ -156,6 +161,29 @@ def run_work(run: RunSpec) -> float:
                           "must return a finite number > 0 (a round's work against a "
                           "default round's 1.0)") from None
     return int(cfg["rounds"]) * work
+
+
+def check_hooks(runs: list[RunSpec]) -> None:
+    """Every planning hook of the runs' algorithms answers well (a ConfigError otherwise).
+
+    Called before a report or sweep folder is claimed, so a plug-in whose hook raises or
+    returns a bad value leaves no folder behind: ``round_work`` (:func:`run_work`) once per
+    algorithm and settings. Round-based runs only (a multi-task run plans its own way).
+    """
+    from wirelessfl.registry import ENTRIES
+
+    seen: set[str] = set()
+    for run in runs:
+        if "tasks" in run.raw:
+            continue
+        cfg = canonical(run.raw)
+        entry = ENTRIES.get(cfg["algorithm"]["name"])
+        if entry is not None and entry[0] != "rounds":  # (a simulation plans its own way)
+            continue
+        what = json.dumps(cfg["algorithm"], sort_keys=True, default=str)
+        if what not in seen:
+            seen.add(what)
+            run_work(run)
 
 
 def auto_batch_runs(run: RunSpec) -> int:

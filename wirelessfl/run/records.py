@@ -156,6 +156,9 @@ class RunRecord:
                 if (self.folder / name).is_symlink():
                     raise RunFolderError(f"{self.folder / name} is a link, which the run would "
                                          "read or write through; remove it (nothing was changed)")
+                if (self.folder / name).is_dir():
+                    raise RunFolderError(f"{self.folder / name} is a folder where the run "
+                                         f"writes its {name}; remove it (nothing was changed)")
             if resume and not self.exists():
                 raise RunFolderError(f"--resume: {self.folder} holds no run (no config.yaml); "
                                      "nothing was changed there. Start the run in a new folder "
@@ -345,6 +348,7 @@ class RunRecord:
     def config(self) -> dict[str, Any]:
         """The stored resolved configuration."""
         path = self.folder / "config.yaml"
+        self._not_a_link(path)
         if not path.is_file():
             raise RunFolderError(f"{self.folder} holds no run (no config.yaml); pass a preset or "
                                  "YAML file, or --out of an existing run folder")
@@ -358,8 +362,16 @@ class RunRecord:
             raise RunFolderError(f"{path} is damaged (not a mapping)")
         return as_made(raw)  # a folder written before a changed default: the value it ran with
 
+    @staticmethod
+    def _not_a_link(path: Path) -> None:
+        """A run's file that is a link is read through by nothing here: one line saying so."""
+        if path.is_symlink():
+            raise RunFolderError(f"{path} is a link, which would be read through; a run folder's "
+                                 "files are its own: copy the run folder, not links to it")
+
     def rows(self) -> list[dict[str, Any]]:
         """All metric rows; a damaged line is a :class:`~wirelessfl.errors.RunFolderError`."""
+        self._not_a_link(self.metrics_path)
         if not self.metrics_path.is_file():
             return []
         damaged = ("is damaged (truncated or edited): it cannot be read, resumed, plotted or "
@@ -440,10 +452,13 @@ class RunRecord:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json`` (a finished run: any record of an earlier divergence goes)."""
-        atomic_write(self.folder / "summary.json",
-                     lambda fh: fh.write((json.dumps(_finite_json(summary), indent=2, allow_nan=False)
-                                          + "\n").encode()))
-        (self.folder / "diverged.json").unlink(missing_ok=True)
+        self._replace_file("summary.json", lambda fh: fh.write(
+            (json.dumps(_finite_json(summary), indent=2, allow_nan=False) + "\n").encode()))
+        gone = self.folder / "diverged.json"
+        if gone.is_dir() and not gone.is_symlink():
+            raise RunFolderError(f"{gone} is a folder where the run keeps its divergence record; "
+                                 "remove it and resume the run")
+        gone.unlink(missing_ok=True)
 
     def mark_diverged(self, reason: str) -> None:
         """Record that training diverged after the last row (``diverged.json``: round, reason).
@@ -454,8 +469,16 @@ class RunRecord:
         rows = self.rows()
         record = {"round": int(rows[-1].get("round", 0)) + 1 if rows else 1,
                   "reason": str(reason).splitlines()[0][:500] if str(reason) else "diverged"}
-        atomic_write(self.folder / "diverged.json",
-                     lambda fh: fh.write((json.dumps(record, indent=2) + "\n").encode()))
+        self._replace_file("diverged.json",
+                           lambda fh: fh.write((json.dumps(record, indent=2) + "\n").encode()))
+
+    def _replace_file(self, name: str, write: Any) -> None:
+        """:func:`atomic_write` of the folder's ``name``; a folder or link planted there is one line."""
+        path = self.folder / name
+        if path.is_symlink() or path.is_dir():
+            raise RunFolderError(f"{path} is a {'link' if path.is_symlink() else 'folder'} where "
+                                 f"the run writes its {name}; remove it and resume the run")
+        atomic_write(path, write)
 
     def diverged(self) -> dict[str, Any] | None:
         """The divergence record (the round whose training diverged, why), if the run diverged."""
