@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import time
@@ -68,11 +69,49 @@ def measure(setting: str, sample_rounds: int = 2) -> dict[str, Any]:
             "probe_over_whole": probe.of(cfg) / max(whole.of(cfg), 1e-9)}
 
 
+#: Figures of three kinds whose quick runs fit minutes here, for ``--against-runs``.
+FIGURES = ("codesign:noise_free", "hist:fig3", "fadamgc:fig2")
+
+
+def against_runs(figure: str, folder: Path) -> dict[str, Any]:
+    """``figures --estimate`` for ``PAPER:FIGURE`` at quick scale against training it for real.
+
+    Both are the command line's, in their own processes, one after the other: the estimate's
+    hours, the real run's wall seconds (start-up included), their ratio. Nothing is reused.
+    """
+    import subprocess
+    import sys
+
+    paper, name = figure.split(":")
+    base = [sys.executable, "-m", "wirelessfl.cli", "figures", paper, "--scale", "quick",
+            "--only", name, "--out", str(folder / name), "--quiet"]
+    t0 = time.perf_counter()
+    est = subprocess.run([*base, "--estimate"], capture_output=True, text=True, check=True)
+    est_took = time.perf_counter() - t0
+    hours = [float(line.split()[3]) for line in est.stdout.splitlines()
+             if line.split()[:1] == [name]]
+    t0 = time.perf_counter()
+    subprocess.run(base, capture_output=True, text=True, check=True)
+    real = time.perf_counter() - t0
+    est_s = hours[0] * 3600 if hours else float("nan")
+    return {"figure": figure, "estimate_s": est_s, "estimate_took_s": est_took, "real_s": real,
+            "estimate_over_real": est_s / real, "load": os.getloadavg()[0]}
+
+
 def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setting", action="append", help="PAPER:FIGURE:PANEL:SERIES (repeatable)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--against-runs", nargs="*", metavar="PAPER:FIGURE",
+                    help="compare `figures --estimate` with a real run of these quick figures "
+                         f"(none named: {', '.join(FIGURES)})")
     args = ap.parse_args()
+    if args.against_runs is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = [against_runs(f, Path(tmp)) for f in args.against_runs or FIGURES]
+        print(json.dumps({"machine": platform.processor() or platform.machine(),
+                          "cores": os.cpu_count(), "figures": rows}, indent=1))
+        return
     rows = []
     for s in args.setting or DEFAULT:
         rows.append(measure(s))

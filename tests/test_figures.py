@@ -1086,3 +1086,21 @@ def test_an_isolated_estimate_survives_a_worker_killed_by_the_system(toy):
         assert isinstance(timer(run, logs.append), estimate._Cost)
         assert timer.pool is not None
     assert timer.pool is None  # stopped at the block's end
+
+
+def test_a_process_warms_up_once_before_it_times_its_first_setting(toy, monkeypatch):
+    """The first setting a process times is probed once untimed first (its start-up is not a
+    setting's cost); later settings, and a second estimate in the process, are not."""
+    from wirelessfl.report import estimate as est
+
+    monkeypatch.setattr(est, "_WARM", False)
+    probes = []
+    real = est.probe_setting
+    monkeypatch.setattr(est, "probe_setting",
+                        lambda run, folder: probes.append(folder.name) or real(run, folder))
+    figs = load_figures("toy", "quick", only=["tab"])
+    est.estimate(figs, toy, log=lambda _: None)
+    first = list(probes)
+    assert first[0] == "warm" and first.count("warm") == 1 and len(first) >= 2
+    est.estimate(figs, toy, log=lambda _: None)
+    assert probes[len(first):].count("warm") == 0

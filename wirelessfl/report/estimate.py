@@ -299,7 +299,28 @@ def estimate(figures: list[Figure], root: Path, *, sample_rounds: int = 2,
     if isolate:
         with Isolated(sample_rounds) as timer:
             return _estimate(figures, root, lambda run: timer(run, log))
-    return _estimate(figures, root, lambda run: _time_setting(run, sample_rounds, log))
+    return _estimate(figures, root, lambda run: _warm_then_time(run, sample_rounds, log))
+
+
+def _warm_then_time(run: RunSpec, sample_rounds: int,
+                    log: Callable[[str], None]) -> _Cost | str:
+    """:func:`_time_setting`, after this process's warm-up on the first setting it times.
+
+    A process's first round pays for its start: imports, PyTorch's kernels and allocator,
+    the data's first placement. Timed with the first setting, it made that setting look 30×
+    slower than the others on a loaded machine (27.7 s a round against 0.5-1.0 s). So the
+    first setting a process times is probed once untimed before it is timed.
+    """
+    global _WARM
+    if not _WARM and "tasks" not in run.raw:  # (a multi-task run times its own simulation)
+        with tempfile.TemporaryDirectory(prefix="wirelessfl-warmup-") as tmp:
+            probe_setting(run, Path(tmp) / "warm")  # (its cost, or why none, is discarded)
+        _WARM = True
+    return _time_setting(run, sample_rounds, log)
+
+
+#: Whether this process has warmed up (:func:`_warm_then_time`).
+_WARM = False
 
 
 def _estimate(figures: list[Figure], root: Path,
@@ -424,7 +445,7 @@ def _time_in_worker(run: RunSpec, sample_rounds: int) -> tuple[_Cost | str, list
         _worker_setup(os.cpu_count() or 1)
         _time_in_worker.ready = True  # type: ignore[attr-defined]
     lines: list[str] = []
-    cost = _time_setting(run, sample_rounds, lines.append)
+    cost = _warm_then_time(run, sample_rounds, lines.append)
     try:  # resident now; else the peak (kB on Linux, bytes on macOS: an upper bound either way)
         with open("/proc/self/statm") as fh:
             rss = int(fh.read().split()[1]) * resource.getpagesize()
@@ -684,6 +705,11 @@ def _time_whole(run: RunSpec, base: dict[str, Any], sample_rounds: int, tmp: Pat
     elif 1 in walls and last >= 2:  # rounds 2 .. last after the warm-up round
         per_round = max(0.0, (walls[last] - walls[1]) / (last - 1))
         start = max(0.0, total - last * per_round)
+        steps = [walls[r] - walls[r - 1] for r in range(2, last + 1) if r - 1 in walls and r in walls]
+        if len(steps) >= 2:  # the steady rounds' spread, so a reader sees how sure it is
+            log(f"  timed {run.label}: {per_round:.3g} s a round (steady rounds "
+                f"{min(steps):.3g}-{max(steps):.3g} s), {start:.3g} s to start")
+            return _Cost(start, per_round)
     else:  # rows not every round (eval_every > 1): a 1-round run beside it
         try:
             first = _timed_job({**base, "rounds": 1}, tmp / "1", None)
@@ -747,6 +773,12 @@ def _timed_job(raw: dict[str, Any], folder: Path, until: _Sample | None) -> floa
     return time.perf_counter() - t0
 
 
+def _hours(seconds: float) -> str:
+    """Hours in 8 characters: two decimals, or three significant digits below 0.1 h."""
+    h = seconds / 3600
+    return f"{h:8.2f}" if h >= 0.1 or h == 0 else f"{h:8.3g}"
+
+
 def estimate_table(rows: list[Estimate], device: str) -> str:
     """The estimate as text: a line per figure and the total in hours."""
     lines = [f"{'figure':14s} {'runs':>5s} {'rounds':>7s} {'hours':>8s}  (on {device})"]
@@ -760,11 +792,11 @@ def estimate_table(rows: list[Estimate], device: str) -> str:
                         "stop at their targets")
         if e.note:
             said.append(f"not all estimated: {e.note}")
-        lines.append(f"{e.figure:14s} {e.runs:5d} {e.rounds:7d} {e.seconds / 3600:8.2f}"
+        lines.append(f"{e.figure:14s} {e.runs:5d} {e.rounds:7d} {_hours(e.seconds)}"
                      + "".join(f"  {x}" for x in said))
     total = sum(e.seconds for e in rows)
     lines.append(f"{'total':14s} {sum(e.runs for e in rows):5d} "
-                 f"{sum(e.rounds for e in rows):7d} {total / 3600:8.2f}  "
+                 f"{sum(e.rounds for e in rows):7d} {_hours(total)}  "
                  f"(runs x rounds x seconds per round, timed; an upper bound where runs stop "
                  f"at their target)")
     return "\n".join(lines)
