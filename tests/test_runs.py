@@ -314,3 +314,41 @@ def test_a_run_cut_short_by_until_writes_no_summary_and_resumes_to_the_end(tmp_p
     assert record.summary() is None and [r["round"] for r in record.rows()] == [0, 1, 2]
     run_job(open_run(raw), tmp_path / "r", resume=True, quiet=True)
     assert record.summary() is not None and record.rows()[-1]["round"] == 4
+
+
+def test_plot_draws_percent_markers_a_log_time_axis_and_names_a_hidden_twin(tmp_path):
+    """``wirelessfl plot``: accuracy in % (as the reports' tables), a marker per run, simulated
+    time on a log axis when the runs' times differ by decades, and a run drawn exactly over
+    another says so in the legend."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from wirelessfl.report import plotting
+
+    def folder(name, scale):
+        f = tmp_path / name
+        f.mkdir()
+        rows = [{"round": t, "uplink_mb_per_client": t, "sim_time_s": scale * t,
+                 "test_accuracy": 0.1 + 0.05 * t} for t in range(6)]
+        (f / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return f
+
+    runs = [folder("aircomp", 0.001), folder("nr", 60.0), folder("nr_copy", 60.0)]
+    made = []
+    real = plt.subplots
+    plotting.plt.subplots = lambda *a, **k: made.append(real(*a, **k)) or made[-1]
+    try:
+        plotting.plot_runs(runs, tmp_path / "p.png")
+    finally:
+        plotting.plt.subplots = real
+    fig, ax = made[0]
+    time_axis = [a for a in ax[0] if "simulated" in a.get_xlabel()][0]
+    assert time_axis.get_xscale() == "log" and ax[0][0].get_ylabel() == "test accuracy [%]"
+    assert max(ax[0][0].lines[0].get_ydata()) == pytest.approx(35.0)
+    labels = [line.get_label() for line in time_axis.lines]  # (on rounds all three coincide)
+    assert labels == ["aircomp", "nr", "nr_copy (= nr, drawn under it)"]
+    assert len({line.get_marker() for line in ax[0][0].lines}) == 3

@@ -28,19 +28,28 @@ def plot_runs(folders: Sequence[str | Path], out: str | Path) -> Path:
                              "test accuracy (is metrics.jsonl damaged?)")
     axes = plot_axes(records)
     fig, ax = plt.subplots(1, len(axes), figsize=(4.6 * len(axes), 3.6), squeeze=False)
-    for rec in records:
-        rows = rec.rows()
-        name = rec.folder.name
-        for a, (key, label) in zip(ax[0], axes):
-            pts = [(_x(r, key), r["test_accuracy"]) for r in rows
-                   if is_number(_x(r, key)) and is_number(r.get("test_accuracy"))]
-            if pts:
-                a.plot(*zip(*pts), marker="." if len(pts) < 40 else None, label=name)
-            a.set_xlabel(label)
-            if key == "round":  # rounds are whole numbers: no 2.5 ticks
-                a.xaxis.set_major_locator(MaxNLocator(integer=True))
-            a.set_ylabel("test accuracy")
-            a.grid(alpha=0.3)
+    for a, (key, label) in zip(ax[0], axes):
+        curves = {rec.folder.name: [(_x(r, key), 100.0 * r["test_accuracy"]) for r in rec.rows()
+                                    if is_number(_x(r, key)) and is_number(r.get("test_accuracy"))]
+                  for rec in records}
+        log = key == "sim_time_s" and _spans_decades(curves)
+        seen: dict[tuple, str] = {}
+        for i, (name, pts) in enumerate(curves.items()):
+            if log:
+                pts = [p for p in pts if p[0] > 0]  # (round 0 at t = 0 has no place on a log axis)
+            if not pts:
+                continue
+            same = seen.setdefault(tuple(pts), name)  # a curve drawn exactly over another: said
+            a.plot(*zip(*pts), marker=MARKERS[i % len(MARKERS)], markersize=4,
+                   markevery=max(1, len(pts) // 12), alpha=0.85,
+                   label=name if same == name else f"{name} (= {same}, drawn under it)")
+        a.set_xlabel(label + (" (log scale)" if log else ""))
+        if log:  # AirComp's milliseconds beside NR's minutes: both readable
+            a.set_xscale("log")
+        if key == "round":  # rounds are whole numbers: no 2.5 ticks
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a.set_ylabel("test accuracy [%]")
+        a.grid(alpha=0.3)
     ax[0][0].legend(fontsize=8)
     fig.suptitle(_title(records), fontsize=10)
     fig.tight_layout()
@@ -51,6 +60,21 @@ def plot_runs(folders: Sequence[str | Path], out: str | Path) -> Path:
     finally:
         plt.close(fig)
     return out
+
+
+#: One marker per run (its line's points, about 12 of them), so overlapping lines stay apart.
+MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*")
+
+
+def _spans_decades(curves: dict[str, list[tuple[float, float]]], decades: float = 2.0) -> bool:
+    """Whether the runs' last x-values differ by more than ``decades`` powers of ten.
+
+    (AirComp's rounds end in milliseconds where NR's take minutes: on a linear axis the first
+    is a vertical line at 0.)
+    """
+    ends = [max(x for x, _ in pts) for pts in curves.values() if pts]
+    ends = [x for x in ends if x > 0]
+    return len(ends) >= 2 and max(ends) / min(ends) > 10.0 ** decades
 
 
 def plot_axes(records: Sequence[RunRecord]) -> list[tuple[str, str]]:
