@@ -234,3 +234,46 @@ def test_the_paper_scale_page_names_figures_that_exist_at_scales_that_parse():
     for paper in papers.values():
         for f in load_figures(paper, "paper"):
             assert (paper, f.name) in listed, (paper, f.name)
+
+
+def _guide_commands() -> list[tuple[str, list[str]]]:
+    """Every ``wirelessfl`` command of the README's and the guides' shell blocks, as argv."""
+    import shlex
+
+    out = []
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]:
+        for block in re.findall(r"```(?:bash|console|sh)\n(.*?)```", f.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" #")[0].strip()
+                if line.startswith("wirelessfl "):
+                    out.append((f.name, shlex.split(line)[1:]))
+    return out
+
+
+def test_every_command_the_guides_show_parses_and_its_settings_resolve(fmnist):
+    """The guides' commands: each parses (no option that does not exist); a ``run`` of a
+    preset builds its experiment with its ``--set`` overrides (every setting checked, the
+    algorithm's own refusals too, nothing trained); a ``figures`` of a paper here loads its
+    figures at the scale, seeds and names given (its --dry-run)."""
+    from wirelessfl.cli import build_parser
+    from wirelessfl.report.spec import load_figures, parse_seeds
+    from wirelessfl.run.config import apply_overrides, list_presets, load_raw
+    from wirelessfl.run.kinds import open_run
+
+    commands = _guide_commands()
+    assert len(commands) >= 30
+    papers = {p.name for p in (ROOT / "experiments").iterdir() if (p / "figures.yaml").is_file()}
+    built = 0
+    for where, argv in commands:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:
+            raise AssertionError(f"{where}: `wirelessfl {' '.join(argv)}` does not parse") from None
+        if argv[0] == "run" and args.config in list_presets() and not args.resume:
+            raw = apply_overrides(load_raw(args.config), args.set or [])
+            open_run({**raw, "rounds": 1}) if "tasks" not in raw else None
+            built += 1
+        elif argv[0] == "figures" and args.paper in papers:
+            seeds = None if args.seeds is None else parse_seeds(args.seeds)
+            assert load_figures(args.paper, args.scale, args.only, None, seeds), where
+    assert built >= 15

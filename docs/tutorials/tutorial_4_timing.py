@@ -73,6 +73,7 @@ fig.tight_layout()
 #
 # .. code-block:: bash
 #
+#     wirelessfl run fedavg_fmnist --out runs/fedavg        # a named run folder (--out)
 #     wirelessfl retime runs/fedavg --set network.model=aircomp --out fedavg-aircomp.csv
 
 # %%
