@@ -109,7 +109,8 @@ class Output:
         if left + per * (progress - p0) >= self.ESTIMATE_FROM_S:
             name, unit = self._label
             print(f"wirelessfl: {name}: about {_duration(left)} left "
-                  f"({per:.3g} s a {unit}, {progress:g} of {total:g}); no progress bar (--quiet, or a worker of --jobs)",
+                  f"({per:.3g} s a {unit}, {progress:g} of {total:g}); no progress bar "
+                  "(--quiet, or a worker of --jobs)",
                   file=sys.stderr)
 
     def checkpoint(self, payload: dict[str, Any]) -> None:
