@@ -179,7 +179,7 @@ def test_label_flip_trains_the_attackers_on_flipped_labels_and_no_one_else():
 def test_label_flip_is_refused_where_clients_share_samples():
     raw = {**RAW, "data": {**RAW["data"], "dataset": "synthetic"},
            "algorithm": {"name": "fedavg", "attack": "label_flip", "attackers": 0.3}}
-    from wirelessfl.algorithms.fedavg import flipped_labels
+    from wirelessfl.algorithms.attacks import flipped_labels
     from wirelessfl.errors import ConfigError
 
     env = open_run({**raw, "algorithm": {"name": "fedavg"}}).exp.algorithm.env
@@ -289,7 +289,7 @@ def _alie_ipm_numpy(rows, bad, attack, eps=1.0):
 
 @pytest.mark.parametrize("attack, eps", [("alie", 1.0), ("ipm", 0.1), ("ipm", 4.0)])
 def test_alie_and_ipm_equal_numpy_transcriptions_of_their_papers(attack, eps):
-    from wirelessfl.algorithms.fedavg import literature_attack
+    from wirelessfl.algorithms.attacks import literature_attack
 
     rng = np.random.default_rng(3)
     stack = {"w": torch.as_tensor(rng.normal(size=(9, 3, 4))), "b": torch.as_tensor(

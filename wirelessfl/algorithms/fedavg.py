@@ -13,7 +13,6 @@ registered under its own name with its defaults (:class:`FedAdamHParams`, ...).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ import torch
 from typing_extensions import override
 
 from channels.validation import as_float, as_int
+from wirelessfl.algorithms.attacks import ATTACKS, Attack
 from wirelessfl.algorithms.base import (
     Environment,
     FederatedAlgorithm,
@@ -34,7 +34,6 @@ from wirelessfl.algorithms.base import (
     mean_buffers,
     num_params,
 )
-from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine.batch import ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, DeltaFold, weighted_sum
 from wirelessfl.errors import ConfigError
@@ -46,40 +45,6 @@ from wirelessfl.server.privacy import DP_MODES, Privacy, PrivacySettings
 from wirelessfl.server.robust import robust_aggregator, robust_names
 from wirelessfl.server.sampling import AllClients, ClientSampler, UniformSampler
 from wirelessfl.server.state import RoundPlan
-
-#: Simulated client attacks of ``algorithm.attack`` (on the pseudo-gradients they upload).
-ATTACKS = ("none", "sign_flip", "scaled", "noise", "label_flip", "alie", "ipm")
-
-
-def literature_attack(stack: Params, mask: torch.Tensor, attack: str, eps: float) -> Params:
-    """ALIE or IPM (``attack``): every row of ``mask`` replaced by one vector from the others.
-
-    ALIE (Baruch, Baruch, Goldberg, NeurIPS 2019): μ − z_max·σ, with μ and σ the honest rows'
-    coordinate-wise mean and (sample) standard deviation and z_max = Φ⁻¹((n − s)/n),
-    s = ⌊n/2 + 1⌋ − f (n rows, f of them attackers): the largest shift that stays within the
-    honest spread of enough rows to pass median- and Krum-type rules. IPM (Xie, Koyejo,
-    Gupta, UAI 2020): −ε·μ, whose inner product with the true mean is negative. On the
-    stacked rows in a few operations; with no honest row, every row's statistics.
-    """
-    from scipy.stats import norm
-
-    keys = list(stack)
-    n = int(mask.shape[0])
-    flat = torch.cat([stack[k].reshape(n, -1) for k in keys], 1)
-    honest = flat[~mask] if bool((~mask).any()) else flat
-    mu = honest.mean(0)
-    if attack == "ipm":
-        row = -eps * mu
-    else:
-        f = int(mask.sum())
-        s = math.floor(n / 2 + 1) - f
-        z = float(norm.ppf(min(max((n - s) / n, 1e-6), 1 - 1e-6)))
-        sigma = honest.std(0, correction=1 if honest.shape[0] > 1 else 0)
-        row = mu - z * sigma
-    out = torch.where(mask[:, None], row[None, :].to(flat.dtype), flat)
-    sizes = [stack[k][0].numel() for k in keys]
-    return {k: part.reshape(stack[k].shape)
-            for k, part in zip(keys, torch.split(out, sizes, dim=1))}
 
 
 def warn_noisy_mean(hp: Any, privacy: Privacy, clients: int, params: int) -> None:
@@ -338,26 +303,6 @@ def client_weights(sizes: np.ndarray, weighting: str) -> np.ndarray:
     return sizes
 
 
-def flipped_labels(env: Environment, attackers: np.ndarray) -> ArrayDataset:
-    """The training set with the attackers' samples labelled K − 1 − y (``label_flip``).
-
-    The inputs are shared, not copied. Refused (ConfigError) when the partition gives a
-    sample to more than one client: an honest client would then train on flipped labels.
-    """
-    owned = [np.asarray(env.client_indices[c], np.int64) for c in attackers]
-    every = np.concatenate([np.asarray(i, np.int64) for i in env.client_indices])
-    if np.unique(every).size != every.size:
-        raise ConfigError("algorithm.attack label_flip flips the labels of the attackers' own "
-                          "samples, and this partition gives some samples to several clients "
-                          "(an honest one would train on them flipped): use a partition "
-                          "without overlap, or another attack")
-    train = env.train
-    y = train.y.clone()
-    at = torch.as_tensor(np.concatenate(owned), device=y.device)
-    y[at] = train.num_classes - 1 - y[at]
-    return ArrayDataset(train.x, y, train.num_classes)
-
-
 class FedAvg(FederatedAlgorithm):
     """Federated averaging on the shared interfaces, in the three phases of a round.
 
@@ -439,12 +384,11 @@ class FedAvg(FederatedAlgorithm):
                                   "dp_noise")
             warn_noisy_mean(hp, self.privacy, hp.clients_per_round or env.num_clients,
                             sum(int(p.numel()) for p in env.model.parameters() if p.requires_grad))
-        n = env.num_clients
-        order = env.seeds.generator("attackers").permutation(n) if hp.attack != "none" else []
+        #: The simulated attackers among the clients (``algorithm.attack``), client-side.
+        self.attack = Attack(hp.attack, hp.attackers, hp.attack_scale, env)
         #: The clients that attack (sorted ids; none without ``attack``).
-        self.attackers = np.sort(np.asarray(order[:int(np.floor(hp.attackers * n))], np.int64))
-        if hp.attack == "label_flip" and len(self.attackers):
-            self.env = dataclasses.replace(env, train=flipped_labels(env, self.attackers))
+        self.attackers = self.attack.ids
+        self.env = self.attack.environment(env)
         self.sampler: ClientSampler = (AllClients() if hp.clients_per_round is None
                                        else UniformSampler(num=hp.clients_per_round))
 
@@ -567,31 +511,8 @@ class FedAvg(FederatedAlgorithm):
         return self.privacy.spent(rounds_done, state)
 
     def attacked(self, stack: Params, clients: np.ndarray, t: int) -> Params:
-        """The stack as sent: the attackers' rows changed by ``attack`` (no Python per client)."""
-        hp = self.hp
-        if not len(self.attackers) or hp.attack == "label_flip":  # (that one is in the data)
-            return stack
-        bad = np.isin(np.asarray(clients), self.attackers)
-        if not bad.any():
-            return stack
-        first = next(iter(stack.values()))
-        mask = torch.as_tensor(bad, device=first.device)
-        s = hp.attack_scale
-        if hp.attack in ("sign_flip", "scaled"):
-            factor = 1.0 + ((-s if hp.attack == "sign_flip" else s) - 1.0) * mask.double()
-            return {k: v * factor.to(v.dtype).reshape(-1, *[1] * (v.dim() - 1))
-                    for k, v in stack.items()}
-        if hp.attack in ("alie", "ipm"):
-            return literature_attack(stack, mask, hp.attack, s)
-        n = len(bad)  # noise: s times each row's own RMS per entry, from the round's stream
-        rms = torch.cat([v.reshape(n, -1) for v in stack.values()], 1).pow(2).mean(1).sqrt()
-        gen = torch.Generator().manual_seed(self.env.seeds.int_seed("attack", t))
-        out = {}
-        for k, v in stack.items():
-            z = torch.randn(v.shape, generator=gen, dtype=v.dtype).to(v.device)
-            amp = (s * rms * mask).to(v.dtype).reshape(-1, *[1] * (v.dim() - 1))
-            out[k] = v + amp * z
-        return out
+        """The stack as the clients sent it (:meth:`Attack.sent`: the attackers' rows changed)."""
+        return self.attack.sent(stack, clients, t)
 
     def client_ids(self, ids: Any) -> dict[str, Any]:
         """``{"clients": ids}`` for an aggregator whose channel belongs to the clients, else {}.
