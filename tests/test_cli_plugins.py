@@ -70,6 +70,10 @@ def test_a_run_whose_plugin_file_moved_resumes_with_the_file_s_new_path(box, cap
     (box / "clipavg.py").rename(box / "moved" / "clipavg.py")
     registry.unregister("clipavg")
     plugins._LOADED.clear()
+    capsys.readouterr()
+    assert main(["run", "--resume", "--out", "r", "--quiet"]) == 2  # none given: says it moved
+    err = capsys.readouterr().err
+    assert "--plugin NEW/PATH/clipavg.py" in err and "no longer there" in err, err
     assert main(["run", "--resume", "--out", "r", "--quiet", "--plugin",
                  "moved/clipavg.py"]) == 0
     (box / "clipavg.py").write_text(PLUGIN.format(cls="ClipAvg", name="clipavg"))  # back

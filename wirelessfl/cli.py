@@ -126,9 +126,12 @@ def _need_plugins(recorded: list[str], what: str, raw: dict[str, Any] | None = N
                   "names resolve through the installed plug-in(s) "
                   f"{plugins.describe_entry_points()}", file=sys.stderr)
             return
-    flags = " ".join(f"--plugin {s}" for s in lacking)
+    gone = [s for s in lacking if s.endswith(".py") and not Path(s).exists()]
+    flags = " ".join(f"--plugin {'NEW/PATH/' + Path(s).name if s in gone else s}" for s in lacking)
+    moved = (f" ({', '.join(gone)} is no longer there: pass the file where it is now, by the "
+             "same name)") if gone else ""
     raise ConfigError(f"{what}: the run was made with plug-in(s) {', '.join(lacking)} "
-                      f"(meta.json); pass {flags}")
+                      f"(meta.json); pass {flags}{moved}")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
