@@ -466,20 +466,34 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
                       (0.0 if len(finals) else math.nan),
                       "seeds": len(runs), "diverged": sum(gone),
                       **{k: nanmean([row_value(r[-1], k) for r in rows if r]) for k in also}})
-    f, ax, panels = _panels(fig, 1)
+    drawn_also = [k for k in as_list(fig.spec.get("draw_also", [])) if k in also]
+    f, ax, panels = _panels(fig, 1 + len(drawn_also))
     lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row, (panel, series, value) in zip(table, groups):
         lines.setdefault((panel, series), []).append({**row, "value": value})
+    swept = [(p, s) for (p, s), pts in lines.items() if pts[0]["value"] is not None]
     for (panel, series), pts in lines.items():
         a = ax[panels.index(panel)][0]
         if pts[0]["value"] is None and fig.spec.get("sweep"):
             a.axhline(pts[0]["final_accuracy_mean"], ls="--", color="0.4", label=series)
         elif fig.spec.get("sweep"):
-            drawn = a.errorbar([show_value(p["value"]) for p in pts],
-                               [p["final_accuracy_mean"] for p in pts],
-                               yerr=[p["final_accuracy_std"] for p in pts], marker="o", capsize=3,
-                               label=series)
+            # series that coincide stay apart: a marker each, and a small sideways dodge
+            i, xs = swept.index((panel, series)), [show_value(p["value"]) for p in pts]
+            xs = _dodged(xs, i, len(swept))
+            drawn = a.errorbar(xs, [p["final_accuracy_mean"] for p in pts],
+                               yerr=[p["final_accuracy_std"] for p in pts],
+                               marker=MARKERS[i % len(MARKERS)], capsize=3, label=series,
+                               alpha=0.85)
             _mark_diverged(a, pts, series, drawn.lines[0].get_color())
+            for c, key in enumerate(drawn_also, 1):  # e.g. the privacy spent, beside it
+                b = ax[panels.index(panel)][c]
+                b.plot(xs, [p[key] for p in pts], marker=MARKERS[i % len(MARKERS)],
+                       color=drawn.lines[0].get_color(), label=series, alpha=0.85)
+                b.set(xlabel=fig.spec.get("xlabel") or sweep_label(fig, "method"),
+                      ylabel=LABELS.get(key, key), title=panel)
+                if all(p[key] > 0 for p in pts if np.isfinite(p[key])):
+                    b.set_yscale("log")
+                b.grid(alpha=0.3)
         else:
             x = [s for (p, s) in lines if p == panel].index(series)
             a.bar(x, pts[0]["final_accuracy_mean"], yerr=pts[0]["final_accuracy_std"],
@@ -498,6 +512,27 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
     md = out / f"{fig.name}.md"
     write_text(md, final_markdown(fig, table, last))
     return [*paths, md]
+
+
+#: One marker per series, so lines that coincide stay apart.
+MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*")
+
+
+def _dodged(xs: list[Any], i: int, n: int) -> list[Any]:
+    """Numeric x-values moved sideways for the i-th of n series (2 % of the smallest step).
+
+    Series whose points coincide (AirComp at high SNR and the noise-free reference, or
+    over-the-air and central DP at one z) are then all visible; non-numeric x are kept.
+    """
+    try:
+        vals = [float(x) for x in xs]
+    except (TypeError, ValueError):
+        return xs
+    steps = np.diff(sorted(set(vals)))
+    if n < 2 or not len(steps):
+        return xs
+    shift = 0.02 * float(steps.min()) * (i - (n - 1) / 2)
+    return [v + shift for v in vals]
 
 
 RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,

@@ -17,7 +17,8 @@ from wirelessfl.run.records import write_csv as _write_rows
 #: Axis and column names of the metrics a figure can show.
 LABELS = {"round": "global round", "uplink_mb_per_client": "uplink per client [MB]",
            "uplink_mb_paper_per_client": "uplink per client [MB, §6.6]",
-           "sim_time_s": "simulated latency [s]", "sim_time_min": "simulated run time [min]"}
+           "sim_time_s": "simulated latency [s]", "sim_time_min": "simulated run time [min]",
+           "epsilon": "privacy spent ε (at the run's δ)"}
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
