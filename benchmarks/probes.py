@@ -1188,6 +1188,47 @@ def api_runs_and_plugins(p: Probes) -> None:
             registry.unregister("probe_shrunk")
 
 
+def fifth_pass(p: Probes, box: Path) -> None:
+    """Issue 93's classes: a plug-in hook that raises or answers badly (before any folder is
+    claimed), a folder planted where a run writes a file, --publish into --out, a moved
+    plug-in on --resume, list with a plug-in."""
+    from wirelessfl import registry
+    from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+
+    A = "fifth pass"
+    (box / "t.yaml").write_text(yaml.safe_dump(TINY))
+    for name, work in (("probe_raises", "raise"), ("probe_nan", float("nan")),
+                       ("probe_text", "2")):
+        def round_work(cls, settings, work=work):
+            if work == "raise":
+                raise KeyError("cells")
+            return work
+        registry.register(name, FedAvgHParams, type(name, (FedAvg,), {
+            "round_work": classmethod(round_work)}))
+        try:
+            (box / f"{name}.yaml").write_text(yaml.safe_dump({**TINY, "algorithm": {"name": name}}))
+            p.cli(A, f"sweep: round_work {work!r}", ["sweep", f"{name}.yaml", "--grid",
+                                                      "local.lr=0.01,0.02", "--out",
+                                                      f"sw-{name}", "--quiet"], box)
+        finally:
+            registry.unregister(name)
+    run = box / "planted"
+    shutil.copytree(_finished_run(box), run)
+    (run / "summary.json").unlink(missing_ok=True)
+    (run / "diverged.json").mkdir()
+    p.cli(A, "a folder planted at diverged.json", ["run", "t.yaml", "--resume", "--out",
+                                                   "planted", "--quiet"], box)
+    p.cli(A, "--publish into --out", ["figures", "hist", "--only", "fig3", "--out", "same",
+                                      "--publish", "same", "--quiet"], box)
+    (box / "plug").mkdir()
+    (box / "plug" / "probe_listed.py").write_text(
+        "from wirelessfl.server.robust import Mean, register_aggregator\n"
+        "class Plain(Mean):\n    def __init__(self, uplink=None):\n        pass\n"
+        "register_aggregator('probe_listed', Plain)\n")
+    p.cli(A, "list --algorithms --plugin", ["list", "--algorithms", "--plugin",
+                                            "plug/probe_listed.py"], box, expect=0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one line of JSON")
@@ -1209,6 +1250,8 @@ def main() -> None:
         files_run_folders(p, box / "f", marker)
         files_links(p, box / "f")
         files_data(p, box, marker)
+        (box / "g").mkdir()
+        fifth_pass(p, box / "g")
         executed = marker.exists()
     rep = p.report()
     rep["code_execution"] = int(executed)
