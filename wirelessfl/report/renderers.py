@@ -230,13 +230,21 @@ def render_sweep(fig: Figure, root: Path, out: Path) -> list[Path]:
                         "reached": count})
             lines.setdefault((panel, series, metric), []).append((value, mean))
         table.append(row)
+    swept = list(dict.fromkeys((p, s) for (p, s, _), pts in lines.items()
+                               if not (len(pts) == 1 and pts[0][0] is None)))
+    every = {int(canonical(r.raw).get("eval_every") or 1) for r in fig.runs}
     for (panel, series, metric), pts in lines.items():
         a = ax[panels.index(panel)][metrics.index(metric)]
         if len(pts) == 1 and pts[0][0] is None:  # a series not swept: a reference line
             a.axhline(pts[0][1], ls="--", color="0.4", label=series)
-        else:
-            a.plot([show_value(p[0]) for p in pts], [p[1] for p in pts], marker="o", label=series)
-        a.set(xlabel=label, ylabel=f"{LABELS.get(metric, metric)} to {100 * target:g}%",
+        else:  # a marker each and a small dodge: series that coincide stay visible
+            i = swept.index((panel, series))
+            a.plot(_dodged([show_value(p[0]) for p in pts], i, len(swept)), [p[1] for p in pts],
+                   marker=MARKERS[i % len(MARKERS)], label=series, alpha=0.85)
+            _ticks_at(a, [show_value(p[0]) for p in pts])
+        quantum = (f" (evals every {max(every)})" if metric == "round" and max(every) > 1
+                   else "")
+        a.set(xlabel=label, ylabel=f"{LABELS.get(metric, metric)} to {100 * target:g}%{quantum}",
               title=panel, yscale="log" if metric in logs else "linear")
         a.grid(alpha=0.3)
     return _finish(fig, f, ax, out, table)
@@ -485,6 +493,7 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
                                marker=MARKERS[i % len(MARKERS)], capsize=3, label=series,
                                alpha=0.85)
             _mark_diverged(a, pts, series, drawn.lines[0].get_color())
+            _ticks_at(a, [show_value(p["value"]) for p in pts])
             for c, key in enumerate(drawn_also, 1):  # e.g. the privacy spent, beside it
                 b = ax[panels.index(panel)][c]
                 b.plot(xs, [p[key] for p in pts], marker=MARKERS[i % len(MARKERS)],
@@ -493,6 +502,7 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
                       ylabel=LABELS.get(key, key), title=panel)
                 if all(p[key] > 0 for p in pts if np.isfinite(p[key])):
                     b.set_yscale("log")
+                _ticks_at(b, [show_value(p["value"]) for p in pts])
                 b.grid(alpha=0.3)
         else:
             x = [s for (p, s) in lines if p == panel].index(series)
@@ -533,6 +543,14 @@ def _dodged(xs: list[Any], i: int, n: int) -> list[Any]:
         return xs
     shift = 0.02 * float(steps.min()) * (i - (n - 1) / 2)
     return [v + shift for v in vals]
+
+
+def _ticks_at(a: Any, xs: list[Any]) -> None:
+    """Ticks at the sweep's own values (a dodged series sits beside them), when numeric."""
+    try:
+        a.set_xticks(sorted({float(x) for x in xs}))
+    except (TypeError, ValueError):
+        pass
 
 
 RENDERERS = {"curves": render_curves, "sweep": render_sweep, "table": render_table,
