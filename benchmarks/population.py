@@ -4,12 +4,13 @@
         [--per-round 100] [--rounds 3]
 
 Each (algorithm, population) trains ``rounds`` rounds of ``per_round`` clients of the FCNN on
-Fashion-MNIST split into ``population`` clients (IID), in its own process, and reports the
+Fashion-MNIST split into ``population`` clients (IID), in its own process. It reports the
 seconds a round after the first (the mean of the rest, each with its evaluation), the
-process's peak RSS, and the client store's bytes after the last round (rows of every client
-touched, the state a stateful algorithm keeps). FedAvg, which keeps none, is the reference. The store lives in memory
-(issue 94's disk backend is not built yet): this is the baseline it is measured against.
-Run it alone on the machine: the round times are wall clocks (the peak memory is not).
+process's peak RSS, and the client store's bytes after the last round (the rows of every
+client touched: the state a stateful algorithm keeps). FedAvg, which keeps none, is the
+reference. The store lives in memory (issue 94's disk backend is not built yet): this is the
+baseline it is measured against. Run it alone on the machine: the round times are wall
+clocks (the peak memory is not).
 """
 
 from __future__ import annotations
