@@ -107,7 +107,7 @@ def test_a_store_moved_on_is_stale_and_a_copy_is_not():
     assert len(nxt) == 1
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_a_store_round_trips_through_a_checkpoint_and_refuses_a_damaged_one(dtype):
     gen = torch.Generator().manual_seed(3)
     store = ClientStore.from_states({9: TwoTrees(v=_tree(gen)), 40: TwoTrees(y=_tree(gen)),

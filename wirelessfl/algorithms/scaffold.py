@@ -72,7 +72,7 @@ class SCAFFOLDHParams(FedAvgHParams):
     reference_quirks : bool
         The dynamic-clients reference code (no local correction, server step = client lr).
     state_dtype : str
-        dtype of the stored c_i (``float32``, or ``float16`` to halve the store).
+        dtype of the stored c_i (``float32``, or ``float16``/``bfloat16`` to halve the store).
     """
 
     beta: float = 1.0

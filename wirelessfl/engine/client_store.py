@@ -45,7 +45,9 @@ import torch
 from wirelessfl.engine import device_guard
 from wirelessfl.models.base import Params
 
-STORE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+#: ``state_dtype``: float32, or half the memory in float16 (10 mantissa bits, range ±65,504)
+#: or bfloat16 (float32's range, 7 mantissa bits).
+STORE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: Dtypes :func:`zeros` and :func:`to_host` also take (index tensors kept beside a store).
 HOST_DTYPES = {**STORE_DTYPES, "int64": torch.int64}
 

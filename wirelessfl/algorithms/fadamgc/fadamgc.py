@@ -69,7 +69,7 @@ class FAdamGCHParams(FedAvgHParams):
     tracked : int or None
         S̃, tracked clients per round (None: half the round's clients, at least one).
     state_dtype : str
-        dtype of the stored y_i and v_i.
+        dtype of the stored y_i and v_i (``float32``, ``float16`` or ``bfloat16``).
     warm_start : bool
         y_i^(1) from one minibatch gradient at x^(1) instead of 0 (§7 item 1).
     normaliser : str
