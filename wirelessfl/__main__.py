@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import sys
 
+from wirelessfl.errors import end_process
+
+
+def entry() -> None:
+    """The installed ``wirelessfl`` script: :func:`console`, then :func:`end_process`."""
+    end_process(console())
+
 
 def console() -> int:
     """Run the command line; a Ctrl-C during its imports is one line and exit code 130."""
@@ -20,4 +27,4 @@ def console() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(console())
+    entry()

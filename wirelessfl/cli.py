@@ -801,4 +801,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from wirelessfl.errors import end_process
+
+    end_process(main())
