@@ -180,7 +180,8 @@ def test_a_fold_is_checked_and_shares_add_up():
 
 def test_fedavg_folds_its_mean_over_an_exact_uplink_and_keeps_the_numbers():
     """A FedAvg round folds Δ while training (results without deltas) and moves the model as
-    the mean of the deltas would; FedDyn, which reads the deltas, does not fold."""
+    the mean of the deltas would; FedDyn, which needs their plain sum, folds only with uniform
+    weights."""
     from wirelessfl.algorithms.fedavg import FedAvg
     from wirelessfl.engine.batch import FoldedResults
     from wirelessfl.run.kinds import open_run
@@ -201,10 +202,14 @@ def test_fedavg_folds_its_mean_over_an_exact_uplink_and_keeps_the_numbers():
     for k in new.params:
         torch.testing.assert_close(new.params[k], state.params[k] - sum(
             w * r.delta[k] for w, r in zip(n / n.sum(), unfolded)), rtol=1e-5, atol=1e-7)
-    dyn = open_run({**raw, "algorithm": {"name": "feddyn"}}).exp
+    # FedDyn's h needs the plain Σ_i Δ_i: it folds with uniform weights only
+    dyn = open_run({**raw, "algorithm": {"name": "feddyn", "weighting": "samples"}}).exp
     s = dyn.initial_state()
     assert not isinstance(dyn.algorithm.train(s, dyn.algorithm.configure(s)), FoldedResults)
-    assert FedAvg.folds_deltas and not type(dyn.algorithm).folds_deltas
+    uniform = open_run({**raw, "algorithm": {"name": "feddyn"}}).exp
+    s = uniform.initial_state()
+    assert isinstance(uniform.algorithm.train(s, uniform.algorithm.configure(s)), FoldedResults)
+    assert FedAvg.folds_deltas and type(dyn.algorithm).folds_deltas
 
 
 def test_weighted_sum_reads_any_stack_layout_and_gives_the_scaled_sum():

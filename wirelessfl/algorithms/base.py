@@ -45,6 +45,7 @@ from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine.batch import ClientBatch, ClientDiagnostics, ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, ClientUpdate, DeltaFold, LocalHParams, scheduled_lr
 from wirelessfl.engine.client_store import ClientStore
+from wirelessfl.engine.fold import StateFold
 from wirelessfl.engine.loop import Executor
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.net.digital import Delivery, DigitalUplink
@@ -262,12 +263,22 @@ class FederatedAlgorithm(ABC):
 
     def train(self, state: ServerState, plan: RoundPlan) -> Any:
         """Local training of the plan's clients (with their stored states and the buffers)."""
+        fold = self.delta_fold(plan)
+        if fold is not None:
+            fold.states = self.state_fold(state, plan)
         return self.train_clients(plan.starts, plan.clients, state.round, states=state.client_states,
-                                  broadcast=plan.broadcast, buffers=state.buffers,
-                                  fold=self.delta_fold(plan))
+                                  broadcast=plan.broadcast, buffers=state.buffers, fold=fold)
 
     def delta_fold(self, plan: RoundPlan) -> DeltaFold | None:
         """A fold averaging the round's Δ_i as clients finish; None (the default): keep them."""
+        return None
+
+    def state_fold(self, state: ServerState, plan: RoundPlan) -> StateFold | None:
+        """Beside :meth:`delta_fold`'s fold, one writing the clients' new states as they finish.
+
+        None (the default): the results carry the new states and the server phase stores
+        them (:class:`~wirelessfl.engine.fold.StateFold`).
+        """
         return None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

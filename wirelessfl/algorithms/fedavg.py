@@ -36,6 +36,7 @@ from wirelessfl.algorithms.base import (
 )
 from wirelessfl.engine.batch import ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, DeltaFold, weighted_sum
+from wirelessfl.engine.fold import StateFold
 from wirelessfl.errors import ConfigError
 from wirelessfl.models.base import Params
 from wirelessfl.net.digital import Delivery
@@ -428,6 +429,28 @@ class FedAvg(FederatedAlgorithm):
         return DeltaFold(client_weights(sizes, hp.weighting),
                          clip=self.privacy.clip_norm() if central else None)
 
+    #: Whether the round's new client states are written to the store as clients finish
+    #: (:meth:`state_fold`): a rule whose server phase reads them only through the fold.
+    folds_states = False
+
+    @override
+    def state_fold(self, state: ServerState, plan: RoundPlan,
+                   weights: np.ndarray | None = None) -> StateFold | None:
+        """With :attr:`folds_states` and a stacked store, the clients' states go to it as they finish.
+
+        A round then holds one chunk's new states, not a stack of every client's (issue 94:
+        SCAFFOLD at 500 clients a round held 4.2 GB against FedAvg's 0.93 GB). ``weights``:
+        a_i of the sum of the state changes the server reads (:meth:`StateFold.change`).
+        Only where the round's Δ_i fold too (:meth:`delta_fold`) and its clients are distinct.
+        """
+        clients = np.asarray(plan.clients, np.int64)
+        if not (self.folds_states and self.stacked_client_store and len(clients)
+                and len(np.unique(clients)) == len(clients)):
+            return None
+        return StateFold(self.client_store(state.client_states), clients, weights,
+                         None if weights is None else {k: torch.zeros_like(v)
+                                                       for k, v in state.params.items()})
+
     @classmethod
     def reads_deltas_through_combine(cls) -> bool:
         """:attr:`folds_deltas` as declared by the class that defines :meth:`server_update`."""
@@ -533,7 +556,10 @@ class FedAvg(FederatedAlgorithm):
         and silent clients go into the report).
         """
         states = state.client_states  # a rule's client states, the new ones stored
-        if not isinstance(results, ClientResults) or results.states is not None:
+        folded = getattr(getattr(results, "fold", None), "states", None)
+        if folded is not None:  # written as the clients finished (state_fold)
+            states = folded.store.updated(folded.clients, None)
+        elif not isinstance(results, ClientResults) or results.states is not None:
             if self.stacked_client_store:  # the stacks written as they are (one copy a key)
                 got = ClientResults.from_list(results)
                 states = self.client_store(states).updated(got.clients, got.states)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from typing_extensions import override
 
@@ -30,7 +31,16 @@ from channels.validation import as_float
 from wirelessfl.algorithms.base import Environment, RoundReport, ServerState
 from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 from wirelessfl.engine import client_store
-from wirelessfl.engine.client import Carry, ClientResult, ClientTask, LocalHParams, LocalSGD
+from wirelessfl.engine.batch import ClientBatch, FoldedResults
+from wirelessfl.engine.client import (
+    Carry,
+    ClientResult,
+    ClientTask,
+    DeltaFold,
+    LocalHParams,
+    LocalSGD,
+)
+from wirelessfl.engine.client_store import StateStack
 from wirelessfl.models.base import FLModel, Params
 from wirelessfl.net.digital import Delivery
 from wirelessfl.server.state import AlgorithmState, RoundPlan
@@ -42,10 +52,12 @@ class FedDynHParams(FedAvgHParams):
 
     alpha: float = 0.01
     weighting: str = "uniform"
+    state_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         as_float("alpha", self.alpha, lo=0, hi=1e6)
+        client_store.store({}, self.state_dtype)  # checks the dtype
         if self.server_optimizer != "sgd" or self.server_lr != 1.0:
             raise ValueError("FedDyn's server step is the mean of the models moved by -h/alpha; "
                              "use server_optimizer sgd with server_lr 1")
@@ -56,15 +68,35 @@ class DynamicSGD(LocalSGD):
 
     elementwise = True  # its gradient hooks act entry by entry: safe on stacked clients
 
-    def __init__(self, model: FLModel, hp: LocalHParams, alpha: float) -> None:
+    def __init__(self, model: FLModel, hp: LocalHParams, alpha: float,
+                 state_dtype: str = "float32") -> None:
         super().__init__(model, hp)
-        self.alpha = alpha
+        self.alpha, self.state_dtype = alpha, state_dtype
 
     @override
     def context(self, task: ClientTask) -> dict[str, Params]:
         if task.state is None:
             return {"h": {k: torch.zeros_like(v) for k, v in task.params.items()}}
         return {"h": client_store.load(task.state, task.params)}
+
+    @override
+    def stacked_context(self, batch: ClientBatch, device: torch.device) -> dict[str, Params] | None:
+        """:meth:`context` of every client at once: the h_i gathered (one op a key; zeros: none)."""
+        like = {k: v.detach().to(device) for k, v in batch.starts[0].items()}
+        h = client_store.gathered(batch.states, like)
+        return {"h": h if h is not None else client_store.repeated(None, len(batch), like)}
+
+    @override
+    def stacked_states(self, batch: ClientBatch, carry: Carry, deltas: Params,
+                       steps: np.ndarray) -> StateStack | None:
+        """h_i + α Δ_i of every client that stepped (:meth:`client_final`'s, row by row)."""
+        stepped = (steps > 0) & bool(self.alpha)
+        if not stepped.any():  # h_i stay
+            return (StateStack({}, {"": stepped}, batch.states, None, self.state_dtype)
+                    if batch.states is not None else None)
+        h = carry.ctx["h"]
+        new = {k: torch.add(h[k], d, alpha=self.alpha).contiguous() for k, d in deltas.items()}
+        return StateStack({"": new}, {"": stepped}, batch.states, None, self.state_dtype)
 
     @override
     def correct(self, grads: Params, params: Params, start: Params,
@@ -87,7 +119,7 @@ class DynamicSGD(LocalSGD):
         if not self.alpha or not res.num_steps:
             return dataclasses.replace(res, state=task.state)
         h = {k: torch.add(carry.ctx["h"][k], res.delta[k], alpha=self.alpha) for k in res.delta}
-        return dataclasses.replace(res, state=client_store.store(h))
+        return dataclasses.replace(res, state=client_store.store(h, self.state_dtype))
 
 
 @dataclass(frozen=True)
@@ -103,16 +135,23 @@ class FedDyn(FedAvg):
     uses_uplink = True  # its server phase aggregates through the uplink (combine)
 
     state_type = FedDynState
-    folds_deltas = False  # its h sums the Δ_i itself
+    stacked_client_store = True  # h_i: one stacked tensor per parameter
+    folds_deltas = True  # with uniform weights Σ_i Δ_i is |P_t| × the folded mean
+    folds_states = True  # the h_i written to the store as the clients finish
 
     def __init__(self, env: Environment, hp: FedDynHParams = FedDynHParams()) -> None:
         super().__init__(env, hp)
         self.hp: FedDynHParams = hp
-        self.update = DynamicSGD(env.model, env.local, hp.alpha)
+        self.update = DynamicSGD(env.model, env.local, hp.alpha, hp.state_dtype)
         if env.uplink is not None and hp.weighting != "uniform":
             raise ValueError("FedDyn over the air needs weighting: uniform: its h sums the "
                              "clients' updates, which the server knows only as the received "
                              "(uniform) mean times their count")
+
+    @override
+    def delta_fold(self, plan: RoundPlan) -> DeltaFold | None:
+        """FedAvg's fold with uniform weights only (h needs the plain Σ_i Δ_i)."""
+        return super().delta_fold(plan) if self.hp.weighting == "uniform" else None
 
     @override
     def server_update(self, state: ServerState, plan: RoundPlan,
@@ -123,7 +162,9 @@ class FedDyn(FedAvg):
         alpha, m = self.hp.alpha, self.env.num_clients
         h = self.opt_state(state).h
         if alpha:
-            if self.aggregator.exact:
+            if isinstance(results, FoldedResults):  # the uniform mean times the count
+                total = {k: len(results) * v for k, v in results.fold.mean().items()}
+            elif self.aggregator.exact:
                 total = {k: sum(r.delta[k] for r in results) for k in update}
             else:  # over the air the server has only the received mean: Σ_i Δ_i = |P_t| × it
                 total = {k: len(results) * v for k, v in update.items()}

@@ -144,6 +144,7 @@ class MOON(FedAvg):
     """FedAvg with :class:`ContrastiveSGD` clients (previous local models in the store)."""
 
     stacked_client_store = True  # z_prev's models: one stacked tensor per parameter
+    folds_states = True  # written to the store as the clients finish
 
     def __init__(self, env: Environment, hp: MOONHParams = MOONHParams()) -> None:
         super().__init__(env, hp)

@@ -40,7 +40,7 @@ from wirelessfl.algorithms.base import (
     RoundReport,
     ServerState,
 )
-from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
+from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams, client_weights
 from wirelessfl.engine import client_store
 from wirelessfl.engine.batch import ClientBatch, ClientResults, per_row
 from wirelessfl.engine.client import (
@@ -262,6 +262,27 @@ class SCAFFOLD(FedAvg):
     def second_vector(self) -> str | None:
         return "control-variate changes" if self.hp.control_variates else None
 
+    folds_states = True  # its c_i⁺ go to the store as clients finish, their Σ a_i Δc_i folded
+
+    @override
+    def state_fold(self, state: ServerState, plan: RoundPlan,
+                   weights: np.ndarray | None = None):
+        """The c_i⁺ written as clients finish, with Σ_i a_i Δc_i (a_i of :meth:`_change_weights`).
+
+        Not under DP: the Δc_i are then clipped and noised as one release of the stack.
+        """
+        if self.hp.control_variates and self.hp.dp != "none":
+            return None
+        return super().state_fold(state, plan, self._change_weights(np.asarray(plan.clients))
+                                  if self.hp.control_variates else None)
+
+    def _change_weights(self, clients: np.ndarray) -> np.ndarray:
+        """a_i of c ← c + Σ_i a_i Δc_i: 1/N (``population``), or p_i = w_i / Σ_round w (``weighted``)."""
+        if self.hp.c_update == "population":
+            return np.full(len(clients), 1.0 / self.env.num_clients)
+        w = client_weights(self.env.num_samples[clients.astype(np.int64)], self.hp.weighting)
+        return w / w.sum()
+
     def _state_changes(self, state: ServerState, results: ClientResults
                        ) -> tuple[Params | None, np.ndarray]:
         """Δc_i = c_i⁺ − c_i of the clients that sent a state, stacked, and which sent one.
@@ -292,9 +313,16 @@ class SCAFFOLD(FedAvg):
         lr = self.env.local.lr if lr is None else lr
         u = {k: (v / (lr * steps) if lr * steps > 0 else torch.zeros_like(v))
              for k, v in update.items()}
-        dc, sent = self._state_changes(state, results)
-        coef = (np.full(int(sent.sum()), 1.0 / self.env.num_clients)
-                if hp.c_update == "population" else w[sent] / w.sum())
+        folded = getattr(getattr(results, "fold", None), "states", None)
+        if folded is not None:  # Σ_i a_i Δc_i summed as the clients finished
+            got = folded.change()
+            dc, coef = None, ()
+            if got is not None:
+                c = {k: c[k] + got[k] for k in c}
+        else:
+            dc, sent = self._state_changes(state, results)
+            coef = (np.full(int(sent.sum()), 1.0 / self.env.num_clients)
+                    if hp.c_update == "population" else w[sent] / w.sum())
         if dc is not None and (self.aggregator.exact or not len(coef)):
             got = self.release_second(state, dc, coef)  # (under dp: clipped and noised)
             c = {k: c[k] + got[k] for k in c}

@@ -440,8 +440,9 @@ class BatchedExecutor(Executor):
             rows = (_rows({k: v.dense() if isinstance(v, LowRankDelta) else v
                            for k, v in deltas.items()}) if fold is None or states else None)
             states = update.stacked_states(batch, carry, rows, steps) if states else batch.states
-            if fold is not None:
+            if fold is not None:  # the Δ folded, the new states written to the store
                 fold.add(positions, deltas)
+                states = fold.take_states(positions, states)
             deltas = rows if fold is None else None
             return ClientResults(batch.clients, batch.num_samples, steps, losses, deltas,
                                  carry.buffers, states)

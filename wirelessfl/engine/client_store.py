@@ -322,6 +322,16 @@ class ClientStore(Mapping):
         ``states`` is a :class:`StateStack` (the engine's stacks: one copy per field and key)
         or a sequence of per-client states (None: unchanged), written client by client.
         """
+        self.write(clients, states)
+        return self._next()
+
+    def write(self, clients: np.ndarray, states: Sequence[Any] | None) -> None:
+        """``clients``' new states written in place, as :meth:`updated` writes them.
+
+        The store stays this version: for a round that writes its clients chunk by chunk as
+        they finish (:class:`~wirelessfl.engine.fold.StateFold`) and ends with
+        ``updated(clients, None)``. A client written twice keeps the later state.
+        """
         data = self._live()
         clients = np.asarray(clients, np.int64)
         if isinstance(states, StateStack):
@@ -344,7 +354,6 @@ class ClientStore(Mapping):
                     tree = field_of(s, f)
                     if tree is not None:
                         data.write(f, np.array([u]), {k: v.unsqueeze(0) for k, v in tree.items()})
-        return self._next()
 
     @classmethod
     def from_states(cls, states: Mapping[int, Any], kind: type | None = None,

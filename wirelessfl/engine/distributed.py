@@ -27,6 +27,7 @@ DistributedExecutor(workers=2, device='cpu')
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import multiprocessing as mp
 import os
 import socket
@@ -412,7 +413,11 @@ class DistributedExecutor(Executor):
         errors = [f"rank {r}: {msg}" for r, (kind, msg) in enumerate(gathered) if kind == "error"]
         if errors:
             raise ClientError("distributed clients failed: " + "; ".join(errors))
+        out = [r for _, (results, _) in gathered for r in results]
         if fold is not None:
             for _, (_, share) in gathered:
                 fold.merge(share)
-        return [r for _, (results, _) in gathered for r in results]
+            if fold.states is not None:  # the workers' states written here, in task order
+                fold.take_states(np.arange(len(out)), [r.state for r in out])
+                out = [dataclasses.replace(r, state=None) for r in out]
+        return out

@@ -1,4 +1,8 @@
-"""Folding clients' Δ into a weighted sum as they finish training (:class:`DeltaFold`), and tree sizes."""
+"""Folding clients' results as they finish training, and tree sizes.
+
+Their Δ into a weighted sum (:class:`DeltaFold`), their new states into the client store
+(:class:`StateFold`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import numpy as np
 import torch
 
 from channels.validation import as_float
+from wirelessfl.engine.client_store import ClientStore, gathered, holds, take_rows
 from wirelessfl.engine.task import ClientResult, ClientTask
 from wirelessfl.errors import short
 from wirelessfl.models.base import Params
@@ -97,6 +102,9 @@ class DeltaFold:
         self.total: Params | None = None
         self.folded = 0  # clients folded so far
         self.within = 0  # with ``clip``: the folded Δ_i of norm ≤ C
+        #: The round's new client states, written to the store as the clients finish
+        #: (:meth:`take_states`); None: the results carry them.
+        self.states: StateFold | None = None
 
     def check(self, tasks: Sequence[ClientTask]) -> None:
         """``ValueError`` unless this fold has one weight per task and nothing folded yet."""
@@ -106,8 +114,22 @@ class DeltaFold:
                              "DeltaFold with one weight per task")
 
     def share(self, lo: int, hi: int) -> DeltaFold:
-        """The fold of tasks ``lo:hi`` alone, normalised as the whole round (for a worker)."""
+        """The fold of tasks ``lo:hi`` alone, normalised as the whole round (for a worker).
+
+        Without the state fold: a worker's results bring their states back, and the caller
+        gives them to this fold's :meth:`take_states`.
+        """
         return DeltaFold(self.weights[lo:hi], self.normaliser, self.clip)
+
+    def take_states(self, positions: Sequence[int] | np.ndarray, states):
+        """The new states of the tasks at ``positions`` into :attr:`states` (then None), else as they are.
+
+        With a state fold the results carry no state; without one, ``states`` come back.
+        """
+        if self.states is None:
+            return states
+        self.states.add(positions, states)
+        return None
 
     def add(self, positions: Sequence[int], deltas: dict[str, torch.Tensor | LowRankDelta]
             ) -> None:
@@ -148,6 +170,9 @@ class DeltaFold:
                                  for k in results[0].delta})
         else:
             self.folded += len(results)
+        if self.states is not None:
+            self.take_states(positions, [r.state for r in results])
+            return [replace(r, delta={}, state=None) for r in results]
         return [replace(r, delta={}) for r in results]
 
     def merge(self, other: DeltaFold) -> None:
@@ -167,3 +192,72 @@ class DeltaFold:
             raise RuntimeError(f"{self.folded} of {len(self.weights)} clients were folded")
         return {k: v.contiguous() for k, v in self.total.items()}
 
+
+
+class StateFold:
+    """A round's new client states, written to the store as clients finish, and Σ_i a_i (s_i⁺ − s_i).
+
+    Beside a :class:`DeltaFold` (its :attr:`DeltaFold.states`), it takes each chunk's new
+    states as the executor produces them (a :class:`~wirelessfl.engine.client_store.StateStack`
+    on the batched engine, per-client states on the loop) and writes them into ``store`` in
+    place, so a round holds one chunk's states, not a stack of every client's (SCAFFOLD's
+    c_i⁺, FedDyn's h_i, MOON's local models: 0.95 MB a client with the FCNN). With
+    ``weights`` it also sums the changes a_i (s_i⁺ − s_i) of the clients that hold a state
+    (SCAFFOLD's Σ_i a_i Δc_i, eq. (5) of Karimireddy et al.), each s_i read from the store
+    before the write (zero for a client new to it). The round ends with
+    ``store.updated(clients, None)``. A round's clients must be distinct (one row each).
+
+    Parameters
+    ----------
+    store : ClientStore
+        The store the round's clients' states are read from and written to.
+    clients : array_like, shape (S,)
+        The round's client ids, in task order.
+    weights : array_like, shape (S,), optional
+        a_i of the change sum, in task order (None: no sum).
+    like : Params, optional
+        The tree the change sum takes its device and dtypes from (needed with ``weights``).
+    """
+
+    def __init__(self, store: ClientStore, clients: Sequence[int] | np.ndarray,
+                 weights: Sequence[float] | np.ndarray | None = None,
+                 like: Params | None = None) -> None:
+        self.store, self.clients = store, np.asarray(clients, np.int64).reshape(-1)
+        if len(np.unique(self.clients)) != len(self.clients):
+            raise ValueError("a state fold needs a round's clients to be distinct")
+        self.weights = None if weights is None else np.asarray(weights, np.float64)
+        if self.weights is not None and (self.weights.shape != self.clients.shape or like is None):
+            raise ValueError("a state fold's change sum needs one weight per client and `like`")
+        self.like = like
+        self.total: Params | None = None  # Σ_i a_i (s_i⁺ − s_i) so far
+        self.sent = np.zeros(len(self.clients), bool)  # which hold a state (new or kept)
+        self.folded = 0
+
+    def add(self, positions: Sequence[int] | np.ndarray, states) -> None:
+        """Write the new ``states`` of the tasks at ``positions`` (after reading their old ones)."""
+        positions = np.asarray(positions, np.int64)
+        ids = self.clients[positions]
+        if states is not None:
+            sent = holds(states, len(positions))
+            self.sent[positions] = sent
+            if self.weights is not None and sent.any():
+                rows = np.flatnonzero(sent)
+                now = gathered(take_rows(states, rows), self.like)
+                before = self.store.gather("", ids[rows], self.like)
+                first = next(iter(now.values()))
+                coef = torch.as_tensor(self.weights[positions[rows]], dtype=first.dtype,
+                                       device=first.device)
+                for k, v in now.items():
+                    part = weighted_sum(coef, v if before is None else v - before[k])
+                    if self.total is None or k not in self.total:
+                        self.total = {**(self.total or {}), k: part}
+                    else:
+                        self.total[k].add_(part)
+            self.store.write(ids, states)
+        self.folded += len(positions)
+
+    def change(self) -> Params | None:
+        """Σ_i a_i (s_i⁺ − s_i) over every task (None: no client holds a state)."""
+        if self.folded != len(self.clients):
+            raise RuntimeError(f"{self.folded} of {len(self.clients)} clients' states were folded")
+        return None if self.total is None else {k: v.contiguous() for k, v in self.total.items()}

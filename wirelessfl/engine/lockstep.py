@@ -39,6 +39,7 @@ from wirelessfl.engine.client import (
     LocalHParams,
     task_lr,
 )
+from wirelessfl.engine.client_store import take_rows
 from wirelessfl.engine.loop import Executor
 
 Params = dict[str, torch.Tensor]
@@ -257,7 +258,8 @@ def share_key(update: ClientUpdate, data: Any, hp: LocalHParams, fold: DeltaFold
     where = (x.data_ptr(), tuple(x.shape), y.data_ptr()) if x is not None else id(data)
     local = tuple((f.name, repr(getattr(hp, f.name))) for f in dataclasses.fields(hp)
                   if f.name != "lr")
-    return (type(update), type(update.model), shapes, tuple(own), local, where, fold is None)
+    return (type(update), type(update.model), shapes, tuple(own), local, where,
+            None if fold is None else fold.states is None)
 
 
 class _Folds(DeltaFold):
@@ -267,6 +269,7 @@ class _Folds(DeltaFold):
         self.folds, self.bounds = folds, np.cumsum([0, *sizes])
         self.weights = np.concatenate([f.weights for f in folds])
         self.folded = 0
+        self.states = None  # each member's own (take_states)
 
     def _split(self, positions: Sequence[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """(member, its positions in ``positions``, its own task positions)."""
@@ -289,6 +292,14 @@ class _Folds(DeltaFold):
         for m, rows, own in self._split(positions):
             self.folds[m].add(own, {k: _rows_of(d, rows) for k, d in deltas.items()})
         self.folded += len(positions)
+
+    @override
+    def take_states(self, positions: Sequence[int] | np.ndarray, states: Any) -> Any:
+        if self.folds[0].states is None:  # (the members agree: share_key)
+            return states
+        for m, rows, own in self._split(positions):
+            self.folds[m].take_states(own, take_rows(states, rows))
+        return None
 
     @override
     def add_results(self, positions: Sequence[int],
