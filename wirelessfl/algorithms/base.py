@@ -36,6 +36,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ import torch
 from wirelessfl.data.arrays import ArrayDataset
 from wirelessfl.engine.batch import ClientBatch, ClientDiagnostics, ClientResults, FoldedResults
 from wirelessfl.engine.client import ClientResult, ClientUpdate, DeltaFold, LocalHParams, scheduled_lr
-from wirelessfl.engine.client_store import ClientStore
+from wirelessfl.engine.client_store import STORE_DTYPES, ClientStore, fields_of
 from wirelessfl.engine.fold import StateFold
 from wirelessfl.engine.loop import Executor
 from wirelessfl.models.base import FLModel, Params
@@ -339,7 +340,7 @@ class FederatedAlgorithm(ABC):
         for an algorithm that keeps a store (:attr:`stacked_client_store`).
         """
         if ClientStore.is_plain(plain):
-            return ClientStore.from_plain(plain, self.client_state_type)
+            return ClientStore.from_plain(plain, self.client_state_type, self.run_folder)
         states = dict(plain or {})
         if self.client_state_type is not None:
             states = {u: self.client_state_type.from_plain(s) for u, s in states.items()}
@@ -350,7 +351,23 @@ class FederatedAlgorithm(ABC):
         if isinstance(states, ClientStore):
             return states
         dtype = getattr(getattr(self, "update", None), "state_dtype", None) or "float32"
+        if self.store_folder is not None and not states:  # rows in files (state_store: disk)
+            return ClientStore(self.client_state_type, dtype, self.store_folder)
         return ClientStore.from_states(states, self.client_state_type, dtype)
+
+    #: The run folder (a disk store's checkpoint names its files in it) and the folder a new
+    #: store keeps its rows in (None: memory); set by the run (``state_store``).
+    run_folder: Path | None = None
+    store_folder: Path | None = None
+
+    def store_bytes(self) -> int:
+        """Bytes the store would take holding every client (its fields × the model, in its dtype)."""
+        if not self.stacked_client_store:
+            return 0
+        dtype = getattr(getattr(self, "update", None), "state_dtype", None) or "float32"
+        size = STORE_DTYPES[dtype].itemsize
+        params = sum(p.numel() for p in self.env.model.parameters() if p.requires_grad)
+        return self.env.num_clients * len(fields_of(self.client_state_type)) * params * size
 
     def load_state(self, plain: Any) -> AlgorithmState | None:
         """The typed state of a checkpoint's plain mapping (None or empty: no state)."""

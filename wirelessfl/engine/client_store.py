@@ -36,14 +36,27 @@ tensor([[1., 1.],
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from wirelessfl.engine import device_guard
+from wirelessfl.engine.store_tables import (
+    DiskTable,
+    MemoryTable,
+    StoreFileError,
+    UndoJournal,
+    drop_journals,
+    replay_undo,
+)
 from wirelessfl.models.base import Params
+
+#: The marker a disk store's folder holds (a folder without it is not the store's).
+STORE_MARK = ".wirelessfl-store"
 
 #: ``state_dtype``: float32, or half the memory in float16 (10 mantissa bits, range ±65,504)
 #: or bfloat16 (float32's range, 7 mantissa bits).
@@ -136,16 +149,31 @@ class StaleStore(RuntimeError):
 
 
 class _Rows:
-    """A store's memory: per field, one host tensor per key with a row per client."""
+    """A store's rows: per field, one table per key with a row per client (memory or files)."""
 
-    def __init__(self, kind: type | None, dtype: str) -> None:
+    def __init__(self, kind: type | None, dtype: str, folder: Path | None = None,
+                 resumed: bool = False) -> None:
         self.kind, self.dtype, self.fields = kind, dtype, fields_of(kind)
         self.slot = np.full(0, -1, np.int64)           # client id → row (-1: none)
         self.ids = np.zeros(0, np.int64)               # row → client id
-        self.rows: dict[str, dict[str, torch.Tensor]] = {f: {} for f in self.fields}
+        self.rows: dict[str, dict[str, MemoryTable | DiskTable]] = {f: {} for f in self.fields}
         self.present = {f: np.zeros(0, bool) for f in self.fields}  # (capacity,) each
         self.capacity = 0  # rows allocated (≥ the rows used, len(ids))
         self.version = 0
+        self.folder, self.resumed, self.generation = folder, resumed, 0
+        self.journal: UndoJournal | None = None
+        if folder is not None and not resumed:
+            _claim(folder)
+            self.journal = UndoJournal(folder, 0, 0)
+
+    def table(self, field: str, key: str, row_shape: tuple[int, ...]) -> MemoryTable | DiskTable:
+        """A new table of ``capacity`` zero rows for ``field``'s ``key``."""
+        dtype = STORE_DTYPES[self.dtype]
+        if self.folder is None:
+            return MemoryTable.zeros(self.capacity, row_shape, dtype)
+        path = self.folder / _file_name(field, key)
+        reuse = self.resumed and path.exists() and not path.is_symlink()
+        return DiskTable(path, row_shape, dtype, self.capacity, self.journal, create=not reuse)
 
     def held(self) -> np.ndarray:
         """Which used rows hold some field."""
@@ -181,9 +209,8 @@ class _Rows:
                 for f in self.fields:
                     more = self.capacity - len(self.present[f])
                     self.present[f] = np.concatenate([self.present[f], np.zeros(more, bool)])
-                    for k, v in self.rows[f].items():
-                        self.rows[f][k] = device_guard.host(
-                            torch.cat([v, v.new_zeros((more, *v.shape[1:]))]))
+                    for v in self.rows[f].values():
+                        v.grow(self.capacity)
         return self.slot[ids]
 
     def write(self, field: str, ids: np.ndarray, stack: Params) -> None:
@@ -195,12 +222,10 @@ class _Rows:
         if table and table.keys() != stack.keys():
             raise ValueError(f"a client state's keys changed: {sorted(table)} against "
                              f"{sorted(stack)}")
-        dtype = STORE_DTYPES[self.dtype]
-        index = device_guard.host(torch.from_numpy(at))
         for k, v in stack.items():
             if k not in table:
-                table[k] = device_guard.host(torch.zeros((self.capacity, *v.shape[1:]), dtype=dtype))
-            table[k].index_copy_(0, index, to_host(v, self.dtype))
+                table[k] = self.table(field, k, tuple(v.shape[1:]))
+            table[k].write(at, to_host(v, self.dtype))
         self.present[field][at] = True
 
 
@@ -229,11 +254,22 @@ class ClientStore(Mapping):
 
     PLAIN_MARK = "__client_store__"
 
-    def __init__(self, kind: type | None = None, dtype: str = "float32") -> None:
+    def __init__(self, kind: type | None = None, dtype: str = "float32",
+                 folder: str | Path | None = None) -> None:
         if dtype not in STORE_DTYPES:
             raise ValueError(f"`state_dtype` must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")
-        self._data = _Rows(kind, dtype)
+        self._data = _Rows(kind, dtype, None if folder is None else Path(folder))
         self._version = 0
+
+    @property
+    def backend(self) -> str:
+        """``memory`` or ``disk`` (rows in files of :attr:`folder`)."""
+        return "memory" if self._data.folder is None else "disk"
+
+    @property
+    def folder(self) -> Path | None:
+        """The disk store's folder (None in memory)."""
+        return self._data.folder
 
     @property
     def kind(self) -> type | None:
@@ -265,7 +301,8 @@ class ClientStore(Mapping):
             and client >= 0 else -1
         if row < 0 or not any(data.present[f][row] for f in data.fields):
             raise KeyError(client)
-        return _build(data.kind, {f: {k: v[row].clone() for k, v in data.rows[f].items()}
+        one = np.array([row])
+        return _build(data.kind, {f: {k: v.read(one)[0] for k, v in data.rows[f].items()}
                                   if data.present[f][row] else None for f in data.fields})
 
     def __iter__(self):
@@ -306,11 +343,11 @@ class ClientStore(Mapping):
         held[held] = data.present[field][at[held]]
         if not held.any():
             return None
-        index = device_guard.host(torch.from_numpy(np.where(held, at, 0)))
+        index = np.where(held, at, 0)
         gone = None if held.all() else device_guard.host(torch.from_numpy(~held))
         out = {}
         for k, v in like.items():
-            rows = data.rows[field][k].index_select(0, index)
+            rows = data.rows[field][k].read(index)
             if gone is not None:
                 rows.masked_fill_(gone.view(-1, *[1] * (rows.dim() - 1)), 0)
             out[k] = rows.to(v)
@@ -365,13 +402,15 @@ class ClientStore(Mapping):
         return cls(kind, dtype).updated(ids, [states[u] for u in ids.tolist()])
 
     def copy(self) -> ClientStore:
-        """An independent store with the same states."""
+        """An independent store with the same states (in memory, whatever this one's backend)."""
         data = self._live()
         out = ClientStore(data.kind, data.dtype)
         new = out._data
         new.slot, new.ids, new.capacity = data.slot.copy(), data.ids.copy(), data.capacity
         new.present = {f: p.copy() for f, p in data.present.items()}
-        new.rows = {f: {k: v.clone() for k, v in t.items()} for f, t in data.rows.items()}
+        new.rows = {f: {k: v.clone() if isinstance(v, MemoryTable) else
+                        MemoryTable(v.head(data.capacity)) for k, v in t.items()}
+                    for f, t in data.rows.items()}
         return out
 
     @property
@@ -383,17 +422,52 @@ class ClientStore(Mapping):
         """
         data = self._live()
         used = len(data.ids)
-        return sum(used * v[0].numel() * v.element_size() for t in data.rows.values()
-                   for v in t.values() if len(v))
+        return sum(used * v.row_bytes for t in data.rows.values() for v in t.values())
 
     def to_plain(self) -> dict[str, Any]:
-        """The store as a checkpoint holds it: its ids and, per field, which hold it and the rows."""
+        """The store as a checkpoint holds it: its ids and, per field, which hold it and the rows.
+
+        A disk store's rows stay in its files: the checkpoint names them (key, row shape)
+        with the store's folder and a new generation, whose undo journal starts here
+        (:class:`~wirelessfl.engine.store_tables.UndoJournal`); :meth:`committed` once the
+        checkpoint is written.
+        """
         data = self._live()
         host, n = device_guard.host, len(data.ids)
-        return {self.PLAIN_MARK: 1, "dtype": data.dtype, "ids": host(torch.from_numpy(data.ids.copy())),
+        plain = {self.PLAIN_MARK: 1, "dtype": data.dtype,
+                 "ids": host(torch.from_numpy(data.ids.copy()))}
+        if data.folder is None:
+            return {**plain, "fields": {
+                f: {"present": host(torch.from_numpy(data.present[f][:n].copy())),
+                    "rows": {k: v.head(n) for k, v in data.rows[f].items()}}
+                for f in data.fields}}
+        data.generation += 1
+        if data.journal is not None:
+            data.journal.close()
+        data.journal = UndoJournal(data.folder, data.generation, n)
+        for t in data.rows.values():
+            for v in t.values():
+                v.journal = data.journal
+        return {**plain, "backend": "disk", "dir": data.folder.name, "generation": data.generation,
                 "fields": {f: {"present": host(torch.from_numpy(data.present[f][:n].copy())),
-                               "rows": {k: host(v[:n].clone()) for k, v in data.rows[f].items()}}
+                               "keys": {k: list(v.row_shape) for k, v in data.rows[f].items()}}
                            for f in data.fields}}
+
+    def committed(self) -> None:
+        """The checkpoint of the last :meth:`to_plain` is written: older journals go."""
+        data = self._data
+        if data.folder is not None:
+            drop_journals(data.folder, data.generation)
+
+    def close(self) -> None:
+        """A disk store's files closed (the store is not read after)."""
+        data = self._data
+        for t in data.rows.values():
+            for v in t.values():
+                if isinstance(v, DiskTable):
+                    v.close()
+        if data.journal is not None:
+            data.journal.close()
 
     @classmethod
     def is_plain(cls, plain: Any) -> bool:
@@ -401,8 +475,15 @@ class ClientStore(Mapping):
         return isinstance(plain, Mapping) and cls.PLAIN_MARK in plain
 
     @classmethod
-    def from_plain(cls, plain: Mapping[str, Any], kind: type | None = None) -> ClientStore:
-        """The store of a checkpoint's :meth:`to_plain` (ValueError when it does not fit)."""
+    def from_plain(cls, plain: Mapping[str, Any], kind: type | None = None,
+                   run_folder: str | Path | None = None) -> ClientStore:
+        """The store of a checkpoint's :meth:`to_plain` (ValueError when it does not fit).
+
+        A disk store's checkpoint opens its files in ``run_folder`` and puts back the rows
+        written after the checkpoint (its undo journals), so the rows are the checkpoint's.
+        """
+        if plain.get("backend") == "disk":
+            return cls._from_disk(plain, kind, run_folder)
         try:
             out = cls(kind, str(plain["dtype"]))
             data = out._data
@@ -420,10 +501,108 @@ class ClientStore(Mapping):
                         for k, v in part["rows"].items()}
                 if len(present) != len(ids) or any(v.shape[0] != len(ids) for v in rows.values()):
                     raise ValueError("rows and ids of different lengths")
-                data.present[f], data.rows[f] = present, rows
+                data.present[f], data.rows[f] = present, {k: MemoryTable(v) for k, v in rows.items()}
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"a damaged client store ({type(exc).__name__}: {exc})") from None
         return out
+
+    @classmethod
+    def _from_disk(cls, plain: Mapping[str, Any], kind: type | None,
+                   run_folder: str | Path | None) -> ClientStore:
+        name = str(plain.get("dir", ""))
+        if run_folder is None or not name or "/" in name or name in (".", ".."):
+            raise ValueError("a disk client store's checkpoint needs its run folder")
+        folder = Path(run_folder) / name
+        if folder.is_symlink() or not (folder / STORE_MARK).is_file():
+            raise StoreFileError(f"client store folder {folder} is "
+                                 f"{'a link' if folder.is_symlink() else 'missing or not a store'}"
+                                 "; the run folder is damaged: start again with another --out")
+        try:
+            out = object.__new__(cls)
+            out._version = 0
+            data = out._data = _Rows(kind, str(plain["dtype"]), folder, resumed=True)
+            ids = np.asarray(plain["ids"], np.int64).reshape(-1)
+            if set(plain["fields"]) != set(data.fields):
+                raise ValueError(f"fields {sorted(plain['fields'])}, not {list(data.fields)}")
+            n = len(ids)
+            data.slot = np.full(int(ids.max()) + 1 if n else 0, -1, np.int64)
+            data.slot[ids] = np.arange(n)
+            data.ids, data.capacity = ids.copy(), n
+            data.generation = int(plain["generation"])
+            tables = {}
+            for f, part in plain["fields"].items():
+                present = np.asarray(part["present"], bool).reshape(-1)
+                if len(present) != n:
+                    raise ValueError("rows and ids of different lengths")
+                data.present[f] = present
+                for k, shape in part["keys"].items():
+                    path = folder / _file_name(f, k)
+                    t = DiskTable(path, tuple(shape), STORE_DTYPES[data.dtype], n, None,
+                                  create=False, rows_needed=n)
+                    data.rows[f][k] = tables[path.name] = t
+            replay_undo(folder, data.generation, tables)
+            data.capacity = max([n, *(t.capacity for t in tables.values())])
+            for f in data.fields:
+                data.present[f] = np.concatenate(
+                    [data.present[f], np.zeros(data.capacity - n, bool)])
+            for t in tables.values():
+                t.grow(data.capacity)
+            data.journal = UndoJournal(folder, data.generation, n)
+            for t in tables.values():
+                t.journal = data.journal
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"a damaged client store ({type(exc).__name__}: {exc})") from None
+        return out
+
+
+def backend_for(setting: str, projected: int, available: int | None = None) -> str:
+    """``memory`` or ``disk`` for ``state_store`` ``setting`` and a store of ``projected`` bytes.
+
+    ``auto``: disk when the store would hold more than a quarter of ``available`` (None: the
+    machine's available memory, ``MemAvailable``).
+    """
+    if setting not in ("auto", "memory", "disk"):
+        raise ValueError(f"state_store must be auto, memory or disk, got {setting!r}")
+    if setting != "auto":
+        return setting
+    if available is None:
+        available = 16 << 30
+        try:
+            with open("/proc/meminfo") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        available = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return "disk" if projected > available // 4 else "memory"
+
+
+def _file_name(field: str, key: str) -> str:
+    """A table's file: ``<field>.<key>.bin`` (``state`` for a one-tree state), safe characters only."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{field or 'state'}.{key}")
+    return f"{safe}.bin"
+
+
+def _claim(folder: Path) -> None:
+    """Make ``folder`` a new store's (created, or ours from a run that never checkpointed it).
+
+    A link, or a folder without the store's mark, is refused in one line; in a folder of
+    ours the earlier rows and journals are removed (no checkpoint names them).
+    """
+    if folder.is_symlink():
+        raise StoreFileError(f"client store folder {folder} is a link; the run folder is "
+                             "damaged: start the run again with another --out")
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        if not (folder / STORE_MARK).is_file() or (folder / STORE_MARK).is_symlink():
+            raise StoreFileError(f"{folder} is already there and is not a client store's: "
+                                 "move it away or use another --out") from None
+        for p in folder.iterdir():
+            if p.name != STORE_MARK and (p.suffix in (".bin", ".log")) and not p.is_symlink():
+                p.unlink()
+    fd = os.open(folder / STORE_MARK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    os.close(fd)
 
 
 class StoreRows(Sequence):

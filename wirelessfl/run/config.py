@@ -198,6 +198,13 @@ class RunConfig:
         CPU threads PyTorch computes with; ``auto`` (default) counts the cores free when the
         run starts and records the count, which a resumed run reuses
         (:mod:`wirelessfl.run.threads`).
+    state_store : str
+        Where a stateful algorithm keeps its clients' rows (SCAFFOLD's c_i, FedDyn's h_i,
+        MOON's models, FAdamGC's y_i and v_i): ``memory``, ``disk`` (files in the run
+        folder's ``client-store/``, read and written a round's rows at a time, resumed
+        exactly: :mod:`wirelessfl.engine.store_tables`) or ``auto`` (default: disk when the
+        population's rows would take more than a quarter of the available memory). Same
+        numbers either way.
     max_batch : int or None
         Batched engine: at most this many clients stacked at once (a round's group is split
         into chunks, e.g. to fit a GPU's memory); None = all of them. Same numbers either way.
@@ -240,6 +247,7 @@ class RunConfig:
     device: str = "auto"
     engine: str = "auto"
     max_batch: int | None = None
+    state_store: str = "auto"
     compile: str | bool = "off"
     replay: str | bool = "auto"
     low_rank: str | bool = "auto"
@@ -261,6 +269,8 @@ class RunConfig:
                 eval_every=(self.eval_every, 1, 10**7),
                 checkpoint_every=(self.checkpoint_every, 1, 10**7),
                 max_batch=(self.max_batch, 1, 10**6), workers=(self.workers, 2, 256))
+        if self.state_store not in ("auto", "memory", "disk"):
+            raise ConfigError(f"state_store must be auto, memory or disk, got {short(self.state_store)}")
         if self.workers != 2 and self.engine != "distributed":
             raise ConfigError(f"workers ({self.workers}) is the process count of engine "
                               "distributed: add --engine distributed, or remove --workers")

@@ -30,7 +30,7 @@ from wirelessfl.data import (
 )
 from wirelessfl.data.arrays import inside
 from wirelessfl.engine.client import ClientResult, LocalSGD, evaluate
-from wirelessfl.engine.client_store import ClientStore
+from wirelessfl.engine.client_store import ClientStore, backend_for
 from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.engine.lockstep import Lockstep
 from wirelessfl.engine.loop import Executor
@@ -448,6 +448,14 @@ class RoundsJob(Job):
         return key_view(resolve(config))
 
     @override
+    def open_folder(self, folder: Path) -> None:
+        """A stateful algorithm keeps its rows in ``folder/client-store`` where ``state_store`` says."""
+        alg = self.exp.algorithm
+        alg.run_folder = Path(folder)
+        if backend_for(self.cfg.state_store, alg.store_bytes()) == "disk":
+            alg.store_folder = alg.run_folder / "client-store"
+
+    @override
     def restore(self, ckpt: dict[str, Any]) -> None:
         self.state = _restore(ckpt, self.exp)
         self.uplink, self.sim_time = ckpt["uplink_params_per_client"], ckpt["sim_time_s"]
@@ -542,6 +550,8 @@ class RoundsJob(Job):
                 out.checkpoint({**_checkpoint(self.state, self.uplink, self.sim_time, self.totals),
                                 "round_costs": self.costs,
                                 **({"sessions": self.starts.state_dict()} if self.starts else {})})
+                if isinstance(self.state.client_states, ClientStore):  # older journals go
+                    self.state.client_states.committed()
 
     def _session_metrics(self, t: int) -> dict[str, Any]:
         """The session of round ``t`` and the accuracy on its active label set (§4.3).

@@ -17,6 +17,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -146,6 +147,10 @@ class Job(ABC):
         ``config.yaml`` against the config asked for.
         """
 
+    def open_folder(self, folder: Path) -> None:
+        """The run's folder, before anything is restored or trained (for files it keeps there)."""
+        return None
+
     @abstractmethod
     def restore(self, ckpt: dict[str, Any]) -> None:
         """Continue from a checkpoint (RunFolderError if it does not fit the config)."""
@@ -196,6 +201,7 @@ def execute(record: RunRecord, job: Job, *, resume: bool = False,
                         threads=governor.count, key=job.key_of) as ckpt, \
             contextlib.ExitStack() as stack:
         wall0 = 0.0
+        job.open_folder(record.folder)
         if ckpt is not None:
             job.restore(ckpt)
             wall0 = float(ckpt.get("wall_s", 0.0))

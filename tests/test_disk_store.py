@@ -1,0 +1,167 @@
+"""The client store on disk (issue 94): the memory store's numbers, exact resume, safe files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from wirelessfl.algorithms.fadamgc.local import AdamClientState
+from wirelessfl.engine.client_store import ClientStore, StateStack, backend_for
+from wirelessfl.engine.store_tables import StoreFileError
+from wirelessfl.run.kinds import open_run, run_job
+from wirelessfl.run.records import RunRecord
+
+SHAPES = {"fc1.weight": (6, 5), "fc1.bias": (6,), "out.weight": (3, 6)}
+
+
+def _tree(rng, n):
+    return {k: torch.as_tensor(rng.standard_normal((n, *s)), dtype=torch.float32)
+            for k, s in SHAPES.items()}
+
+
+@pytest.mark.parametrize("kind", [None, AdamClientState], ids=["one tree", "two fields"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_disk_store_equals_the_memory_store_on_the_same_writes(tmp_path, kind, dtype):
+    rng = np.random.default_rng(0)
+    mem, disk = ClientStore(kind, dtype), ClientStore(kind, dtype, tmp_path / "s")
+    fields = ["v", "y"] if kind else [""]
+    like = {k: torch.zeros(s) for k, s in SHAPES.items()}
+    for _ in range(6):  # new clients, rewritten ones, growth past the doubling
+        ids = rng.choice(40, size=7, replace=False)
+        written = {f: rng.random(7) < 0.8 for f in fields}
+        stack = StateStack({f: _tree(rng, 7) for f in fields}, written, mem.rows(ids), kind, dtype)
+        stack_d = StateStack(stack.stacks, written, disk.rows(ids), kind, dtype)
+        mem, disk = mem.updated(ids, stack), disk.updated(ids, stack_d)
+        probe = rng.choice(50, size=9, replace=False)
+        for f in fields:
+            a, b = mem.gather(f, probe, like), disk.gather(f, probe, like)
+            assert (a is None) == (b is None)
+            if a is not None:
+                for k in a:
+                    assert torch.equal(a[k], b[k])
+    assert sorted(mem) == sorted(disk) and mem.nbytes == disk.nbytes
+    assert disk.backend == "disk" and mem.backend == "memory"
+    u = next(iter(mem))
+    got, want = disk[u], mem[u]
+    for f in fields:
+        x = want if kind is None else getattr(want, f)
+        y = got if kind is None else getattr(got, f)
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_rows_never_written_take_no_disk(tmp_path):
+    store = ClientStore(None, "float32", tmp_path / "s")
+    big = {"w": torch.ones(1, 256, 1024)}  # 1 MiB a row
+    store = store.updated(np.array([100_000]), [{"w": big["w"][0]}])
+    store = store.updated(np.arange(2, 2000, 2), StateStack({"": {"w": torch.ones(999, 256, 1024)}},
+                                                            {"": np.ones(999, bool)}, None))
+    f = tmp_path / "s" / "state.w.bin"
+    used = os.stat(f).st_blocks * 512
+    assert os.stat(f).st_size >= 1000 * 2**20 and used <= 1.1 * 1000 * 2**20
+
+
+def test_a_checkpoint_of_the_disk_store_resumes_to_its_rows_after_later_and_torn_writes(tmp_path):
+    rng = np.random.default_rng(1)
+    like = {k: torch.zeros(s) for k, s in SHAPES.items()}
+    store = ClientStore(None, "float32", tmp_path / "s")
+    ids = np.arange(10)
+    store = store.updated(ids, StateStack({"": _tree(rng, 10)}, {"": np.ones(10, bool)}, None))
+    plain = store.to_plain()  # the checkpoint
+    store.committed()
+    want = store.gather("", ids, like)
+    for _ in range(3):  # later rounds: overwrite some, add others
+        more = rng.choice(30, size=8, replace=False)
+        store = store.updated(more, StateStack({"": _tree(rng, 8)}, {"": np.ones(8, bool)}, None))
+    with open(tmp_path / "s" / "undo-1.log", "ab") as fh:  # a kill in the middle of a record
+        fh.write(b"WFLU\x05\x00" + b"\x07" * 40)
+    back = ClientStore.from_plain(plain, None, tmp_path)
+    got = back.gather("", ids, like)
+    assert sorted(back) == list(range(10))
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert back.gather("", np.array([25, 29]), like) is None or not back.holds(np.array([25])).any()
+
+
+def test_store_files_that_are_links_foreign_or_truncated_are_one_line(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "linked")
+    with pytest.raises(StoreFileError, match="is a link"):
+        ClientStore(None, "float32", tmp_path / "linked")
+    (tmp_path / "foreign").mkdir()
+    with pytest.raises(StoreFileError, match="not a client store"):
+        ClientStore(None, "float32", tmp_path / "foreign")
+    store = ClientStore(None, "float32", tmp_path / "s")
+    store = store.updated(np.arange(4), StateStack({"": {"w": torch.ones(4, 3)}},
+                                                   {"": np.ones(4, bool)}, None))
+    plain = store.to_plain()
+    store.close()
+    f = tmp_path / "s" / "state.w.bin"
+    os.truncate(f, 12)
+    with pytest.raises(StoreFileError, match="truncated"):
+        ClientStore.from_plain(plain, None, tmp_path)
+    f.unlink()
+    os.symlink(tmp_path / "elsewhere" / "x", f)
+    with pytest.raises(StoreFileError, match="is a link"):
+        ClientStore.from_plain(plain, None, tmp_path)
+    assert not (tmp_path / "elsewhere" / "x").exists()
+
+
+def test_auto_picks_disk_when_the_projected_store_exceeds_its_share_of_memory():
+    assert backend_for("auto", 300, available=1000) == "disk"
+    assert backend_for("auto", 200, available=1000) == "memory"
+    assert backend_for("memory", 10**15, available=1000) == "memory"
+    assert backend_for("disk", 1, available=1000) == "disk"
+    with pytest.raises(ValueError, match="auto, memory or disk"):
+        backend_for("ssd", 1)
+
+
+RAW = {"seed": 2, "rounds": 6, "eval_every": 1, "checkpoint_every": 2,
+       "data": {"dataset": "synthetic", "num_clients": 30, "samples_per_client": None},
+       "model": {"name": "fcnn", "options": {"hidden": 16}},
+       "local": {"lr": 0.05, "batch_size": 10, "steps": 2},
+       "algorithm": {"name": "scaffold", "clients_per_round": 6}}
+
+
+def test_a_disk_store_run_equals_a_memory_store_run_bit_for_bit(tmp_path):
+    run_job(open_run({**RAW, "state_store": "memory"}), tmp_path / "m", quiet=True)
+    run_job(open_run({**RAW, "state_store": "disk"}), tmp_path / "d", quiet=True)
+    assert (tmp_path / "d" / "client-store" / "state.fc1.weight.bin").is_file()
+    assert not (tmp_path / "m" / "client-store").exists()
+    rows = [[r["test_accuracy"], r["test_loss"]] for r in RunRecord(tmp_path / "m").rows()]
+    assert rows == [[r["test_accuracy"], r["test_loss"]] for r in RunRecord(tmp_path / "d").rows()]
+
+
+def test_kill_9_of_a_disk_store_run_resumes_to_the_uninterrupted_rows(tmp_path):
+    """SIGKILL of a real run between checkpoints (rows written to the store after the last
+    one), then --resume: the rows equal a run straight through."""
+    raw = {**RAW, "rounds": 12, "state_store": "disk"}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    run_job(open_run(raw), tmp_path / "straight", quiet=True)
+    cmd = [sys.executable, "-m", "wirelessfl", "run", str(cfg), "--out", str(tmp_path / "cut"),
+           "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 6:  # past round 4
+            break
+        time.sleep(0.01)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert list((tmp_path / "cut" / "client-store").glob("undo-*.log"))
+    assert subprocess.run([*cmd, "--resume"], capture_output=True, timeout=300).returncode == 0
+    key = ["round", "test_accuracy", "test_loss"]
+    got = [[r[k] for k in key] for r in RunRecord(tmp_path / "cut").rows()]
+    assert got == [[r[k] for k in key] for r in RunRecord(tmp_path / "straight").rows()]
