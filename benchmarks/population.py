@@ -1,16 +1,19 @@
 """Stateful algorithms at cross-device populations: round time, peak memory, the store's share.
 
     python benchmarks/population.py --json [--populations 1000 10000] [--algorithms scaffold]
-        [--per-round 100] [--rounds 3]
+        [--per-round 100] [--rounds 3] [--stores memory disk] [--synthetic]
 
-Each (algorithm, population) trains ``rounds`` rounds of ``per_round`` clients of the FCNN on
-Fashion-MNIST split into ``population`` clients (IID), in its own process. It reports the
-seconds a round after the first (the mean of the rest, each with its evaluation), the
-process's peak RSS, and the client store's bytes after the last round (the rows of every
-client touched: the state a stateful algorithm keeps). FedAvg, which keeps none, is the
-reference. The store lives in memory (issue 94's disk backend is not built yet): this is the
-baseline it is measured against. Run it alone on the machine: the round times are wall
-clocks (the peak memory is not).
+Each (store, algorithm, population) trains ``rounds`` rounds of ``per_round`` clients of the
+FCNN on Fashion-MNIST split into ``population`` clients (IID; ``--synthetic``: Synthetic(1, 1)
+with 784 features, 5 samples a client (4 to train, 1 to test), for populations beyond
+Fashion-MNIST's 60,000 images), in
+its own process. It reports the seconds a round after the first (the mean of the rest, each
+with its evaluation), the process's peak RSS, the store's bytes (the rows of every client
+touched) and the disk its files take (``st_blocks``: sparse files count only rows written),
+and the share of the round spent reading and writing store rows (the tables' ``read`` and
+``write``, timed in the child). FedAvg, which keeps no state, is the reference. ``--stores``
+runs each with ``state_store: memory`` and ``disk`` side by side. Run it alone on the
+machine: the round times are wall clocks (the peak memory is not).
 """
 
 from __future__ import annotations
@@ -24,37 +27,60 @@ import sys
 import tempfile
 
 CHILD = """
-import json, resource, sys
+import json, os, resource, sys, time
 from pathlib import Path
+from wirelessfl.engine import store_tables
 from wirelessfl.run.kinds import open_run, run_job
 from wirelessfl.run.records import RunRecord
+spent = [0.0]
+for cls in (store_tables.MemoryTable, store_tables.DiskTable):
+    for name in ("read", "write"):
+        def timed(self, *a, _f=getattr(cls, name)):
+            t0 = time.perf_counter()
+            try:
+                return _f(self, *a)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        setattr(cls, name, timed)
 raw = json.loads(sys.argv[1])
 job = open_run(raw)
-run_job(job, Path(sys.argv[2]), quiet=True)
-rows = [r for r in RunRecord(Path(sys.argv[2])).rows() if r.get("round")]
+out = Path(sys.argv[2])
+run_job(job, out, quiet=True)
+rows = [r for r in RunRecord(out).rows() if r.get("round")]
 walls = [r["wall_s"] for r in rows]
-per = (walls[-1] - walls[0]) / max(1, len(walls) - 1) if len(walls) > 1 else float("nan")
+per = ((walls[-1] - walls[0]) / (rows[-1]["round"] - rows[0]["round"])
+       if len(walls) > 1 else float("nan"))
 store = getattr(getattr(job, "state", None), "client_states", None)
+disk = sum(p.stat().st_blocks * 512 for p in (out / "client-store").glob("*.bin"))
 print(json.dumps({"round_s": per, "store_bytes": int(getattr(store, "nbytes", 0) or 0),
+                  "backend": getattr(store, "backend", "none"), "disk_bytes": disk,
+                  "store_s": spent[0], "train_s": walls[-1] if walls else float("nan"),
                   "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
 
-def measure(algorithm: str, population: int, per_round: int, rounds: int) -> dict:
-    """One (algorithm, population) in a child process: its round time, peak RSS, store bytes."""
-    raw = {"seed": 0, "rounds": rounds, "eval_every": 1,
-           "data": {"dataset": "fashion_mnist", "partition": "iid", "num_clients": population},
+def measure(algorithm: str, population: int, per_round: int, rounds: int, store: str,
+            synthetic: bool, eval_every: int = 1, max_batch: int | None = None) -> dict:
+    """One run in a child process: its round time, peak RSS, store bytes and disk."""
+    data = ({"dataset": "synthetic", "partition": "natural", "num_clients": population,
+             "samples_per_client": 5, "synthetic_dim": 784} if synthetic else
+            {"dataset": "fashion_mnist", "partition": "iid", "num_clients": population})
+    raw = {"seed": 0, "rounds": rounds, "eval_every": eval_every, "checkpoint_every": rounds,
+           "state_store": store, "data": data,
+           **({"max_batch": max_batch} if max_batch else {}),
            "model": {"name": "fcnn"}, "local": {"lr": 0.05, "batch_size": 5, "steps": 2},
            "algorithm": {"name": algorithm, "clients_per_round": per_round}}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("WFL_BENCH_TMP")) as tmp:
         out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(raw), f"{tmp}/r"],
                              capture_output=True, text=True)
+    row = {"algorithm": algorithm, "population": population, "per_round": per_round,
+           "rounds": rounds, "state_store": store}
     if out.returncode != 0:
-        return {"algorithm": algorithm, "population": population,
-                "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
+        return {**row, "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"algorithm": algorithm, "population": population, "per_round": per_round,
-            "round_s": got["round_s"], "store_mb": got["store_bytes"] / 2**20,
+    return {**row, "backend": got["backend"], "round_s": got["round_s"],
+            "store_mb": got["store_bytes"] / 2**20, "disk_mb": got["disk_bytes"] / 2**20,
+            "store_share": got["store_s"] / got["train_s"] if got["train_s"] else None,
             "peak_rss_gb": got["peak_kb"] * 1024 / 2**30}
 
 
@@ -65,11 +91,16 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--populations", nargs="+", type=int, default=[1000, 10000])
     ap.add_argument("--per-round", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stores", nargs="+", default=["memory"], choices=["memory", "disk", "auto"])
+    ap.add_argument("--synthetic", action="store_true")
+    ap.add_argument("--eval-every", type=int, default=1)
+    ap.add_argument("--max-batch", type=int, default=None)
     args = ap.parse_args()
-    rows = [measure(a, n, args.per_round, args.rounds)
-            for n in sorted(args.populations) for a in args.algorithms]
+    rows = [measure(a, n, args.per_round, args.rounds, s, args.synthetic, args.eval_every,
+                    args.max_batch)
+            for n in sorted(args.populations) for a in args.algorithms for s in args.stores]
     report = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-              "store": "memory", "rows": rows}
+              "rows": rows}
     print(json.dumps(report, indent=None if args.json else 1))
 
 

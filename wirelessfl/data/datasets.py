@@ -385,7 +385,7 @@ def synthetic(alpha: float, beta: float, num_clients: int, rng: np.random.Genera
         samples_per_client = as_int("samples_per_client", samples_per_client, lo=1, hi=10**9)
     # float64 draws and the float32 copy, at the largest count (1000 with the FedProx draw)
     most = float(num_clients) * (samples_per_client or 1000)
-    check_memory(most * (dim * 12 + num_classes * 8 + 16),
+    check_memory(most * (dim * 8 + num_classes * 8 + 16),
                  f"synthetic data of {num_clients} clients x {samples_per_client or '<= 1000'} "
                  f"samples x {dim} features", "use fewer clients or samples per client")
     if samples_per_client is None:
@@ -403,6 +403,7 @@ def synthetic(alpha: float, beta: float, num_clients: int, rng: np.random.Genera
         x = rng.normal(v, np.sqrt(sigma), (counts[k], dim))
         y = np.argmax(x @ w.T + b, axis=1)
         n_test = int(round(test_fraction * counts[k]))
+        x = x.astype(np.float32)  # as the dataset keeps it (the same numbers, half the memory)
         xs_te.append(x[:n_test]), ys_te.append(y[:n_test])
         xs_tr.append(x[n_test:]), ys_tr.append(y[n_test:])
         parts.append(np.arange(offset, offset + counts[k] - n_test))
@@ -553,6 +554,7 @@ def _user_dataset(name: str, folder: Path | None) -> DatasetSplits:
 def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization: str = "auto",
                  rng: np.random.Generator | None = None, num_clients: int | None = None,
                  synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0,
+                 synthetic_dim: int = 60,
                  samples_per_client: int | None = None, tokenizer: str | None = None,
                  max_length: int = 128) -> DatasetSplits:
     """Load a dataset by registry name.
@@ -566,7 +568,7 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
     normalization : str
         ``"auto"`` (the specs' choice per dataset), ``"none"`` or a key of
         :data:`NORMALIZATIONS`. Ignored for ``synthetic``.
-    rng, num_clients, synthetic_alpha, synthetic_beta, samples_per_client
+    rng, num_clients, synthetic_alpha, synthetic_beta, synthetic_dim, samples_per_client
         Used by ``synthetic`` and ``shakespeare`` (see :func:`synthetic`, :func:`shakespeare`).
     tokenizer, max_length
         Text datasets (:mod:`wirelessfl.data.text`): the local tokenizer folder and tokens
@@ -583,7 +585,7 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, normalization
     if name == "synthetic":
         if rng is None or num_clients is None:
             raise ValueError("dataset 'synthetic' needs `rng` and `num_clients`")
-        return synthetic(synthetic_alpha, synthetic_beta, num_clients, rng,
+        return synthetic(synthetic_alpha, synthetic_beta, num_clients, rng, dim=synthetic_dim,
                          samples_per_client=samples_per_client)
     if name in text.TEXT_DATASETS:
         return text.load_text(name, folder, tokenizer, max_length)

@@ -167,7 +167,11 @@ class _Rows:
             self.journal = UndoJournal(folder, 0, 0)
 
     def table(self, field: str, key: str, row_shape: tuple[int, ...]) -> MemoryTable | DiskTable:
-        """A new table of ``capacity`` zero rows for ``field``'s ``key``."""
+        """A new table of ``capacity`` zero rows for ``field``'s ``key``.
+
+        (A memory table allocated at once, zeroed: its pages are all touched; a table made
+        later, when a field is first written, is as large as the store.)
+        """
         dtype = STORE_DTYPES[self.dtype]
         if self.folder is None:
             return MemoryTable.zeros(self.capacity, row_shape, dtype)
@@ -211,6 +215,9 @@ class _Rows:
                     self.present[f] = np.concatenate([self.present[f], np.zeros(more, bool)])
                     for v in self.rows[f].values():
                         v.grow(self.capacity)
+            for f in self.fields:  # the new rows start at zero in every table
+                for v in self.rows[f].values():
+                    v.clear(np.arange(start, start + len(new)))
         return self.slot[ids]
 
     def write(self, field: str, ids: np.ndarray, stack: Params) -> None:

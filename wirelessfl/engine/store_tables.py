@@ -70,10 +70,20 @@ class MemoryTable:
         return int(np.prod(self.row_shape, dtype=np.int64)) * self.t.element_size()
 
     def grow(self, capacity: int) -> None:
-        """``capacity`` rows (the new ones zero)."""
-        more = capacity - self.t.shape[0]
-        if more > 0:
-            self.t = device_guard.host(torch.cat([self.t, self.t.new_zeros((more, *self.row_shape))]))
+        """``capacity`` rows; the new ones are not set (:meth:`clear` them when first used).
+
+        Allocated empty, so the kernel maps their pages only when they are written: the
+        store's resident memory follows the rows used, not the rows allocated.
+        """
+        n = self.t.shape[0]
+        if capacity > n:
+            grown = torch.empty((capacity, *self.row_shape), dtype=self.t.dtype)
+            grown[:n].copy_(self.t)
+            self.t = device_guard.host(grown)
+
+    def clear(self, rows: np.ndarray) -> None:
+        """Rows ``rows`` set to zero (rows given to new clients)."""
+        self.t.index_fill_(0, torch.from_numpy(np.asarray(rows, np.int64)), 0)
 
     def read(self, rows: np.ndarray) -> torch.Tensor:
         """Rows ``rows`` stacked (a copy)."""
@@ -162,6 +172,9 @@ class DiskTable:
         """``capacity`` rows (the new ones read as zeros and take no disk)."""
         if capacity > self.capacity:
             self._map(capacity)
+
+    def clear(self, rows: np.ndarray) -> None:
+        """Nothing: a row read before it is written is masked out by the store's flags."""
 
     def read(self, rows: np.ndarray) -> torch.Tensor:
         """Rows ``rows`` stacked (a copy in memory)."""

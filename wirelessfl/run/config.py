@@ -92,6 +92,9 @@ class DataConfig:
         labels (Table 12; 0 = none).
     synthetic_alpha, synthetic_beta : float
         Synthetic(α, β) heterogeneity.
+    synthetic_dim : int
+        Synthetic: features a sample has (60 [default], FedProx's; 784 gives Fashion-MNIST's
+        input size, for populations beyond its 60,000 images).
     tokenizer : str or None
         Text datasets: a local tokenizer folder (relative names from ``data_dir``).
     max_length : int
@@ -120,6 +123,7 @@ class DataConfig:
     unseen_labels: int = 0
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
+    synthetic_dim: int = 60
     tokenizer: str | None = None
     max_length: int = 128
     placement: str = "auto"
@@ -148,6 +152,7 @@ class DataConfig:
                 overlap=(self.overlap, 0, 1), unseen_labels=(self.unseen_labels, 0, 10**6),
                 synthetic_alpha=(self.synthetic_alpha, 0, 1e3),
                 synthetic_beta=(self.synthetic_beta, 0, 1e3),
+                synthetic_dim=(self.synthetic_dim, 1, 10**5),
                 max_length=(self.max_length, 2, 8192))
 
 

@@ -119,6 +119,7 @@ def prepare(config: RunConfig | dict[str, Any], lockstep: Lockstep | None = None
         return load_dataset(d.dataset, data_dir=d.data_dir, normalization=d.normalization,
                             rng=seeds.generator("data"), num_clients=d.num_clients,
                             synthetic_alpha=d.synthetic_alpha, synthetic_beta=d.synthetic_beta,
+                            synthetic_dim=d.synthetic_dim,
                             samples_per_client=d.samples_per_client, tokenizer=d.tokenizer,
                             max_length=d.max_length)
     if lockstep is not None and shared_dataset(d.dataset):

@@ -158,6 +158,7 @@ def build_tasks(tasks: tuple[TaskConfig, ...], num_clients: int, seeds: Seeds,
                                   rng=task_seeds.generator("data"), num_clients=num_clients,
                                   synthetic_alpha=data.synthetic_alpha,
                                   synthetic_beta=data.synthetic_beta,
+                                  synthetic_dim=data.synthetic_dim,
                                   samples_per_client=data.samples_per_client,
                                   tokenizer=data.tokenizer, max_length=data.max_length)
             cfg = RunConfig(data=data)
