@@ -5,7 +5,7 @@
 
 Each (store, algorithm, population) trains ``rounds`` rounds of ``per_round`` clients of the
 FCNN on Fashion-MNIST split into ``population`` clients (IID; ``--synthetic``: Synthetic(1, 1)
-with 784 features, 5 samples a client (4 to train, 1 to test), for populations beyond
+with 784 features (``--synthetic-dim``), 5 samples a client (4 to train, 1 to test), for populations beyond
 Fashion-MNIST's 60,000 images), in
 its own process. It reports the seconds a round after the first (the mean of the rest, each
 with its evaluation), the process's peak RSS, the store's bytes (the rows of every client
@@ -60,10 +60,11 @@ print(json.dumps({"round_s": per, "store_bytes": int(getattr(store, "nbytes", 0)
 
 
 def measure(algorithm: str, population: int, per_round: int, rounds: int, store: str,
-            synthetic: bool, eval_every: int = 1, max_batch: int | None = None) -> dict:
+            synthetic: bool, eval_every: int = 1, max_batch: int | None = None,
+            synthetic_dim: int = 784) -> dict:
     """One run in a child process: its round time, peak RSS, store bytes and disk."""
     data = ({"dataset": "synthetic", "partition": "natural", "num_clients": population,
-             "samples_per_client": 5, "synthetic_dim": 784} if synthetic else
+             "samples_per_client": 5, "synthetic_dim": synthetic_dim} if synthetic else
             {"dataset": "fashion_mnist", "partition": "iid", "num_clients": population})
     raw = {"seed": 0, "rounds": rounds, "eval_every": eval_every, "checkpoint_every": rounds,
            "state_store": store, "data": data,
@@ -95,9 +96,10 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--synthetic", action="store_true")
     ap.add_argument("--eval-every", type=int, default=1)
     ap.add_argument("--max-batch", type=int, default=None)
+    ap.add_argument("--synthetic-dim", type=int, default=784)
     args = ap.parse_args()
     rows = [measure(a, n, args.per_round, args.rounds, s, args.synthetic, args.eval_every,
-                    args.max_batch)
+                    args.max_batch, args.synthetic_dim)
             for n in sorted(args.populations) for a in args.algorithms for s in args.stores]
     report = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
               "rows": rows}
