@@ -133,3 +133,36 @@ def cli_error(tmp_path, capsys):
         return err
 
     return error
+
+
+@pytest.fixture
+def kill_9_and_resume(tmp_path):
+    """``cut(raw, rows)``: ``wirelessfl run`` of ``raw`` in a real process, SIGKILLed once its
+    metrics hold ``rows`` rows, then ``--resume``d to the end; returns the run folder."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    def cut(raw, rows):
+        cfg = tmp_path / "cut.yaml"
+        cfg.write_text(yaml.safe_dump(raw))
+        out = tmp_path / "cut"
+        cmd = [sys.executable, "-m", "wirelessfl", "run", str(cfg), "--out", str(out), "--quiet"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        metrics = out / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= rows:
+                break
+            time.sleep(0.01)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL  # killed mid-run, not finished
+        assert subprocess.run([*cmd, "--resume"], capture_output=True, timeout=300).returncode == 0
+        return out
+
+    return cut

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from wirelessfl.algorithms.fadamgc.local import AdamClientState
 from wirelessfl.engine.client_store import ClientStore, StateStack, backend_for
@@ -140,28 +135,12 @@ def test_a_disk_store_run_equals_a_memory_store_run_bit_for_bit(tmp_path):
     assert rows == [[r["test_accuracy"], r["test_loss"]] for r in RunRecord(tmp_path / "d").rows()]
 
 
-def test_kill_9_of_a_disk_store_run_resumes_to_the_uninterrupted_rows(tmp_path):
+def test_kill_9_of_a_disk_store_run_resumes_to_the_uninterrupted_rows(tmp_path, kill_9_and_resume):
     """SIGKILL of a real run between checkpoints (rows written to the store after the last
-    one), then --resume: the rows equal a run straight through."""
+    one, past round 4), then --resume: the rows equal a run straight through."""
     raw = {**RAW, "rounds": 12, "state_store": "disk"}
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
     run_job(open_run(raw), tmp_path / "straight", quiet=True)
-    cmd = [sys.executable, "-m", "wirelessfl", "run", str(cfg), "--out", str(tmp_path / "cut"),
-           "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = tmp_path / "cut" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 6:  # past round 4
-            break
-        time.sleep(0.01)
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-    assert list((tmp_path / "cut" / "client-store").glob("undo-*.log"))
-    assert subprocess.run([*cmd, "--resume"], capture_output=True, timeout=300).returncode == 0
+    cut = kill_9_and_resume(raw, 6)
     key = ["round", "test_accuracy", "test_loss"]
-    got = [[r[k] for k in key] for r in RunRecord(tmp_path / "cut").rows()]
+    got = [[r[k] for k in key] for r in RunRecord(cut).rows()]
     assert got == [[r[k] for k in key] for r in RunRecord(tmp_path / "straight").rows()]

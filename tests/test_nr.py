@@ -624,38 +624,15 @@ def test_clients_beyond_the_cell_edge_are_named_once_before_anything_trains(tmp_
     assert ", ".join(map(str, edge[:10].tolist())) in err
 
 
-def test_kill_9_of_an_nr_run_with_radio_records_resumes_to_the_uninterrupted_rows(tmp_path):
+def test_kill_9_of_an_nr_run_with_radio_records_resumes_to_the_uninterrupted_rows(
+        tmp_path, kill_9_and_resume):
     """SIGKILL of a real ``wirelessfl run`` process once it has written rows (every round
     checkpointed), then ``--resume``: the rows, radio records included, equal a run straight
     through."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import yaml
-
     raw = {**RAW, "rounds": 10, "eval_every": 1, "checkpoint_every": 1,
            "network": {**NR, "min_sinr_db": 20.0}}
-    cfg = tmp_path / "nr.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
     run_job(open_run(raw), tmp_path / "straight", quiet=True)
-    cmd = [sys.executable, "-m", "wirelessfl", "run", str(cfg), "--out", str(tmp_path / "cut"),
-           "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = tmp_path / "cut" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.05)
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL  # killed mid-run, not finished
-    assert subprocess.run([*cmd, "--resume"], capture_output=True, timeout=300).returncode == 0
-    got, want = _rows(tmp_path / "cut"), _rows(tmp_path / "straight")
+    got, want = _rows(kill_9_and_resume(raw, 2)), _rows(tmp_path / "straight")
     assert got == want and any(r.get("outage") for r in want)
 
 
