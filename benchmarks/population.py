@@ -85,6 +85,32 @@ def measure(algorithm: str, population: int, per_round: int, rounds: int, store:
             "peak_rss_gb": got["peak_kb"] * 1024 / 2**30}
 
 
+def targets(rows: list[dict]) -> list[dict]:
+    """Issue 94's targets, judged on the rows that measure them (absent: not measured)."""
+    ok = [r for r in rows if "error" not in r]
+    out = []
+    heavy = [r for r in ok if r["population"] == 8000 and r["per_round"] >= 500
+             and r["algorithm"] in ("scaffold", "moon", "feddyn") and r["backend"] == "disk"]
+    if heavy:
+        out.append({"target": "8,000 clients, 500 or more a round: peak RSS <= 2 GB",
+                    "worst_gb": max(r["peak_rss_gb"] for r in heavy),
+                    "met": all(r["peak_rss_gb"] <= 2.0 for r in heavy)})
+    big = [r for r in ok if r["population"] >= 100_000 and r["algorithm"] == "scaffold"
+           and r["rounds"] >= 300]
+    if big:
+        out.append({"target": "SCAFFOLD, 10^5 clients, 300 rounds of 100: peak RSS < 4 GB",
+                    "worst_gb": max(r["peak_rss_gb"] for r in big),
+                    "met": all(r["peak_rss_gb"] < 4.0 for r in big)})
+    for r in ok:
+        twin = [m for m in ok if m["algorithm"] == r["algorithm"] and m["backend"] == "memory"
+                and m["population"] == r["population"] and m["per_round"] == r["per_round"]]
+        if r["backend"] == "disk" and r["population"] == 1000 and twin:
+            ratio = r["round_s"] / twin[0]["round_s"]
+            out.append({"target": f"{r['algorithm']}, 1,000 clients: disk round <= 1.2 x memory",
+                        "ratio": ratio, "met": ratio <= 1.2})
+    return out
+
+
 def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -102,7 +128,7 @@ def main() -> None:  # noqa: D103
                     args.max_batch, args.synthetic_dim)
             for n in sorted(args.populations) for a in args.algorithms for s in args.stores]
     report = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-              "rows": rows}
+              "rows": rows, "targets": targets(rows)}
     print(json.dumps(report, indent=None if args.json else 1))
 
 

@@ -350,7 +350,7 @@ class FederatedAlgorithm(ABC):
         """``states`` as this algorithm's :class:`~wirelessfl.engine.client_store.ClientStore`."""
         if isinstance(states, ClientStore):
             return states
-        dtype = getattr(getattr(self, "update", None), "state_dtype", None) or "float32"
+        dtype = self.store_dtype()
         if self.store_folder is not None and not states:  # rows in files (state_store: disk)
             return ClientStore(self.client_state_type, dtype, self.store_folder)
         return ClientStore.from_states(states, self.client_state_type, dtype)
@@ -360,12 +360,15 @@ class FederatedAlgorithm(ABC):
     run_folder: Path | None = None
     store_folder: Path | None = None
 
+    def store_dtype(self) -> str:
+        """The dtype the client store keeps (the local rule's ``state_dtype``; float32)."""
+        return getattr(getattr(self, "update", None), "state_dtype", None) or "float32"
+
     def store_bytes(self) -> int:
         """Bytes the store would take holding every client (its fields × the model, in its dtype)."""
         if not self.stacked_client_store:
             return 0
-        dtype = getattr(getattr(self, "update", None), "state_dtype", None) or "float32"
-        size = STORE_DTYPES[dtype].itemsize
+        size = STORE_DTYPES[self.store_dtype()].itemsize
         params = sum(p.numel() for p in self.env.model.parameters() if p.requires_grad)
         return self.env.num_clients * len(fields_of(self.client_state_type)) * params * size
 

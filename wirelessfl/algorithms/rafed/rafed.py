@@ -84,7 +84,6 @@ from wirelessfl.algorithms.rafed.masks import (
 from wirelessfl.engine import client_store
 from wirelessfl.engine.batch import ClientResults, RowStack
 from wirelessfl.engine.client import steps_per_call
-from wirelessfl.engine.client_store import ClientStore
 from wirelessfl.models.base import Params
 from wirelessfl.net.compression import compress, relative_error
 from wirelessfl.net.digital import Delivery
@@ -249,11 +248,9 @@ class RAFed(FederatedAlgorithm):
         return self.hp.memory
 
     @override
-    def client_store(self, states):
-        """RAM-Fed's memories as a stacked store in ``memory_dtype``."""
-        if isinstance(states, ClientStore):
-            return states
-        return ClientStore.from_states(states, None, self.hp.memory_dtype)
+    def store_dtype(self) -> str:
+        """RAM-Fed's memories are kept in ``memory_dtype``."""
+        return self.hp.memory_dtype
 
     def _over_the_air(self, t: int, lr: float, infos: list[AggregateInfo]):
         """Σ_n w_n row_n of a ``(C, …)`` stack as received over the air in round t.
