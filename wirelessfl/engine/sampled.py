@@ -159,8 +159,8 @@ class SampledExecutor(Executor):
             fold, lambda take, h, sub: self.inner.run(update, data, [tasks[i] for i in take], h, sub))
         got = [r for p in parts for r in p]
         pick = self._stand_ins(n, trained)
-        return [replace(got[j], client=t.client, num_samples=len(t.indices))
-                for j, t in zip(pick.tolist(), tasks)]
+        return _states_to_fold(fold, [replace(got[j], client=t.client, num_samples=len(t.indices))
+                                      for j, t in zip(pick.tolist(), tasks)])
 
     def run_batch(self, update: ClientUpdate, data: ArrayDataset, batch: ClientBatch,
                   hp: LocalHParams, fold: DeltaFold | None = None) -> ClientResults:
@@ -174,13 +174,28 @@ class SampledExecutor(Executor):
         got = ClientResults.concat(parts)
         pick = self._stand_ins(n, trained)
         if not got.stacked:  # per-client results (a rule on the loop)
-            return ClientResults.from_list([
+            return ClientResults.from_list(_states_to_fold(fold, [
                 replace(got[j], client=int(c), num_samples=int(m))
-                for j, c, m in zip(pick.tolist(), batch.clients, batch.num_samples)])
+                for j, c, m in zip(pick.tolist(), batch.clients, batch.num_samples)]))
         index = torch.as_tensor(pick)
+        states = take_rows(got.states, pick)
+        if fold is not None:  # the call's states (stand-ins too) to the round's state fold
+            states = fold.take_states(np.arange(n), states)
         return ClientResults(
             batch.clients, batch.num_samples, got.num_steps[pick], got.losses[pick],
             deltas=None if got.deltas is None else
             {k: v.index_select(0, index.to(v.device)) for k, v in got.deltas.items()},
             buffers={k: v.index_select(0, index.to(v.device)) for k, v in got.buffers.items()},
-            states=take_rows(got.states, pick))
+            states=states)
+
+
+def _states_to_fold(fold: DeltaFold | None, results: list[ClientResult]) -> list[ClientResult]:
+    """With a state fold, the results' states (stand-ins' too) go to it and leave the results.
+
+    The chunks are trained with folds of their own, without the round's state fold
+    (a stand-in's state is known only once the call is done).
+    """
+    if fold is None or fold.states is None:
+        return results
+    fold.take_states(np.arange(len(results)), [r.state for r in results])
+    return [replace(r, state=None) for r in results]
