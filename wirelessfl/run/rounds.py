@@ -34,6 +34,7 @@ from wirelessfl.engine.client_store import ClientStore, backend_for
 from wirelessfl.engine.executors import make_executor, resolve_device
 from wirelessfl.engine.lockstep import Lockstep
 from wirelessfl.engine.loop import Executor
+from wirelessfl.engine.store_tables import StoreFileError
 from wirelessfl.errors import RunFolderError, TrainingDiverged
 from wirelessfl.models import FLModel, Params, build_model
 from wirelessfl.net.links import LinkModel, RoundCost, make_link
@@ -304,6 +305,8 @@ def _restore(ckpt: dict[str, Any], exp: Experiment) -> ServerState:
                              "with another --out") from None
     try:
         client_states = exp.algorithm.load_client_states(ckpt.get("client_states"))
+    except StoreFileError as exc:  # the disk store's files: says which and why
+        raise RunFolderError(f"--resume: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise RunFolderError(f"{where}'s client states do not fit {exp.config.algorithm.name} "
                              f"({str(exc)[:120]}); the folder is damaged: start the run again "
