@@ -418,9 +418,13 @@ class FedAvg(FederatedAlgorithm):
         too: each Δ_i is clipped as it is folded, and the server's noise is added to the mean
         (equal to the stacked release to float rounding, tested).
         """
+        return self.exact_fold(plan) if self.reads_deltas_through_combine() else None
+
+    def exact_fold(self, plan: RoundPlan) -> DeltaFold | None:
+        """:meth:`delta_fold`'s fold wherever the round's mean is exact, whoever reads it."""
         hp = self.hp
         central = hp.dp == "central" and hp.dp_clip_quantile is None  # clipped as they fold
-        if not (self.reads_deltas_through_combine() and self.env.link is None
+        if not (self.env.link is None
                 and type(self.aggregator) is Mean and type(self).combine is FedAvg.combine
                 and len(plan.clients) and not len(self.attackers)
                 and (hp.dp == "none" or central)):

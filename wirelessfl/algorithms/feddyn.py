@@ -136,7 +136,7 @@ class FedDyn(FedAvg):
 
     state_type = FedDynState
     stacked_client_store = True  # h_i: one stacked tensor per parameter
-    folds_deltas = True  # with uniform weights Σ_i Δ_i is |P_t| × the folded mean
+    folds_deltas = False  # its h sums the Δ_i itself (so no robust rule, attack or DP)
     folds_states = True  # the h_i written to the store as the clients finish
 
     def __init__(self, env: Environment, hp: FedDynHParams = FedDynHParams()) -> None:
@@ -150,8 +150,8 @@ class FedDyn(FedAvg):
 
     @override
     def delta_fold(self, plan: RoundPlan) -> DeltaFold | None:
-        """FedAvg's fold with uniform weights only (h needs the plain Σ_i Δ_i)."""
-        return super().delta_fold(plan) if self.hp.weighting == "uniform" else None
+        """FedAvg's exact fold, with uniform weights only: h needs Σ_i Δ_i = |P_t| × their mean."""
+        return self.exact_fold(plan) if self.hp.weighting == "uniform" else None
 
     @override
     def server_update(self, state: ServerState, plan: RoundPlan,

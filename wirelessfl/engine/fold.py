@@ -203,7 +203,7 @@ class StateFold:
     place, so a round holds one chunk's states, not a stack of every client's (SCAFFOLD's
     c_i⁺, FedDyn's h_i, MOON's local models: 0.95 MB a client with the FCNN). With
     ``weights`` it also sums the changes a_i (s_i⁺ − s_i) of the clients that hold a state
-    (SCAFFOLD's Σ_i a_i Δc_i, eq. (5) of Karimireddy et al.), each s_i read from the store
+    (SCAFFOLD's Σ_i a_i Δc_i, its server step for c), each s_i read from the store
     before the write (zero for a client new to it). The round ends with
     ``store.updated(clients, None)``. A round's clients must be distinct (one row each).
 

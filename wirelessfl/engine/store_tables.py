@@ -44,6 +44,11 @@ _HEAD = struct.Struct("<4sHQI")  # magic, name length, rows, CRC of the rest
 _MAGIC = b"WFLU"
 
 
+def _index(rows: np.ndarray) -> torch.Tensor:
+    """Row numbers as a host index tensor."""
+    return device_guard.host(torch.from_numpy(np.asarray(rows, np.int64)))
+
+
 class StoreFileError(ValueError):
     """A store file that is a link, foreign, or damaged (one line, saying which)."""
 
@@ -83,15 +88,15 @@ class MemoryTable:
 
     def clear(self, rows: np.ndarray) -> None:
         """Rows ``rows`` set to zero (rows given to new clients)."""
-        self.t.index_fill_(0, torch.from_numpy(np.asarray(rows, np.int64)), 0)
+        self.t.index_fill_(0, _index(rows), 0)
 
     def read(self, rows: np.ndarray) -> torch.Tensor:
         """Rows ``rows`` stacked (a copy)."""
-        return self.t.index_select(0, torch.from_numpy(np.asarray(rows, np.int64)))
+        return self.t.index_select(0, _index(rows))
 
     def write(self, rows: np.ndarray, values: torch.Tensor) -> None:
         """Rows ``rows`` set to ``values`` (in the table's dtype)."""
-        self.t.index_copy_(0, torch.from_numpy(np.asarray(rows, np.int64)), values)
+        self.t.index_copy_(0, _index(rows), values)
 
     def head(self, n: int) -> torch.Tensor:
         """The first ``n`` rows (a copy)."""
