@@ -11,7 +11,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from wirelessfl.report import load_figures, regenerate, run_folder  # noqa: E402
-from wirelessfl.report.ray_executor import RayOptions  # noqa: E402
+from wirelessfl.report.ray_executor import RayOptions, init_keeping_handlers  # noqa: E402
 from wirelessfl.run.records import RunRecord  # noqa: E402
 
 TOY = """
@@ -51,7 +51,11 @@ def toy(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    init_keeping_handlers(ray, num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # Ray's own SIGTERM handler (sys.exit) must not replace the process's: a SIGTERM of a
+    # Ray sweep ends with the one line and 143, and later tests' signals reach their handlers
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     yield
     ray.shutdown()
 
@@ -174,3 +178,31 @@ def _wait_rows(folder, n):
     while not (folder / "metrics.jsonl").is_file() or \
             len((folder / "metrics.jsonl").read_text().splitlines()) < n:
         time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_ray_sweep_it_started_ends_with_one_line_and_143(toy):
+    """``ray.init`` in the driver installs Ray's SIGTERM handler (``sys.exit(15)``); the
+    command keeps its own, so SIGTERM cancels the tasks and ends as every other run does."""
+    import subprocess
+    import sys
+
+    root = toy(400)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wirelessfl", "figures", "toy", "--scale", "quick", "--quiet",
+         "--executor", "ray", "--out", str(root / "ray")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        (fig,) = load_figures("toy", "quick", ["toy"])
+        deadline = time.monotonic() + 120
+        while not any((run_folder(root / "ray", r) / "metrics.jsonl").is_file()
+                      for r in fig.runs):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1].startswith("terminated (SIGTERM); finished runs are kept")

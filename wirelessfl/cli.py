@@ -735,26 +735,37 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a batch scheduler's stop): handled as Ctrl-C, the run kept resumable."""
 
 
+#: SIGTERMs this command received: native code that catches the handler's
+#: :class:`Terminated` (Ray's ``wait``) raises a plain KeyboardInterrupt in its place.
+_SIGTERM_SEEN: list[int] = []
+
+
 def _on_sigterm() -> Any:
     """Make SIGTERM stop a command as Ctrl-C does; the previous handler (None off the main thread)."""
     import signal
     import threading
 
+    _SIGTERM_SEEN.clear()
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def stop(signum: int, frame: Any) -> None:
+        _SIGTERM_SEEN.append(signum)  # native code (Ray's wait) re-raises a plain Ctrl-C
         raise Terminated()
 
     return signal.signal(signal.SIGTERM, stop)
 
 
+def _by_sigterm(exc: BaseException) -> bool:
+    return isinstance(exc, Terminated) or bool(_SIGTERM_SEEN)
+
+
 def _stopped(exc: BaseException) -> str:
-    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    return "terminated (SIGTERM)" if _by_sigterm(exc) else "interrupted"
 
 
 def _stop_code(exc: BaseException) -> int:
-    return 143 if isinstance(exc, Terminated) else 130  # 128 + the signal's number
+    return 143 if _by_sigterm(exc) else 130  # 128 + the signal's number
 
 
 def _one_line_errors() -> tuple[type[BaseException], ...]:

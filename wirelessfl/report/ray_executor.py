@@ -110,6 +110,27 @@ def _cancelled_on_interrupt(ray: Any, pending: dict[Any, Any]) -> Iterator[None]
         raise
 
 
+def init_keeping_handlers(ray: Any, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)``, with this process's SIGINT and SIGTERM handlers kept.
+
+    ``ray.init`` installs its own SIGTERM handler in the driver (it calls ``sys.exit``), which
+    outlives ``ray.shutdown``: a SIGTERM during a Ray sweep then exited with status 15 and no
+    line, and every later SIGTERM of the same process (a notebook, the test suite) went to Ray.
+    """
+    import signal
+    import threading
+
+    kept = {}
+    if threading.current_thread() is threading.main_thread():
+        kept = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ray.init(**kwargs)
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(sig, handler)
+
+
 def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
                 log: Callable[[str], None] = print, quiet: bool = False) -> None:
     """Train ``runs`` (:class:`~wirelessfl.report.figures.RunSpec`) as Ray tasks under ``root``."""
@@ -124,7 +145,8 @@ def execute_ray(runs: Sequence[Any], root: Path, options: RayOptions, *,
     if started:
         kw: dict[str, Any] = {"address": options.address} if options.address else {
             "num_cpus": os.cpu_count() or 1}
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kw)
+        init_keeping_handlers(ray, include_dashboard=False, log_to_driver=False,
+                              logging_level="ERROR", **kw)
     try:
         have = ray.cluster_resources()
         for what, need in (("CPU", options.cpus_per_run), ("GPU", options.gpus_per_run)):
