@@ -149,3 +149,14 @@ def test_kill_9_of_a_disk_store_run_resumes_to_the_uninterrupted_rows(tmp_path, 
     key = ["round", "test_accuracy", "test_loss"]
     got = [[r[k] for k in key] for r in RunRecord(cut).rows()]
     assert got == [[r[k] for k in key] for r in RunRecord(tmp_path / "straight").rows()]
+
+
+def test_available_memory_is_read_from_meminfo_and_falls_back_without_it(tmp_path):
+    from wirelessfl.engine import host_memory
+
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:       32000000 kB\nMemAvailable:    1000 kB\n")
+    assert host_memory.available_bytes(str(info)) == 1000 * 1024
+    info.write_text("MemTotal:       32000000 kB\n")
+    assert host_memory.available_bytes(str(info)) == host_memory.FALLBACK_BYTES
+    assert host_memory.available_bytes(str(tmp_path / "none")) == host_memory.FALLBACK_BYTES

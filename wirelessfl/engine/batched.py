@@ -63,7 +63,7 @@ import torch
 from torch.func import vmap
 
 from wirelessfl.data.arrays import ArrayDataset
-from wirelessfl.engine import device_guard
+from wirelessfl.engine import device_guard, host_memory
 from wirelessfl.engine.batch import ClientBatch, ClientResults, RowStack
 from wirelessfl.engine.client import (
     Carry,
@@ -309,15 +309,7 @@ class BatchedExecutor(Executor):
         """
         if self.device.type == "cuda":
             return torch.cuda.mem_get_info(self.device)[0] // 2
-        available = 16 << 30
-        try:
-            with open("/proc/meminfo") as fh:
-                for line in fh:
-                    if line.startswith("MemAvailable:"):
-                        available = int(line.split()[1]) << 10
-        except (OSError, ValueError, IndexError):
-            pass
-        return min(4 << 30, available // 4)
+        return min(4 << 30, host_memory.available_bytes() // 4)
 
     @staticmethod
     def client_bytes(task: ClientTask, hp: LocalHParams, data: ArrayDataset,

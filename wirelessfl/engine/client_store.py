@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wirelessfl.engine import device_guard
+from wirelessfl.engine import device_guard, host_memory
 from wirelessfl.engine.store_tables import (
     DiskTable,
     MemoryTable,
@@ -573,14 +573,7 @@ def backend_for(setting: str, projected: int, available: int | None = None) -> s
     if setting != "auto":
         return setting
     if available is None:
-        available = 16 << 30
-        try:
-            with open("/proc/meminfo") as fh:
-                for line in fh:
-                    if line.startswith("MemAvailable:"):
-                        available = int(line.split()[1]) * 1024
-        except OSError:
-            pass
+        available = host_memory.available_bytes()
     return "disk" if projected > available // 4 else "memory"
 
 
