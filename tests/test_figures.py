@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -537,6 +538,39 @@ def test_curve_bands_are_explained_on_the_figure(toy, monkeypatch):
     monkeypatch.setattr(renderers, "_finish", capture)
     regenerate("toy", "quick", toy, only=["curves"], quiet=True, log=lambda _: None)
     assert "lines: mean over seeds; shaded: min to max over seeds" in texts["curves"]
+
+
+def _accuracy_axes(monkeypatch):
+    """Every drawn axis's (y label, how 0.8 is ticked), by figure name."""
+    from wirelessfl.report import renderers
+
+    axes = {}
+    real = renderers._finish
+
+    def capture(fig, f, ax, out, table, **kw):
+        axes[fig.name] = [(a.get_ylabel(), a.yaxis.get_major_formatter()(0.8, 0))
+                          for a in np.ravel(ax) if a.get_ylabel()]
+        return real(fig, f, ax, out, table, **kw)
+
+    monkeypatch.setattr(renderers, "_finish", capture)
+    return axes
+
+
+def test_report_figures_draw_accuracy_in_percent_as_the_tables_do(tmp_path, monkeypatch):
+    """Curves, accuracy against time and final-value sweeps: an accuracy axis says [%] and
+    ticks 0.8 (the rows' fraction) as 80; a loss axis is left in its own unit."""
+    axes = _accuracy_axes(monkeypatch)
+    for study, only in ((TOY, ["curves"]), (MULTI, ["per_task", "fin"])):
+        write_study(tmp_path / only[0], monkeypatch, study)
+        regenerate("toy", "quick", tmp_path / only[0] / "report", only=only, quiet=True,
+                   log=lambda _: None)
+    assert set(axes) == {"curves", "per_task", "fin"}
+    drawn = [ax for name in axes for ax in axes[name]]
+    accuracy = [(label, tick) for label, tick in drawn if "accuracy" in label]
+    assert len(accuracy) >= 3 and all(label.endswith("[%]") and float(tick) == 80.0
+                                      for label, tick in accuracy)
+    loss = [label for label, _ in drawn if "loss" in label]
+    assert loss and not any(label.endswith("[%]") for label in loss)
 
 
 def test_titles_say_the_settings_their_scale_runs():

@@ -1,5 +1,6 @@
 """Verdicts are two-sided tests at a stated level: scipy's answers, paired where the seeds match."""
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -260,4 +261,39 @@ def test_every_paper_scale_time_to_target_claim_states_its_budget_rule():
             seen += 1
             assert words[on] in str(claim.get("budget", "")), (paper, fig.name)
             assert "censored" in claim["budget"] or "short of" in claim["budget"], fig.name
+            # and the rule holds: each run of the first series has the cap (rounds or
+            # simulated time) and the stop at the target of its comparator's run beside it
+            a, b = claim.get("better") or claim.get("close"), claim.get("than") or claim.get("to")
+            cap = {(r.panel, str(r.value), r.seed): _cap(r) for r in fig.runs if r.series == b}
+            pairs = [(_cap(r), cap.get((r.panel, str(r.value), r.seed),
+                                       cap.get((r.panel, "None", r.seed))))
+                     for r in fig.runs if r.series == a]
+            assert pairs and all(mine == theirs for mine, theirs in pairs if theirs), fig.name
     assert seen >= 20
+
+
+def _cap(run):
+    return run.raw.get("rounds"), run.raw.get("max_time"), bool(run.raw.get("stop_at_target"))
+
+
+def test_a_report_states_the_budget_its_runs_had_and_labels_the_paper_scale_rule():
+    """A quick report prints the paper scale's budget rule as that, and the budget its own
+    runs had, read from their configs (a series' caps, whether a run stops at the target)."""
+    from wirelessfl.report.claims import Verdict
+    from wirelessfl.report.figures import readme_section
+    from wirelessfl.report.spec import Figure, RunSpec, budget_here
+
+    claim = {"measure": "round", "better": "A", "than": "B", "budget": "the rule"}
+    stop = {"stop_at_target": True, "target_accuracy": 0.5}
+    runs = [RunSpec("", "A", n, 0, {"rounds": n, **stop}, "N") for n in (5, 7)]
+    runs += [RunSpec("", "B", 5, 0, {"rounds": 9, "stop_at_target": False}, "N")]
+    fig = Figure("f", {"kind": "curves", "claim": claim, "series": {}}, tuple(runs), "quick")
+    assert budget_here(fig) == ("A: 5 / 7 rounds; B: 9 rounds; some runs stop at the target, "
+                                "the others spend their whole budget")
+    text = readme_section(fig, [], Verdict("finding", (), "undecided"))
+    assert "- **Budget rule at paper scale:** the rule" in text
+    assert f"- **Budget of these runs:** {budget_here(fig)}" in text
+    paper = readme_section(dataclasses.replace(fig, scale="paper"), [], Verdict("x", (), "y"))
+    assert "- **Budget:** the rule" in paper
+    no_caps = dataclasses.replace(fig, runs=(RunSpec("", "A", 1, 0, {"tasks": []}, "N"),))
+    assert budget_here(no_caps) == ""

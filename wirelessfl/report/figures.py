@@ -25,6 +25,7 @@ from wirelessfl.report.renderers import RENDERERS, figure_style
 from wirelessfl.report.spec import (
     Figure,
     RunSpec,
+    budget_here,
     check_seeds,
     first_repeated,
     load_figures,
@@ -134,8 +135,12 @@ def readme_section(fig: Figure, paths: list[Path], verdict: Verdict | None) -> s
         if verdict.unchecked:
             out.append(f"- **Not checked here:** {verdict.unchecked}")
         budget = (fig.spec.get("claim") or {}).get("budget")
-        if budget:
-            out.append(f"- **Budget:** {budget}")
+        if budget:  # the rule is stated (and tested) for the paper scale
+            out.append(f"- **Budget{'' if fig.scale == 'paper' else ' rule at paper scale'}:** "
+                       f"{budget}")
+            here = budget_here(fig)
+            if here:
+                out.append(f"- **Budget of these runs:** {here}")
         if verdict.ours:
             out.append(f"- **This report** ({verdict.measured}):")
             out += [f"  - {line}" for line in verdict.ours]

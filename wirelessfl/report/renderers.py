@@ -116,6 +116,18 @@ def _panels(fig: Figure, ncols: int) -> tuple[plt.Figure, np.ndarray, list[str]]
     return f, ax, panels
 
 
+def _accuracy_axis(a: plt.Axes, label: str) -> None:
+    """An accuracy axis in percent, as the tables and ``wirelessfl plot`` give it.
+
+    The runs and the CSVs keep accuracy as a fraction (the metric rows' unit); only the ticks
+    read it as a percentage (0.8 is drawn as 80), so limits and reference lines stay in the data's unit.
+    """
+    from matplotlib.ticker import PercentFormatter
+
+    a.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, symbol=""))
+    a.set_ylabel(f"{label} [%]")
+
+
 def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
     """Mean accuracy over seeds (band: min to max) against each ``x``.
 
@@ -140,7 +152,11 @@ def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
                 a.fill_between(x, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
             for i in session_starts(rows[0][:n]):  # the session's first round starts at x[i-1]
                 a.axvline(x[i - 1], color="0.5", lw=0.6, ls=":")
-            a.set(xlabel=LABELS.get(key, key), ylabel=y.replace("_", " "), title=panel)
+            a.set(xlabel=LABELS.get(key, key), title=panel)
+            if "accuracy" in y:
+                _accuracy_axis(a, y.replace("_", " "))
+            else:
+                a.set_ylabel(y.replace("_", " "))
             a.grid(alpha=0.3)
         table += [{"panel": panel, "series": series, "sweep": show_value(value), "round": rows[0][i]["round"],
                    **({"session": rows[0][i]["session"]} if "session" in rows[0][i] else {}),
@@ -391,8 +407,12 @@ def render_time_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
             if y == "accuracy" and task is None:
                 a.axhline(run_tasks(runs[0])[0].target, color="k", lw=0.8, ls="--")
             a.set(xlabel="simulated time [s]",
-                  ylabel=f"{'mean ' if task is None else ''}test {y}",
                   title=f"{panel} {label}={show_value(value)}".strip(" ="))
+            ylabel = f"{'mean ' if task is None else ''}test {y}"
+            if y == "accuracy":
+                _accuracy_axis(a, ylabel)
+            else:
+                a.set_ylabel(ylabel)
             a.grid(alpha=0.3)
             table += [{"panel": panel, "series": series, "task": task or "mean",
                        label or "sweep": show_value(value), "time": g, f"{y}_mean": c}
@@ -432,7 +452,11 @@ def render_final(fig: Figure, root: Path, out: Path) -> list[Path]:
                     a.axhline(pts[0][1][y], color="C7", ls="--", label=name)
             else:
                 a.plot([v for v, _ in pts], [r[y] for _, r in pts], marker="o", label=name)
-            a.set(xlabel=label, ylabel=_FINAL[y], title=panel)
+            a.set(xlabel=label, title=panel)
+            if y == "accuracy":
+                _accuracy_axis(a, _FINAL[y])
+            else:
+                a.set_ylabel(_FINAL[y])
             a.grid(alpha=0.3)
     return _finish(fig, f, ax, out, table)
 
@@ -508,8 +532,8 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
             x = [s for (p, s) in lines if p == panel].index(series)
             a.bar(x, pts[0]["final_accuracy_mean"], yerr=pts[0]["final_accuracy_std"],
                   capsize=3, label=series)
-        a.set(xlabel=fig.spec.get("xlabel") or sweep_label(fig, "method"),
-              ylabel=f"final accuracy (last {last} evals)", title=panel)
+        a.set(xlabel=fig.spec.get("xlabel") or sweep_label(fig, "method"), title=panel)
+        _accuracy_axis(a, f"final accuracy (last {last} evals)")
         a.grid(alpha=0.3)
     bars = not fig.spec.get("sweep")
     if bars:  # bars start at 0 (a cut axis exaggerates gaps); their names are the ticks

@@ -206,6 +206,38 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
     return out
 
 
+def budget_here(fig: Figure) -> str:
+    """What each series of ``fig`` may spend, read from its runs' configs.
+
+    "" where the configs do not say (a multi-task run whose time cap is its task preset's).
+    E.g. ``HIST: 30 rounds; HFedAvg: 15 rounds; each run spends its whole budget``: the
+    budget a claim's censored runs were censored at, at the scale that ran.
+    """
+    caps: dict[str, dict[str, list[str]]] = {}
+    stops = set()
+    for run in fig.runs:
+        raw = run.raw
+        if raw.get("max_time") is not None:
+            unit, cap = "s simulated", f"{raw['max_time']:g}"
+        elif raw.get("rounds") is not None:
+            unit, cap = "rounds", f"{raw['rounds']}"
+        else:
+            return ""
+        have = caps.setdefault(run.series, {}).setdefault(unit, [])
+        if cap not in have:
+            have.append(cap)
+        stops.add(bool(raw.get("stop_at_target")))
+    if not caps:
+        return ""
+    each = "; ".join(f"{series}: " + " or ".join(f"{' / '.join(c)} {unit}"
+                                                 for unit, c in units.items())
+                     for series, units in caps.items())
+    how = ("each run stops at the target, or at this cap" if stops == {True} else
+           "each run spends its whole budget" if stops == {False} else
+           "some runs stop at the target, the others spend their whole budget")
+    return f"{each}; {how}"
+
+
 #: The settings a title states when all of a figure's runs share them: resolved-config key
 #: (a multi-task run's task settings under ``tasks.``) and how the value reads.
 HEADLINE: tuple[tuple[str, Callable[[Any], str]], ...] = (
