@@ -88,8 +88,8 @@ def against_runs(figure: str, folder: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     est = subprocess.run([*base, "--estimate"], capture_output=True, text=True, check=True)
     est_took = time.perf_counter() - t0
-    hours = [float(line.split()[3]) for line in est.stdout.splitlines()
-             if line.split()[:1] == [name]]
+    hours = [float(line.split()[3]) for line in est.stdout.splitlines()  # start-up included
+             if line.split()[:1] == ["total"]]
     t0 = time.perf_counter()
     subprocess.run(base, capture_output=True, text=True, check=True)
     real = time.perf_counter() - t0

@@ -1138,3 +1138,15 @@ def test_a_process_warms_up_once_before_it_times_its_first_setting(toy, monkeypa
     assert first[0] == "warm" and first.count("warm") == 1 and len(first) >= 2
     est.estimate(figs, toy, log=lambda _: None)
     assert probes[len(first):].count("warm") == 0
+
+
+def test_the_estimate_counts_the_command_s_own_start_up_in_its_total():
+    """The real command pays its start (imports, PyTorch) again: a line of its own, in the total."""
+    from wirelessfl.report.estimate import Estimate, estimate_table
+
+    rows = [Estimate("fig", 2, 40, 3600.0, "", 0, 0)]
+    without, with_start = estimate_table(rows, "CPU"), estimate_table(rows, "CPU", startup=360.0)
+    assert "start-up" not in without and float(without.splitlines()[-1].split()[3]) == 1.0
+    line = next(x for x in with_start.splitlines() if x.startswith("start-up"))
+    assert float(line.split()[1]) == 0.1 and "360.0 s" in line
+    assert float(with_start.splitlines()[-1].split()[3]) == 1.1

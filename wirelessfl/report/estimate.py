@@ -779,8 +779,12 @@ def _hours(seconds: float) -> str:
     return f"{h:8.2f}" if h >= 0.1 or h == 0 else f"{h:8.3g}"
 
 
-def estimate_table(rows: list[Estimate], device: str) -> str:
-    """The estimate as text: a line per figure and the total in hours."""
+def estimate_table(rows: list[Estimate], device: str, startup: float = 0.0) -> str:
+    """The estimate as text: a line per figure and the total in hours.
+
+    ``startup``: the seconds this command took to start (interpreter, imports), which the
+    real command pays too: a line of its own, counted in the total.
+    """
     lines = [f"{'figure':14s} {'runs':>5s} {'rounds':>7s} {'hours':>8s}  (on {device})"]
     for e in rows:
         said = []
@@ -794,7 +798,10 @@ def estimate_table(rows: list[Estimate], device: str) -> str:
             said.append(f"not all estimated: {e.note}")
         lines.append(f"{e.figure:14s} {e.runs:5d} {e.rounds:7d} {_hours(e.seconds)}"
                      + "".join(f"  {x}" for x in said))
-    total = sum(e.seconds for e in rows)
+    total = sum(e.seconds for e in rows) + startup
+    if startup > 0:
+        lines.append(f"{'start-up':14s} {'':5s} {'':7s} {_hours(startup)}  (the command's own "
+                     f"start, {startup:.1f} s as measured here: imports and PyTorch)")
     lines.append(f"{'total':14s} {sum(e.runs for e in rows):5d} "
                  f"{sum(e.rounds for e in rows):7d} {_hours(total)}  "
                  f"(runs x rounds x seconds per round, timed; an upper bound where runs stop "
