@@ -177,7 +177,12 @@ class _Rows:
             return MemoryTable.zeros(self.capacity, row_shape, dtype)
         path = self.folder / _file_name(field, key)
         reuse = self.resumed and path.exists() and not path.is_symlink()
-        return DiskTable(path, row_shape, dtype, self.capacity, self.journal, create=not reuse)
+        return DiskTable(path, row_shape, dtype, self.capacity, self.current_journal,
+                         create=not reuse)
+
+    def current_journal(self) -> UndoJournal | None:
+        """The undo journal of this store's generation (its tables ask at each write)."""
+        return self.journal
 
     def held(self) -> np.ndarray:
         """Which used rows hold some field."""
@@ -452,9 +457,6 @@ class ClientStore(Mapping):
         if data.journal is not None:
             data.journal.close()
         data.journal = UndoJournal(data.folder, data.generation, n)
-        for t in data.rows.values():
-            for v in t.values():
-                v.journal = data.journal
         return {**plain, "backend": "disk", "dir": data.folder.name, "generation": data.generation,
                 "fields": {f: {"present": host(torch.from_numpy(data.present[f][:n].copy())),
                                "keys": {k: list(v.row_shape) for k, v in data.rows[f].items()}}
@@ -544,8 +546,8 @@ class ClientStore(Mapping):
                 data.present[f] = present
                 for k, shape in part["keys"].items():
                     path = folder / _file_name(f, k)
-                    t = DiskTable(path, tuple(shape), STORE_DTYPES[data.dtype], n, None,
-                                  create=False, rows_needed=n)
+                    t = DiskTable(path, tuple(shape), STORE_DTYPES[data.dtype], n,
+                                  data.current_journal, create=False, rows_needed=n)
                     data.rows[f][k] = tables[path.name] = t
             replay_undo(folder, data.generation, tables)
             data.capacity = max([n, *(t.capacity for t in tables.values())])
@@ -555,8 +557,6 @@ class ClientStore(Mapping):
             for t in tables.values():
                 t.grow(data.capacity)
             data.journal = UndoJournal(folder, data.generation, n)
-            for t in tables.values():
-                t.journal = data.journal
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"a damaged client store ({type(exc).__name__}: {exc})") from None
         return out

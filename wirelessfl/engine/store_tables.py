@@ -30,6 +30,7 @@ import mmap
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -116,9 +117,12 @@ class DiskTable:
     """
 
     def __init__(self, path: Path, row_shape: tuple[int, ...], dtype: torch.dtype,
-                 capacity: int, journal: UndoJournal | None, create: bool = True,
-                 rows_needed: int = 0) -> None:
-        self.path, self.dtype, self.journal = Path(path), dtype, journal
+                 capacity: int, journal: Callable[[], UndoJournal | None] = lambda: None,
+                 create: bool = True, rows_needed: int = 0) -> None:
+        self.path, self.dtype = Path(path), dtype
+        #: The undo journal of the store's current generation, asked at each write (the
+        #: store owns it and starts a new one at each checkpoint; None: nothing to journal).
+        self.journal = journal
         self._row_shape = tuple(int(s) for s in row_shape)
         self.size = torch.empty((), dtype=dtype).element_size()
         self.raw = _RAW[self.size]
@@ -193,8 +197,9 @@ class DiskTable:
     def write(self, rows: np.ndarray, values: torch.Tensor) -> None:
         """Rows ``rows`` set to ``values``; a row a checkpoint holds is journalled first."""
         rows = np.asarray(rows, np.int64)
-        if self.journal is not None:
-            self.journal.before(self, rows)
+        journal = self.journal()
+        if journal is not None:
+            journal.before(self, rows)
         flat = values.detach().to("cpu", self.dtype).contiguous().view(_RAW_TORCH[self.size])
         self.arr[rows] = flat.reshape(len(rows), -1).numpy()
         self._drop()
