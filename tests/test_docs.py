@@ -277,3 +277,34 @@ def test_every_command_the_guides_show_parses_and_its_settings_resolve(fmnist):
             seeds = None if args.seeds is None else parse_seeds(args.seeds)
             assert load_figures(args.paper, args.scale, args.only, None, seeds), where
     assert built >= 15
+
+
+def test_the_guides_solver_list_and_figure_commands_run_as_shown(tmp_path, monkeypatch, capsys):
+    """The commands that need no run folder run to their end, as a reader pastes them at the
+    project's root (reports go to a fresh folder): ``list``, ``masks`` and ``beamform`` whole, ``figures`` with --dry-run
+    added (it would train for hours). Each ends with 0, or with the one line of a solver this
+    machine lacks (Gurobi), never a traceback."""
+    from wirelessfl.cli import main
+
+    monkeypatch.chdir(ROOT)
+    # a study of one's own, as the guide writes it (``# ~/studies/NAME/figures.yaml`` blocks)
+    for f in (ROOT / "docs" / "guide").glob("*.md"):
+        for name, block in re.findall(r"```yaml\n# ~/studies/(\w+)/figures\.yaml\n(.*?)```",
+                                      f.read_text(), re.S):
+            (tmp_path / "studies" / name).mkdir(parents=True)
+            (tmp_path / "studies" / name / "figures.yaml").write_text(block)
+    monkeypatch.setenv("WIRELESSFL_EXPERIMENTS", str(tmp_path / "studies"))
+    ran = 0
+    for where, argv in _guide_commands():
+        if argv[0] in ("list", "masks", "beamform"):
+            cmd = argv
+        elif argv[0] == "figures" and not {"--estimate", "--render-only", "--publish"} & set(argv):
+            cmd = [*argv, *(["--dry-run"] * ("--dry-run" not in argv)), "--out",
+                   str(tmp_path / "report")]
+        else:
+            continue
+        code = main(cmd)
+        err = capsys.readouterr().err
+        assert code == 0 or (code == 2 and "gurobi" in err.lower()), (where, cmd, err)
+        ran += 1
+    assert ran >= 8
