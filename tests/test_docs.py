@@ -282,8 +282,8 @@ def test_every_command_the_guides_show_parses_and_its_settings_resolve(fmnist):
 def test_the_guides_solver_list_and_figure_commands_run_as_shown(tmp_path, monkeypatch, capsys):
     """The commands that need no run folder run to their end, as a reader pastes them at the
     project's root (reports go to a fresh folder): ``list``, ``masks`` and ``beamform``
-    whole, ``figures`` with --dry-run added (it would train for hours). Each ends with 0, or with the one line of a solver this
-    machine lacks (Gurobi), never a traceback."""
+    whole, ``figures`` with --dry-run added (it would train for hours). Each ends with 0,
+    or with the one line of a solver this machine lacks (Gurobi), never a traceback."""
     from wirelessfl.cli import main
 
     monkeypatch.chdir(ROOT)
