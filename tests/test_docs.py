@@ -308,3 +308,43 @@ def test_the_guides_solver_list_and_figure_commands_run_as_shown(tmp_path, monke
         assert code == 0 or (code == 2 and "gurobi" in err.lower()), (where, cmd, err)
         ran += 1
     assert ran >= 8
+
+
+@pytest.mark.slow
+def test_every_run_sweep_and_run_folder_command_of_the_guides_runs_in_order(tmp_path, monkeypatch,
+                                                                           capsys):
+    """The guides' ``run``, ``sweep``, ``plot``, ``radio`` and ``retime`` commands, each file's
+    in the order a reader pastes them (a later one reads the folders an earlier one made),
+    with ``rounds=1`` added so each trains one round. Each ends with 0, or with one line
+    naming an optional extra this machine lacks (a tracker), never a traceback."""
+    from wirelessfl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    ran = set()
+    for where, argv in _guide_commands():
+        if argv[0] not in ("run", "sweep", "plot", "radio", "retime"):
+            continue
+        one = ["--set", "rounds=1"] if argv[0] in ("run", "sweep") and "--resume" not in argv else []
+        cmd = [*argv, *one, *(["--quiet"] * (argv[0] in ("run", "sweep")))]
+        code = main(cmd)
+        err = capsys.readouterr().err
+        assert code == 0 or (code == 2 and "pip install" in err), (where, cmd, err)
+        ran.add(argv[0])
+    assert ran == {"run", "sweep", "plot", "radio", "retime"}
+
+
+def test_two_runs_of_one_preset_in_one_second_get_their_own_default_folders(tmp_path, monkeypatch):
+    """Default run folders are timestamped to the second; a second run of the same preset
+    within it (pasted commands of one round) gets ``-2``, not "already holds a run"."""
+    import time
+
+    from wirelessfl.cli import _fresh_run_folder
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20261129-010203")
+    first = _fresh_run_folder("fedavg_fmnist")
+    first.mkdir(parents=True)
+    second = _fresh_run_folder("fedavg_fmnist")
+    assert second.name == "fedavg_fmnist-20261129-010203-2" and not second.exists()
+    second.mkdir()
+    assert _fresh_run_folder("fedavg_fmnist").name.endswith("-3")

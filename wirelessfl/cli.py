@@ -70,7 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--workers is the process count of the distributed engine: add "
                           "--engine distributed, or remove --workers")
     make_trackers(args.tracker)  # a missing library is refused before the run folder is made
-    out = Path(args.out) if args.out else Path("runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(args.out) if args.out else _fresh_run_folder(job.name)
     try:
         summary = run_job(job, out, resume=args.resume, quiet=args.quiet, trackers=args.tracker)
     except KeyboardInterrupt as exc:
@@ -84,6 +84,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         line = line.replace(" s wall;", f" s wall training, {spent:.1f} s in all with start-up;", 1)
     print(line)
     return 0
+
+
+def _fresh_run_folder(name: str) -> Path:
+    """``runs/<name>-<date>-<time>``, with ``-2``, ``-3``, … where a run of the same second has it."""
+    stem = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, n = stem, 1
+    while out.exists() or out.is_symlink():
+        n += 1
+        out = stem.with_name(f"{stem.name}-{n}")
+    return out
 
 
 def process_seconds() -> float | None:
