@@ -92,6 +92,22 @@ def test_render_only_trains_nothing_and_a_figure_without_runs_is_one_line(toy, m
     assert asked == []
 
 
+def test_render_only_of_a_figure_with_some_runs_names_what_is_missing(toy, monkeypatch):
+    """The archive holds seed 0 of a two-seed figure: nothing trained, the figure not drawn,
+    and one line says so with the count (the README names the runs)."""
+    regenerate("toy", "quick", toy / "s1", seeds=[0], **QUIET)
+    dest = toy / "pub"
+    publish(toy / "s1", dest)
+    asked, lines = _trained(monkeypatch), []
+    regenerate("toy", "quick", toy / "s2", seeds=[0, 1], reuse=dest / ARCHIVE, render_only=True,
+               quiet=True, log=lines.append)
+    fig = load_figures("toy", "quick", seeds=[0, 1])[0]
+    missing = [x for x in lines if x.startswith("--render-only: not drawn")]
+    assert asked == [] and len(missing) == 1
+    assert f"{fig.name} ({len(fig.runs) // 2} of {len(fig.runs)} runs missing)" in missing[0]
+    assert not (toy / "s2" / f"{fig.name}.png").exists()
+
+
 def test_every_report_writes_per_seed_data_from_which_its_verdict_is_recomputed(toy):
     """``<figure>-seeds.csv``: one row per run with its seed and last-row values, the claim's
     measure and the budget it was censored at."""

@@ -371,6 +371,11 @@ def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
                           + f"under {root}; drop --render-only to train them")
     if lacking:  # nothing of theirs to draw: left as they were, not listed as missing
         log(f"--render-only: {', '.join(lacking)} not drawn (none of their runs is there)")
+    partial = [f"{f.name} ({sum(r.key in waiting for r in {r.key: r for r in f.runs}.values())}"
+               f" of {len({r.key for r in f.runs})} runs missing)" for f in figures
+               if f.name not in lacking and any(r.key in waiting for r in f.runs)]
+    if partial:  # its README section lists the runs, as after an interrupted command
+        log(f"--render-only: not drawn, runs missing: {', '.join(partial)}; the README names them")
     return render([f for f in figures if f.name not in lacking], root, style, title)
 
 
