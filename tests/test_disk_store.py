@@ -160,3 +160,17 @@ def test_available_memory_is_read_from_meminfo_and_falls_back_without_it(tmp_pat
     info.write_text("MemTotal:       32000000 kB\n")
     assert host_memory.available_bytes(str(info)) == host_memory.FALLBACK_BYTES
     assert host_memory.available_bytes(str(tmp_path / "none")) == host_memory.FALLBACK_BYTES
+
+
+def test_kill_9_after_a_session_start_resumes_a_disk_store_to_the_uninterrupted_rows(
+        tmp_path, kill_9_and_resume):
+    """A session start resets SCAFFOLD's c_i: the store is emptied in place, so the files the
+    last checkpoint (before the start) names stay, and a kill between that start and the next
+    checkpoint resumes exactly (a new store in the folder removed them: "truncated")."""
+    raw = {**RAW, "rounds": 9, "checkpoint_every": 3, "state_store": "disk",
+           "population": {"kind": "alternating", "groups": 2, "rounds_per_session": 3}}
+    run_job(open_run(raw), tmp_path / "straight", quiet=True)
+    cut = kill_9_and_resume(raw, 5)  # checkpoint at round 3, a session from round 4, killed in 5-6
+    key = ["round", "test_accuracy", "test_loss"]
+    got = [[r[k] for k in key] for r in RunRecord(cut).rows()]
+    assert got == [[r[k] for k in key] for r in RunRecord(tmp_path / "straight").rows()]

@@ -203,8 +203,14 @@ class FederatedAlgorithm(ABC):
         return 1.0
 
     def session_client_states(self, state: ServerState) -> Mapping[int, Any]:
-        """Client states kept at a session start (none by default)."""
-        return {}
+        """Client states kept at a session start (none by default).
+
+        A :class:`~wirelessfl.engine.client_store.ClientStore` is emptied in place
+        (:meth:`~wirelessfl.engine.client_store.ClientStore.emptied`): its rows are reused, and
+        a disk store's files stay where the last checkpoint names them.
+        """
+        states = state.client_states
+        return states.emptied() if isinstance(states, ClientStore) else {}
 
     def init(self, params: Params) -> ServerState:
         """Initial server state around the initial model (and the model's own buffers)."""

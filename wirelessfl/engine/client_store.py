@@ -404,6 +404,22 @@ class ClientStore(Mapping):
                     if tree is not None:
                         data.write(f, np.array([u]), {k: v.unsqueeze(0) for k, v in tree.items()})
 
+    def emptied(self) -> ClientStore:
+        """The same store holding no client's state (a session start resets every c_i).
+
+        Its tables are kept and their rows given to the next clients in place. A disk
+        store's files thus stay where the last checkpoint names them, and a row overwritten
+        before the next checkpoint is journalled as any other (a new store in the same
+        folder would remove the files, and a resume from before the start would find them
+        truncated).
+        """
+        data = self._live()
+        data.slot = np.full(0, -1, np.int64)
+        data.ids = np.zeros(0, np.int64)
+        for f in data.fields:
+            data.present[f][:] = False
+        return self._next()
+
     @classmethod
     def from_states(cls, states: Mapping[int, Any], kind: type | None = None,
                     dtype: str = "float32") -> ClientStore:
