@@ -1191,7 +1191,7 @@ def api_runs_and_plugins(p: Probes) -> None:
 def fifth_pass(p: Probes, box: Path) -> None:
     """Issue 93's classes: a plug-in hook that raises or answers badly (before any folder is
     claimed), a folder planted where a run writes a file, --publish into --out, a moved
-    plug-in on --resume, list with a plug-in."""
+    plug-in on --resume, list with a plug-in, two runs to default folders in one second."""
     from wirelessfl import registry
     from wirelessfl.algorithms.fedavg import FedAvg, FedAvgHParams
 
@@ -1227,6 +1227,10 @@ def fifth_pass(p: Probes, box: Path) -> None:
         "register_aggregator('probe_listed', Plain)\n")
     p.cli(A, "list --algorithms --plugin", ["list", "--algorithms", "--plugin",
                                             "plug/probe_listed.py"], box, expect=0)
+    # fourth session: two runs of one config without --out in one second (pasted commands)
+    for i in (1, 2):
+        p.cli(A, f"run without --out, twice in a second ({i})",
+              ["run", "t.yaml", "--set", "rounds=1", "--quiet"], box, allowed=("runs",), expect=0)
 
 
 def main() -> None:
