@@ -1,8 +1,16 @@
 import os
+import signal
 
 import numpy as np
 import pytest
 import torch
+
+# A shell without job control starts a background command (`pytest ... &`, nohup, a CI
+# runner's detached step) with SIGINT ignored; Python then installs no Ctrl-C handler, and
+# every command the tests start inherits the ignore, so the tests that send SIGINT (Ctrl-C)
+# saw a command that could not be stopped. The tests' children start with SIGINT's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # runs choose their thread count from the machine's load (threads: auto) unless this is set:
 # the suite's numbers must not depend on what else the machine is doing

@@ -97,13 +97,23 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the worker process
         os._exit(1)
 
 
-def _stopped(pid: int | None) -> bool:
-    """Whether process ``pid`` is stopped (SIGSTOP) or a zombie (Linux ``/proc``)."""
+def _state(pid: int | None) -> str:
+    """Process ``pid``'s state letter from Linux ``/proc`` ("" where it cannot be read)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z")
+            return fh.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return ""
+
+
+def _stopped(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP) or a zombie (Linux ``/proc``)."""
+    return _state(pid) in ("T", "t", "Z")
+
+
+def _zombie(pid: int | None) -> bool:
+    """Whether process ``pid`` has exited and waits to be reaped."""
+    return _state(pid) == "Z"
 
 
 def _serve(rank: int, world: int, port: int, device: str, threads: int,
@@ -313,7 +323,8 @@ class DistributedExecutor(Executor):
         """The first worker that died or is stopped, described; None if all are running."""
         for r, p in enumerate(self._procs, start=1):
             stopped = _stopped(p.pid)  # read first: a worker that exits in between is a zombie,
-            if not p.is_alive():       # which is_alive reaps, and is named as dead
+            if not p.is_alive() or _zombie(p.pid):  # which is_alive reaps: named as dead
+                p.join(timeout=1.0)  # a zombie's exit code (is_alive can miss it under load)
                 return f"distributed worker rank {r} (pid {p.pid}) died (exit code {p.exitcode})"
             if stopped:
                 return f"distributed worker rank {r} (pid {p.pid}) is stopped"
