@@ -364,16 +364,17 @@ def _complete(figures: list[Figure], root: Path, what: str, *, quiet: bool,
         execute(todo, root, quiet=quiet, log=log, jobs=jobs, ray=ray, batch_runs=batch_runs)
         return render(figures, root, style, title)
     waiting = {r.key for r in todo}
-    lacking = [f.name for f in figures if all(r.key in waiting for r in f.runs)]
+    missing = {f.name: ({r.key for r in f.runs} & waiting, {r.key for r in f.runs})
+               for f in figures}
+    lacking = [name for name, (gone, every) in missing.items() if gone == every]
     if len(lacking) == len(figures):
         raise ConfigError(f"--render-only: no run of {', '.join(lacking)} is "
                           + (f"in {reuse} or " if reuse is not None else "")
                           + f"under {root}; drop --render-only to train them")
     if lacking:  # nothing of theirs to draw: left as they were, not listed as missing
         log(f"--render-only: {', '.join(lacking)} not drawn (none of their runs is there)")
-    partial = [f"{f.name} ({sum(r.key in waiting for r in {r.key: r for r in f.runs}.values())}"
-               f" of {len({r.key for r in f.runs})} runs missing)" for f in figures
-               if f.name not in lacking and any(r.key in waiting for r in f.runs)]
+    partial = [f"{name} ({len(gone)} of {len(every)} runs missing)"
+               for name, (gone, every) in missing.items() if gone and gone != every]
     if partial:  # its README section lists the runs, as after an interrupted command
         log(f"--render-only: not drawn, runs missing: {', '.join(partial)}; the README names them")
     return render([f for f in figures if f.name not in lacking], root, style, title)

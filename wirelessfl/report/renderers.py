@@ -116,12 +116,15 @@ def _panels(fig: Figure, ncols: int) -> tuple[plt.Figure, np.ndarray, list[str]]
     return f, ax, panels
 
 
-def _accuracy_axis(a: plt.Axes, label: str) -> None:
-    """An accuracy axis in percent, as the tables and ``wirelessfl plot`` give it.
+def _y_axis(a: plt.Axes, label: str, accuracy: bool = True) -> None:
+    """The y axis's label; an accuracy axis in percent, as the tables and ``wirelessfl plot``.
 
     The runs and the CSVs keep accuracy as a fraction (the metric rows' unit); only the ticks
     read it as a percentage (0.8 is drawn as 80), so limits and reference lines stay in the data's unit.
     """
+    if not accuracy:
+        a.set_ylabel(label)
+        return
     from matplotlib.ticker import PercentFormatter
 
     a.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, symbol=""))
@@ -153,10 +156,7 @@ def render_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
             for i in session_starts(rows[0][:n]):  # the session's first round starts at x[i-1]
                 a.axvline(x[i - 1], color="0.5", lw=0.6, ls=":")
             a.set(xlabel=LABELS.get(key, key), title=panel)
-            if "accuracy" in y:
-                _accuracy_axis(a, y.replace("_", " "))
-            else:
-                a.set_ylabel(y.replace("_", " "))
+            _y_axis(a, y.replace("_", " "), "accuracy" in y)
             a.grid(alpha=0.3)
         table += [{"panel": panel, "series": series, "sweep": show_value(value), "round": rows[0][i]["round"],
                    **({"session": rows[0][i]["session"]} if "session" in rows[0][i] else {}),
@@ -408,11 +408,7 @@ def render_time_curves(fig: Figure, root: Path, out: Path) -> list[Path]:
                 a.axhline(run_tasks(runs[0])[0].target, color="k", lw=0.8, ls="--")
             a.set(xlabel="simulated time [s]",
                   title=f"{panel} {label}={show_value(value)}".strip(" ="))
-            ylabel = f"{'mean ' if task is None else ''}test {y}"
-            if y == "accuracy":
-                _accuracy_axis(a, ylabel)
-            else:
-                a.set_ylabel(ylabel)
+            _y_axis(a, f"{'mean ' if task is None else ''}test {y}", y == "accuracy")
             a.grid(alpha=0.3)
             table += [{"panel": panel, "series": series, "task": task or "mean",
                        label or "sweep": show_value(value), "time": g, f"{y}_mean": c}
@@ -453,10 +449,7 @@ def render_final(fig: Figure, root: Path, out: Path) -> list[Path]:
             else:
                 a.plot([v for v, _ in pts], [r[y] for _, r in pts], marker="o", label=name)
             a.set(xlabel=label, title=panel)
-            if y == "accuracy":
-                _accuracy_axis(a, _FINAL[y])
-            else:
-                a.set_ylabel(_FINAL[y])
+            _y_axis(a, _FINAL[y], y == "accuracy")
             a.grid(alpha=0.3)
     return _finish(fig, f, ax, out, table)
 
@@ -533,7 +526,7 @@ def render_final_accuracy(fig: Figure, root: Path, out: Path) -> list[Path]:
             a.bar(x, pts[0]["final_accuracy_mean"], yerr=pts[0]["final_accuracy_std"],
                   capsize=3, label=series)
         a.set(xlabel=fig.spec.get("xlabel") or sweep_label(fig, "method"), title=panel)
-        _accuracy_axis(a, f"final accuracy (last {last} evals)")
+        _y_axis(a, f"final accuracy (last {last} evals)")
         a.grid(alpha=0.3)
     bars = not fig.spec.get("sweep")
     if bars:  # bars start at 0 (a cut axis exaggerates gaps); their names are the ticks
