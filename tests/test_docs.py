@@ -177,9 +177,13 @@ def test_an_explicit_data_dir_never_falls_back(tmp_path):
 def test_published_reports_match_the_figures_that_made_them():
     """The paper pages include generated reports (docs/papers/results/<paper>-<scale>): each
     section's title is the one the current figures.yaml gives (regenerate on a change; at the
-    seeds it was published with), its pictures are there, and the paper's page includes it."""
+    seeds it was published with), its pictures are there, its per-seed values are published
+    (``<figure>-seeds.csv`` and the runs' archive) or the section says they are not, and the
+    paper's page includes it."""
     import re
 
+    from wirelessfl.report.archive import ARCHIVE
+    from wirelessfl.report.figures import NO_PER_SEED, _readme_sections, _section_outputs
     from wirelessfl.report.spec import load_figures
 
     folders = sorted((ROOT / "docs" / "papers" / "results").iterdir())
@@ -197,6 +201,13 @@ def test_published_reports_match_the_figures_that_made_them():
                 want = {f.name: f for f in load_figures(
                     paper, scale, only=[name], seeds=list(range(int(seeds.group(1)))))}[name].title
             assert title == want, f"{folder.name}/{name}: run `wirelessfl figures`"
+        for name, section in _readme_sections(folder / "README.md").items():
+            # per-seed values published, or the README says they are not
+            outputs = _section_outputs(section)
+            assert not outputs or f"{name}-seeds.csv" in outputs or NO_PER_SEED in section, (
+                f"{folder.name}/{name}")
+            if f"{name}-seeds.csv" in outputs:
+                assert (folder / f"{name}-seeds.csv").is_file() and (folder / ARCHIVE).is_file()
         for image in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
             assert (folder / image).is_file(), image
         page = {"dynamic": "papers/dynamic_clients", "codesign": "guide/codesign"}.get(

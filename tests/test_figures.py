@@ -701,6 +701,30 @@ def test_publish_adds_to_the_published_report_and_never_undraws_a_figure(toy, tm
     assert set(tab) <= set(json.loads((dest / ".wirelessfl-published").read_text())["files"])
 
 
+def test_a_published_figure_without_per_seed_data_says_so_until_it_is_redrawn(toy, tmp_path):
+    """An earlier publish's figure whose outputs lack ``<figure>-seeds.csv`` (drawn before
+    reports wrote per-seed values) is marked in the README; drawn again, the mark goes."""
+    from wirelessfl.report.figures import NO_PER_SEED, mark_per_seed, publish
+
+    dest = tmp_path / "docs" / "toy-paper"
+    regenerate("toy", "quick", toy, only=["tab"], quiet=True, log=lambda _: None)
+    publish(toy, dest)
+    assert NO_PER_SEED not in (dest / "README.md").read_text()
+    old = (dest / "README.md").read_text().replace(", `tab-seeds.csv`", "")  # an older report
+    (dest / "README.md").write_text(old)
+    later = tmp_path / "later"
+    regenerate("toy", "quick", later, only=["bars"], quiet=True, log=lambda _: None)
+    publish(later, dest)
+    readme = (dest / "README.md").read_text()
+    tab, bars = readme.split("## tab\n")[1].split("## ")[0], readme.split("## bars\n")[1]
+    assert NO_PER_SEED in tab and NO_PER_SEED not in bars
+    assert mark_per_seed("tab", "## tab\n\n" + tab) == "## tab\n\n" + tab  # marked once
+    publish(toy, dest)  # "tab" drawn with its per-seed CSV: the mark goes
+    assert NO_PER_SEED not in (dest / "README.md").read_text()
+    undrawn = "## tab\n\nRuns missing: run `wirelessfl figures` again.\n"
+    assert mark_per_seed("tab", undrawn) == undrawn
+
+
 def test_adding_seeds_adds_runs_and_leaves_the_existing_keys(toy):
     from wirelessfl.report.spec import parse_seeds
 

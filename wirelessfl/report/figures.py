@@ -224,6 +224,7 @@ def publish(root: Path, dest: Path) -> list[Path]:
             sections[name] = section  # an undrawn figure does not replace a drawn one
             earlier.discard(name)
     kept = {f for name in earlier for f in _section_outputs(sections[name])} & before
+    sections = {name: mark_per_seed(name, section) for name, section in sections.items()}
     names = [n for n in names if n not in kept]
     archived = archive_runs(root, dest / ARCHIVE)  # the earlier publish's runs and this one's
     for name in before - set(names) - kept - {ARCHIVE}:  # an earlier publish's, not kept
@@ -243,6 +244,27 @@ def publish(root: Path, dest: Path) -> list[Path]:
 
 
 _OUTPUTS = re.compile(r"^Outputs: (.*)$", re.MULTILINE)
+
+#: The line a published figure without per-seed outputs carries under its ``Outputs:`` line.
+NO_PER_SEED = ("**Per-seed data not published:** this figure was drawn before reports wrote "
+               "per-seed values (`<figure>-seeds.csv`) and their runs (`runs.jsonl.gz`); its "
+               "means and verdict cannot be recomputed from these files until it is re-run.")
+
+
+def mark_per_seed(name: str, section: str) -> str:
+    """``section`` with :data:`NO_PER_SEED` under its outputs when they lack ``name-seeds.csv``.
+
+    A drawn section whose outputs name the per-seed CSV loses any earlier mark; an undrawn
+    one (no ``Outputs:`` line) is returned as it is.
+    """
+    m = _OUTPUTS.search(section)
+    if m is None:
+        return section
+    bare = section.replace(f"\n\n{NO_PER_SEED}", "")
+    if f"{name}-seeds.csv" in _section_outputs(section):
+        return bare
+    m = _OUTPUTS.search(bare)
+    return f"{bare[:m.end()]}\n\n{NO_PER_SEED}{bare[m.end():]}"
 
 
 def _section_outputs(section: str) -> set[str]:
