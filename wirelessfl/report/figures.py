@@ -257,13 +257,10 @@ def mark_per_seed(name: str, section: str) -> str:
     A drawn section whose outputs name the per-seed CSV loses any earlier mark; an undrawn
     one (no ``Outputs:`` line) is returned as it is.
     """
-    m = _OUTPUTS.search(section)
-    if m is None:
-        return section
     bare = section.replace(f"\n\n{NO_PER_SEED}", "")
-    if f"{name}-seeds.csv" in _section_outputs(section):
-        return bare
     m = _OUTPUTS.search(bare)
+    if m is None or f"{name}-seeds.csv" in _section_outputs(bare):
+        return bare
     return f"{bare[:m.end()]}\n\n{NO_PER_SEED}{bare[m.end():]}"
 
 
