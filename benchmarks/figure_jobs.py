@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from wirelessfl.run.records import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,18 +54,6 @@ def measure(args: argparse.Namespace, batch_runs: int) -> dict[str, float]:
     wall, user, system, faults, rss_kb = json.loads(out.strip().splitlines()[-1])
     return {"wall_s": round(wall, 2), "user_s": round(user, 2), "system_s": round(system, 2),
             "minor_faults": faults, "peak_rss_gb": round(rss_kb / 2**20, 2)}
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else the machine type."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def main() -> None:  # noqa: D103

@@ -8,7 +8,7 @@ from wirelessfl.cli import main
 from wirelessfl.errors import RunFolderError
 from wirelessfl.run.config import resolve
 from wirelessfl.run.kinds import open_run, run_job
-from wirelessfl.run.records import RunRecord
+from wirelessfl.run.records import RunRecord, cpu_model
 from wirelessfl.run.rounds import RoundsJob
 
 RAW = {"name": "tiny", "seed": 5, "rounds": 4, "target_accuracy": 0.3,
@@ -78,6 +78,8 @@ def test_quickstart_learns_and_plots(tmp_path, capsys):
         assert (out / f).is_file()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["seed"] == 0 and meta["version"]
+    # the machine that rounded it: a chaotic run differs between CPUs' kernels
+    assert meta["cpu"] == cpu_model() and meta["cpu"] and meta["torch"] == torch.__version__
     assert "test accuracy" in capsys.readouterr().out
     png = tmp_path / "p.png"
     assert main(["plot", str(out), "--out", str(png)]) == 0

@@ -31,6 +31,7 @@ import io
 import json
 import math
 import os
+import platform
 import shutil
 import subprocess
 import time
@@ -105,6 +106,22 @@ def _fresh(obj: Any) -> Any:
         return type(obj)(_fresh(v) for v in obj)
     return obj
 
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``), else the machine type.
+
+    Recorded in each run's ``meta.json``: float kernels differ by instruction set, so two
+    machines can round the same run differently and a chaotic run then diverges.
+    """
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 class RunRecord:
     """Reader and writer of one run folder.
@@ -228,7 +245,10 @@ class RunRecord:
         self.folder.mkdir(parents=True, exist_ok=True)
         meta = {"seed": seed, "version": wirelessfl.__version__, "git_commit": git_commit(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device,
-                "torch": torch.__version__, "threads": threads or torch.get_num_threads()}
+                "torch": torch.__version__, "threads": threads or torch.get_num_threads(),
+                "cpu": cpu_model()}
+        if device.startswith("cuda") and torch.cuda.is_available():
+            meta["gpu"] = torch.cuda.get_device_name(torch.device(device))
         if plugins.loaded():  # what a resume must load again (--plugin)
             meta["plugins"] = plugins.loaded()
         if plugins.entry_points_loaded():  # installed plug-ins, with their packages' versions
