@@ -143,3 +143,15 @@ def test_a_batched_engine_setting_with_the_loop_engine_is_refused_not_ignored(se
         resolve({"engine": "loop", **setting})
     resolve({"engine": "batched", **setting})  # where it acts
     resolve({"engine": "loop", "replay": "off", "low_rank": "off"})  # saying "off" is fine
+
+
+def test_a_repeated_override_gives_the_same_value_and_never_a_shared_list():
+    """Scalar overrides are parsed once and remembered (immutable); a list or mapping is
+    parsed afresh each time, so changing one config's list leaves the next one's alone."""
+    first = apply_overrides({}, ["data.alpha=0.1", "local.betas=[0.9, 0.99]", "x=.nan"])
+    first["local"]["betas"].append(7)
+    second = apply_overrides({}, ["data.alpha=0.1", "local.betas=[0.9, 0.99]", "x=.nan"])
+    assert second["data"]["alpha"] == 0.1 and type(second["data"]["alpha"]) is float
+    assert second["local"]["betas"] == [0.9, 0.99]
+    assert second["x"] != second["x"]  # NaN, remembered as such
+    assert apply_overrides({}, ["seed=3"])["seed"] == 3 and apply_overrides({}, ["s='3'"])["s"] == "3"

@@ -374,6 +374,23 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
     return plain(cfg)
 
 
+#: Parsed scalar override values by their text: a paper-scale figure set applies tens of
+#: thousands of overrides, most of them the same few texts (``seed=3``, ``data.alpha=0.1``).
+_SCALARS: dict[str, Any] = {}
+
+
+def _override_value(text: str, path: str) -> Any:
+    """The YAML value of one ``--set`` text (a scalar's parse is remembered; it is immutable)."""
+    if text in _SCALARS:
+        return _SCALARS[text]
+    value = parse_yaml(text, f"--set {short(path)}")
+    check_config_size(value, f"--set {path}")
+    if len(text) <= 64 and len(_SCALARS) < 65536 and (
+            value is None or type(value) in (bool, int, float, str)):
+        _SCALARS[text] = value
+    return value
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.path=value`` strings (values parsed as YAML) to a nested mapping."""
     raw = copy.deepcopy(raw)
@@ -385,8 +402,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if not all(keys):
             raise ConfigError(f"--set {short(path)}: the key must be names joined by dots, e.g. "
                               "local.lr=0.05")
-        value = parse_yaml(text, f"--set {short(path)}")
-        check_config_size(value, f"--set {path}")
+        value = _override_value(text, path)
         node = raw
         for k in keys[:-1]:
             node = node.setdefault(k, {})
