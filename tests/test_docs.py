@@ -220,7 +220,6 @@ def test_the_paper_scale_page_names_figures_that_exist_at_scales_that_parse():
     CPU list) names a paper and figures of its figures.yaml at a scale it has, and its
     seeds parse; the queue is numbered in order and every paper's figures are in the table."""
     import shlex
-
     from functools import cache
 
     from wirelessfl.report.spec import load_figures, parse_seeds
