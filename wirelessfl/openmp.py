@@ -9,15 +9,32 @@ quiet machine PASSIVE costs instead (the same round 0.46 → 0.56 s; the loop en
 steps 1.33 → 2.3 s). The runtime reads the policy once, when torch is first imported, so
 ``import wirelessfl`` calls :func:`choose_wait_policy`: PASSIVE when the machine is busy
 then, unless ``OMP_WAIT_POLICY`` is set already or torch already loaded. The thread count
-follows the policy (:func:`wirelessfl.run.threads.choose_threads`). This module loads no
-torch.
+follows the policy (:func:`wirelessfl.run.threads.choose_threads`). The machine's CPU as
+Linux names it is :func:`cpu_info`. This module loads no torch.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import MutableMapping
+
+
+@functools.cache
+def cpu_info(field: str) -> str:
+    """A field of this machine's ``/proc/cpuinfo``, e.g. ``vendor_id`` or ``model name``.
+
+    The first CPU's value; ``""`` where the file or the field is missing (not Linux).
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.split(":", 1)[0].strip() == field:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def usable_cpus() -> int:

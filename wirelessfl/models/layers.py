@@ -41,6 +41,7 @@ from typing_extensions import override
 
 from wirelessfl.models import vmap_rules
 from wirelessfl.models.lowrank import LowRankLinearFn, LowRankWeight
+from wirelessfl.openmp import cpu_info
 
 
 def _front(t: torch.Tensor | None, dim: int | None, n: int) -> torch.Tensor | None:
@@ -413,17 +414,9 @@ COLUMN_MAJOR_CAPABILITIES = frozenset({"AVX512"})
 COLUMN_MAJOR_VENDORS = frozenset({"GenuineIntel"})
 
 
-@functools.lru_cache(maxsize=1)
 def cpu_vendor() -> str:
     """The CPU vendor of this machine (``GenuineIntel``, ``AuthenticAMD``; ``""``: unknown)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return cpu_info("vendor_id")
 
 
 def column_major(model: nn.Module, capability: str | None = None,

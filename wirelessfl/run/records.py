@@ -46,6 +46,7 @@ import yaml
 
 import wirelessfl
 from wirelessfl.errors import ConfigError, RunFolderError, parse_json, parse_yaml
+from wirelessfl.openmp import cpu_info
 from wirelessfl.run import plugins
 from wirelessfl.run.key_schema import as_made
 from wirelessfl.run.safe_io import atomic_write, open_append, open_new, refuse_link
@@ -107,21 +108,14 @@ def _fresh(obj: Any) -> Any:
     return obj
 
 
-
 def cpu_model() -> str:
     """The CPU's model name (Linux ``/proc/cpuinfo``), else the machine type.
 
     Recorded in each run's ``meta.json``: float kernels differ by instruction set, so two
     machines can round the same run differently and a chaotic run then diverges.
     """
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
+    return cpu_info("model name") or platform.machine()
+
 
 class RunRecord:
     """Reader and writer of one run folder.
