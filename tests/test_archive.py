@@ -214,3 +214,59 @@ def test_the_cli_takes_a_folder_or_file_and_refuses_what_it_cannot_use(toy, caps
     with pytest.raises(ConfigError, match="not published by this tool"):
         publish(toy / "s1", toy / "pub")
     assert (toy / "pub" / ARCHIVE).read_text() == "a user's file"
+
+
+# a time-to-target figure whose runs stop at the target, beside curves of the same runs made
+# without stopping: its runs are cut from the curves' (archive.py, RunKind.cut_at_target)
+CUT_TOY = {**FIGURES_TOY, "scales": {"quick": {"seeds": [0, 1], "overrides": {"rounds": 6}}},
+           "figures": {
+               "curves": {"kind": "curves", "x": ["round"],
+                          "series": {"HIST": {}, "HFedAvg": {"algorithm.split": False}},
+                          "sweep": {"key": "target_accuracy", "label": "target",
+                                    "values": [0.5, 0.999]}},
+               "timed": {"kind": "sweep", "metric": "round", "target": 0.5,
+                         "overrides": {"stop_at_target": True},
+                         "series": {"HIST": {}, "HFedAvg": {"algorithm.split": False}},
+                         "sweep": {"key": "target_accuracy", "label": "target",
+                                   "values": [0.5, 0.999]}}}}
+
+
+def _unclocked(folder):
+    """A run folder's rows, summary and config, without what the wall clock or machine sets."""
+    record = RunRecord(folder)
+    return ([{k: v for k, v in r.items() if k != "wall_s"} for r in record.rows()],
+            {k: v for k, v in record.summary().items() if k != "wall_s"}, record.config())
+
+
+def test_a_run_that_stops_at_its_target_is_cut_from_the_same_run_made_without_stopping(
+        tmp_path, monkeypatch, capsys):
+    """Equivalence: the 'timed' runs (stop at the target: 0.5, reached early, and 0.999,
+    never) restored from the curves' archive equal those runs trained straight, row for row;
+    nothing trains for them, the dry run counts them as --reuse, and each names its source."""
+    write_study(tmp_path, monkeypatch, CUT_TOY)
+    asked = _trained(monkeypatch)
+    regenerate("toy", "quick", tmp_path / "s1", only=["curves"], **QUIET)
+    dest = tmp_path / "pub"
+    publish(tmp_path / "s1", dest)
+    calls = len(asked)
+    assert main(["figures", "toy", "--only", "timed", "--out", str(tmp_path / "s2"),
+                 "--reuse", str(dest), "--dry-run", "--quiet"]) == 0
+    assert "0 to do (8 more in --reuse)" in capsys.readouterr().out
+    lines = []
+    regenerate("toy", "quick", tmp_path / "s2", only=["timed"], reuse=dest, quiet=True,
+               log=lines.append)
+    assert not any(asked[calls:])  # nothing trained
+    assert any("8 cut at their target" in x for x in lines)
+    regenerate("toy", "quick", tmp_path / "straight", only=["timed"], **QUIET)
+    fig = load_figures("toy", "quick", only=["timed"])[0]
+    full = {r.key: r for f in load_figures("toy", "quick", only=["curves"]) for r in f.runs}
+    shorter = 0
+    for r in fig.runs:
+        cut, straight = run_folder(tmp_path / "s2", r), run_folder(tmp_path / "straight", r)
+        assert _unclocked(cut) == _unclocked(straight)
+        meta = json.loads((cut / "meta.json").read_text())
+        assert meta["cut_from"] in full and meta["seed"] == r.seed
+        shorter += len(RunRecord(cut).rows()) < 7
+    assert 0 < shorter < len(fig.runs)  # some stop early, the 0.999 ones run all 6 rounds
+    assert (tmp_path / "s2" / "timed.csv").read_text() == (
+        tmp_path / "straight" / "timed.csv").read_text()

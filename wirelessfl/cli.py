@@ -398,7 +398,7 @@ def _cmd_beamform(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from wirelessfl.report.archive import read_archive
+    from wirelessfl.report.archive import reusable
     from wirelessfl.report.figures import regenerate
     from wirelessfl.report.spec import load_figures, missing_runs, parse_seeds
 
@@ -409,7 +409,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     if args.dry_run or args.estimate:
         figures = load_figures(args.paper, args.scale, args.only, extra, seeds)
         todo = {r.key for r in missing_runs(figures, out)}
-        archived = set() if reuse is None else set(read_archive(reuse, todo))
+        archived = set() if reuse is None else reusable(
+            reuse, [r for f in figures for r in f.runs if r.key in todo])
     if args.dry_run:
         _dry_run(figures, todo, archived, args.quiet)
         return 0

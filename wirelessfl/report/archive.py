@@ -21,6 +21,12 @@ its ``meta.json`` must name its seed, its rows must parse, and it must hold a su
 divergence record. It is written to a fresh folder beside ``runs/<key>`` and renamed into
 place, so an interrupted restore leaves no half-written run; a run folder that exists is
 never replaced. An archive is data only (JSON), read with limits on its size.
+
+A run that stops at its target (``stop_at_target``) is also restored from the same run made
+without stopping, when the archive holds that one and its kind can cut it
+(:meth:`~wirelessfl.run.kinds.RunKind.cut_at_target`): a time-to-target figure takes its
+points from the full curves another figure already ran. Its ``meta.json`` names the run it
+was cut from (``cut_from``), and it is checked as any restored run is.
 """
 
 from __future__ import annotations
@@ -33,12 +39,15 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from wirelessfl.errors import ConfigError, RunFolderError
+import yaml
+
+from wirelessfl.errors import ConfigError, RunFolderError, parse_json, parse_yaml
 from wirelessfl.report.spec import RunSpec, config_key
-from wirelessfl.run.records import RunRecord, write_csv
+from wirelessfl.run.kinds import kind_of
+from wirelessfl.run.records import RunRecord, row_line, summary_text, write_csv
 from wirelessfl.run.safe_io import atomic_write, open_new, refuse_link
 
-__all__ = ["ARCHIVE", "archive_runs", "read_archive", "restore_runs"]
+__all__ = ["ARCHIVE", "archive_runs", "read_archive", "restore_runs", "reusable"]
 
 #: The archive's file name in a published report folder.
 ARCHIVE = "runs.jsonl.gz"
@@ -143,6 +152,72 @@ def archive_runs(root: Path, dest: Path) -> int:
     return len(entries)
 
 
+def _uncut(run: RunSpec) -> str | None:
+    """The key of ``run`` made without stopping at its target, when it stops at one."""
+    raw = run.raw
+    if raw.get("stop_at_target") is not True or raw.get("target_accuracy") is None:
+        return None
+    return config_key({**raw, "stop_at_target": False})
+
+
+def _cut(files: dict[str, str], key: str) -> dict[str, str] | None:
+    """A stopping run's kept files, cut from ``files``: its twin ``key``'s, made without stopping.
+
+    None when the twin cannot give them: it diverged, did not finish, or its kind cannot
+    cut (:meth:`~wirelessfl.run.kinds.RunKind.cut_at_target`).
+    """
+    if "summary.json" not in files or "diverged.json" in files or "metrics.jsonl" not in files:
+        return None
+    try:
+        config = parse_yaml(files["config.yaml"], f"run {key}")
+        rows = [parse_json(line, f"run {key}") for line in files["metrics.jsonl"].splitlines()
+                if line.strip()]
+        meta = parse_json(files.get("meta.json", "{}"), f"run {key}")
+    except ConfigError:
+        return None  # the check of restore_runs names a damaged run; a twin is only a source
+    if not (isinstance(config, dict) and isinstance(meta, dict)
+            and all(isinstance(r, dict) for r in rows)):
+        return None
+    config = {**config, "stop_at_target": True}
+    kind = kind_of(config)
+    try:
+        got = kind.cut_at_target(kind.resolve(config), rows)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None
+    if got is None:
+        return None
+    kept, summary = got
+    return {"config.yaml": yaml.safe_dump(config, sort_keys=False),
+            "meta.json": json.dumps({**meta, "cut_from": key}, indent=2) + "\n",
+            "metrics.jsonl": "".join(map(row_line, kept)), "summary.json": summary_text(summary)}
+
+
+def _found(archive: Path, runs: dict[str, RunSpec]
+           ) -> tuple[dict[str, dict[str, str]], set[str]]:
+    """Key → kept files of the ``runs`` the archive holds or can cut, and the keys cut."""
+    twins = {}
+    for key, run in runs.items():
+        twin = _uncut(run)
+        if twin is not None:
+            twins.setdefault(twin, []).append(key)
+    held = read_archive(archive, [*runs, *twins]) if runs else {}
+    found = {k: f for k, f in held.items() if k in runs}
+    cut = set()
+    for twin, keys in twins.items():
+        for key in keys:
+            if key not in found and twin in held:
+                files = _cut(held[twin], twin)
+                if files is not None:
+                    found[key] = files
+                    cut.add(key)
+    return found, cut
+
+
+def reusable(archive: Path, runs: Iterable[RunSpec]) -> set[str]:
+    """The keys of ``runs`` that :func:`restore_runs` would take from ``archive``."""
+    return set(_found(archive, {r.key: r for r in runs})[0])
+
+
 def restore_runs(runs: Iterable[RunSpec], root: Path, archive: Path, *,
                  log: Callable[[str], None] = print) -> int:
     """Restore the archived ones of ``runs`` whose folders under ``root/runs`` do not exist.
@@ -155,7 +230,7 @@ def restore_runs(runs: Iterable[RunSpec], root: Path, archive: Path, *,
     archive = archive / ARCHIVE if archive.is_dir() and not archive.is_symlink() else archive
     todo = {r.key: r for r in runs  # no folder, nor a link (even a dangling one), there
             if not (root / "runs" / r.key).exists() and not (root / "runs" / r.key).is_symlink()}
-    found = read_archive(archive, todo) if todo else {}
+    found, cut = _found(archive, todo)
     if found:
         refuse_link(root / "runs")
         (root / "runs").mkdir(parents=True, exist_ok=True)
@@ -186,5 +261,7 @@ def restore_runs(runs: Iterable[RunSpec], root: Path, archive: Path, *,
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     if found:
-        log(f"{len(found)} of {len(todo)} runs to do taken from {archive}")
+        log(f"{len(found)} of {len(todo)} runs to do taken from {archive}"
+            + (f" ({len(cut)} cut at their target from the same runs made without stopping)"
+               if cut else ""))
     return len(found)

@@ -32,7 +32,7 @@ from typing_extensions import override
 
 from wirelessfl.run import config as single
 from wirelessfl.run import multitask
-from wirelessfl.run.records import RunRecord
+from wirelessfl.run.records import RunRecord, first_reaching
 from wirelessfl.run.shell import Job, execute
 from wirelessfl.run.trackers import make_trackers
 
@@ -72,6 +72,16 @@ class RunKind(ABC):
         client engine (``--estimate``'s sampled training; refused likewise).
         """
 
+    def cut_at_target(self, cfg: Any, rows: list[dict[str, Any]]
+                      ) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+        """Rows and summary of ``cfg``, a run stopping at its target, cut from its twin's ``rows``.
+
+        The twin is the same run made without stopping. None (the default) where this kind
+        cannot tell them from those rows, so such a run trains
+        (:mod:`~wirelessfl.report.archive`).
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -101,6 +111,24 @@ class Rounds(RunKind):
         from wirelessfl.run.rounds import RoundsJob, prepare
 
         return RoundsJob(prepare(cfg, lockstep=lockstep, executor_wrap=executor_wrap))
+
+    @override
+    def cut_at_target(self, cfg: single.RunConfig, rows: list[dict[str, Any]]
+                      ) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+        """The twin's rows up to the first reaching the target, and their summary.
+
+        Nothing a round draws or computes depends on whether the run will stop at its target
+        (:meth:`~wirelessfl.run.rounds.RoundsJob.advance` only ends the loop), so the run
+        that stops has the twin's rows up to the first that reaches the target (all of them
+        when none does), and the summary of those rows, at the wall time of the last.
+        """
+        from wirelessfl.run.rounds import summarize
+
+        if not cfg.stop_at_target or cfg.target_accuracy is None or not rows:
+            return None
+        hit = first_reaching(rows, cfg.target_accuracy)
+        kept = rows if hit is None else rows[:rows.index(hit) + 1]
+        return kept, summarize(cfg, kept, float(kept[-1].get("wall_s") or 0.0))
 
 
 class MultiTask(RunKind):

@@ -431,7 +431,7 @@ class RunRecord:
         otherwise (so appending stays cheap for runs with thousands of evaluations).
         """
         with open_append(self.metrics_path) as fh:
-            fh.write(json.dumps(_finite_json(row), allow_nan=False) + "\n")
+            fh.write(row_line(row))
             fh.flush()
             os.fsync(fh.fileno())
         if self._csv_keys is not None and set(row) <= set(self._csv_keys):
@@ -443,8 +443,7 @@ class RunRecord:
     def keep(self, rows: list[dict[str, Any]]) -> None:
         """Replace the metric rows by ``rows`` (the ones a checkpoint had seen)."""
         atomic_write(self.metrics_path,
-                     lambda fh: fh.write("".join(json.dumps(_finite_json(r), allow_nan=False) + "\n"
-                                                 for r in rows).encode()))
+                     lambda fh: fh.write("".join(map(row_line, rows)).encode()))
         self._write_csv(rows)
 
     def _write_csv(self, rows: list[dict[str, Any]]) -> None:
@@ -466,8 +465,7 @@ class RunRecord:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json`` (a finished run: any record of an earlier divergence goes)."""
-        self._replace_file("summary.json", lambda fh: fh.write(
-            (json.dumps(_finite_json(summary), indent=2, allow_nan=False) + "\n").encode()))
+        self._replace_file("summary.json", lambda fh: fh.write(summary_text(summary).encode()))
         gone = self.folder / "diverged.json"
         if gone.is_dir() and not gone.is_symlink():
             raise RunFolderError(f"{gone} is a folder where the run keeps its divergence record; "
@@ -512,6 +510,16 @@ class RunRecord:
         except (ConfigError, UnicodeDecodeError):
             return None
         return got if isinstance(got, dict) else None
+
+
+def row_line(row: dict[str, Any]) -> str:
+    """One line of ``metrics.jsonl``: the row as JSON, a non-finite number as null."""
+    return json.dumps(_finite_json(row), allow_nan=False) + "\n"
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """The text of ``summary.json``: indented JSON, a non-finite number as null."""
+    return json.dumps(_finite_json(summary), indent=2, allow_nan=False) + "\n"
 
 
 def _finite_json(value: Any) -> Any:
