@@ -109,6 +109,7 @@ def test_a_bad_plugin_is_one_line(box, capsys, spec, match):
     assert not (box / "b").exists()
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_sweep_with_two_jobs_loads_the_plugin_in_its_worker_processes(box):
     assert main(["sweep", "cfg.yaml", "--grid", "local.lr=0.05,0.1", "--out", "sw", "--quiet",
                  "--jobs", "2", "--plugin", "clipavg.py"]) == 0
@@ -156,6 +157,7 @@ def _installed(site, name="entryavg"):
     (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_GROUP}]\n{name} = {name}_pkg:register\n")
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_an_installed_plugin_is_loaded_in_every_worker_process(box, monkeypatch):
     """A sweep with --jobs 2 of an entry-point plug-in's algorithm, no --plugin: each spawned
     worker loads the installed packages' plug-ins as the command did (a real dist-info)."""

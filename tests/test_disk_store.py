@@ -140,6 +140,7 @@ def test_a_disk_store_run_equals_a_memory_store_run_bit_for_bit(tmp_path):
     assert rows == [[r["test_accuracy"], r["test_loss"]] for r in RunRecord(tmp_path / "d").rows()]
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_kill_9_of_a_disk_store_run_resumes_to_the_uninterrupted_rows(tmp_path, kill_9_and_resume):
     """SIGKILL of a real run between checkpoints (rows written to the store after the last
     one, past round 4), then --resume: the rows equal a run straight through."""
@@ -162,6 +163,7 @@ def test_available_memory_is_read_from_meminfo_and_falls_back_without_it(tmp_pat
     assert host_memory.available_bytes(str(tmp_path / "none")) == host_memory.FALLBACK_BYTES
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_kill_9_after_a_session_start_resumes_a_disk_store_to_the_uninterrupted_rows(
         tmp_path, kill_9_and_resume):
     """A session start resets SCAFFOLD's c_i: the store is emptied in place, so the files the

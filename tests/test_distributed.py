@@ -64,6 +64,7 @@ def _outputs(folder):
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.suffix in (".csv", ".md")}
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_ray_executor_equals_local_executor(toy, local_ray):
     root = toy(3)
     regenerate("toy", "quick", root / "local", quiet=True, log=lambda m: None)

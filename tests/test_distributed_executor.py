@@ -104,6 +104,7 @@ def test_engine_distributed_runs_as_batched(tmp_path):
             resolve({**raw, "engine": "distributed", "workers": bad})
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_a_worker_killed_or_stopped_mid_run_is_one_line_within_a_bounded_time(how):
     """kill -9 or SIGSTOP of a worker: the round fails within seconds with one line naming

@@ -354,6 +354,7 @@ def test_final_figures_sweep_points_and_draw_reference_lines(tmp_path, monkeypat
     assert {"accuracy_mean", "loss_mean"} <= set(curves[0])
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_run_locked_by_another_process_is_skipped_and_the_rest_go_on(toy, jobs):
     figs = load_figures("toy", "quick", only=["tab"])
@@ -1125,6 +1126,7 @@ def _killed_worker(run, sample_rounds):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_an_isolated_estimate_survives_a_worker_killed_by_the_system(toy):
     """Settings timed in a worker process: the same figures, runs and rounds as in-process;
     a worker killed mid-setting makes that setting a note and the next gets a new worker."""

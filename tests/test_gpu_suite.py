@@ -20,9 +20,9 @@ def test_the_suite_runs_quick_on_the_cpu_without_solver_or_ray_imports(tmp_path)
     report = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert (tmp_path / "gpu_suite.json").stat().st_size < 2**20
     assert list(report["parts"])[:4] == ["presets", "cuda_tests", "engine", "profile"]
-    assert set(report["parts"]) == {"presets", "cuda_tests", "engine", "profile", "lockstep",
+    assert set(report["parts"]) >= {"presets", "cuda_tests", "engine", "profile", "lockstep",
                                    "figure", "placement", "rules", "resnet", "lora", "precision",
-                                   "compile", "lowrank"}
+                                   "compile", "lowrank", "conv"}  # a part added later may join
     assert all(p["ok"] for p in report["parts"].values())
     assert report["forbidden_imports"] == []     # no cvxpy, Gurobi or Ray in its process
     eng = report["parts"]["engine"]["result"]["workloads"][0]

@@ -33,6 +33,7 @@ def _summaries(folder: Path) -> int:
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGTERM, True),
                                         (signal.SIGTERM, False)])
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_a_signal_stops_a_parallel_sweep_and_its_workers_and_the_command_resumes(tmp_path, sig,
                                                                                   group):
     """The signal goes to the whole process group, as a terminal's Ctrl-C does, or to the
@@ -69,6 +70,7 @@ def test_a_signal_stops_a_parallel_sweep_and_its_workers_and_the_command_resumes
     assert _summaries(tmp_path) == 4
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
 def test_a_second_ctrl_c_ends_the_command_at_once(tmp_path):
     """Two Ctrl-C's to the group, 0.2 s apart: the command ends within 3 s with the line
@@ -125,6 +127,7 @@ algorithm: {name: fedavg}
 """
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and process groups")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_a_lockstep_group_in_the_main_process_cleanly(tmp_path, sig, fmnist):

@@ -128,6 +128,7 @@ def test_a_run_that_stops_at_its_target_leaves_the_others_rows_unchanged(toy_dat
             assert x["test_loss"] == pytest.approx(y["test_loss"], rel=1e-5)
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_a_killed_group_resumes_to_the_uninterrupted_rows(toy_data, tmp_path):
     """kill -9 of a group's process mid-run leaves every run resumable: the group resumed
     ends with the rows of a group never killed (to float rounding)."""

@@ -624,6 +624,7 @@ def test_clients_beyond_the_cell_edge_are_named_once_before_anything_trains(tmp_
     assert ", ".join(map(str, edge[:10].tolist())) in err
 
 
+@pytest.mark.slow  # other processes started, killed or signalled: CI's second step
 def test_kill_9_of_an_nr_run_with_radio_records_resumes_to_the_uninterrupted_rows(
         tmp_path, kill_9_and_resume):
     """SIGKILL of a real ``wirelessfl run`` process once it has written rows (every round

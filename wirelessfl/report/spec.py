@@ -51,6 +51,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ class RunSpec:
         series = self.series if self.value is None else f"{self.series} {self.swept}={show_value(self.value)}"
         return " · ".join(x for x in (self.panel, series, f"seed {self.seed}") if x)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """Hash of the resolved config (without its name): equal configs share a run.
 
@@ -199,9 +200,10 @@ def load_figures(paper: str, scale: str, only: list[str] | None = None,
                     for seed in fig_seeds:
                         raw = apply_overrides(base, override_pairs({**p_over, **s_over, **v_over,
                                                             "seed": seed}))
-                        canonical(raw)  # fail before any training
-                        runs.append(RunSpec(panel, series, value, seed, raw,
-                                            axis_label(spec.get("sweep"))))
+                        run = RunSpec(panel, series, value, seed, raw,
+                                      axis_label(spec.get("sweep")))
+                        _ = run.key  # resolves the config: fails before any training
+                        runs.append(run)
         out.append(Figure(name, spec, tuple(runs), scale))
     return out
 
