@@ -294,6 +294,7 @@ def test_every_command_the_guides_show_parses_and_its_settings_resolve(fmnist):
     assert built >= 15
 
 
+@pytest.mark.slow  # about 25 s; the parse of every command stays in the default suite
 def test_the_guides_solver_list_and_figure_commands_run_as_shown(tmp_path, monkeypatch, capsys):
     """The commands that need no run folder run to their end, as a reader pastes them at the
     project's root (reports go to a fresh folder): ``list``, ``masks`` and ``beamform``
