@@ -195,21 +195,15 @@ def _cut(files: dict[str, str], key: str) -> dict[str, str] | None:
 def _found(archive: Path, runs: dict[str, RunSpec]
            ) -> tuple[dict[str, dict[str, str]], set[str]]:
     """Key → kept files of the ``runs`` the archive holds or can cut, and the keys cut."""
-    twins = {}
-    for key, run in runs.items():
-        twin = _uncut(run)
-        if twin is not None:
-            twins.setdefault(twin, []).append(key)
+    # twin key → the stopping run's key (they differ only in stop_at_target: one each)
+    twins = {twin: key for key, run in runs.items() if (twin := _uncut(run)) is not None}
     held = read_archive(archive, [*runs, *twins]) if runs else {}
     found = {k: f for k, f in held.items() if k in runs}
     cut = set()
-    for twin, keys in twins.items():
-        for key in keys:
-            if key not in found and twin in held:
-                files = _cut(held[twin], twin)
-                if files is not None:
-                    found[key] = files
-                    cut.add(key)
+    for twin, key in twins.items():
+        if key not in found and twin in held and (files := _cut(held[twin], twin)) is not None:
+            found[key] = files
+            cut.add(key)
     return found, cut
 
 
