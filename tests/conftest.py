@@ -13,13 +13,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # runs choose their thread count from the machine's load (threads: auto) unless this is set:
-# the suite's numbers must not depend on what else the machine is doing
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# the suite's numbers must not depend on what else the machine is doing. Under pytest-xdist
+# (``-n 2``) each worker process computes on one thread, so two workers share two cores.
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 
 
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
     yield
 
 

@@ -31,6 +31,7 @@ def _results(rule, compile_mode, device="cpu"):
     return [{k: v.cpu() for k, v in r.delta.items()} for r in out]
 
 
+@pytest.mark.slow  # TorchInductor's first compile on a CPU: about 25 s, whatever the model
 @pytest.mark.parametrize("rule", RULES)
 def test_compiled_step_gives_the_eager_numbers(rule):
     """``compile: default`` = eager to float tolerance, and the step really was compiled.
