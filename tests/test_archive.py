@@ -270,3 +270,31 @@ def test_a_run_that_stops_at_its_target_is_cut_from_the_same_run_made_without_st
     assert 0 < shorter < len(fig.runs)  # some stop early, the 0.999 ones run all 6 rounds
     assert (tmp_path / "s2" / "timed.csv").read_text() == (
         tmp_path / "straight" / "timed.csv").read_text()
+
+
+def test_a_cut_run_reads_its_twin_s_rows_as_a_run_folder_does():
+    """The twin's metric lines go through the one reader (``parse_rows``): a metric stored under
+    an old name is cut under today's, and a damaged twin gives nothing to cut (the run trains)."""
+    import json
+
+    import yaml
+
+    from wirelessfl.report.archive import _cut
+
+    def row(t, acc, **extra):
+        return {"round": t, "sim_time_s": float(t), "uplink_params_per_client": 10 * t,
+                "uplink_mb_per_client": 4e-5 * t, "test_accuracy": acc, "test_loss": 1.0,
+                "wall_s": 0.5 * t, **extra}
+
+    rows = [row(0, 0.1), row(1, 0.6, aircomp_mse_mean=0.25), row(2, 0.7)]
+    files = {"config.yaml": yaml.safe_dump({"name": "t", "target_accuracy": 0.5, "rounds": 2,
+                                            "algorithm": {"name": "fedavg"}}),
+             "metrics.jsonl": "".join(json.dumps(r) + "\n" for r in rows),
+             "summary.json": "{}", "meta.json": "{}"}
+    got = _cut(files, "twin")
+    kept = [json.loads(line) for line in got["metrics.jsonl"].splitlines()]
+    assert [r["round"] for r in kept] == [0, 1]
+    assert kept[1]["aircomp_mse"] == 0.25 and "aircomp_mse_mean" not in kept[1]
+    assert json.loads(got["meta.json"])["cut_from"] == "twin"
+    assert json.loads(got["summary.json"])["round_to_target"] == 1
+    assert _cut({**files, "metrics.jsonl": files["metrics.jsonl"] + '{"round": \n'}, "twin") is None

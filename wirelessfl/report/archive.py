@@ -44,7 +44,7 @@ import yaml
 from wirelessfl.errors import ConfigError, RunFolderError, parse_json, parse_yaml
 from wirelessfl.report.spec import RunSpec, config_key
 from wirelessfl.run.kinds import kind_of
-from wirelessfl.run.records import RunRecord, row_line, summary_text, write_csv
+from wirelessfl.run.records import RunRecord, parse_rows, row_line, summary_text, write_csv
 from wirelessfl.run.safe_io import atomic_write, open_new, refuse_link
 
 __all__ = ["ARCHIVE", "archive_runs", "read_archive", "restore_runs", "reusable"]
@@ -170,13 +170,11 @@ def _cut(files: dict[str, str], key: str) -> dict[str, str] | None:
         return None
     try:
         config = parse_yaml(files["config.yaml"], f"run {key}")
-        rows = [parse_json(line, f"run {key}") for line in files["metrics.jsonl"].splitlines()
-                if line.strip()]
+        rows = parse_rows(files["metrics.jsonl"], f"run {key}'s metrics.jsonl")
         meta = parse_json(files.get("meta.json", "{}"), f"run {key}")
-    except ConfigError:
+    except (ConfigError, RunFolderError):
         return None  # the check of restore_runs names a damaged run; a twin is only a source
-    if not (isinstance(config, dict) and isinstance(meta, dict)
-            and all(isinstance(r, dict) for r in rows)):
+    if not (isinstance(config, dict) and isinstance(meta, dict)):
         return None
     config = {**config, "stop_at_target": True}
     kind = kind_of(config)

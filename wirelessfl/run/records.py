@@ -60,6 +60,33 @@ BYTES_PER_PARAM = 4
 MB = 2**20
 
 
+DAMAGED = ("is damaged (truncated or edited): it cannot be read, resumed, plotted or re-timed; "
+           "start the run again with another --out")
+
+
+def parse_rows(text: str, where: str) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` text, each metric by today's name (:data:`RENAMED`).
+
+    The one reader of metric lines, for a run folder and for a run in an archive; a damaged
+    line is a :class:`~wirelessfl.errors.RunFolderError` naming ``where`` and the line.
+    """
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line:
+            continue
+        try:
+            row = parse_json(line, where)
+        except ConfigError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("round"), int):
+            raise RunFolderError(f"{where} line {n} {DAMAGED}")
+        for old, new in RENAMED.items():  # metrics renamed since: read by today's name
+            if old in row and new not in row:
+                row[new] = row.pop(old)
+        rows.append(row)
+    return rows
+
+
 def params_to_mb(num_params: float) -> float:
     """Size in MB of ``num_params`` float32 parameters (2^20 bytes per MB)."""
     return num_params * BYTES_PER_PARAM / MB
@@ -388,27 +415,11 @@ class RunRecord:
         self._not_a_link(self.metrics_path)
         if not self.metrics_path.is_file():
             return []
-        damaged = ("is damaged (truncated or edited): it cannot be read, resumed, plotted or "
-                   "re-timed; start the run again with another --out")
         try:
             text = self.metrics_path.read_text()
         except UnicodeDecodeError:
-            raise RunFolderError(f"{self.metrics_path} {damaged}") from None
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line:
-                continue
-            try:
-                row = parse_json(line, str(self.metrics_path))
-            except ConfigError:
-                row = None
-            if not isinstance(row, dict) or not isinstance(row.get("round"), int):
-                raise RunFolderError(f"{self.metrics_path} line {n} {damaged}")
-            for old, new in RENAMED.items():  # metrics renamed since: read by today's name
-                if old in row and new not in row:
-                    row[new] = row.pop(old)
-            rows.append(row)
-        return rows
+            raise RunFolderError(f"{self.metrics_path} {DAMAGED}") from None
+        return parse_rows(text, str(self.metrics_path))
 
     def check_rows(self, rows: list[dict[str, Any]], expected: list[Any], key) -> None:
         """Refuse rows whose ``key(row)`` sequence is not ``expected`` (gaps, duplicates)."""
